@@ -1,0 +1,7 @@
+"""Component types by manifest `type`."""
+
+from fibril_mjx.components import ahrs
+
+REGISTRY = {
+    ahrs.TYPE: ahrs.build,
+}

@@ -1,0 +1,60 @@
+"""User-facing errors: one line naming the file, the field path, the value and the rule."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+
+class FibrilError(Exception):
+  """An error in user input (manifest, profile, model). Printed as one line, no traceback."""
+
+
+class ConfigError(FibrilError):
+  """A field of a manifest, profile or overlay broke a rule.
+
+  Attributes:
+    file: the file the value came from.
+    path: field path such as `components[0].config.period_s`.
+    value: the offending value (or `None` when the field is missing).
+    rule: what the value must satisfy.
+  """
+
+  _MISSING = object()
+
+  def __init__(self, file: str, path: str, rule: str, value: Any = _MISSING):
+    self.file, self.path, self.rule = str(file), path, rule
+    self.value = None if value is ConfigError._MISSING else value
+    where = f'{self.file}: {path}' if path else self.file
+    shown = '' if value is ConfigError._MISSING else f' = {_short(value)}'
+    super().__init__(f'{where}{shown}: {rule}')
+
+
+def _short(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + '...'
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+  """` (did you mean 'x'?)` or an empty string."""
+  close = difflib.get_close_matches(str(name), sorted(choices), n=1, cutoff=0.6)
+  return f" (did you mean '{close[0]}'?)" if close else ''
+
+
+def join_path(prefix: str, loc: Iterable[Any]) -> str:
+  """`components[0].config` + ('period_s',) -> `components[0].config.period_s`."""
+  out = prefix
+  for part in loc:
+    if isinstance(part, int):
+      out += f'[{part}]'
+    else:
+      out = f'{out}.{part}' if out else str(part)
+  return out
+
+
+class ConfigErrors(FibrilError):
+  """Several `ConfigError`s, printed one per line."""
+
+  def __init__(self, errors: list[ConfigError]):
+    self.errors = errors
+    super().__init__('\n'.join(str(e) for e in errors))

@@ -1,0 +1,523 @@
+"""Attitude estimators that consume IMU samples (SPEC §7, seed `004_...`).
+
+Two extended Kalman filters, each a pure `(init, step)` pair on a single world (batch with
+one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise parameters:
+
+- **Quaternion EKF** (`quat_ekf`): a multiplicative, error-state EKF. The nominal state is
+  the unit quaternion `q` (body → world, `[w, x, y, z]`, `quat.py` conventions) and the gyro
+  bias `b_g`; the covariance is 6×6 over the error state `[δθ, δb]` with
+  `q_true = q ⊗ [1, δθ/2]` (δθ: small rotation in the body frame, rad) and
+  `b_true = b_g + δb` (rad/s). The 6×6 form avoids the rank-deficient 7×7 covariance of the
+  unit-norm quaternion.
+- **RPY EKF** (`rpy_ekf`): state `[roll, pitch, yaw, b_g]` (Z-Y-X Euler angles, rad) with
+  the full Euler-rate kinematics and a 6×6 covariance. It is singular at pitch = ±90°
+  (see `euler_rate_matrix`) and is provided as the reference the seed notes compare with.
+
+Both use the same models and `EkfParams`:
+
+- prediction with the bias-corrected gyro `ω̂ = ω_m − b_g` over `dt`; quaternion:
+  `q ← normalize(q ⊗ [1, ω̂·dt/2])`; RPY: `rpy ← rpy + E(roll, pitch)·ω̂·dt`;
+- gyro bias: random walk `b ← b + K√dt·ξ`; gyro white noise of density `N`
+  (IEEE-952 / Kalibr: per-sample σ = N/√dt, angle variance `N²·dt` per step);
+- measurement: the accelerometer's specific force at rest, `h = R(q)ᵀ g`, `g = [0, 0, g]`
+  (z up; a still, level accelerometer reads `+g` on z), with analytic Jacobians; noise
+  σ = `accel_noise_std_mps2` per axis (a density N_a maps to `N_a/√dt`);
+- accelerometer gating on `e = | ‖a‖ − g |` (the robot accelerates): above
+  `accel_gate_mps2` the measurement variance is inflated to
+  `σ_a² + (e − accel_gate_mps2)²` (the excess magnitude is a lower bound on the
+  non-gravitational acceleration); above `accel_reject_mps2` the update is skipped
+  (set it to `inf` to never skip);
+- Joseph-form covariance update `P ← (I − KH) P (I − KH)ᵀ + K R Kᵀ`.
+
+Observability: the accelerometer sees only the direction of gravity, so **yaw is
+unobservable** — its variance grows as the integrated gyro noise, which is expected. For the
+same reason only the gyro-bias components orthogonal to gravity (in the body frame) are
+observable while the attitude is static: on a level, still body `b_x`, `b_y` converge and
+`b_z` stays at its prior (a `b_z` error only makes yaw drift). Rotating the body moves
+gravity through the body axes and makes all three observable over time.
+
+Timing: `step(params, state, gyro, accel, dt, new_data)` processes one IMU sample; `dt` is
+the time since the previously processed sample (use the IMU's nominal `period_s`). When
+`new_data` is False the state is returned unchanged (selected with `jnp.where`, so it works
+under `vmap` with per-world masks).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fibril_mjx import quat
+
+
+class EkfParams(NamedTuple):
+  """Noise and gating parameters shared by both attitude EKFs (all arrays, differentiable).
+
+  Attributes:
+    gyro_noise_density: `(3,)` gyro white-noise density, rad/s/√Hz (IEEE-952 / Kalibr N).
+    gyro_bias_random_walk: `(3,)` gyro bias random walk K, rad/s/√s.
+    accel_noise_std_mps2: `(3,)` accelerometer noise std per sample, m/s².
+    accel_gate_mps2: `()` soft gate on `| ‖a‖ − g |`, m/s²; beyond it R is inflated.
+    accel_reject_mps2: `()` hard gate on `| ‖a‖ − g |`, m/s²; beyond it the update is skipped.
+    gravity_mps2: `()` gravity magnitude g, m/s².
+  """
+  gyro_noise_density: jax.Array
+  gyro_bias_random_walk: jax.Array
+  accel_noise_std_mps2: jax.Array
+  accel_gate_mps2: jax.Array
+  accel_reject_mps2: jax.Array
+  gravity_mps2: jax.Array
+
+
+def ekf_params(gyro_noise_density=1e-3, gyro_bias_random_walk=1e-5,
+               accel_noise_std_mps2=0.05, accel_gate_mps2=0.5, accel_reject_mps2=3.0,
+               gravity_mps2=9.81, dtype=None) -> EkfParams:
+  """Builds `EkfParams`, broadcasting per-axis values to `(3,)`.
+
+  Args:
+    gyro_noise_density: rad/s/√Hz, scalar or `(3,)`.
+    gyro_bias_random_walk: rad/s/√s, scalar or `(3,)`.
+    accel_noise_std_mps2: m/s² per sample, scalar or `(3,)`.
+    accel_gate_mps2: soft gate, m/s², scalar.
+    accel_reject_mps2: hard gate, m/s², scalar (`jnp.inf` disables rejection).
+    gravity_mps2: m/s², scalar.
+    dtype: array dtype; default is JAX's default float (float32 unless x64 is on).
+
+  Returns:
+    `EkfParams`.
+  """
+  dtype = dtype or jnp.zeros(()).dtype
+  v3 = lambda v: jnp.broadcast_to(jnp.asarray(v, dtype), (3,))
+  s = lambda v: jnp.asarray(v, dtype)
+  return EkfParams(v3(gyro_noise_density), v3(gyro_bias_random_walk),
+                   v3(accel_noise_std_mps2), s(accel_gate_mps2), s(accel_reject_mps2),
+                   s(gravity_mps2))
+
+
+class Estimator(NamedTuple):
+  """An attitude estimator as pure functions.
+
+  Attributes:
+    init: `init(params, attitude0, att_std_rad, bias_std_radps, bias0=None) -> state`.
+    step: `step(params, state, gyro (3,) rad/s, accel (3,) m/s², dt s, new_data) -> state`.
+    attitude: `attitude(state) -> (4,)` unit quaternion body → world.
+  """
+  init: Callable
+  step: Callable
+  attitude: Callable
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def _skew(v):
+  """`[v]×` `(3, 3)` with `[v]× w = v × w`."""
+  z = jnp.zeros_like(v[0])
+  return jnp.stack([
+      jnp.stack([z, -v[2], v[1]]),
+      jnp.stack([v[2], z, -v[0]]),
+      jnp.stack([-v[1], v[0], z]),
+  ])
+
+
+def _tree_where(c, a, b):
+  return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
+
+
+def _diag_cov(att_std_rad, bias_std_radps, dtype):
+  att = jnp.broadcast_to(jnp.asarray(att_std_rad, dtype), (3,))
+  bias = jnp.broadcast_to(jnp.asarray(bias_std_radps, dtype), (3,))
+  return jnp.diag(jnp.concatenate([att, bias]) ** 2)
+
+
+def _accel_noise(params, accel):
+  """Measurement covariance `(3, 3)` after gating, and whether to update at all."""
+  e = jnp.abs(jnp.linalg.norm(accel) - params.gravity_mps2)
+  excess = jnp.maximum(e - params.accel_gate_mps2, 0.0)
+  r = jnp.diag(params.accel_noise_std_mps2 ** 2 + excess ** 2)
+  return r, e <= params.accel_reject_mps2
+
+
+def _process_noise(params, dt, rate_map):
+  """Discrete process noise `(6, 6)` of `[angle error, δb]`.
+
+  Continuous model: `angle' = M·(−δb − n_g)`, `δb' = n_b` with white `n_g` of density
+  `N` and `n_b` of density `K`; `M` maps body rates to the angle parameterization (I for
+  the quaternion error, E(roll, pitch) for Euler angles), held constant over dt.
+  """
+  n2 = params.gyro_noise_density ** 2
+  k2 = params.gyro_bias_random_walk ** 2
+  q_aa = rate_map @ jnp.diag(n2 * dt + k2 * dt ** 3 / 3.0) @ rate_map.T
+  q_ab = -rate_map @ jnp.diag(k2 * dt ** 2 / 2.0)
+  q_bb = jnp.diag(k2 * dt)
+  return jnp.block([[q_aa, q_ab], [q_ab.T, q_bb]])
+
+
+def _kalman_update(cov, h_jac, innovation, r):
+  """Joseph-form update. Returns the error-state correction `(6,)` and covariance."""
+  s = h_jac @ cov @ h_jac.T + r
+  pht = cov @ h_jac.T
+  gain = jnp.linalg.solve(s, pht.T).T  # K = P Hᵀ S⁻¹ (S symmetric)
+  i_kh = jnp.eye(cov.shape[0], dtype=cov.dtype) - gain @ h_jac
+  cov = i_kh @ cov @ i_kh.T + gain @ r @ gain.T
+  return gain @ innovation, 0.5 * (cov + cov.T)
+
+
+def tilt_from_accel(accel, yaw=0.0):
+  """Roll and pitch that make a still accelerometer read `accel` (Z-Y-X, z up).
+
+  Args:
+    accel: `(3,)` specific force in the body frame, m/s².
+    yaw: yaw to put in the result, rad (not observable from `accel`).
+
+  Returns:
+    `(3,)` [roll, pitch, yaw] in rad.
+  """
+  roll = jnp.arctan2(accel[1], accel[2])
+  pitch = jnp.arctan2(-accel[0], jnp.sqrt(accel[1] ** 2 + accel[2] ** 2))
+  return jnp.stack([roll, pitch, jnp.asarray(yaw, roll.dtype)])
+
+
+def tilt_error_rad(q_est, q_true):
+  """Angle between the estimated and true gravity directions in the body, rad.
+
+  The roll/pitch (tilt) error independent of yaw: the angle between `R(q_est)ᵀ e_z` and
+  `R(q_true)ᵀ e_z`.
+
+  Args:
+    q_est, q_true: `(..., 4)` unit quaternions body → world.
+
+  Returns:
+    `(...)` radians in [0, π].
+  """
+  u = quat.to_matrix(q_est)[..., 2, :]
+  v = quat.to_matrix(q_true)[..., 2, :]
+  return jnp.arctan2(jnp.linalg.norm(jnp.cross(u, v), axis=-1), jnp.sum(u * v, axis=-1))
+
+
+# ------------------------------------------------------------------ quaternion EKF
+
+
+class QuatEkfState(NamedTuple):
+  """State of the quaternion (error-state) EKF.
+
+  Attributes:
+    q: `(4,)` unit quaternion body → world, `[w, x, y, z]`.
+    gyro_bias: `(3,)` gyro bias estimate, rad/s.
+    cov: `(6, 6)` covariance of `[δθ (rad, body frame), δb (rad/s)]`.
+  """
+  q: jax.Array
+  gyro_bias: jax.Array
+  cov: jax.Array
+
+
+def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
+                  bias0=None) -> QuatEkfState:
+  """Initial quaternion-EKF state.
+
+  Args:
+    params: `EkfParams` (sets the dtype).
+    q0: `(4,)` initial attitude body → world (normalized here).
+    att_std_rad: attitude error std (scalar or `(3,)`, rad, body-frame rotation vector).
+    bias_std_radps: gyro bias prior std (scalar or `(3,)`, rad/s).
+    bias0: `(3,)` initial bias estimate, rad/s; default zeros.
+
+  Returns:
+    `QuatEkfState`.
+  """
+  dtype = params.gravity_mps2.dtype
+  q0 = quat.normalize(jnp.asarray(q0, dtype))
+  b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
+  return QuatEkfState(q0, b0, _diag_cov(att_std_rad, bias_std_radps, dtype))
+
+
+def quat_measurement(params: EkfParams, q):
+  """Predicted accelerometer reading `h(q) = R(q)ᵀ [0, 0, g]` and its Jacobian.
+
+  Args:
+    params: `EkfParams` (uses `gravity_mps2`).
+    q: `(4,)` unit quaternion body → world.
+
+  Returns:
+    `(h, H)`: `(3,)` specific force in the body frame, m/s², and `(3, 6)` Jacobian w.r.t.
+    the error state `[δθ, δb]`. With the world-frame error `R_true = R(δθ) R(q)`,
+    `h ≈ R(q)ᵀ (I − [δθ]×) g_w`, so `H = [R(q)ᵀ [g_w]×, 0]`; its null direction is world z
+    (yaw) at every linearization point.
+  """
+  w, x, y, z = q[0], q[1], q[2], q[3]
+  g = params.gravity_mps2
+  h = g * jnp.stack(
+      [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z])
+  g_skew = _skew(jnp.stack([jnp.zeros_like(g), jnp.zeros_like(g), g]))
+  h_jac = jnp.concatenate([quat.to_matrix(q).T @ g_skew, jnp.zeros((3, 3), h.dtype)], axis=1)
+  return h, h_jac
+
+
+def quat_ekf_predict(params: EkfParams, state: QuatEkfState, gyro, dt) -> QuatEkfState:
+  """Propagation `q ← normalize(q ⊗ [1, ω̂ dt/2])`, `P ← Φ P Φᵀ + Q`.
+
+  In the world-frame error the attitude error does not rotate with the body:
+  `δθ' = −R(q)(δb + n_g)`, so `Φ = [[I, −R(q)·dt], [0, I]]` and the gyro noise enters
+  through `R(q)` (q at the start of the step).
+
+  Args:
+    params: `EkfParams`.
+    state: `QuatEkfState`.
+    gyro: `(3,)` measured angular velocity, body frame, rad/s.
+    dt: step in seconds.
+
+  Returns:
+    Predicted `QuatEkfState`.
+  """
+  omega = gyro - state.gyro_bias
+  dq = jnp.concatenate([jnp.ones((1,), omega.dtype), 0.5 * dt * omega])
+  q = quat.normalize(quat.multiply(state.q, dq))
+  eye = jnp.eye(3, dtype=omega.dtype)
+  rot = quat.to_matrix(state.q)
+  phi = jnp.block([[eye, -dt * rot], [jnp.zeros((3, 3), omega.dtype), eye]])
+  cov = phi @ state.cov @ phi.T + _process_noise(params, dt, rot)
+  return QuatEkfState(q, state.gyro_bias, 0.5 * (cov + cov.T))
+
+
+def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfState:
+  """Accelerometer update with gating; returns `state` itself when rejected.
+
+  The correction is injected as `q ← normalize([1, δθ/2] ⊗ q)`, `b ← b + δb`; the
+  covariance is kept as is (reset Jacobian ≈ I; in the world-frame error the large yaw
+  variance stays along world z exactly).
+
+  Args:
+    params: `EkfParams`.
+    state: predicted `QuatEkfState`.
+    accel: `(3,)` measured specific force, body frame, m/s².
+
+  Returns:
+    Updated `QuatEkfState`.
+  """
+  r, accept = _accel_noise(params, accel)
+  h, h_jac = quat_measurement(params, state.q)
+  dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
+  dq = jnp.concatenate([jnp.ones((1,), dx.dtype), 0.5 * dx[:3]])
+  new = QuatEkfState(quat.normalize(quat.multiply(dq, state.q)), state.gyro_bias + dx[3:],
+                     cov)
+  return _tree_where(accept, new, state)
+
+
+def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
+                  new_data) -> QuatEkfState:
+  """One IMU sample: predict with `gyro` over `dt`, then update with `accel`.
+
+  Args:
+    params: `EkfParams`.
+    state: `QuatEkfState`.
+    gyro: `(3,)` rad/s, body frame.
+    accel: `(3,)` m/s², body frame (specific force).
+    dt: seconds since the previously processed sample.
+    new_data: bool `()`; when False the state is returned unchanged.
+
+  Returns:
+    `QuatEkfState`.
+  """
+  new = quat_ekf_update(params, quat_ekf_predict(params, state, gyro, dt), accel)
+  return _tree_where(new_data, new, state)
+
+
+def quat_ekf_attitude(state: QuatEkfState):
+  """Attitude estimate `(4,)`, unit quaternion body → world."""
+  return state.q
+
+
+def quat_ekf() -> Estimator:
+  """The quaternion EKF as an `Estimator` (init, step, attitude)."""
+  return Estimator(quat_ekf_init, quat_ekf_step, quat_ekf_attitude)
+
+
+# ------------------------------------------------------------------------ RPY EKF
+
+
+class RpyEkfState(NamedTuple):
+  """State of the Euler-angle EKF.
+
+  Attributes:
+    rpy: `(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].
+    gyro_bias: `(3,)` gyro bias estimate, rad/s.
+    cov: `(6, 6)` covariance of `[roll, pitch, yaw, b_x, b_y, b_z]`.
+  """
+  rpy: jax.Array
+  gyro_bias: jax.Array
+  cov: jax.Array
+
+
+def euler_rate_matrix(rpy):
+  """`E(roll, pitch)` `(3, 3)` with `rpy' = E · ω_body` (Z-Y-X angles).
+
+    E = [[1, sin r tan p,  cos r tan p],
+         [0, cos r,       −sin r     ],
+         [0, sin r / cos p, cos r / cos p]]
+
+  This is the full kinematics for a body-frame gyro; the identity is its small-angle
+  limit. (The seed notes write the world-frame-rate version, which depends on yaw; a
+  strapdown gyro measures body rates.) Singular at pitch = ±90° (gimbal lock): roll and
+  yaw rates become unbounded and only their difference/sum is defined. `cos(pitch)` is kept
+  at least 1e-6 in magnitude so the filter stays finite, but its estimates degrade badly
+  near the singularity; use the quaternion EKF there.
+
+  Args:
+    rpy: `(3,)` radians (yaw unused).
+
+  Returns:
+    `(3, 3)`.
+  """
+  sr, cr = jnp.sin(rpy[0]), jnp.cos(rpy[0])
+  sp, cp = jnp.sin(rpy[1]), _safe_cos(rpy[1])
+  tp = sp / cp
+  z, o = jnp.zeros_like(sr), jnp.ones_like(sr)
+  return jnp.stack([
+      jnp.stack([o, sr * tp, cr * tp]),
+      jnp.stack([z, cr, -sr]),
+      jnp.stack([z, sr / cp, cr / cp]),
+  ])
+
+
+def _safe_cos(angle, eps=1e-6):
+  c = jnp.cos(angle)
+  return jnp.where(c >= 0, jnp.maximum(c, eps), jnp.minimum(c, -eps))
+
+
+def _euler_rate_jacobian(rpy, omega):
+  """`∂(E(rpy)·ω)/∂rpy` `(3, 3)` (yaw column is zero)."""
+  sr, cr = jnp.sin(rpy[0]), jnp.cos(rpy[0])
+  sp, cp = jnp.sin(rpy[1]), _safe_cos(rpy[1])
+  tp = sp / cp
+  wy, wz = omega[1], omega[2]
+  a = sr * wy + cr * wz          # appears in roll' (×tan p) and yaw' (×1/cos p)
+  da_dr = cr * wy - sr * wz
+  z = jnp.zeros_like(sr)
+  return jnp.stack([
+      jnp.stack([da_dr * tp, a / (cp * cp), z]),
+      jnp.stack([-sr * wy - cr * wz, z, z]),
+      jnp.stack([da_dr / cp, a * sp / (cp * cp), z]),
+  ])
+
+
+def rpy_measurement(params: EkfParams, rpy):
+  """Predicted accelerometer reading `R(rpy)ᵀ [0, 0, g]` and its Jacobian.
+
+    h = g · [−sin p, sin r cos p, cos r cos p]
+
+  Args:
+    params: `EkfParams` (uses `gravity_mps2`).
+    rpy: `(3,)` radians.
+
+  Returns:
+    `(h, H)`: `(3,)` m/s² and `(3, 6)` Jacobian w.r.t. `[roll, pitch, yaw, b]`.
+  """
+  g = params.gravity_mps2
+  sr, cr = jnp.sin(rpy[0]), jnp.cos(rpy[0])
+  sp, cp = jnp.sin(rpy[1]), jnp.cos(rpy[1])
+  h = g * jnp.stack([-sp, sr * cp, cr * cp])
+  z = jnp.zeros_like(sr)
+  h_rpy = g * jnp.stack([
+      jnp.stack([z, -cp, z]),
+      jnp.stack([cr * cp, -sr * sp, z]),
+      jnp.stack([-sr * cp, -cr * sp, z]),
+  ])
+  return h, jnp.concatenate([h_rpy, jnp.zeros((3, 3), h.dtype)], axis=1)
+
+
+def _wrap_rpy(rpy):
+  return jnp.stack([quat.wrap_angle(rpy[0]), rpy[1], quat.wrap_angle(rpy[2])])
+
+
+def rpy_ekf_init(params: EkfParams, rpy0, att_std_rad, bias_std_radps,
+                 bias0=None) -> RpyEkfState:
+  """Initial RPY-EKF state.
+
+  Args:
+    params: `EkfParams` (sets the dtype).
+    rpy0: `(3,)` initial roll, pitch, yaw, rad.
+    att_std_rad: std of roll, pitch, yaw (scalar or `(3,)`), rad.
+    bias_std_radps: gyro bias prior std (scalar or `(3,)`), rad/s.
+    bias0: `(3,)` initial bias estimate, rad/s; default zeros.
+
+  Returns:
+    `RpyEkfState`.
+  """
+  dtype = params.gravity_mps2.dtype
+  b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
+  return RpyEkfState(jnp.asarray(rpy0, dtype), b0,
+                     _diag_cov(att_std_rad, bias_std_radps, dtype))
+
+
+def rpy_ekf_predict(params: EkfParams, state: RpyEkfState, gyro, dt) -> RpyEkfState:
+  """Propagation `rpy ← rpy + E(r, p)·(ω_m − b)·dt`, `P ← F P Fᵀ + Q`.
+
+  `F = [[I + dt·∂(Eω̂)/∂rpy, −dt·E], [0, I]]`; Q maps the gyro noise through E.
+
+  Args:
+    params: `EkfParams`.
+    state: `RpyEkfState`.
+    gyro: `(3,)` rad/s, body frame.
+    dt: seconds.
+
+  Returns:
+    Predicted `RpyEkfState` (roll and yaw wrapped; pitch is not folded back into
+    [−π/2, π/2], which is still a valid Z-Y-X triple).
+  """
+  omega = gyro - state.gyro_bias
+  e = euler_rate_matrix(state.rpy)
+  rpy = _wrap_rpy(state.rpy + dt * (e @ omega))
+  eye = jnp.eye(3, dtype=omega.dtype)
+  f = jnp.block([[eye + dt * _euler_rate_jacobian(state.rpy, omega), -dt * e],
+                 [jnp.zeros((3, 3), omega.dtype), eye]])
+  cov = f @ state.cov @ f.T + _process_noise(params, dt, e)
+  return RpyEkfState(rpy, state.gyro_bias, 0.5 * (cov + cov.T))
+
+
+def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
+  """Accelerometer update with gating; returns `state` itself when rejected.
+
+  Args:
+    params: `EkfParams`.
+    state: predicted `RpyEkfState`.
+    accel: `(3,)` m/s², body frame.
+
+  Returns:
+    Updated `RpyEkfState`.
+  """
+  r, accept = _accel_noise(params, accel)
+  h, h_jac = rpy_measurement(params, state.rpy)
+  dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
+  new = RpyEkfState(_wrap_rpy(state.rpy + dx[:3]), state.gyro_bias + dx[3:], cov)
+  return _tree_where(accept, new, state)
+
+
+def rpy_ekf_step(params: EkfParams, state: RpyEkfState, gyro, accel, dt,
+                 new_data) -> RpyEkfState:
+  """One IMU sample: predict with `gyro` over `dt`, then update with `accel`.
+
+  Args:
+    params: `EkfParams`.
+    state: `RpyEkfState`.
+    gyro: `(3,)` rad/s, body frame.
+    accel: `(3,)` m/s², body frame.
+    dt: seconds since the previously processed sample.
+    new_data: bool `()`; when False the state is returned unchanged.
+
+  Returns:
+    `RpyEkfState`.
+  """
+  new = rpy_ekf_update(params, rpy_ekf_predict(params, state, gyro, dt), accel)
+  return _tree_where(new_data, new, state)
+
+
+def rpy_ekf_attitude(state: RpyEkfState):
+  """Attitude estimate `(4,)`, unit quaternion body → world, from the Euler angles."""
+  return quat.from_rpy(state.rpy)
+
+
+def rpy_ekf() -> Estimator:
+  """The RPY EKF as an `Estimator` (init, step, attitude)."""
+  return Estimator(rpy_ekf_init, rpy_ekf_step, rpy_ekf_attitude)

@@ -1,0 +1,204 @@
+"""SimulationManifest (SPEC §3.1) and profile catalog (SPEC §3.2): parsing and layering."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pathlib
+from typing import Any, Literal
+
+import pydantic
+
+from fibril_mjx import paths
+from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
+from fibril_mjx.validation import Strict, load_yaml, validate
+
+
+class ComponentEntry(Strict):
+  id: str = pydantic.Field(min_length=1)
+  type: str
+  config: dict[str, Any] = {}
+
+
+class ScriptEntry(Strict):
+  """Open-loop test-rig drive: writes `ctrl` of a MuJoCo actuator directly (no device model).
+
+  `ctrl(t) = offset + amplitude · sin(2π·frequency_hz·t + phase_rad)` (`waveform: sine`) or
+  `offset + amplitude · sign(sin(...))` (`waveform: square`).
+  """
+  actuator: str
+  waveform: Literal['sine', 'square'] = 'sine'
+  amplitude: float = 0.0
+  frequency_hz: float = pydantic.Field(0.0, ge=0)
+  phase_rad: float = 0.0
+  offset: float = 0.0
+
+
+class ManifestModel(Strict):
+  fibril_manifest: Literal[1]
+  model: str
+  packages: dict[str, str] = {}
+  profile_paths: list[str] = []
+  assemblies: list[dict[str, Any]] = []
+  parameter_overlays: list[dict[str, Any]] = []
+  actuator_script: list[ScriptEntry] = []
+  components: list[ComponentEntry] = pydantic.Field(default_factory=list)
+
+
+class ProfileModel(Strict):
+  id: str
+  kind: Literal['device', 'empirical', 'transport']
+  component_types: list[str] = pydantic.Field(min_length=1)
+  provenance: dict[str, Any]
+  fields: dict[str, Any]
+
+
+LAYERS = ('device', 'empirical', 'transport')
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+  id: str
+  kind: str
+  component_types: tuple[str, ...]
+  provenance: dict
+  fields: dict
+  file: pathlib.Path
+
+  def __hash__(self):
+    return hash((self.id, str(self.file)))
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldValue:
+  """A resolved config field and the layer it came from."""
+  value: Any
+  layer: str           # 'default' | 'device' | 'empirical' | 'transport' | 'config' | 'overlay'
+  source: str          # profile id, manifest or overlay file
+  file: str
+  path: str
+
+
+class Catalog:
+  """Profiles by id, from the built-in catalog and the manifest's `profile_paths`."""
+
+  def __init__(self, dirs: list[pathlib.Path]):
+    self.profiles: dict[str, Profile] = {}
+    for d in dirs:
+      for file in sorted(d.glob('*.yaml')) + sorted(d.glob('*.yml')):
+        data = load_yaml(file)
+        m = validate(ProfileModel, data, file=str(file))
+        if m.id in self.profiles:
+          raise FibrilError(f'{file}: id = {m.id!r}: profile id already defined in '
+                            f'{self.profiles[m.id].file}')
+        self.profiles[m.id] = Profile(m.id, m.kind, tuple(m.component_types), m.provenance,
+                                      m.fields, file)
+
+  def get(self, pid: str, kind: str, component_type: str, *, file: str, path: str) -> Profile:
+    p = self.profiles.get(pid)
+    if p is None or p.kind != kind or component_type not in p.component_types:
+      avail = sorted(q.id for q in self.profiles.values()
+                     if q.kind == kind and component_type in q.component_types)
+      why = 'unknown profile' if p is None else (
+          f'profile {pid!r} is of kind {p.kind!r}' if p.kind != kind else
+          f'profile {pid!r} is not for {component_type}')
+      raise ConfigError(file, path, f'{why}; available {kind} profiles for {component_type}: '
+                        f'{", ".join(avail) if avail else "(none)"}', pid)
+    return p
+
+
+def layer_config(component_type: str, raw: dict, *, catalog: Catalog, file: str,
+                 path: str, known_fields: set[str]) -> dict[str, FieldValue]:
+  """Resolves device → empirical → transport → instance config (SPEC §3.2).
+
+  Args:
+    component_type: e.g. `fibril_sim/ahrs`.
+    raw: the instance `config` mapping (may contain `profiles`).
+    catalog: the profile catalog.
+    file, path: where `raw` sits (`manifest.yaml`, `components[0].config`).
+    known_fields: the component's config fields (for unknown-key errors in profiles).
+
+  Returns:
+    Field name → `FieldValue`, without `profiles`.
+
+  Raises:
+    ConfigError: unknown profile, a field set by two profile layers, unknown field.
+  """
+  selected = raw.get('profiles') or {}
+  if not isinstance(selected, dict):
+    raise ConfigError(file, f'{path}.profiles', 'must be a mapping of layer to profile id',
+                      selected)
+  for layer in selected:
+    if layer not in LAYERS:
+      raise ConfigError(file, f'{path}.profiles.{layer}',
+                        'unknown profile layer' + did_you_mean(layer, LAYERS) +
+                        f'; layers: {", ".join(LAYERS)}')
+  out: dict[str, FieldValue] = {}
+  for layer in LAYERS:
+    pid = selected.get(layer)
+    if pid is None:
+      continue
+    prof = catalog.get(pid, layer, component_type, file=file, path=f'{path}.profiles.{layer}')
+    for key, value in prof.fields.items():
+      if key not in known_fields:
+        raise ConfigError(str(prof.file), f'fields.{key}', f'unknown field for {component_type}'
+                          + did_you_mean(key, known_fields))
+      if key in out:
+        prev = out[key]
+        raise ConfigError(str(prof.file), f'fields.{key}',
+                          f'set by both {prev.layer} profile {prev.source!r} and {layer} '
+                          f'profile {pid!r}; a field may come from one profile layer only '
+                          '(override it in the instance config instead)', value)
+      out[key] = FieldValue(value, layer, pid, str(prof.file), f'fields.{key}')
+  for key, value in raw.items():
+    if key == 'profiles':
+      continue
+    out[key] = FieldValue(value, 'config', 'manifest', file, f'{path}.{key}')
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+  """A parsed manifest with its resolved paths."""
+  path: pathlib.Path
+  model: ManifestModel
+  model_path: pathlib.Path
+  packages: dict[str, pathlib.Path]
+  catalog: Catalog
+  sha256: str
+
+  def __hash__(self):
+    return hash(self.sha256)
+
+
+def read_manifest(path: str | pathlib.Path) -> Manifest:
+  """Reads and validates a manifest file (top level only; components validate in `build`)."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FibrilError(f'{path}: manifest not found')
+  data = load_yaml(path)
+  m = validate(ManifestModel, data, file=str(path))
+  base = path.resolve().parent
+  packages = paths.builtin_packages()
+  for name, root in m.packages.items():
+    if name in packages:
+      raise ConfigError(str(path), f'packages.{name}', 'a built-in package of that name exists',
+                        root)
+    rootp = (base / root).resolve()
+    if not rootp.is_dir():
+      raise ConfigError(str(path), f'packages.{name}', f'directory not found ({rootp})', root)
+    packages[name] = rootp
+  model_path = paths.resolve_uri(m.model, packages, base=base, where=f'{path}: model')
+  dirs = [paths.profiles_dir()]
+  for i, p in enumerate(m.profile_paths):
+    d = (base / p).resolve()
+    if not d.is_dir():
+      raise ConfigError(str(path), f'profile_paths[{i}]', f'directory not found ({d})', p)
+    dirs.append(d)
+  catalog = Catalog(dirs)
+  ids = [c.id for c in m.components]
+  for i, cid in enumerate(ids):
+    if cid in ids[:i]:
+      raise ConfigError(str(path), f'components[{i}].id', 'component ids must be unique', cid)
+  digest = hashlib.sha256(path.read_bytes()).hexdigest()
+  return Manifest(path, m, model_path, packages, catalog, digest)

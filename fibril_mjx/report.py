@@ -1,0 +1,82 @@
+"""Host-side outputs of a run: flattening traces, summaries, plots."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def flatten(trace: dict) -> dict:
+  """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` → `{'sensor/id/field': array}`."""
+  flat = {}
+  for cid, d in trace['sensor'].items():
+    for name, value in d.sample._asdict().items():
+      flat[f'sensor/{cid}/{name}'] = np.asarray(value)
+    for name in ('new_data', 'sequence', 'sample_tick', 'arrival_tick', 'valid'):
+      flat[f'sensor/{cid}/{name}'] = np.asarray(getattr(d, name))
+  for cid, d in trace['truth'].items():
+    for name, value in d.items():
+      flat[f'truth/{cid}/{name}'] = np.asarray(value)
+  return flat
+
+
+def group(flat: dict, kind: str, cid: str) -> dict:
+  prefix = f'{kind}/{cid}/'
+  return {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+
+
+def describe(values: np.ndarray) -> dict:
+  v = np.asarray(values, np.float64)
+  return {'mean': float(v.mean()), 'p50': float(np.percentile(v, 50)),
+          'p95': float(np.percentile(v, 95)), 'max': float(v.max())}
+
+
+def plot_ahrs(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
+              per_world_err: np.ndarray, title: str):
+  """Truth vs AHRS (roll/pitch/yaw and rates) for one world; error distribution across worlds."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  def rpy(q):
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    return np.degrees(np.stack([
+        np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
+        np.arcsin(np.clip(2 * (w * y - z * x), -1, 1)),
+        np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))], -1))
+
+  new = sensor['new_data'][world].astype(bool)
+  t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
+  fig, axes = plt.subplots(3, 2, figsize=(13, 9))
+  labels = ('roll', 'pitch', 'yaw')
+  r_true, r_dev = rpy(truth['orientation'][world]), rpy(sensor['orientation'][world])[new]
+  for i in range(3):
+    ax = axes[i, 0]
+    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (device convention)')
+    ax.plot(t_s, r_dev[:, i], '.', ms=2, color='tab:red', label=f'{cid} sample')
+    ax.set_ylabel(f'{labels[i]} [deg]')
+  axes[0, 0].legend(loc='upper right', fontsize=8)
+  axes[0, 0].set_title(f'world {world}: orientation, truth vs delivered samples')
+  axes[2, 0].set_xlabel('time [s]')
+  ax = axes[0, 1]
+  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
+    ax.plot(time_s, truth['angular_velocity'][world][:, i], '-', color='k', lw=0.8)
+    ax.plot(t_s, sensor['angular_velocity'][world][new][:, i], '.', ms=2, color=c,
+            label='xyz'[i])
+  ax.set_ylabel('angular velocity [rad/s]')
+  ax.set_title('angular velocity (black: truth)')
+  ax.legend(fontsize=8)
+  ax = axes[1, 1]
+  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
+    ax.plot(time_s, truth['linear_acceleration'][world][:, i], '-', color='k', lw=0.8)
+    ax.plot(t_s, sensor['linear_acceleration'][world][new][:, i], '.', ms=2, color=c)
+  ax.set_ylabel('specific force [m/s²]')
+  ax.set_xlabel('time [s]')
+  ax = axes[2, 1]
+  ax.hist(per_world_err, bins=min(40, max(5, len(per_world_err) // 4)), color='tab:purple')
+  ax.set_xlabel('orientation error RMS per world [deg]')
+  ax.set_ylabel('worlds')
+  ax.set_title(f'error distribution across {len(per_world_err)} worlds')
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -1,0 +1,253 @@
+"""The simulator (SPEC §8): host-side build, then pure reset / step / rollout over worlds.
+
+Single-world code is vmapped over worlds at the edge; ticks run in `lax.scan`. The tick
+counter and the schedules are shared by all worlds (they depend on static config only), so
+an acquisition instant is a real branch under `vmap`, not a select.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from fibril_mjx import build as bld
+from fibril_mjx import rng
+from fibril_mjx import schedule as sch
+from fibril_mjx._mjx import mjx
+from fibril_mjx.components import REGISTRY
+from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.manifest import Manifest, read_manifest
+
+CHUNK_WORLDS = 1024
+
+
+class SimState(NamedTuple):
+  """State of a batch of worlds.
+
+  Attributes:
+    tick: int32 scalar, shared by all worlds (tick k is time k·dt).
+    clocks: per component, its `ScheduleState` (shared).
+    data: `mjx.Data`, leaves `(nworld, ...)`.
+    components: per component id, its state (leaves `(nworld, ...)`).
+  """
+  tick: jax.Array
+  clocks: dict
+  data: Any
+  components: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Script:
+  """Static open-loop ctrl drive of test-rig actuators (manifest `actuator_script`)."""
+  ctrl_index: tuple[int, ...]
+  square: tuple[bool, ...]
+  amplitude: tuple[float, ...]
+  frequency_hz: tuple[float, ...]
+  phase_rad: tuple[float, ...]
+  offset: tuple[float, ...]
+
+  def ctrl(self, ctrl0, t):
+    out = ctrl0
+    for i, sq, a, f, ph, off in zip(self.ctrl_index, self.square, self.amplitude,
+                                    self.frequency_hz, self.phase_rad, self.offset):
+      s = jnp.sin(2 * jnp.pi * f * t + ph)
+      out = out.at[i].set(off + a * (jnp.sign(s) if sq else s))
+    return out
+
+
+class Simulation:
+  """A built manifest: the MJX model, the components, and jitted reset / step / rollout.
+
+  Attributes:
+    manifest: the parsed manifest.
+    mj_model: the compiled MuJoCo model.
+    mx: the MJX model.
+    dt: physics timestep (s).
+    components: component id → built component (static).
+  """
+
+  def __init__(self, manifest: Manifest):
+    self.manifest = manifest
+    file = str(manifest.path)
+    spec = bld.load_spec(manifest.model_path, manifest.packages)
+    if manifest.model.assemblies or manifest.model.parameter_overlays:
+      key = 'assemblies' if manifest.model.assemblies else 'parameter_overlays'
+      raise ConfigError(file, key, 'not supported by this version of fibril_mjx yet')
+    self.mj_model = bld.compile_spec(spec, manifest.model_path)
+    bld.reject_mjx_ignored(self.mj_model, manifest.model_path)
+    self.dt = float(self.mj_model.opt.timestep)
+    self.components = {}
+    for i, entry in enumerate(manifest.model.components):
+      path = f'components[{i}]'
+      if entry.type not in REGISTRY:
+        raise ConfigError(file, f'{path}.type', 'unknown component type'
+                          + did_you_mean(entry.type, REGISTRY) +
+                          f'; known types: {", ".join(sorted(REGISTRY))}', entry.type)
+      ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config')
+      self.components[entry.id] = REGISTRY[entry.type](entry.id, entry.config, ctx,
+                                                       manifest.catalog)
+    self.script = self._build_script(file)
+    try:
+      self.mx = mjx.put_model(self.mj_model)
+    except NotImplementedError as e:
+      raise ConfigError(str(manifest.model_path), 'model',
+                        f'MJX cannot step this model: {e}') from None
+    d = mujoco.MjData(self.mj_model)
+    mujoco.mj_forward(self.mj_model, d)
+    self._data0 = mjx.put_data(self.mj_model, d)
+    self._jit_reset = jax.jit(self._reset_batch)
+    self._jit_step = jax.jit(self._step_batch)
+    self._jit_run = jax.jit(self._run_batch, static_argnames=('n_ticks', 'record'))
+
+  def _build_script(self, file) -> Script:
+    m = self.mj_model
+    cols = ([], [], [], [], [], [])
+    for i, s in enumerate(self.manifest.model.actuator_script):
+      aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, s.actuator)
+      if aid < 0:
+        names = [m.actuator(j).name for j in range(m.nu)]
+        raise ConfigError(file, f'actuator_script[{i}].actuator',
+                          'no MuJoCo actuator of that name' + did_you_mean(s.actuator, names),
+                          s.actuator)
+      if m.actuator_ctrlnum[aid] != 1:
+        raise ConfigError(file, f'actuator_script[{i}].actuator',
+                          f'the actuator owns {m.actuator_ctrlnum[aid]} controls; scripts drive '
+                          'single-control actuators', s.actuator)
+      for col, v in zip(cols, (int(m.actuator_ctrladr[aid]), s.waveform == 'square',
+                               s.amplitude, s.frequency_hz, s.phase_rad, s.offset)):
+        col.append(v)
+    return Script(*(tuple(c) for c in cols))
+
+  # ---------------------------------------------------------------- params
+
+  def default_params(self, n_worlds: int | None = None) -> dict:
+    """Params of every component, `{id: Params}`; with `n_worlds`, leaves get a world axis."""
+    p = {cid: c.default_params() for cid, c in self.components.items()}
+    if n_worlds is None:
+      return p
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + x.shape), p)
+
+  # ---------------------------------------------------------------- single world
+
+  def _clocks0(self):
+    return {cid: sch.init(c.schedule) for cid, c in self.components.items()}
+
+  def _sense(self, params, comps, data, tick, dues):
+    out = {}
+    for cid, c in self.components.items():
+      due, n = dues[cid]
+      out[cid] = c.step(params[cid], comps[cid], data.sensordata, tick, due, n)
+    return out
+
+  def _world_reset(self, mx, params, world_key, tick, dues):
+    data = mjx.forward(mx, self._data0)
+    comps = {cid: c.init(params[cid], world_key) for cid, c in self.components.items()}
+    return data, self._sense(params, comps, data, tick, dues)
+
+  def _world_step(self, mx, params, data, comps, tick, dues):
+    ctrl = self.script.ctrl(data.ctrl, (tick - 1).astype(jnp.float32) * self.dt)
+    data = mjx.step(mx, data.replace(ctrl=ctrl))
+    return data, self._sense(params, comps, data, tick, dues)
+
+  def _outputs(self, data, comps):
+    sensor = {cid: c.output(comps[cid]) for cid, c in self.components.items()}
+    truth = {cid: c.truth(comps[cid], data.sensordata) for cid, c in self.components.items()}
+    return {'sensor': sensor, 'truth': truth}
+
+  # ---------------------------------------------------------------- batch
+
+  def _advance_clocks(self, clocks, tick):
+    dues, new = {}, {}
+    for cid, c in self.components.items():
+      due, n, new[cid] = sch.advance(c.schedule, clocks[cid], tick)
+      dues[cid] = (due, n)
+    return dues, new
+
+  def _reset_batch(self, mx, params, world_keys):
+    tick = jnp.int32(0)
+    dues, clocks = self._advance_clocks(self._clocks0(), tick)
+    data, comps = jax.vmap(self._world_reset, in_axes=(None, 0, 0, None, None))(
+        mx, params, world_keys, tick, dues)
+    return SimState(tick, clocks, data, comps)
+
+  def _step_batch(self, mx, params, state: SimState):
+    tick = state.tick + 1
+    dues, clocks = self._advance_clocks(state.clocks, tick)
+    data, comps = jax.vmap(self._world_step, in_axes=(None, 0, 0, 0, None, None))(
+        mx, params, state.data, state.components, tick, dues)
+    state = SimState(tick, clocks, data, comps)
+    return state, jax.vmap(self._outputs)(data, comps)
+
+  def _run_batch(self, mx, params, state, n_ticks: int, record: bool):
+    def body(st, _):
+      st, out = self._step_batch(mx, params, st)
+      return st, (out if record else None)
+    return jax.lax.scan(body, state, None, length=n_ticks)
+
+  # ---------------------------------------------------------------- public API
+
+  def reset(self, params: dict, world_keys: jax.Array) -> SimState:
+    """Resets a batch of worlds; runs `mjx.forward` and the tick-0 acquisitions.
+
+    Args:
+      params: `{id: Params}` with a leading `(nworld,)` axis.
+      world_keys: `(nworld, 2)` from `fibril_mjx.world_keys(seed, nworld, first_world)`.
+    """
+    return self._jit_reset(self.mx, params, world_keys)
+
+  def outputs(self, state: SimState) -> dict:
+    """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick."""
+    return jax.vmap(self._outputs)(state.data, state.components)
+
+  def step(self, params: dict, state: SimState) -> tuple[SimState, dict]:
+    """Advances every world one tick; returns the new state and its outputs."""
+    return self._jit_step(self.mx, params, state)
+
+  def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True):
+    """`n_ticks` steps in one `lax.scan`; outputs stacked `(n_ticks, nworld, ...)`."""
+    return self._jit_run(self.mx, params, state, n_ticks=n_ticks, record=record)
+
+  def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
+              record: bool = True, chunk_worlds: int = CHUNK_WORLDS):
+    """Reset then `n_ticks` steps, in chunks of at most `chunk_worlds` worlds.
+
+    Chunking only bounds memory and avoids an XLA CPU hang with thousands of worlds; a
+    world's result does not depend on it.
+
+    Returns:
+      `(final_state_or_None, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0
+      first (None when `record` is False); with one chunk, the final `SimState` too.
+    """
+    n = world_keys.shape[0]
+    finals, traces = [], []
+    for lo in range(0, n, chunk_worlds):
+      hi = min(n, lo + chunk_worlds)
+      p = jax.tree.map(lambda x: x[lo:hi], params)
+      st = self.reset(p, world_keys[lo:hi])
+      out0 = self.outputs(st) if record else None
+      st, outs = self.run(p, st, n_ticks, record)
+      finals.append(st)
+      if record:
+        traces.append(jax.tree.map(
+            lambda a, b: jnp.concatenate([a[:, None], jnp.swapaxes(b, 0, 1)], axis=1),
+            out0, outs))
+    trace = None
+    if record:
+      trace = traces[0] if len(traces) == 1 else jax.tree.map(
+          lambda *xs: jnp.concatenate(xs, axis=0), *traces)
+    return (finals[0] if len(finals) == 1 else None), trace
+
+
+def load(manifest_path) -> Simulation:
+  """Builds a `Simulation` from a manifest file (host side: parse, compile, bind, plan)."""
+  return Simulation(read_manifest(manifest_path))
+
+
+world_keys = rng.world_keys
