@@ -58,3 +58,8 @@ class ConfigErrors(FibrilError):
   def __init__(self, errors: list[ConfigError]):
     self.errors = errors
     super().__init__('\n'.join(str(e) for e in errors))
+
+
+def field_origin(file: str, path: str):
+  """`field -> (file, 'path.field')`: where a config field sits, for error messages."""
+  return lambda field: (file, f'{path}.{field}' if path else field)

@@ -6,9 +6,13 @@ one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise pa
 - **Quaternion EKF** (`quat_ekf`): a multiplicative, error-state EKF. The nominal state is
   the unit quaternion `q` (body → world, `[w, x, y, z]`, `quat.py` conventions) and the gyro
   bias `b_g`; the covariance is 6×6 over the error state `[δθ, δb]` with
-  `q_true = q ⊗ [1, δθ/2]` (δθ: small rotation in the body frame, rad) and
+  `q_true = [1, δθ/2] ⊗ q` (δθ: small rotation in the **world** frame, rad) and
   `b_true = b_g + δb` (rad/s). The 6×6 form avoids the rank-deficient 7×7 covariance of the
-  unit-norm quaternion.
+  unit-norm quaternion. The world-frame error keeps yaw on a fixed error axis (world z),
+  which the accelerometer Jacobian annihilates at every linearization point; with a
+  body-frame error (`q ⊗ [1, δθ/2]`) the null direction moves with each re-linearization,
+  the filter gains spurious yaw information, and on a still, level IMU its `b_z` estimate
+  wandered by ±0.05 rad/s with a falsely collapsed σ ≈ 0.002 rad/s over 60 s.
 - **RPY EKF** (`rpy_ekf`): state `[roll, pitch, yaw, b_g]` (Z-Y-X Euler angles, rad) with
   the full Euler-rate kinematics and a 6×6 covariance. It is singular at pitch = ±90°
   (see `euler_rate_matrix`) and is provided as the reference the seed notes compare with.
@@ -60,7 +64,8 @@ class EkfParams(NamedTuple):
     gyro_bias_random_walk: `(3,)` gyro bias random walk K, rad/s/√s.
     accel_noise_std_mps2: `(3,)` accelerometer noise std per sample, m/s².
     accel_gate_mps2: `()` soft gate on `| ‖a‖ − g |`, m/s²; beyond it R is inflated.
-    accel_reject_mps2: `()` hard gate on `| ‖a‖ − g |`, m/s²; beyond it the update is skipped.
+    accel_reject_mps2: `()` hard gate on `| ‖a‖ − g |`, m/s²; beyond it the update is skipped
+      (a switch: its gradient is zero almost everywhere).
     gravity_mps2: `()` gravity magnitude g, m/s².
   """
   gyro_noise_density: jax.Array
@@ -184,7 +189,8 @@ def tilt_error_rad(q_est, q_true):
   """Angle between the estimated and true gravity directions in the body, rad.
 
   The roll/pitch (tilt) error independent of yaw: the angle between `R(q_est)ᵀ e_z` and
-  `R(q_true)ᵀ e_z`.
+  `R(q_true)ᵀ e_z`. Its gradient is undefined at zero error; for a training loss use the
+  squared chord `‖R(q_est)ᵀ e_z − R(q_true)ᵀ e_z‖²` instead.
 
   Args:
     q_est, q_true: `(..., 4)` unit quaternions body → world.
@@ -206,7 +212,7 @@ class QuatEkfState(NamedTuple):
   Attributes:
     q: `(4,)` unit quaternion body → world, `[w, x, y, z]`.
     gyro_bias: `(3,)` gyro bias estimate, rad/s.
-    cov: `(6, 6)` covariance of `[δθ (rad, body frame), δb (rad/s)]`.
+    cov: `(6, 6)` covariance of `[δθ (rad, world frame), δb (rad/s)]`.
   """
   q: jax.Array
   gyro_bias: jax.Array
@@ -220,7 +226,8 @@ def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
   Args:
     params: `EkfParams` (sets the dtype).
     q0: `(4,)` initial attitude body → world (normalized here).
-    att_std_rad: attitude error std (scalar or `(3,)`, rad, body-frame rotation vector).
+    att_std_rad: attitude error std, scalar or `(3,)`, rad (world-frame rotation vector;
+      index 2 is yaw).
     bias_std_radps: gyro bias prior std (scalar or `(3,)`, rad/s).
     bias0: `(3,)` initial bias estimate, rad/s; default zeros.
 

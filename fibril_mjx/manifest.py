@@ -138,6 +138,8 @@ def layer_config(component_type: str, raw: dict, *, catalog: Catalog, file: str,
     pid = selected.get(layer)
     if pid is None:
       continue
+    if not isinstance(pid, str):
+      raise ConfigError(file, f'{path}.profiles.{layer}', 'must be a profile id (a string)', pid)
     prof = catalog.get(pid, layer, component_type, file=file, path=f'{path}.profiles.{layer}')
     for key, value in prof.fields.items():
       if key not in known_fields:

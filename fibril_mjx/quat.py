@@ -107,8 +107,8 @@ def rotate(q, v):
 
 def angle_between(p, q):
   """Rotation angle `(...)` radians of `p⁻¹ ⊗ q`, in [0, π]."""
-  d = jnp.abs(jnp.sum(p * q, axis=-1))
-  return 2 * jnp.arccos(jnp.clip(d, 0.0, 1.0))
+  r = multiply(conjugate(p), q)
+  return 2 * jnp.arctan2(jnp.linalg.norm(r[..., 1:], axis=-1), jnp.abs(r[..., 0]))
 
 
 def wrap_angle(a):

@@ -54,21 +54,24 @@ class Schedule:
   quantization: str
 
   @staticmethod
-  def build(period_s: float, phase_s: float, dt: float, quantization: str, *, file: str,
-            path: str, period_field: str = 'period_s', phase_field: str = 'phase_s'):
+  def build(period_s: float, phase_s: float, dt: float, quantization: str, *, origin,
+            period_field: str = 'period_s', phase_field: str = 'phase_s'):
     """Builds and validates a schedule.
+
+    Args:
+      origin: `field -> (file, field path)` for error messages (`errors.field_origin`).
 
     Raises:
       ConfigError: period < dt, or `strict` with instants off the tick grid.
     """
     if period_s < dt * (1 - _REL_TOL):
-      raise ConfigError(file, f'{path}.{period_field}',
+      raise ConfigError(*origin(period_field),
                         f'must be >= the physics timestep dt = {dt:g} s', period_s)
     p, ph = ticks_fraction(period_s, dt), ticks_fraction(phase_s, dt)
     if quantization == 'strict':
       for name, secs, frac in ((period_field, period_s, p), (phase_field, phase_s, ph)):
         if frac.denominator != 1:
-          raise ConfigError(file, f'{path}.{name}',
+          raise ConfigError(*origin(name),
                             f'quantization strict requires an integer multiple of dt = {dt:g} s '
                             f'(it is {secs / dt:.9g} ticks); use next_boundary or change it',
                             secs)

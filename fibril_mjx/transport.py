@@ -40,7 +40,7 @@ class Transport:
 
   @staticmethod
   def build(latency_s: float, jitter_s: float, loss_probability: float, period_s: float,
-            dt: float, quantization: str, *, file: str, path: str,
+            dt: float, quantization: str, *, origin,
             latency_field: str = 'latency_s') -> 'Transport':
     """Validates and sizes a transport.
 
@@ -50,7 +50,7 @@ class Transport:
     """
     lat = ticks_fraction(latency_s, dt)
     if quantization == 'strict' and lat.denominator != 1:
-      raise ConfigError(file, f'{path}.{latency_field}',
+      raise ConfigError(*origin(latency_field),
                         f'quantization strict requires an integer multiple of dt = {dt:g} s '
                         f'(it is {latency_s / dt:.9g} ticks)', latency_s)
     worst = latency_s + _JITTER_SIGMAS * jitter_s

@@ -67,6 +67,13 @@ def _rule(model: type[pydantic.BaseModel], err: dict) -> str:
   return msg[0].lower() + msg[1:] if msg else msg
 
 
+def _extra_items(model, loc) -> int:
+  """Items after index `loc[-1]` in the fixed-length tuple field that `loc` points into."""
+  field = getattr(model, 'model_fields', {}).get(loc[0]) if loc else None
+  args = getattr(getattr(field, 'annotation', None), '__args__', None)
+  return max(0, len(args) - loc[-1] - 1) if args and len(loc) == 2 else 0
+
+
 def validate(model: type[M], data: Any, *, file: str, prefix: str = '',
              origin: Callable[[tuple], tuple[str, str]] | None = None) -> M:
   """Validates `data` against `model`; every problem becomes one line.
@@ -93,6 +100,17 @@ def validate(model: type[M], data: Any, *, file: str, prefix: str = '',
       loc = tuple(err['loc'])
       where_file, where_path = origin(loc) if origin else (file, join_path(prefix, loc))
       rule = _rule(model, err)
+      if err['type'] == 'missing' and loc and isinstance(loc[-1], int):
+        # A fixed-length vector that is too short: report the vector, not its missing item.
+        parent = data
+        for part in loc[:-1]:
+          parent = parent[part] if isinstance(parent, (dict, list)) else None
+        where_file, where_path = origin(loc[:-1]) if origin else (file, join_path(prefix,
+                                                                                  loc[:-1]))
+        rule = f'must have {loc[-1] + 1 + _extra_items(model, loc)} items, got ' + (
+            str(len(parent)) if isinstance(parent, (list, tuple)) else 'fewer')
+        errors.append(ConfigError(where_file, where_path, rule, parent))
+        continue
       if err['type'] == 'missing':
         errors.append(ConfigError(where_file, where_path, rule))
       else:

@@ -331,21 +331,23 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
       ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
                  mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
   )
-  src = lambda f: fields[f].file or ctx.file  # noqa: E731
-  srcpath = lambda f: (fields[f].path.rsplit('.', 1)[0] if fields[f].path else ctx.path)  # noqa
-  schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization,
-                            file=src('period_s'), path=srcpath('period_s'))
+  origin = base.field_origin(fields, ctx)
+  schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
   transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
-                                 cfg.period_s, ctx.dt, cfg.quantization,
-                                 file=src('latency_s'), path=srcpath('latency_s'))
+                                 cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
   return Ahrs(cid, cfg, schedule, transport, sensors, schedule.tick_of(0), ctx.dt,
               tuple(fields.items()))
 
 
 def _np_angle(p, q):
+  """Rotation angle between quaternions, float64, well conditioned for small angles."""
   import numpy as np
-  d = np.abs(np.sum(p * q, axis=-1)) / (np.linalg.norm(p, axis=-1) * np.linalg.norm(q, axis=-1))
-  return 2 * np.arccos(np.clip(d, 0.0, 1.0))
+  p = np.asarray(p, np.float64)
+  q = np.asarray(q, np.float64)
+  w = np.abs(np.sum(p * q, axis=-1))
+  # |vector part of p⁻¹ ⊗ q| = |p_w q_v − q_w p_v − p_v × q_v|
+  v = p[..., :1] * q[..., 1:] - q[..., :1] * p[..., 1:] - np.cross(p[..., 1:], q[..., 1:])
+  return 2 * np.arctan2(np.linalg.norm(v, axis=-1), w)
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:

@@ -66,6 +66,16 @@ def resolve_config(model: type[Strict], component_type: str, raw: Any, *, catalo
   return cfg, fields
 
 
+def field_origin(fields: dict[str, FieldValue], ctx):
+  """`field -> (file, path)` of a resolved field: its profile file or the manifest."""
+  def origin(name):
+    fv = fields.get(name)
+    if fv is not None and fv.file:
+      return fv.file, fv.path
+    return ctx.file, f'{ctx.path}.{name}'
+  return origin
+
+
 def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:
   if not cond:
     raise ConfigErrors([ConfigError(file, path, rule, value)])

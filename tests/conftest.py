@@ -1,0 +1,65 @@
+"""Shared fixtures: a tiny rig model and manifest writers (keeps MJX compiles short)."""
+
+import pathlib
+import textwrap
+
+import pytest
+import yaml
+
+RIG_XML = textwrap.dedent("""\
+    <mujoco model="rig">
+      <option timestep="0.002"/>
+      <worldbody>
+        <body name="yaw_stage">
+          <joint name="yaw" type="hinge" axis="0 0 1" damping="0.2"/>
+          <geom type="box" size="0.1 0.1 0.01" mass="1" contype="0" conaffinity="0"/>
+          <body name="tilt_stage" pos="0 0 0.05">
+            <joint name="tilt" type="hinge" axis="0 1 0" damping="0.2"/>
+            <geom type="box" size="0.05 0.05 0.01" mass="0.5" contype="0" conaffinity="0"/>
+            <site name="imu" pos="0.03 0.01 0.02"/>
+            <site name="imu2" pos="-0.02 0.0 0.02"/>
+          </body>
+        </body>
+      </worldbody>
+      <actuator>
+        <velocity name="yaw_motor" joint="yaw" kv="5"/>
+        <velocity name="tilt_motor" joint="tilt" kv="5"/>
+      </actuator>
+      <sensor>
+        <framequat name="quat" objtype="site" objname="imu"/>
+        <gyro name="gyro" site="imu"/>
+        <accelerometer name="accel" site="imu"/>
+        <framequat name="quat2" objtype="site" objname="imu2"/>
+        <gyro name="gyro2" site="imu2"/>
+        <accelerometer name="accel2" site="imu2"/>
+      </sensor>
+    </mujoco>
+    """)
+
+SENSORS = {'orientation_sensor': 'quat', 'gyroscope_sensor': 'gyro',
+           'accelerometer_sensor': 'accel'}
+SENSORS2 = {'orientation_sensor': 'quat2', 'gyroscope_sensor': 'gyro2',
+            'accelerometer_sensor': 'accel2'}
+SCRIPT = [{'actuator': 'yaw_motor', 'amplitude': 1.5, 'frequency_hz': 0.5},
+          {'actuator': 'tilt_motor', 'amplitude': 1.0, 'frequency_hz': 0.7}]
+
+
+def write_rig(tmp: pathlib.Path, components, *, script=SCRIPT, extra=None) -> pathlib.Path:
+  """Writes rig.xml and manifest.yaml into `tmp`; returns the manifest path."""
+  tmp.mkdir(parents=True, exist_ok=True)
+  (tmp / 'rig.xml').write_text(RIG_XML)
+  doc = {'fibril_manifest': 1, 'model': 'rig.xml', 'actuator_script': script,
+         'components': components}
+  doc.update(extra or {})
+  path = tmp / 'manifest.yaml'
+  path.write_text(yaml.safe_dump(doc, sort_keys=False))
+  return path
+
+
+def ahrs_entry(cid='ahrs', sensors=SENSORS, **config):
+  return {'id': cid, 'type': 'fibril_sim/ahrs', 'config': {**sensors, **config}}
+
+
+@pytest.fixture(scope='session')
+def rig_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('rig')
