@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from fibril_mjx._mjx import mjx
+from fibril_mjx._mjx import mjx  # noqa: F401  (imports mujoco.mjx quietly, before _src)
 from fibril_mjx.errors import FibrilError
 from mujoco.mjx._src import derivative as _mjx_derivative
 from mujoco.mjx._src import forward as _mjx_forward
@@ -171,10 +171,11 @@ def _check_supported(m: mujoco.MjModel, i: int) -> None:
   if np.any(m.actuator_dampingpoly[i] != 0):
     raise bad('damping', 'polynomial actuator damping (more than one coefficient) is not supported')
   if m.actuator_damping[i] != 0 or m.actuator_armature[i] != 0:
-    trn = m.actuator_trntype[i]
-    jnt = m.actuator_trnid[i, 0]
-    ok = (trn in (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT)
-          and m.jnt_type[jnt] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE))
+    trn = int(m.actuator_trntype[i])
+    jnt = int(m.actuator_trnid[i, 0])
+    ok = (trn in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT))
+          and int(m.jnt_type[jnt]) in (int(mujoco.mjtJoint.mjJNT_HINGE),
+                                       int(mujoco.mjtJoint.mjJNT_SLIDE)))
     if not ok:
       raise bad('damping/armature',
                 'actuator damping or armature is supported on hinge/slide joint transmissions only')
@@ -230,7 +231,8 @@ def prepare(mj_model: mujoco.MjModel,
   for i in dc_ids:
     _check_supported(m, i)
   integrator = int(m.opt.integrator)
-  if integrator not in (mujoco.mjtIntegrator.mjINT_EULER, mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
+  if integrator not in (int(mujoco.mjtIntegrator.mjINT_EULER),
+                        int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)):
     raise UnsupportedDcMotor(
         f"dcmotor actuator '{_name(m, dc_ids[0])}': option integrator="
         f'{mujoco.mjtIntegrator(integrator).name}: only Euler and implicitfast are supported')
@@ -246,8 +248,9 @@ def prepare(mj_model: mujoco.MjModel,
   if spec is None and not simple:
     for i in dc_ids:
       if m.actuator_ctrlnum[i] != 1:
+        text = _input_text(m.actuator_ctrlspec[i])
         raise UnsupportedDcMotor(
-            f"dcmotor actuator '{_name(m, i)}' (id {i}): input=\"{_input_text(m.actuator_ctrlspec[i])}\""
+            f"dcmotor actuator '{_name(m, i)}' (id {i}): input=\"{text}\""
             f' has {m.actuator_ctrlnum[i]} controls; the MJX twin needs one control per actuator,'
             ' which needs a recompile: call prepare(mj_model, spec=<the MjSpec it was compiled'
             ' from>)')
@@ -380,9 +383,10 @@ def _fold_damping_armature(m: mujoco.MjModel, twin: mujoco.MjModel,
 
 def _build_set(m: mujoco.MjModel, twin: mujoco.MjModel, dc_ids: Sequence[int],
                by_copy: bool) -> DcMotorSet:
-  if twin.nu != twin.nactuator:
-    raise UnsupportedDcMotor(f'twin has nu={twin.nu} != nactuator={twin.nactuator}: some '
-                             'non-dcmotor actuator has several controls, which MJX cannot step')
+  if twin.nu != twin.nactuator or np.any(twin.actuator_ctrlnum != 1):
+    raise UnsupportedDcMotor(f'twin has nu={twin.nu}, nactuator={twin.nactuator}: some '
+                             'non-dcmotor actuator has other than one control, which MJX cannot '
+                             'step')
   dc = set(dc_ids)
   inputs, limited, pidx, slots, act_index = [], [], [], [], []
   nctrl_param = 0
@@ -734,7 +738,7 @@ def _motor(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax
 
   # d force / d velocity as MuJoCo's implicit integrators use it
   dfdv = zero
-  if dset.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST:
+  if dset.integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
     dvdw = zero
     if any(b in (_POS, _VEL, _FF) for b in inputs):
       dvdw = -p.kd[i] * jnp.maximum(_MINVAL, R0) / K + K
@@ -814,12 +818,13 @@ def twin_ctrl(dset: DcMotorSet, ctrl: jax.Array, force: jax.Array) -> jax.Array:
     `(twin nu,)` controls.
   """
   src = np.asarray(dset.twin_ctrl_src, dtype=int)
-  out = jnp.where(jnp.asarray(src >= 0), ctrl[np.maximum(src, 0)] if ctrl.shape[0] else 0.0,
-                  0.0) if src.size else jnp.zeros((0,), force.dtype)
-  out = out.astype(force.dtype)
-  for i, c in enumerate(dset.twin_ctrl_dc):
-    if c >= 0:
-      out = out.at[c].set(force[i])
+  out = jnp.zeros((src.size,), force.dtype)
+  other = np.nonzero(src >= 0)[0]
+  if other.size:
+    out = out.at[other].set(ctrl[src[other]].astype(force.dtype))
+  dc = [(i, c) for i, c in enumerate(dset.twin_ctrl_dc) if c >= 0]
+  if dc:
+    out = out.at[np.array([c for _, c in dc])].set(force[np.array([i for i, _ in dc])])
   return out
 
 
@@ -866,18 +871,17 @@ def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Ar
     d = _mjx_solver.solve(mx, d)
     d = _mjx_sensor.sensor_acc(mx, d)
 
-  if dset.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST:
+  if dset.integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
     moment_dc = d._impl.actuator_moment[ids]
     d = _implicit(mx, d, moment_dc, dfdv)
   else:
     d = _mjx_forward.euler(mx, d)
 
   if slots:
-    # mirror the dcmotor activation (the slot's only state) in the twin act / act_dot
-    vals = jnp.stack([getattr(nxt, SLOTS[next(k for k, s in enumerate(dset.slots[i]) if s >= 0)])[i]
-                      for i, _ in slots])
-    dots = jnp.stack([getattr(act_dot, SLOTS[next(k for k, s in enumerate(dset.slots[i])
-                                                       if s >= 0)])[i] for i, _ in slots])
+    # mirror the dcmotor activation (the motor's only state) in the twin act / act_dot
+    kinds = [SLOTS[max(range(len(SLOTS)), key=lambda k: dset.slots[i][k])] for i in dc_i]
+    vals = jnp.stack([getattr(nxt, k)[i] for k, i in zip(kinds, dc_i)])
+    dots = jnp.stack([getattr(act_dot, k)[i] for k, i in zip(kinds, dc_i)])
     d = d.replace(act=d.act.at[adr].set(vals.astype(d.act.dtype)),
                   act_dot=d.act_dot.at[adr].set(dots.astype(d.act_dot.dtype)))
   return d, nxt

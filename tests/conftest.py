@@ -8,7 +8,7 @@ import yaml
 
 RIG_XML = textwrap.dedent("""\
     <mujoco model="rig">
-      <option timestep="0.002"/>
+      <option timestep="0.002" integrator="implicitfast"/>
       <worldbody>
         <body name="yaw_stage">
           <joint name="yaw" type="hinge" axis="0 0 1" damping="0.2"/>
