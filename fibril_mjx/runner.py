@@ -28,12 +28,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fibril_mjx import __version__, report
-from fibril_mjx.components import ahrs
+from fibril_mjx.components import MODULES
 from fibril_mjx.errors import FibrilError
-
-METRICS = {ahrs.TYPE: ahrs.host_metrics}
-PLOTS = {ahrs.TYPE: report.plot_ahrs}
-_HEADLINE = {ahrs.TYPE: 'orientation_error_rms_deg'}
 
 
 def _jsonable(v):
@@ -91,10 +87,14 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1)[:, :n_ticks + 1], *pieces)
     flat = report.flatten(trace)
     for cid, c in sim.components.items():
-      m = METRICS[c.type](report.group(flat, 'sensor', cid), report.group(flat, 'truth', cid))
+      metric_fn = getattr(MODULES[c.type], 'host_metrics', None)
+      if metric_fn is None:
+        continue
+      m = metric_fn(report.group(flat, 'sensor', cid), report.group(flat, 'truth', cid))
       for k, v in m.items():
         metrics[cid].setdefault(k, []).append(np.asarray(v))
-      for k, v in c.status(jax.tree.map(lambda x: x, state.components[cid])).items():
+      status_fn = getattr(c, 'status', None)
+      for k, v in (status_fn(state.components[cid]) if status_fn else {}).items():
         status[cid].setdefault(k, []).append(np.asarray(v))
     if lo < trace_worlds:
       for k, v in flat.items():
@@ -161,12 +161,11 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       arrays = {k: np.concatenate(v) for k, v in kept.items()}
       np.savez(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds), **arrays)
       for cid, c in sim.components.items():
-        if c.type in PLOTS:
-          PLOTS[c.type](tmp / f'{cid}.png', cid, time_s,
-                        {k: v for k, v in report.group(arrays, 'sensor', cid).items()},
-                        report.group(arrays, 'truth', cid), 0,
-                        metrics[cid][_HEADLINE[c.type]],
-                        f'{pathlib.Path(manifest_path).name} — {cid} ({c.type}), seed {seed}')
+        plot_fn = getattr(MODULES[c.type], 'plot', None)
+        if plot_fn is not None:
+          plot_fn(tmp / f'{cid}.png', cid, time_s, report.group(arrays, 'sensor', cid),
+                  report.group(arrays, 'truth', cid), 0, metrics[cid],
+                  f'{pathlib.Path(manifest_path).name} — {cid} ({c.type}), seed {seed}')
     if out.exists():
       shutil.rmtree(out)
     tmp.rename(out)

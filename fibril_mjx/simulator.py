@@ -18,6 +18,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx import build as bld
+from fibril_mjx import dcmotor
 from fibril_mjx import rng
 from fibril_mjx import schedule as sch
 from fibril_mjx._mjx import mjx
@@ -33,14 +34,24 @@ class SimState(NamedTuple):
 
   Attributes:
     tick: int32 scalar, shared by all worlds (tick k is time k·dt).
-    clocks: per component, its `ScheduleState` (shared).
+    clocks: `{component id: {schedule name: ScheduleState}}`, shared by all worlds.
     data: `mjx.Data`, leaves `(nworld, ...)`.
-    components: per component id, its state (leaves `(nworld, ...)`).
+    ctrl: `(nworld, nu)` controls in the compiled model's layout (what actuators write).
+    dcmotor: dcmotor activations `(nworld, ...)` when the model has dcmotor actuators, else ().
+    components: `{component id: state}`, leaves `(nworld, ...)`.
   """
   tick: jax.Array
   clocks: dict
   data: Any
+  ctrl: jax.Array
+  dcmotor: Any
   components: dict
+
+
+# Schedules evaluated before physics at tick k (actuator application); every other schedule
+# is evaluated after physics at tick k + 1 (acquisition, feedback).
+PRE_PHYSICS = ('application',)
+DCMOTOR_PARAMS = 'mjcf.dcmotor'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,21 +101,27 @@ class Simulation:
         raise ConfigError(file, f'{path}.type', 'unknown component type'
                           + did_you_mean(entry.type, REGISTRY) +
                           f'; known types: {", ".join(sorted(REGISTRY))}', entry.type)
+      if entry.id == DCMOTOR_PARAMS:
+        raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
       ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config')
       self.components[entry.id] = REGISTRY[entry.type](entry.id, entry.config, ctx,
                                                        manifest.catalog)
     self.script = self._build_script(file)
+    # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.dcmotor).
+    self.physics_model, self.dcmotor = dcmotor.prepare(self.mj_model, spec)
     try:
-      self.mx = mjx.put_model(self.mj_model)
+      self.mx = mjx.put_model(self.physics_model)
     except NotImplementedError as e:
       raise ConfigError(str(manifest.model_path), 'model',
                         f'MJX cannot step this model: {e}') from None
-    d = mujoco.MjData(self.mj_model)
-    mujoco.mj_forward(self.mj_model, d)
-    self._data0 = mjx.put_data(self.mj_model, d)
+    d = mujoco.MjData(self.physics_model)
+    mujoco.mj_forward(self.physics_model, d)
+    self._data0 = mjx.put_data(self.physics_model, d)
+    self._ctrl0 = jnp.zeros(self.mj_model.nu, jnp.float32)
     self._jit_reset = jax.jit(self._reset_batch)
     self._jit_step = jax.jit(self._step_batch)
-    self._jit_run = jax.jit(self._run_batch, static_argnames=('n_ticks', 'record'))
+    self._jit_run = jax.jit(self._run_batch,
+                            static_argnames=('n_ticks', 'record', 'controller', 'observe_truth'))
 
   def _build_script(self, file) -> Script:
     m = self.mj_model
@@ -128,68 +145,119 @@ class Simulation:
   # ---------------------------------------------------------------- params
 
   def default_params(self, n_worlds: int | None = None) -> dict:
-    """Params of every component, `{id: Params}`; with `n_worlds`, leaves get a world axis."""
+    """`{component id: Params}` (plus `'mjcf.dcmotor'` for dcmotor models).
+
+    With `n_worlds`, every leaf gets a leading world axis (per-world values, e.g. for
+    randomization or gradients).
+    """
     p = {cid: c.default_params() for cid, c in self.components.items()}
+    if self.dcmotor is not None:
+      p[DCMOTOR_PARAMS] = dcmotor.default_params(self.dcmotor, self.mj_model, jnp.float32)
     if n_worlds is None:
       return p
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + x.shape), p)
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
+
+  def null_commands(self) -> dict:
+    """`{actuator component id: command}` meaning "nothing issued this tick" (one world)."""
+    return {cid: c.null_command() for cid, c in self.components.items()
+            if hasattr(c, 'null_command')}
 
   # ---------------------------------------------------------------- single world
 
   def _clocks0(self):
-    return {cid: sch.init(c.schedule) for cid, c in self.components.items()}
+    return {cid: {name: sch.init(s) for name, s in c.schedules.items()}
+            for cid, c in self.components.items()}
 
   def _sense(self, params, comps, data, tick, dues):
-    out = {}
+    comps, env = dict(comps), {}
     for cid, c in self.components.items():
-      due, n = dues[cid]
-      out[cid] = c.step(params[cid], comps[cid], data.sensordata, tick, due, n)
-    return out
+      if hasattr(c, 'sense'):
+        comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
+      env[cid] = c.output(comps[cid])
+    return comps
 
   def _world_reset(self, mx, params, world_key, tick, dues):
     data = mjx.forward(mx, self._data0)
     comps = {cid: c.init(params[cid], world_key) for cid, c in self.components.items()}
-    return data, self._sense(params, comps, data, tick, dues)
+    dc = ()
+    if self.dcmotor is not None:
+      dc = dcmotor.init(self.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+    return data, self._ctrl0, dc, self._sense(params, comps, data, tick, dues)
 
-  def _world_step(self, mx, params, data, comps, tick, dues):
-    ctrl = self.script.ctrl(data.ctrl, (tick - 1).astype(jnp.float32) * self.dt)
-    data = mjx.step(mx, data.replace(ctrl=ctrl))
-    return data, self._sense(params, comps, data, tick, dues)
+  def _world_step(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
+    """Tick `tick` → `tick + 1` of one world (SPEC §4 order)."""
+    ctrl = self.script.ctrl(ctrl, tick.astype(jnp.float32) * self.dt)
+    comps = dict(comps)
+    for cid, c in self.components.items():
+      if hasattr(c, 'actuate'):
+        comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
+                                     pre[cid])
+    if self.dcmotor is None:
+      data = mjx.step(mx, data.replace(ctrl=ctrl))
+    else:
+      data, dc = dcmotor.step(self.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
+    return data, ctrl, dc, self._sense(params, comps, data, tick + 1, post)
 
   def _outputs(self, data, comps):
     sensor = {cid: c.output(comps[cid]) for cid, c in self.components.items()}
-    truth = {cid: c.truth(comps[cid], data.sensordata) for cid, c in self.components.items()}
+    truth = {cid: c.truth(comps[cid], data) for cid, c in self.components.items()}
     return {'sensor': sensor, 'truth': truth}
 
   # ---------------------------------------------------------------- batch
 
-  def _advance_clocks(self, clocks, tick):
+  def _advance_clocks(self, clocks, tick, pre_physics: bool):
+    """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
     dues, new = {}, {}
     for cid, c in self.components.items():
-      due, n, new[cid] = sch.advance(c.schedule, clocks[cid], tick)
-      dues[cid] = (due, n)
+      dues[cid], new[cid] = {}, dict(clocks[cid])
+      for name, s in c.schedules.items():
+        if (name in PRE_PHYSICS) == pre_physics:
+          due, n, new[cid][name] = sch.advance(s, clocks[cid][name], tick)
+          dues[cid][name] = (due, n)
     return dues, new
 
   def _reset_batch(self, mx, params, world_keys):
     tick = jnp.int32(0)
-    dues, clocks = self._advance_clocks(self._clocks0(), tick)
-    data, comps = jax.vmap(self._world_reset, in_axes=(None, 0, 0, None, None))(
+    dues, clocks = self._advance_clocks(self._clocks0(), tick, False)
+    data, ctrl, dc, comps = jax.vmap(self._world_reset, in_axes=(None, 0, 0, None, None))(
         mx, params, world_keys, tick, dues)
-    return SimState(tick, clocks, data, comps)
+    return SimState(tick, clocks, data, ctrl, dc, comps)
 
-  def _step_batch(self, mx, params, state: SimState):
-    tick = state.tick + 1
-    dues, clocks = self._advance_clocks(state.clocks, tick)
-    data, comps = jax.vmap(self._world_step, in_axes=(None, 0, 0, 0, None, None))(
-        mx, params, state.data, state.components, tick, dues)
-    state = SimState(tick, clocks, data, comps)
+  def _fill_commands(self, commands, n_worlds):
+    out = {}
+    for cid, null in self.null_commands().items():
+      cmd = (commands or {}).get(cid)
+      out[cid] = cmd if cmd is not None else jax.tree.map(
+          lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), null)
+    return out
+
+  def _step_batch(self, mx, params, state: SimState, commands=None):
+    n_worlds = state.ctrl.shape[0]
+    commands = self._fill_commands(commands, n_worlds)
+    pre, clocks = self._advance_clocks(state.clocks, state.tick, True)
+    post, clocks = self._advance_clocks(clocks, state.tick + 1, False)
+    data, ctrl, dc, comps = jax.vmap(
+        self._world_step, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None, None))(
+            mx, params, state.data, state.ctrl, state.dcmotor, state.components, commands,
+            state.tick, pre, post)
+    state = SimState(state.tick + 1, clocks, data, ctrl, dc, comps)
     return state, jax.vmap(self._outputs)(data, comps)
 
-  def _run_batch(self, mx, params, state, n_ticks: int, record: bool):
-    def body(st, _):
-      st, out = self._step_batch(mx, params, st)
-      return st, (out if record else None)
-    return jax.lax.scan(body, state, None, length=n_ticks)
+  def _observe(self, outputs, observe_truth):
+    return outputs if observe_truth else {'sensor': outputs['sensor']}
+
+  def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
+                 controller=None, observe_truth=False):
+    def body(c, cmd):
+      st, ctl, obs = c
+      if controller is not None:
+        cmd, ctl = jax.vmap(controller)(obs, ctl)
+      st, out = self._step_batch(mx, params, st, cmd)
+      return (st, ctl, self._observe(out, observe_truth)), (out if record else None)
+    obs0 = self._observe(jax.vmap(self._outputs)(state.data, state.components), observe_truth)
+    (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands,
+                                           length=n_ticks)
+    return (state, carry), outs
 
   # ---------------------------------------------------------------- public API
 
@@ -206,20 +274,47 @@ class Simulation:
     """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick."""
     return jax.vmap(self._outputs)(state.data, state.components)
 
-  def step(self, params: dict, state: SimState) -> tuple[SimState, dict]:
-    """Advances every world one tick; returns the new state and its outputs."""
-    return self._jit_step(self.mx, params, state)
+  def step(self, params: dict, state: SimState, commands: dict | None = None
+           ) -> tuple[SimState, dict]:
+    """Advances every world one tick; returns the new state and its outputs.
 
-  def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True):
-    """`n_ticks` steps in one `lax.scan`; outputs stacked `(n_ticks, nworld, ...)`."""
-    return self._jit_run(self.mx, params, state, n_ticks=n_ticks, record=record)
+    Args:
+      commands: `{actuator component id: command pytree with leading (nworld,)}`; a missing
+        component gets its null command (nothing issued).
+    """
+    return self._jit_step(self.mx, params, state, commands)
+
+  def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True, *,
+          commands: dict | None = None, controller: Callable | None = None,
+          controller_state: Any = None, observe_truth: bool = False):
+    """`n_ticks` steps in one `lax.scan`.
+
+    Commands come from one of:
+      * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`;
+      * `controller(obs, carry) -> (commands, carry)`: a single-world JAX policy (vmapped
+        here) that sees the delivered sensor/feedback outputs of the previous tick
+        (`obs['sensor'][id]`), and truth only with `observe_truth=True`;
+      * neither: null commands.
+
+    Returns:
+      `(state, outputs)` with outputs stacked `(n_ticks, nworld, ...)` (None unless
+      `record`); with a controller, `((state, controller_state), outputs)`.
+    """
+    (state, carry), outs = self._jit_run(
+        self.mx, params, state, controller_state, commands, n_ticks=n_ticks, record=record,
+        controller=controller, observe_truth=observe_truth)
+    return ((state, carry) if controller is not None else state), outs
 
   def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
-              record: bool = True, chunk_worlds: int = CHUNK_WORLDS):
+              record: bool = True, chunk_worlds: int = CHUNK_WORLDS,
+              commands: dict | None = None, controller: Callable | None = None,
+              controller_init: Any = None, observe_truth: bool = False):
     """Reset then `n_ticks` steps, in chunks of at most `chunk_worlds` worlds.
 
     Chunking only bounds memory and avoids an XLA CPU hang with thousands of worlds; a
-    world's result does not depend on it.
+    world's result does not depend on it. `commands` (leading `(n_ticks, nworld)`) or a
+    `controller` with a single-world `controller_init` carry drive actuator components (see
+    `run`).
 
     Returns:
       `(final_state_or_None, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0
@@ -231,15 +326,24 @@ class Simulation:
       hi = min(n, lo + chunk_worlds)
       p = jax.tree.map(lambda x: x[lo:hi], params)
       keys = world_keys[lo:hi]
+      cmds = jax.tree.map(lambda x: x[:, lo:hi], commands)
+      carry = None
+      if controller is not None:
+        carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)),
+                             controller_init)
       single = hi - lo == 1
       if single:
         # XLA compiles a batch of one to different (scalar) code whose float results can
         # differ in the last bit from any larger batch; two lanes keep a world bitwise
         # identical whatever batch it runs in. The extra lane is dropped below.
-        p, keys = jax.tree.map(lambda x: jnp.concatenate([x, x]), (p, keys))
+        p, keys, carry = jax.tree.map(lambda x: jnp.concatenate([x, x]), (p, keys, carry))
+        cmds = jax.tree.map(lambda x: jnp.concatenate([x, x], axis=1), cmds)
       st = self.reset(p, keys)
       out0 = self.outputs(st) if record else None
-      st, outs = self.run(p, st, n_ticks, record)
+      st, outs = self.run(p, st, n_ticks, record, commands=cmds, controller=controller,
+                          controller_state=carry, observe_truth=observe_truth)
+      if controller is not None:
+        st = st[0]
       if single:
         st = jax.tree.map(lambda x: x[:1] if jnp.ndim(x) else x, st)
         outs = jax.tree.map(lambda x: x[:, :1], outs) if record else None

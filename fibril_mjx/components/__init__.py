@@ -1,7 +1,15 @@
-"""Component types by manifest `type`."""
+"""Component types by manifest `type`.
+
+Each module defines `TYPE` and `build(cid, raw_config, ctx, catalog) -> component`, and may
+define host-side `host_metrics(sensor, truth) -> {metric: (nworld,)}` and
+`plot(path, cid, time_s, sensor, truth, world, per_world_metrics, title)` used by
+`fibril-mjx run`.
+"""
 
 from fibril_mjx.components import ahrs
 
-REGISTRY = {
-    ahrs.TYPE: ahrs.build,
+MODULES = {
+    ahrs.TYPE: ahrs,
 }
+
+REGISTRY = {t: m.build for t, m in MODULES.items()}

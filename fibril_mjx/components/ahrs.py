@@ -286,10 +286,22 @@ class Ahrs:
                    angular_velocity_clip_count=w_count, linear_acceleration_clip_count=a_count)
     return s, sample
 
-  def step(self, p: Params, s: State, sensordata, tick, due, n) -> State:
-    """One tick: acquire and enqueue at an instant (`due`, shared by all worlds), deliver."""
+  @property
+  def schedules(self) -> dict:
+    return {'acquisition': self.schedule}
+
+  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
+    """One tick after physics: acquire and enqueue at an instant, then deliver.
+
+    Args:
+      data: `mjx.Data` of `tick`.
+      dues: `{'acquisition': (due, n)}`, shared by all worlds.
+      env: outputs of the components sensed before this one (unused).
+    """
+    due, n = dues['acquisition']
+
     def acquire(st):
-      st, sample = self.acquire(p, st, sensordata, tick, n)
+      st, sample = self.acquire(p, st, data.sensordata, tick, n)
       q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
                   st.streams['delivery_loss'])
       return st._replace(queue=q)
@@ -304,9 +316,9 @@ class Ahrs:
             'angular_velocity_clip_count': s.angular_velocity_clip_count,
             'linear_acceleration_clip_count': s.linear_acceleration_clip_count}
 
-  def truth(self, s: State, sensordata) -> dict:
+  def truth(self, s: State, data) -> dict:
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""
-    q_mj, gyro, accel = self._read(sensordata)
+    q_mj, gyro, accel = self._read(data.sensordata)
     q = quat.canonical(quat.from_rpy(self._device_rpy(q_mj, s.yaw0)))
     return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel}
 
@@ -375,3 +387,10 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
     out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
   out['delivered'] = new.sum(axis=1)
   return out
+
+
+def plot(path, cid, time_s, sensor, truth, world, metrics, title):
+  """Truth vs delivered samples for one world and the error distribution across worlds."""
+  from fibril_mjx import report
+  report.plot_ahrs(path, cid, time_s, sensor, truth, world,
+                   metrics['orientation_error_rms_deg'], title)
