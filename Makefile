@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/fibril-mjx run manifests/ahrs_turntable.yaml --worlds 256 --seed 0 --duration 10 --out out/demo
+	$(VENV)/bin/fibril-mjx run manifests/ahrs_turntable.yaml --worlds 256 --seed 0 --duration 10 --out out/demo --overwrite
 
 plan: $(STAMP)
 	$(VENV)/bin/fibril-mjx plan manifests/ahrs_turntable.yaml
