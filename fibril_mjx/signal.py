@@ -32,3 +32,51 @@ def saturate(x, limit):
 def quantize(x, step):
   """`step · round(x / step)`."""
   return step * jnp.round(x / step)
+
+
+def gauss_markov_phi(period_s, correlation_time_s):
+  """AR(1) coefficient `φ = exp(−Δ/τ)` of a first-order Gauss–Markov process sampled every Δ.
+
+  With `ar1(..., rho=φ, sigma=σ_stationary)` this is the exact discretization (not Euler).
+  `τ <= 0` returns 0 (white), without a division by zero in the gradient.
+  """
+  safe = jnp.where(correlation_time_s > 0, correlation_time_s, 1.0)
+  return jnp.where(correlation_time_s > 0, jnp.exp(-period_s / safe), 0.0)
+
+
+def random_walk(b_prev, z, k, period_s, first):
+  """Random walk `b[0] = 0`, `b[k] = b[k−1] + K·√Δ·z[k]` (K in units/√s; Var b[k] = K²·kΔ)."""
+  return jnp.where(first, jnp.zeros_like(b_prev), b_prev + k * jnp.sqrt(period_s) * z)
+
+
+def white_sigma(noise_density, period_s):
+  """Per-sample σ = `N·√(1/Δ)` of white noise of density N (IEEE-952 / Kalibr convention)."""
+  return noise_density / jnp.sqrt(period_s)
+
+
+def lowpass_noise_gain(alpha):
+  """Variance gain `α/(2−α)` of the first-order low-pass on white input (stationary)."""
+  return alpha / (2.0 - alpha)
+
+
+def limit_and_quantize(y, count, limit=None, step=None):
+  """Saturation (per-element flags, cumulative counts) then quantization.
+
+  A term given as `None` is off and absent from the traced graph.
+
+  Args:
+    y: `(3,)` values.
+    count: `(3,)` int32 cumulative clip counts so far.
+    limit: symmetric saturation `±limit`, or None.
+    step: quantization step, or None.
+
+  Returns:
+    `(y, flags, count)`: flags `(3,)` bool for this sample, updated counts.
+  """
+  flags = jnp.zeros(jnp.shape(y), bool)
+  if limit is not None:
+    y, flags = saturate(y, limit)
+    count = count + flags.astype(jnp.int32)
+  if step is not None:
+    y = quantize(y, step)
+  return y, flags, count

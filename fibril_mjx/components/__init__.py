@@ -7,9 +7,12 @@ define host-side `host_metrics(sensor, truth) -> {metric: (nworld,)}` and
 """
 
 from fibril_mjx.components import ahrs
+from fibril_mjx.components import attitude_ekf, imu
 
 MODULES = {
     ahrs.TYPE: ahrs,
+    imu.TYPE: imu,
+    attitude_ekf.TYPE: attitude_ekf,
 }
 
 REGISTRY = {t: m.build for t, m in MODULES.items()}

@@ -168,9 +168,7 @@ class Ahrs:
 
   # -- static switches: a term is in the graph when its manifest value is not the default.
   def _on(self, name) -> bool:
-    v = getattr(self.cfg, name)
-    default = AhrsConfigModel.model_fields[name].default
-    return tuple(v) != tuple(default) if isinstance(v, tuple) else v != default
+    return base.is_set(self.cfg, name)
 
   def default_params(self) -> Params:
     return Params(*(jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields))
@@ -227,13 +225,9 @@ class Ahrs:
     return y, filt, noise
 
   def _finish(self, y, limit_field, res_field, p, count):
-    flags = jnp.zeros(3, bool)
-    if self._on(limit_field):
-      y, flags = sig.saturate(y, getattr(p, limit_field))
-      count = count + flags.astype(jnp.int32)
-    if self._on(res_field):
-      y = sig.quantize(y, getattr(p, res_field))
-    return y, flags, count
+    return sig.limit_and_quantize(
+        y, count, getattr(p, limit_field) if self._on(limit_field) else None,
+        getattr(p, res_field) if self._on(res_field) else None)
 
   def acquire(self, p: Params, s: State, sensordata, tick, n) -> tuple[State, Sample]:
     """Computes sample `n` from the state at `tick` and returns it with the updated state."""

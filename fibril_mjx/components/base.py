@@ -76,6 +76,17 @@ def field_origin(fields: dict[str, FieldValue], ctx):
   return origin
 
 
+def is_set(cfg: Strict, name: str) -> bool:
+  """Static switch of a term: on when the resolved value differs from the model's default.
+
+  Component code branches on it in Python, so a term left at its default is absent from the
+  traced graph (SPEC §1.2), not multiplied by zero.
+  """
+  v = getattr(cfg, name)
+  default = type(cfg).model_fields[name].default
+  return tuple(v) != tuple(default) if isinstance(v, tuple) else v != default
+
+
 def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:
   if not cond:
     raise ConfigErrors([ConfigError(file, path, rule, value)])
