@@ -418,19 +418,20 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
     err = np.degrees(attitude_error_rad(sensor['orientation'][w], qt))[nw]
     ax.plot(time_s[st_all[w]][nw], err, '-', lw=0.6, alpha=0.8 if w == world else 0.35,
             color='tab:red' if w == world else 'tab:gray')
-  cov = sensor['covariance'][world][new]
-  bound = 3 * np.degrees(np.sqrt(np.clip(np.trace(cov[:, :3, :3], axis1=1, axis2=2), 0, None)))
-  ax.plot(t_s, bound, 'k--', lw=0.8, label=f'world {world}: 3·√tr(P_att)')
   ax.set_yscale('log')
   ax.set_ylabel('attitude error [deg]')
   ax.set_title(f'attitude error of {new_all.shape[0]} traced worlds (red: world {world})')
-  ax.legend(fontsize=8)
   ax = axes[1, 1]
   qt = np.take_along_axis(truth['orientation'][world], st_all[world][:, None], axis=0)
   ax.plot(t_s, np.degrees(tilt_error_rad(sensor['orientation'][world], qt))[new], '-',
           color='tab:blue', lw=0.8, label='tilt (roll/pitch)')
   ax.plot(t_s, np.degrees(attitude_error_rad(sensor['orientation'][world], qt))[new], '-',
           color='tab:red', lw=0.8, label='full (incl. yaw)')
+  # first two error-state axes: world x/y rotation (quaternion EKF) or roll/pitch (RPY EKF)
+  cov = sensor['covariance'][world][new]
+  ax.plot(t_s, 3 * np.degrees(np.sqrt(np.clip(cov[:, 0, 0] + cov[:, 1, 1], 0, None))), 'k--',
+          lw=0.8, label='filter 3σ tilt, 3·√(P₀₀ + P₁₁)')
+  ax.set_ylim(0, None)
   ax.set_ylabel('error [deg]')
   ax.set_xlabel('time [s]')
   ax.set_title(f'world {world}: tilt vs full attitude error')
