@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import tempfile
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -77,7 +78,7 @@ def compile_spec(spec: mujoco.MjSpec, model_path) -> mujoco.MjModel:
 def reject_mjx_ignored(m: mujoco.MjModel, model_path) -> None:
   """MJX silently ignores actuator/sensor `delay`, `nsample`, `interp` and sensor `interval`:
   a model that uses them is rejected, pointing to the component fields that model timing."""
-  for i in range(m.nu):
+  for i in range(m.nactuator):
     if m.actuator_delay[i] > 0 or m.actuator_history[i, 0] > 0:
       raise FibrilError(
           f'{model_path}: actuator {m.actuator(i).name!r} uses delay/nsample, which MJX ignores '
@@ -112,11 +113,17 @@ class SensorBinding:
 
 @dataclasses.dataclass
 class BuildContext:
-  """What a component sees while it is built: the compiled model and where its config sits."""
+  """What a component sees while it is built: the compiled model and where its config sits.
+
+  Attributes:
+    assembly: the resolved `assemblies` entry bound to this component
+      (`fibril_mjx.assemblies.ResolvedAssembly`), or None.
+  """
   model: mujoco.MjModel
   dt: float
   file: str
   path: str
+  assembly: Any = None
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

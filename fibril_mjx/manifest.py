@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pathlib
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import pydantic
 
@@ -34,14 +34,60 @@ class ScriptEntry(Strict):
   offset: float = 0.0
 
 
+class TransmissionModel(Strict):
+  """`assemblies[].transmission` (SPEC §3.3); per-type rules are checked in `assemblies`."""
+  type: Literal['gear_rotary', 'wheel', 'pulley']
+  ratio: Optional[float] = None
+  radius: Optional[float] = None
+
+
+class AssemblyModel(Strict):
+  """A transmission bound to one motor / motion_motor component (SPEC §3.3)."""
+  id: str = pydantic.Field(min_length=1)
+  component: str
+  transmission: TransmissionModel
+  actuator_count: int = pydantic.Field(1, ge=1)
+
+
+class OverlayRef(Strict):
+  """`parameter_overlays[]`: a calibration overlay file, relative to the manifest (SPEC §3.4)."""
+  file: str
+
+
+class CommandScriptEntry(Strict):
+  """Built-in open-loop command trace of one actuator component (demos, `fibril-mjx run`).
+
+  From `start_s` on, a command is issued at every instant of `period_s` (default: every tick):
+  `value(t) = offset + amplitude · w(2π·frequency_hz·t + phase_rad)` with `w = sin`
+  (`waveform: sine`), `sign(sin)` (`square`) or 1 with amplitude 0 (`constant`: `offset`).
+  `kind` is a command kind the component accepts (`fibril_sim/motor`: position, velocity,
+  effort, duty, trajectory; `fibril_sim/scalar_actuator`: value; `fibril_sim/motion_motor`:
+  motion, where the waveform is the position reference, its time derivative the velocity
+  reference, and `kp`, `kd`, `effort_ff` are constants).
+  """
+  component: str
+  kind: Literal['position', 'velocity', 'effort', 'duty', 'trajectory', 'value', 'motion']
+  waveform: Literal['sine', 'square', 'constant'] = 'sine'
+  amplitude: float = 0.0
+  frequency_hz: float = pydantic.Field(0.0, ge=0)
+  phase_rad: float = 0.0
+  offset: float = 0.0
+  period_s: Optional[float] = pydantic.Field(None, gt=0)
+  start_s: float = pydantic.Field(0.0, ge=0)
+  kp: Optional[float] = None
+  kd: Optional[float] = None
+  effort_ff: Optional[float] = None
+
+
 class ManifestModel(Strict):
   fibril_manifest: Literal[1]
   model: str
   packages: dict[str, str] = {}
   profile_paths: list[str] = []
-  assemblies: list[dict[str, Any]] = []
-  parameter_overlays: list[dict[str, Any]] = []
+  assemblies: list[AssemblyModel] = []
+  parameter_overlays: list[OverlayRef] = []
   actuator_script: list[ScriptEntry] = []
+  command_script: list[CommandScriptEntry] = []
   components: list[ComponentEntry] = pydantic.Field(default_factory=list)
 
 
@@ -73,7 +119,7 @@ class Profile:
 class FieldValue:
   """A resolved config field and the layer it came from."""
   value: Any
-  layer: str           # 'default' | 'device' | 'empirical' | 'transport' | 'config' | 'overlay'
+  layer: str   # 'default' | 'device' | 'empirical' | 'transport' | 'config' | 'overlay' | 'assembly'
   source: str          # profile id, manifest or overlay file
   file: str
   path: str
@@ -156,7 +202,31 @@ def layer_config(component_type: str, raw: dict, *, catalog: Catalog, file: str,
     if key == 'profiles':
       continue
     out[key] = FieldValue(value, 'config', 'manifest', file, f'{path}.{key}')
+  for key, fv in overlay_fields(raw):
+    if key not in known_fields:
+      raise ConfigError(fv.file, fv.path.rsplit('.', 1)[0] + '.field',
+                        f'unknown field for {component_type}' + did_you_mean(key, known_fields),
+                        key)
+    out[key] = fv
   return out
+
+
+class ComponentConfig(dict):
+  """A component's instance `config` mapping plus the calibration-overlay values that apply
+  after it (SPEC §3.4: overlays apply in order after profiles and the instance config).
+
+  Attributes:
+    overlays: `((field, FieldValue with layer 'overlay'), ...)` in application order.
+  """
+
+  def __init__(self, raw: dict | None = None, overlays=()):
+    super().__init__(raw or {})
+    self.overlays = tuple(overlays)
+
+
+def overlay_fields(raw) -> tuple:
+  """`((field, FieldValue), ...)` of the overlays carried by a `ComponentConfig` (else ())."""
+  return getattr(raw, 'overlays', ())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,15 +30,64 @@ def render(sim) -> str:
       out.append(f'  {s.actuator} (ctrl[{sim.script.ctrl_index[i]}]): {s.waveform} amplitude '
                  f'{s.amplitude:g}, {s.frequency_hz:g} Hz, phase {s.phase_rad:g} rad, offset '
                  f'{s.offset:g}')
+  if sim.assemblies:
+    out.append('assemblies (gear written into the bound channels before compile):')
+    out.extend(f'  {a.describe()}' for a in sim.assemblies.values())
+  if sim.overlays:
+    out.append('parameter_overlays (applied in order after assemblies / profiles):')
+    for ov in sim.overlays:
+      out.append(f'  {ov.id} ({ov.file})' + (f'; provenance {_fmt_prov(ov.provenance)}'
+                                             if ov.provenance else ''))
+      out.extend(f'    mjcf {line}' for line in ov.mjcf)
+      out.extend(f'    component {line}' for line in ov.components)
+  if sim.command_script.entries:
+    out.append('command_script (open-loop commands when none are passed):')
+    out.extend(f'  {line}' for line in sim.command_script.describe())
+  native = {}
+  if sim.dcmotor is not None:
+    from fibril_mjx import dcmotor
+    native = {d['actuator_id']: d for d in dcmotor.describe(sim.dcmotor, sim.mj_model)}
   out.append('components:')
   for cid, c in sim.components.items():
     out.append(f'  {cid} ({c.type})')
     out.extend('    ' + line for line in c.describe())
+    for b in getattr(c, 'bindings', ()):
+      if b.id in native:
+        out.append(f'    native dcmotor parameters of {b.name} (MJCF):')
+        out.extend(f'      {line}' for line in _dcmotor_lines(native[b.id]))
     out.append('    fields (value  <- layer):')
     width = max(len(n) for n, _ in c.fields)
     for name, fv in c.fields:
-      src = fv.layer if fv.layer in ('default', 'config') else f'{fv.layer} profile {fv.source}'
-      if fv.layer == 'config':
+      if fv.layer == 'default':
+        src = 'default'
+      elif fv.layer == 'config':
         src = f'config ({fv.path})'
+      elif fv.layer == 'overlay':
+        src = f'overlay {fv.source} ({fv.file}: {fv.path})'
+      elif fv.layer == 'assembly':
+        src = f'assembly {fv.source} ({fv.path})'
+      else:
+        src = f'{fv.layer} profile {fv.source}'
       out.append(f'      {name:<{width}}  {_fmt(fv.value)}  <- {src}')
   return '\n'.join(out)
+
+
+def _fmt_prov(prov: dict) -> str:
+  return ', '.join(f'{k}: {_fmt(v)}' for k, v in prov.items())
+
+
+def _dcmotor_lines(d: dict) -> list[str]:
+  """Native dcmotor parameters (from `dcmotor.describe`) as plan lines."""
+  lines = [f'input="{d["input"]}", gear {d["gear"]:g}, resistance {d["resistance_ohm"]:g} ohm, '
+           f'motorconst {d["motorconst_nm_per_a"]:g} N*m/A, inductance {d["inductance_h"]:g} H '
+           f'(te {d["electrical_time_constant_s"]:g} s)',
+           'force range ' + ('unlimited' if d['force_range'] is None else
+                             f'[{d["force_range"][0]:g}, {d["force_range"][1]:g}]')
+           + (f', current rate limit {d["current_rate_limit_a_per_s"]:g} A/s'
+              if d['current_rate_limit_a_per_s'] else '')
+           + f', damping {d["damping"]:g}, armature {d["armature"]:g}; states: '
+           + (', '.join(d['states']) or 'none')]
+  for key in ('controller', 'thermal', 'cogging', 'lugre'):
+    if d[key]:
+      lines.append(f'{key}: ' + ', '.join(f'{k} {v:g}' for k, v in d[key].items()))
+  return lines

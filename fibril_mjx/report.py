@@ -80,3 +80,46 @@ def plot_ahrs(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def plot_lines(path, time_s, title: str, panels: list, hist=None, points=None):
+  """Stacked time-series panels plus an optional per-world histogram (actuator components).
+
+  Args:
+    panels: `[(panel title, y label, [(label, (T,) values, style or colour), ...]), ...]`.
+    hist: optional `(x label, (nworld,) values)` drawn as the last panel.
+    points: optional `{panel index: [(label, t (n,), y (n,), colour), ...]}` drawn as dots
+      (delivered samples).
+  """
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  n = len(panels) + (hist is not None)
+  fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n + 0.6), squeeze=False)
+  axes = axes[:, 0]
+  for k, (ptitle, ylabel, lines) in enumerate(panels):
+    ax = axes[k]
+    for label, y, style in lines:
+      if style.startswith('tab:') or style.startswith('C'):
+        ax.plot(time_s[:len(y)], y, '-', color=style, lw=1, label=label)
+      else:
+        ax.plot(time_s[:len(y)], y, style, lw=1, label=label)
+    for label, t, y, colour in (points or {}).get(k, []):
+      ax.plot(t, y, '.', ms=2, color=colour, label=label)
+    ax.set_title(ptitle, fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.legend(loc='upper right', fontsize=7)
+  axes[len(panels) - 1].set_xlabel('time [s]')
+  if hist is not None:
+    xlabel, values = hist
+    ax = axes[-1]
+    values = np.asarray(values, np.float64)
+    ax.hist(values, bins=min(40, max(5, len(values) // 4)), color='tab:purple')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel('worlds')
+    ax.set_title(f'across {len(values)} worlds', fontsize=9)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -84,6 +84,12 @@ class Schedule:
     return -((-(self.phase + n * self.period)) // self.den)
 
   @property
+  def every_tick(self) -> bool:
+    """Every tick from tick 0 is an instant (period = dt, phase 0): callers may skip the
+    due-branch statically."""
+    return self.period == self.den and self.phase == 0
+
+  @property
   def period_ticks(self) -> Fraction:
     return Fraction(self.period, self.den)
 

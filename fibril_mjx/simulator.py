@@ -17,14 +17,16 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from fibril_mjx import assemblies as asm
 from fibril_mjx import build as bld
+from fibril_mjx import command_script as cscript
 from fibril_mjx import dcmotor
 from fibril_mjx import rng
 from fibril_mjx import schedule as sch
 from fibril_mjx._mjx import mjx
 from fibril_mjx.components import REGISTRY
 from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.manifest import Manifest, read_manifest
+from fibril_mjx.manifest import ComponentConfig, Manifest, read_manifest
 
 CHUNK_WORLDS = 1024
 
@@ -88,9 +90,10 @@ class Simulation:
     self.manifest = manifest
     file = str(manifest.path)
     spec = bld.load_spec(manifest.model_path, manifest.packages)
-    if manifest.model.assemblies or manifest.model.parameter_overlays:
-      key = 'assemblies' if manifest.model.assemblies else 'parameter_overlays'
-      raise ConfigError(file, key, 'not supported by this version of fibril_mjx yet')
+    # Robot geometry and calibration are materialized into the spec before compile (SPEC §3.3,
+    # §3.4): assembly gears first, then overlays in manifest order.
+    self.assemblies = asm.apply_assemblies(manifest, spec)
+    self.overlays, overlay_fields = asm.apply_overlays(manifest, spec)
     self.mj_model = bld.compile_spec(spec, manifest.model_path)
     bld.reject_mjx_ignored(self.mj_model, manifest.model_path)
     self.dt = float(self.mj_model.opt.timestep)
@@ -103,10 +106,13 @@ class Simulation:
                           f'; known types: {", ".join(sorted(REGISTRY))}', entry.type)
       if entry.id == DCMOTOR_PARAMS:
         raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
-      ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config')
-      self.components[entry.id] = REGISTRY[entry.type](entry.id, entry.config, ctx,
-                                                       manifest.catalog)
+      ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config',
+                             assembly=self.assemblies.get(entry.id))
+      raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
+      self.components[entry.id] = REGISTRY[entry.type](entry.id, raw, ctx, manifest.catalog)
     self.script = self._build_script(file)
+    self._check_one_driver_per_actuator(file)
+    self.command_script = cscript.build(manifest, self.components, self.dt)
     # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.dcmotor).
     self.physics_model, self.dcmotor = dcmotor.prepare(self.mj_model, spec)
     try:
@@ -123,13 +129,26 @@ class Simulation:
     self._jit_run = jax.jit(self._run_batch,
                             static_argnames=('n_ticks', 'record', 'controller', 'observe_truth'))
 
+  def _check_one_driver_per_actuator(self, file) -> None:
+    """Each MuJoCo actuator is written by one component (or the actuator_script), never two."""
+    owner = {}
+    for i, s in enumerate(self.manifest.model.actuator_script):
+      owner[s.actuator] = f'actuator_script[{i}]'
+    for i, (cid, c) in enumerate(self.components.items()):
+      for b in getattr(c, 'bindings', ()):
+        if b.name in owner:
+          raise ConfigError(file, f'components[{i}].config.{b.field}',
+                            f'actuator already driven by {owner[b.name]}; one driver per '
+                            'actuator', b.name)
+        owner[b.name] = f'component {cid!r}'
+
   def _build_script(self, file) -> Script:
     m = self.mj_model
     cols = ([], [], [], [], [], [])
     for i, s in enumerate(self.manifest.model.actuator_script):
       aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, s.actuator)
       if aid < 0:
-        names = [m.actuator(j).name for j in range(m.nu)]
+        names = [m.actuator(j).name for j in range(m.nactuator)]
         raise ConfigError(file, f'actuator_script[{i}].actuator',
                           'no MuJoCo actuator of that name' + did_you_mean(s.actuator, names),
                           s.actuator)
@@ -158,15 +177,21 @@ class Simulation:
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
 
   def null_commands(self) -> dict:
-    """`{actuator component id: command}` meaning "nothing issued this tick" (one world)."""
+    """`{actuator component id: command}` meaning "nothing issued this tick" (one world).
+
+    A component missing from the commands passed to `step` / `run` / `rollout` (or returned by
+    a controller) gets its manifest `command_script` command if it has one, else this.
+    """
     return {cid: c.null_command() for cid, c in self.components.items()
             if hasattr(c, 'null_command')}
 
   # ---------------------------------------------------------------- single world
 
   def _clocks0(self):
-    return {cid: {name: sch.init(s) for name, s in c.schedules.items()}
-            for cid, c in self.components.items()}
+    clocks = {cid: {name: sch.init(s) for name, s in c.schedules.items()}
+              for cid, c in self.components.items()}
+    clocks[cscript.KEY] = {k: sch.init(s) for k, s in self.command_script.schedules.items()}
+    return clocks
 
   def _sense(self, params, comps, data, tick, dues):
     comps, env = dict(comps), {}
@@ -182,7 +207,11 @@ class Simulation:
     dc = ()
     if self.dcmotor is not None:
       dc = dcmotor.init(self.dcmotor, params[DCMOTOR_PARAMS], mx, data)
-    return data, self._ctrl0, dc, self._sense(params, comps, data, tick, dues)
+    ctrl = self._ctrl0
+    for cid, c in self.components.items():
+      if hasattr(c, 'reset_ctrl'):   # what an actuator holds before its first application
+        comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
+    return data, ctrl, dc, self._sense(params, comps, data, tick, dues)
 
   def _world_step(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
     """Tick `tick` → `tick + 1` of one world (SPEC §4 order)."""
@@ -207,7 +236,7 @@ class Simulation:
 
   def _advance_clocks(self, clocks, tick, pre_physics: bool):
     """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
-    dues, new = {}, {}
+    dues, new = {}, dict(clocks)
     for cid, c in self.components.items():
       dues[cid], new[cid] = {}, dict(clocks[cid])
       for name, s in c.schedules.items():
@@ -223,18 +252,29 @@ class Simulation:
         mx, params, world_keys, tick, dues)
     return SimState(tick, clocks, data, ctrl, dc, comps)
 
-  def _fill_commands(self, commands, n_worlds):
+  def _fill_commands(self, commands, n_worlds, tick, script_dues):
+    """Commands of every actuator component: given, else scripted (manifest
+    `command_script`), else the null command."""
     out = {}
+    scripted = self.command_script.commands(self.components, tick, script_dues)
     for cid, null in self.null_commands().items():
       cmd = (commands or {}).get(cid)
       out[cid] = cmd if cmd is not None else jax.tree.map(
-          lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), null)
+          lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), scripted.get(cid, null))
     return out
+
+  def _advance_script(self, clocks, tick):
+    dues, new = {}, dict(clocks[cscript.KEY])
+    for k, s in self.command_script.schedules.items():
+      due, n, new[k] = sch.advance(s, clocks[cscript.KEY][k], tick)
+      dues[k] = (due, n)
+    return dues, {**clocks, cscript.KEY: new}
 
   def _step_batch(self, mx, params, state: SimState, commands=None):
     n_worlds = state.ctrl.shape[0]
-    commands = self._fill_commands(commands, n_worlds)
-    pre, clocks = self._advance_clocks(state.clocks, state.tick, True)
+    script_dues, clocks = self._advance_script(state.clocks, state.tick)
+    commands = self._fill_commands(commands, n_worlds, state.tick, script_dues)
+    pre, clocks = self._advance_clocks(clocks, state.tick, True)
     post, clocks = self._advance_clocks(clocks, state.tick + 1, False)
     data, ctrl, dc, comps = jax.vmap(
         self._world_step, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None, None))(

@@ -117,12 +117,14 @@ def init(tr: Transport, neutral_sample) -> tuple[QueueState, Delivered]:
   return q, held
 
 
-def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stream
-         ) -> QueueState:
+def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stream,
+         active=None) -> QueueState:
   """Enqueues sample number `n` acquired at `tick` (call only at acquisition instants).
 
   Args:
     jitter_stream, loss_stream: named stream keys (unused when the term is off).
+    active: optional per-world bool; when False nothing is sent (no loss or overflow is
+      counted) — for senders that issue on some ticks only (actuator commands).
   """
   delay = jnp.int32(tr.latency_ticks)
   if tr.jitter_s > 0:
@@ -133,7 +135,10 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
   if tr.loss_probability > 0:
     keep = rng.uniform(loss_stream, n) >= tr.loss_probability
   room = q.count < tr.capacity
-  put = keep & room
+  if active is not None:
+    keep = keep | ~active   # an inactive tick loses nothing ...
+    room = room | ~active   # ... and overflows nothing
+  put = keep & room if active is None else keep & room & active
   slot = (q.head + q.count) % tr.capacity
   upd = lambda arr, v: jnp.where(put, arr.at[slot].set(v), arr)
   return QueueState(
@@ -149,13 +154,28 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
   )
 
 
-def receive(tr: Transport, q: QueueState, held: Delivered, tick
-            ) -> tuple[QueueState, Delivered]:
-  """Delivers every sample whose release tick has come; the latest one becomes `held`."""
+def release(tr: Transport, q: QueueState, tick) -> tuple[QueueState, jax.Array, jax.Array]:
+  """Takes every sample whose release tick has come out of the queue.
+
+  Release ticks never decrease along the ring, so the released samples are a prefix of it.
+
+  Returns:
+    `(queue without them, ready (capacity,) bool, idx (capacity,) int32)`: ring slot `idx[j]`
+    holds the `j`-th oldest sample in flight, released now when `ready[j]`. The samples stay
+    readable in the returned queue's `buf` until later sends overwrite them.
+  """
   c = tr.capacity
   offs = jnp.arange(c, dtype=jnp.int32)
   idx = (q.head + offs) % c
   ready = (offs < q.count) & (q.release[idx] <= tick)
+  m = jnp.sum(ready.astype(jnp.int32))
+  return q._replace(head=(q.head + m) % c, count=q.count - m), ready, idx
+
+
+def receive(tr: Transport, q: QueueState, held: Delivered, tick
+            ) -> tuple[QueueState, Delivered]:
+  """Delivers every sample whose release tick has come; the latest one becomes `held`."""
+  q_out, ready, idx = release(tr, q, tick)
   m = jnp.sum(ready.astype(jnp.int32))
   new = m > 0
   last = idx[jnp.maximum(m - 1, 0)]
@@ -168,4 +188,4 @@ def receive(tr: Transport, q: QueueState, held: Delivered, tick
       arrival_tick=jnp.where(new, jnp.asarray(tick, jnp.int32), held.arrival_tick),
       valid=held.valid | new,
   )
-  return q._replace(head=(q.head + m) % c, count=q.count - m), out
+  return q_out, out

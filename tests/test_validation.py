@@ -410,13 +410,13 @@ TOP_CASES = {
         'fibril_manifest: 1\nmodel: tiny.xml\n'
         'actuator_script: [{actuator: spin, frequency_hz: -1}]\n',
         'actuator_script[0].frequency_hz', '-1', GE0),
-    'assemblies_not_supported': (
+    'assemblies_component_missing': (
         'fibril_manifest: 1\nmodel: tiny.xml\n'
         'assemblies: [{id: leg_axis, component: leg, transmission: {type: gear_rotary}}]\n',
-        'assemblies', NO_VALUE, 'not supported by this version of fibril_mjx yet'),
-    'parameter_overlays_not_supported': (
+        'assemblies[0].component', "'leg'", 'no component of that id'),
+    'parameter_overlays_file_missing': (
         'fibril_manifest: 1\nmodel: tiny.xml\nparameter_overlays: [{file: cal.yaml}]\n',
-        'parameter_overlays', NO_VALUE, 'not supported by this version of fibril_mjx yet'),
+        'parameter_overlays[0].file', "'cal.yaml'", 'file not found ('),
     'packages_dir_missing': (
         'fibril_manifest: 1\nmodel: tiny.xml\npackages: {mine: ./nodir}\n',
         'packages.mine', "'./nodir'", 'directory not found ('),

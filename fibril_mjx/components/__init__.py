@@ -7,10 +7,16 @@ define host-side `host_metrics(sensor, truth) -> {metric: (nworld,)}` and
 """
 
 from fibril_mjx.components import ahrs
+from fibril_mjx.components import motion_motor
+from fibril_mjx.components import motor
+from fibril_mjx.components import scalar_actuator
 from fibril_mjx.components import attitude_ekf, imu
 
 MODULES = {
     ahrs.TYPE: ahrs,
+    scalar_actuator.TYPE: scalar_actuator,
+    motor.TYPE: motor,
+    motion_motor.TYPE: motion_motor,
     imu.TYPE: imu,
     attitude_ekf.TYPE: attitude_ekf,
 }

@@ -9,7 +9,7 @@ import pydantic
 
 from fibril_mjx import transport as tp
 from fibril_mjx.errors import ConfigError, ConfigErrors
-from fibril_mjx.manifest import Catalog, FieldValue, layer_config
+from fibril_mjx.manifest import Catalog, FieldValue, layer_config, overlay_fields
 from fibril_mjx.validation import Strict, validate
 
 NonNeg = Annotated[float, pydantic.Field(ge=0)]
@@ -44,6 +44,10 @@ def resolve_config(model: type[Strict], component_type: str, raw: Any, *, catalo
     if key in raw:
       raise ConfigError(file, f'{path}.{key}', f'not a {component_type} field: {where}',
                         raw[key])
+    for name, fv in overlay_fields(raw):
+      if name == key:
+        raise ConfigError(fv.file, fv.path.rsplit('.', 1)[0] + '.field',
+                          f'not a {component_type} field: {where}', name)
   known = set(model.model_fields) - {'profiles'}
   layered = layer_config(component_type, raw, catalog=catalog, file=file, path=path,
                          known_fields=known)

@@ -1,0 +1,475 @@
+"""Actuator command paths (SPEC §6) against independent NumPy references.
+
+One module-scoped simulation of the actuator rig (tests/actuator_rig.py) carries every path at
+once, so MJX compiles once: a scalar actuator, a motor on a position servo (slew-limited
+position, velocity-on-position integration, duty, zero-duty hold, encoder reset, trapezoidal
+trajectory), a motor on a velocity servo (limits, duty, rejected kinds, timeout → safe
+command), a motor on a torque actuator behind a pulley assembly (power-conjugate effort,
+feedback current per motor), a motion_motor behind a gear_rotary assembly and a motor on a
+dcmotor velocity input. A scripted command trace drives them open loop; each reference below
+is written from the seed's rules, in float64, and reads the joint state from the recorded
+truth where the rule depends on it (hold capture, encoder reset, the impedance law).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fibril_mjx
+from fibril_mjx.components import motion_motor as mmo
+from fibril_mjx.components import motor as mo
+from actuator_rig import motion, motor, scalar, write
+
+T = 400          # ticks
+W = 2            # worlds (identical commands)
+
+SC = dict(latency_s=0.006, application_period_s=0.004, application_phase_s=0.002,
+          timeout_s=0.03, safe_value=0.33, deadband=0.12, resolution=0.1,
+          saturation_min=-0.55, saturation_max=0.77)
+MP = dict(logical_units_per_joint_unit=2.0, command_latency_s=0.004, application_period_s=0.004,
+          command_velocity_limit=4.0, trajectory_acceleration_limit=60.0,
+          duty_velocity_scale=1.5, zero_duty_hold=True)
+MV = dict(command_latency_s=0.002, command_velocity_limit=2.0, duty_velocity_scale=3.0,
+          timeout_s=0.02, safe_command=0.25)
+ME = dict(feedback_current_per_force=4.0, duty_effort_scale=2.0, timeout_s=0.01,
+          safe_command=0.1)
+MM = dict(timeout_s=0.01, feedback_current_per_force=0.5)
+ASSEMBLIES = [
+    {'id': 'eff_axis', 'component': 'me', 'actuator_count': 2,
+     'transmission': {'type': 'pulley', 'radius': 0.5, 'ratio': 3.0}},
+    {'id': 'mm_axis', 'component': 'mm', 'transmission': {'type': 'gear_rotary', 'ratio': 2.5}},
+]
+ME_S, ME_GEAR, MM_GEAR = 0.5, 3.0, 2.5
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def _scalar_commands():
+  rng = np.random.default_rng(1)
+  issued = np.zeros(T, bool)
+  value = np.zeros(T, np.float32)
+  issued[:100] = rng.random(100) < 0.5
+  issued[140:200] = rng.random(60) < 0.3
+  value[:] = rng.uniform(-1.2, 1.2, T)
+  # order-sensitive values: deadband before resolution (0.125 → 0, not 0.1), resolution before
+  # saturation (0.9 → 0.9 → 0.77, not 0.77 → 0.8), a non-finite command (rejected)
+  for k, v in ((4, 0.125), (10, 0.9), (16, -0.62), (30, 0.125), (50, np.nan)):
+    issued[k], value[k] = True, v
+  return issued, value
+
+
+def _motor_trace(events):
+  kind = np.zeros(T, np.int32)
+  value = np.zeros(T, np.float32)
+  reset = np.zeros(T, bool)
+  reset_pos = np.zeros(T, np.float32)
+  for k, (name, v) in events.items():
+    if name == 'reset':
+      reset[k], reset_pos[k] = True, v
+    else:
+      kind[k], value[k] = mo.KINDS.index(name), v
+  return kind, value, reset, reset_pos
+
+
+MP_EVENTS = {0: ('position', 0.4), 60: ('velocity', -1.0), 100: ('duty', 0.5),
+             130: ('duty', 0.0), 131: ('duty', 0.0), 140: ('effort', 1.0),
+             160: ('reset', 1.0), 170: ('trajectory', 2.0)}
+MV_EVENTS = {0: ('velocity', 1.0), 30: ('velocity', 3.0), 50: ('duty', -0.5),
+             70: ('duty', 2.0), 80: ('effort', 1.0), 90: ('velocity', np.nan),
+             150: ('velocity', -0.7)}
+DC_EVENTS = {0: ('velocity', 5.0), 100: ('velocity', -3.0)}
+
+
+def _effort_events():
+  rng = np.random.default_rng(2)
+  ev = {k: ('effort', float(rng.uniform(-2, 2))) for k in range(100)}
+  ev.update({k: ('duty', float(rng.uniform(-1.5, 1.5))) for k in range(100, 120)})
+  return ev
+
+
+def _motion_commands():
+  rng = np.random.default_rng(3)
+  c = {'issued': np.zeros(T, bool), 'enable': np.ones(T, bool),
+       'position': rng.uniform(-0.5, 0.5, T), 'velocity': rng.uniform(-1, 1, T),
+       'kp': rng.uniform(0, 40, T), 'kd': rng.uniform(0, 1.5, T),
+       'effort_ff': rng.uniform(-1, 1, T)}
+  c['issued'][:150] = True
+  c['kp'][20] = -1.0
+  c['kd'][40] = np.nan
+  c['position'][60] = np.inf
+  c['enable'][80:90] = False
+  return {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in c.items()}
+
+
+def _batch(x):
+  return jnp.asarray(np.broadcast_to(np.asarray(x)[:, None], (T, W) + np.shape(x)[1:]))
+
+
+def command_trace():
+  sc_issued, sc_value = _scalar_commands()
+  out = {'sc': (sc_value, sc_issued)}
+  for cid, events in (('mp', MP_EVENTS), ('mv', MV_EVENTS), ('me', _effort_events()),
+                      ('dc', DC_EVENTS)):
+    out[cid] = _motor_trace(events)
+  mm = _motion_commands()
+  out['mm'] = tuple(mm[f] for f in mmo.MotionCommand._fields)
+  types = {'sc': lambda a: a, 'mp': mo.MotorCommand, 'mv': mo.MotorCommand,
+           'me': mo.MotorCommand, 'dc': mo.MotorCommand, 'mm': mmo.MotionCommand}
+  from fibril_mjx.components.scalar_actuator import ScalarCommand
+  trace = {}
+  for cid, arrays in out.items():
+    cls = ScalarCommand if cid == 'sc' else types[cid]
+    trace[cid] = cls(*(_batch(a) for a in arrays))
+  return out, trace
+
+
+@pytest.fixture(scope='module')
+def sim(tmp_path_factory):
+  comps = [scalar('sc', 'a_sc', **SC), motor('mp', 'a_pos', **MP), motor('mv', 'a_vel', **MV),
+           motor('me', 'a_eff', **ME), motion('mm', **MM), motor('dc', 'a_dc')]
+  return fibril_mjx.load(write(tmp_path_factory.mktemp('paths'), comps,
+                               extra={'assemblies': ASSEMBLIES}))
+
+
+@pytest.fixture(scope='module')
+def run(sim):
+  raw, trace = command_trace()
+  keys = fibril_mjx.world_keys(0, W)
+  final, tr = sim.rollout(sim.default_params(W), keys, T, commands=trace)
+  return raw, jax.tree.map(np.asarray, tr), final
+
+
+# ------------------------------------------------------------------------------ scalar
+
+
+def scalar_reference(issued, value):
+  """timeout → deadband → resolution → saturation at instants (phase 1 tick, period 2)."""
+  lat, timeout_ticks = 3, 15
+  held, last_rel, pending = None, None, []
+  applied = np.empty(T)
+
+  def process(v):
+    if abs(v) < SC['deadband']:
+      v = 0.0
+    v = SC['resolution'] * np.round(v / SC['resolution'])
+    return min(max(v, SC['saturation_min']), SC['saturation_max'])
+  cur = process(SC['safe_value'])
+  rejected = 0
+  for k in range(T):
+    if issued[k]:
+      pending.append((k + lat, float(value[k])))
+    for r, v in [p for p in pending if p[0] <= k]:
+      pending.remove((r, v))
+      if math.isfinite(v):
+        held, last_rel = v, k
+      else:
+        rejected += 1
+    if k >= 1 and (k - 1) % 2 == 0:
+      fresh = held is not None and k - last_rel <= timeout_ticks
+      cur = process(held if fresh else SC['safe_value'])
+    applied[k] = cur
+  return applied, rejected
+
+
+def test_scalar_path_matches_reference(run, sim):
+  raw, tr, final = run
+  ref, rejected = scalar_reference(*reversed(raw['sc']))
+  got = tr['truth']['sc']['applied']
+  np.testing.assert_allclose(got[:, 0], 0.3, atol=1e-6)   # tick 0: the processed safe value
+  np.testing.assert_allclose(got[:, 1:], np.broadcast_to(ref, (W, T)), atol=1e-6)
+  # the order is observable: 0.125 → 0 (deadband first), 0.9 → 0.77 (saturation last)
+  assert 0.77 in np.round(ref, 6) and -0.55 in np.round(ref, 6)
+  assert np.any(tr['truth']['sc']['timed_out'][0])
+  st = sim.components['sc'].status(jax.tree.map(lambda x: x[0], final.components['sc']))
+  assert int(st['command_rejected']) == rejected == 1
+  b = sim.components['sc'].binding
+  assert b.ctrladr != b.id   # the spare dcmotor owns three controls before it
+  np.testing.assert_allclose(np.asarray(final.ctrl)[:, b.ctrladr], ref[-1], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ motor, position input
+
+
+def rest_to_rest(dist, vmax, amax, t):
+  """Analytic trapezoid (or triangle) from rest over `dist >= 0`, distance at time t."""
+  if dist * amax >= vmax * vmax:
+    ta, tc = vmax / amax, (dist - vmax * vmax / amax) / vmax
+    total = 2 * ta + tc
+    if t < ta:
+      return amax * t * t / 2
+    if t < ta + tc:
+      return vmax * vmax / (2 * amax) + vmax * (t - ta)
+    return dist - amax * max(total - t, 0.0) ** 2 / 2
+  ta = math.sqrt(dist / amax)
+  if t < ta:
+    return amax * t * t / 2
+  return dist - amax * max(2 * ta - t, 0.0) ** 2 / 2
+
+
+def position_reference(events, q):
+  """Joint setpoint and encoder zero per tick for the position-input motor `mp`."""
+  s, lat, period_ticks = MP['logical_units_per_joint_unit'], 2, 2
+  dtapp = MP['application_period_s']
+  vmax, amax = MP['command_velocity_limit'] / s, MP['trajectory_acceleration_limit'] / s
+  zero, held, mode = 0.0, None, None
+  sp, hold, traj = q[0], None, None
+  sps, zeros = np.empty(T), np.empty(T)
+  for k in range(T):
+    ev = events.get(k - lat)
+    if ev is not None:
+      name, v = ev
+      if name == 'reset':
+        zero = q[k] - v / s
+      elif name in ('position', 'trajectory'):
+        held = (name, v / s + zero)
+      elif name == 'velocity':
+        held = ('velocity', v / s)
+      elif name == 'duty':
+        held = ('duty', v)
+      # 'effort' is not accepted by a position input: rejected, held unchanged
+    if k % period_ticks == 0:
+      name, v = held if held is not None else ('position', 0.0 / s + zero)
+      if name == 'duty':
+        name, v = ('hold', None) if v == 0 else ('velocity', v * MP['duty_velocity_scale'] / s)
+      if name == 'position':
+        sp += np.clip(v - sp, -vmax * dtapp, vmax * dtapp)
+      elif name == 'velocity':
+        sp += np.clip(v, -vmax, vmax) * dtapp
+      elif name == 'hold':
+        if mode != 'hold':
+          hold = q[k]
+        sp = hold
+      elif name == 'trajectory':
+        if mode != 'trajectory':
+          traj = (sp, v, k)
+        p0, target, k0 = traj
+        t = ((k - k0) // period_ticks + 1) * dtapp
+        sp = p0 + np.sign(target - p0) * rest_to_rest(abs(target - p0), vmax, amax, t)
+      mode = name
+    sps[k], zeros[k] = sp, zero
+  return sps, zeros
+
+
+def test_position_input_paths_match_reference(run, sim):
+  """Slewed position, velocity integration, duty, zero-duty hold (no re-capture on a repeated
+  duty 0), a rejected effort command, encoder reset, then a rest-to-rest trapezoid."""
+  raw, tr, final = run
+  t = tr['truth']['mp']
+  q = t['joint_position'][0].astype(np.float64)
+  sp, zero = position_reference(MP_EVENTS, q)
+  s = MP['logical_units_per_joint_unit']
+  np.testing.assert_allclose(t['setpoint'][:, 1:], np.broadcast_to((sp - zero) * s, (W, T)),
+                             atol=2e-5)
+  # feedback position is logical with the reset zero: (q - zero)·s
+  fb = tr['sensor']['mp']
+  new = fb.new_data[0]
+  st = fb.sample_tick[0][new]
+  zero_at = np.concatenate([[0.0], zero])[st]      # the zero of the tick before acquisition
+  assert new.sum() == T // 2 + 1                    # feedback every application period
+  np.testing.assert_allclose(fb.sample.position[0][new], (q[st] - zero_at) * s, atol=2e-5)
+  # the reset (released at tick 162) makes the joint position of that tick read 1.0
+  assert abs(t['position'][0, 163] - (1.0 + (q[163] - q[162]) * s)) < 2e-5
+  st = sim.components['mp'].status(jax.tree.map(lambda x: x[0], final.components['mp']))
+  assert int(st['command_rejected']) == 1               # the effort command
+  # the trapezoid reaches the target (logical 2.0 after the reset) and stops there
+  np.testing.assert_allclose(t['setpoint'][0, -50:], 2.0, atol=2e-5)
+  # ctrl is gear · joint setpoint, in the actuator's own control slot
+  b = sim.components['mp'].binding
+  np.testing.assert_allclose(np.asarray(final.ctrl)[:, b.ctrladr], b.gear * sp[-1], atol=2e-5)
+
+
+def test_trapezoid_respects_limits_when_retargeted():
+  """Re-planning mid-move (new target, non-zero velocity) keeps |v| ≤ V, |Δv| ≤ A·Δ, ends at
+  rest on the target; the sampled profile is exactly the analytic one from rest."""
+  vmax, amax, dt = 2.0, 30.0, 0.004
+  plan = mo.trapezoid_plan(jnp.float32(0.0), jnp.float32(0.0), jnp.float32(0.5), vmax, amax, 0)
+  ts = np.arange(1, 120) * dt
+  pos, vel = jax.vmap(lambda t: mo.trapezoid_sample(plan, t, amax))(jnp.asarray(ts))
+  ref = np.array([rest_to_rest(0.5, vmax, amax, t) for t in ts])
+  np.testing.assert_allclose(pos, ref, atol=2e-6)
+  # retarget at step 20 (moving at +v) to a point behind: must brake, reverse, stop exactly
+  p, v = float(pos[19]), float(vel[19])
+  plan2 = mo.trapezoid_plan(jnp.float32(p), jnp.float32(v), jnp.float32(-0.2), vmax, amax, 0)
+  ps, vs = jax.vmap(lambda t: mo.trapezoid_sample(plan2, t, amax))(jnp.asarray(ts))
+  vs = np.concatenate([[v], np.asarray(vs)])
+  assert np.all(np.abs(vs) <= vmax + 1e-5)
+  assert np.all(np.abs(np.diff(vs)) <= amax * dt + 1e-4)
+  np.testing.assert_allclose(ps[-10:], -0.2, atol=1e-5)
+  np.testing.assert_allclose(vs[-10:], 0.0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ velocity input
+
+
+def test_velocity_input_limits_duty_rejection_and_timeout(run, sim):
+  raw, tr, final = run
+  lat, timeout_ticks = 1, 10
+  held, last_rel, ref, stale = None, None, np.empty(T), np.zeros(T, bool)
+  for k in range(T):
+    ev = MV_EVENTS.get(k - lat)
+    if ev is not None and ev[0] in ('velocity', 'duty') and math.isfinite(ev[1]):
+      held, last_rel = ev, k
+    stale[k] = held is not None and k - last_rel > timeout_ticks
+    if held is None or stale[k]:
+      v = MV['safe_command']
+    elif held[0] == 'duty':
+      v = np.clip(held[1], -1, 1) * MV['duty_velocity_scale']
+    else:
+      v = held[1]
+    ref[k] = np.clip(v, -MV['command_velocity_limit'], MV['command_velocity_limit'])
+  np.testing.assert_allclose(tr['truth']['mv']['setpoint'][:, 1:], np.broadcast_to(ref, (W, T)),
+                             atol=1e-6)
+  st = sim.components['mv'].status(jax.tree.map(lambda x: x[0], final.components['mv']))
+  assert int(st['command_rejected']) == 2          # effort kind, NaN velocity
+  np.testing.assert_array_equal(tr['truth']['mv']['timed_out'][0, 1:], stale)
+  assert int(st['timeout_instants']) == stale.sum()
+  assert stale[82:151].all() and not stale[151:162].any()   # rejected commands do not feed
+                                                            # the watchdog
+
+
+# ------------------------------------------------------------------------------ torque input
+
+
+def test_effort_is_power_conjugate_and_current_is_per_motor(run, sim):
+  raw, tr, final = run
+  comp = sim.components['me']
+  assert comp.binding.gear == ME_GEAR                        # written by the pulley assembly
+  assert sim.mj_model.actuator('a_eff').gear[0] == ME_GEAR
+  assert comp.cfg.logical_units_per_joint_unit == ME_S        # radius
+  ev = _effort_events()
+  ref = np.empty(T)
+  for k in range(T):
+    if k in ev:
+      name, v = ev[k]
+      ref[k] = v if name == 'effort' else np.clip(v, -1, 1) * ME['duty_effort_scale']
+    elif k > 119 + 5:
+      ref[k] = ME['safe_command']
+    else:
+      ref[k] = ref[k - 1]
+  t = tr['truth']['me']
+  # qfrc_actuator of step k (reported with state k+1) in logical units: exactly the command
+  np.testing.assert_allclose(t['applied_effort'][:, 1:], np.broadcast_to(ref, (W, T)),
+                             atol=2e-5)
+  fb = tr['sensor']['me'].sample
+  np.testing.assert_allclose(fb.applied_effort[0, 1:], ref, atol=2e-5)
+  # joint effort = logical effort · s, so logical power = joint power
+  q_dot = tr['truth']['me']['velocity'][0, 1:] / ME_S
+  joint_effort = ref * ME_S
+  np.testing.assert_allclose(fb.applied_effort[0, 1:] * fb.velocity[0, 1:],
+                             joint_effort * q_dot, atol=1e-5)
+  # per-motor current from the motor-side force (before the assembly gear), 2 motors
+  force = ref * ME_S / ME_GEAR
+  np.testing.assert_allclose(fb.current[0, 1:], ME['feedback_current_per_force'] * force / 2,
+                             atol=2e-5)
+
+
+# ------------------------------------------------------------------------------ motion_motor
+
+
+def test_motion_motor_qfrc_is_the_impedance_law(run, sim):
+  raw, tr, final = run
+  comp = sim.components['mm']
+  assert comp.gear == MM_GEAR
+  for name in ('mm_p', 'mm_v', 'mm_f'):
+    assert sim.mj_model.actuator(name).gear[0] == MM_GEAR
+  c = _motion_commands()
+  t = tr['truth']['mm']
+  q, qd = t['position'][0].astype(np.float64), t['velocity'][0].astype(np.float64)
+  held, last, ref = None, None, np.empty(T)
+  for k in range(T):
+    if c['issued'][k]:
+      vals = [c[f][k] for f in ('position', 'velocity', 'kp', 'kd', 'effort_ff')]
+      if np.all(np.isfinite(vals)) and c['kp'][k] >= 0 and c['kd'][k] >= 0:
+        held, last = dict(zip(('p', 'v', 'kp', 'kd', 'ff'), vals), enable=c['enable'][k]), k
+    active = held is not None and held['enable'] and k - last <= 5
+    f = 0.0
+    if active:
+      f = held['kp'] * (held['p'] - q[k]) + held['kd'] * (held['v'] - qd[k]) + held['ff']
+    ref[k] = np.clip(f, -3.0, 3.0)
+  np.testing.assert_allclose(t['applied_effort'][:, 1:], np.broadcast_to(ref, (W, T)),
+                             atol=1e-4)
+  assert np.any(np.abs(ref) == 3.0)                           # actuatorfrcrange clamps the sum
+  fb = tr['sensor']['mm'].sample
+  np.testing.assert_allclose(fb.applied_effort[0, 1:], ref, atol=1e-4)
+  np.testing.assert_allclose(fb.current[0, 1:], MM['feedback_current_per_force'] * ref / MM_GEAR,
+                             atol=1e-4)
+  st = comp.status(jax.tree.map(lambda x: x[0], final.components['mm']))
+  assert int(st['command_rejected']) == 3
+
+
+# ------------------------------------------------------------------------------ dcmotor input
+
+
+def test_dcmotor_velocity_input_and_effort_from_actuator_force(run, sim):
+  raw, tr, final = run
+  comp = sim.components['dc']
+  b = comp.binding
+  assert (b.kind, b.dc_input, b.semantic) == ('dcmotor', 'vel', 'velocity')
+  assert sim.dcmotor is not None and b.id in sim.dcmotor.actuator_id
+  np.testing.assert_allclose(np.asarray(final.ctrl)[:, b.ctrladr], -3.0 * b.gear, atol=1e-6)
+  fb = tr['sensor']['dc'].sample
+  # applied effort is the dcmotor force (× gear / s), not ctrl (a velocity setpoint)
+  np.testing.assert_allclose(fb.applied_effort[0, 1:], tr['truth']['dc']['applied_effort'][0, 1:],
+                             atol=1e-5)
+  assert np.max(np.abs(fb.applied_effort[0, 50:100] - 5.0)) > 1.0
+  # the MJCF dcmotor's speed loop drives the joint towards each commanded speed
+  v = tr['truth']['dc']['velocity'][0]
+  assert 1.0 < v[100] < 5.0 and v[-1] < v[100] - 1.0
+
+
+# ------------------------------------------------------------------------------ controller, randomness
+
+
+VEL_XML = """<mujoco model="vel_rig"><option timestep="0.002"/>
+  <worldbody><body><joint name="j" type="hinge" axis="0 0 1" damping="0.05"/>
+    <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5" contype="0"
+          conaffinity="0"/></body></worldbody>
+  <actuator><velocity name="v" joint="j" kv="3"/></actuator></mujoco>"""
+
+
+@pytest.fixture(scope='module')
+def vel_sim(tmp_path_factory):
+  comp = motor('v', 'v', command_latency_s=0.004, command_jitter_s=0.003,
+               command_loss_probability=0.2, feedback_period_s=0.004, feedback_latency_s=0.004,
+               logical_units_per_joint_unit=0.5)
+  return fibril_mjx.load(write(tmp_path_factory.mktemp('vel'), [comp], xml=VEL_XML))
+
+
+def hold_at_one(obs, carry):
+  """Closed loop on delivered feedback only: logical position → 1.0."""
+  assert set(obs) == {'sensor'}
+  fb = obs['sensor']['v']
+  v = jnp.where(fb.valid, 4.0 * (1.0 - fb.sample.position), 0.0)
+  return {'v': mo.command('velocity', v)}, carry + 1
+
+
+def test_closed_loop_controller_on_delivered_feedback(vel_sim):
+  keys = fibril_mjx.world_keys(0, 4)
+  final, tr = vel_sim.rollout(vel_sim.default_params(4), keys, 600, controller=hold_at_one,
+                              controller_init=jnp.int32(0))
+  pos = np.asarray(tr['truth']['v']['position'])
+  np.testing.assert_allclose(pos[:, -1], 1.0, atol=0.02)
+  st = vel_sim.components['v'].status(final.components['v'])
+  lost = np.asarray(st['command_lost'])
+  assert np.all(lost > 60) and np.all(lost < 180)      # 20 % of 600 commands, per world
+  assert len(set(lost.tolist())) > 1                    # independent streams per world
+  new = np.asarray(tr['sensor']['v'].new_data)
+  seq = np.asarray(tr['sensor']['v'].sequence)
+  for w in range(4):
+    assert np.all(np.diff(seq[w][new[w]]) > 0)
+
+
+def test_world_alone_equals_world_in_batch_with_jitter_and_loss(vel_sim):
+  keys = fibril_mjx.world_keys(0, 4)
+  _, batch = vel_sim.rollout(vel_sim.default_params(4), keys, 600, controller=hold_at_one,
+                             controller_init=jnp.int32(0))
+  _, alone = vel_sim.rollout(vel_sim.default_params(1), fibril_mjx.world_keys(0, 1, 2), 600,
+                             controller=hold_at_one, controller_init=jnp.int32(0))
+  for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(batch)):
+    np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[2])
