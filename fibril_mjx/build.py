@@ -118,12 +118,16 @@ class BuildContext:
   Attributes:
     assembly: the resolved `assemblies` entry bound to this component
       (`fibril_mjx.assemblies.ResolvedAssembly`), or None.
+    built: the components built before this one, `{id: component}` in manifest order.
+    entries: `(id, type)` of every component entry in the manifest, in order.
   """
   model: mujoco.MjModel
   dt: float
   file: str
   path: str
   assembly: Any = None
+  built: dict = dataclasses.field(default_factory=dict)
+  entries: tuple = ()
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

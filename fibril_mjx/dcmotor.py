@@ -869,7 +869,9 @@ def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Ar
     d = d.replace(qacc=d.qacc_smooth)
   else:
     d = _mjx_solver.solve(mx, d)
-    d = _mjx_sensor.sensor_acc(mx, d)
+  # MJX's forward skips sensor_acc without constraint rows; MuJoCo C always evaluates it
+  # (see fibril_mjx/_mjx.py).
+  d = _mjx_sensor.sensor_acc(mx, d)
 
   if dset.integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
     moment_dc = d._impl.actuator_moment[ids]

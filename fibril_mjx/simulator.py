@@ -107,7 +107,9 @@ class Simulation:
       if entry.id == DCMOTOR_PARAMS:
         raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
       ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config',
-                             assembly=self.assemblies.get(entry.id))
+                             assembly=self.assemblies.get(entry.id),
+                             built=dict(self.components),
+                             entries=tuple((e.id, e.type) for e in manifest.model.components))
       raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
       self.components[entry.id] = REGISTRY[entry.type](entry.id, raw, ctx, manifest.catalog)
     self.script = self._build_script(file)

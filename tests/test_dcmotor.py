@@ -456,3 +456,40 @@ def test_describe_reports_native_parameters():
   assert entry['force_range'] == pytest.approx([-6.0, 6.0])   # 20 A * 0.3 N*m/A
   assert entry['controller']['kd'] == pytest.approx(0.8)
   assert entry['states'] == ['current']
+
+
+def test_accelerometer_matches_c_without_constraints():
+  """MJX skips sensor_acc in constraint-free models; dcmotor.step must evaluate it like C."""
+  xml = """
+  <mujoco>
+    <option timestep="0.002"/>
+    <worldbody>
+      <body name="arm">
+        <joint name="hinge" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" size="0.02" fromto="0 0 0 0.3 0 0" mass="1" contype="0"
+              conaffinity="0"/>
+        <site name="tip" pos="0.3 0 0"/>
+      </body>
+    </worldbody>
+    <actuator><dcmotor name="motor" joint="hinge" resistance="1" motorconst="0.2"/></actuator>
+    <sensor><accelerometer name="acc" site="tip"/></sensor>
+  </mujoco>"""
+  spec = mujoco.MjSpec.from_string(xml)
+  m = spec.compile()
+  twin, dset = dcm.prepare(m, spec=spec)
+  mx = mjx.put_model(twin)
+  params = dcm.default_params(dset, m)
+  d = mujoco.MjData(m)
+  dx = mjx.put_data(twin, mujoco.MjData(twin))
+  st = dcm.init(dset, params)
+  step = jax.jit(lambda dx, u, st: dcm.step(dset, params, mx, dx, u, st))
+  worst = 0.0
+  for k in range(100):
+    u = np.array([3.0 * np.sin(0.05 * k)])
+    d.ctrl[:] = u
+    mujoco.mj_step(m, d)
+    dx, st = step(dx, jnp.asarray(u, jnp.float32), st)
+    # C's sensordata after mj_step belongs to the state before the step, as MJX's
+    worst = max(worst, float(np.max(np.abs(np.asarray(dx.sensordata) - d.sensordata))))
+  assert np.abs(d.sensordata).max() > 1.0
+  assert worst < 1e-3 * (1 + np.abs(d.sensordata).max()), worst   # float32 vs float64

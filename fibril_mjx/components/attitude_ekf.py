@@ -33,7 +33,6 @@ Noise parameters are per-world, differentiable `Params` (names as in the config)
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -260,22 +259,10 @@ class AttitudeEkf:
             'world -z']
 
 
-_PATH = re.compile(r'^components\[(\d+)\]\.config$')
-
-
-def _earlier_imu(cid: str, imu_id: str, origin, ctx: BuildContext, catalog) -> imu.Imu:
-  """The `fibril_sim/imu` component `imu_id`, which must be listed before this one.
-
-  The simulator builds components in manifest order but does not hand a builder the ones
-  built so far, so the entries are read again from the manifest file and the IMU is built
-  again from its entry (deterministic, host side).
-  """
-  from fibril_mjx.manifest import read_manifest
+def _earlier_imu(cid: str, imu_id: str, origin, ctx: BuildContext) -> imu.Imu:
+  """The `fibril_sim/imu` component `imu_id`, which must be listed before this one."""
   file, path = origin('imu')
-  entries = read_manifest(ctx.file).model.components
-  m = _PATH.match(ctx.path)
-  mine = int(m.group(1)) if m else len(entries)
-  ids = [e.id for e in entries]
+  ids = [i for i, _ in ctx.entries]
   if imu_id == cid:
     raise ConfigError(file, path, f'must name a {imu.TYPE} component listed before this one; '
                       'it names this component', imu_id)
@@ -283,15 +270,14 @@ def _earlier_imu(cid: str, imu_id: str, origin, ctx: BuildContext, catalog) -> i
     raise ConfigError(file, path, 'no component of that id in the manifest'
                       + did_you_mean(imu_id, [i for i in ids if i != cid]), imu_id)
   j = ids.index(imu_id)
-  entry = entries[j]
-  if entry.type != imu.TYPE:
+  if ctx.entries[j][1] != imu.TYPE:
     raise ConfigError(file, path, f'must name a {imu.TYPE} component; {imu_id!r} '
-                      f'(components[{j}]) is a {entry.type}', imu_id)
-  if j > mine:
+                      f'(components[{j}]) is a {ctx.entries[j][1]}', imu_id)
+  if imu_id not in ctx.built:
+    mine = ids.index(cid) if cid in ids else len(ids)
     raise ConfigError(file, path, f'must name a component listed before this one '
                       f'(components[{mine}]); {imu_id!r} is components[{j}]', imu_id)
-  sub = BuildContext(ctx.model, ctx.dt, ctx.file, f'components[{j}].config')
-  return imu.build(entry.id, entry.config, sub, catalog)
+  return ctx.built[imu_id]
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> AttitudeEkf:
@@ -300,7 +286,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> AttitudeEkf:
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
   return bind(cid, cfg, fields, ctx,
-              _earlier_imu(cid, cfg.imu, origin, ctx, catalog))
+              _earlier_imu(cid, cfg.imu, origin, ctx))
 
 
 def build_with_imu(cid: str, raw, ctx: BuildContext, catalog, imu_component: imu.Imu
