@@ -67,12 +67,19 @@ class Script:
   offset: tuple[float, ...]
 
   def ctrl(self, ctrl0, t):
-    out = ctrl0
-    for i, sq, a, f, ph, off in zip(self.ctrl_index, self.square, self.amplitude,
-                                    self.frequency_hz, self.phase_rad, self.offset):
-      s = jnp.sin(2 * jnp.pi * f * t + ph)
-      out = out.at[i].set(off + a * (jnp.sign(s) if sq else s))
-    return out
+    """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
+    if not self.ctrl_index:
+      return ctrl0
+    idx = np.asarray(self.ctrl_index)
+    s = jnp.sin(2 * jnp.pi * np.asarray(self.frequency_hz) * t + np.asarray(self.phase_rad))
+    s = jnp.where(np.asarray(self.square), jnp.sign(s), s)
+    vals = np.asarray(self.offset) + np.asarray(self.amplitude) * s
+    # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
+    # batched ctrl cost a quarter of a small model's step on the CPU).
+    dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[idx].set(vals.astype(ctrl0.dtype))
+    mask = np.zeros(ctrl0.shape, bool)
+    mask[idx] = True
+    return jnp.where(mask, dense, ctrl0)
 
 
 class Simulation:
@@ -248,6 +255,7 @@ class Simulation:
     return dues, new
 
   def _reset_batch(self, mx, params, world_keys):
+    mx = self.mx if mx is None else mx
     tick = jnp.int32(0)
     dues, clocks = self._advance_clocks(self._clocks0(), tick, False)
     data, ctrl, dc, comps = jax.vmap(self._world_reset, in_axes=(None, 0, 0, None, None))(
@@ -273,6 +281,7 @@ class Simulation:
     return dues, {**clocks, cscript.KEY: new}
 
   def _step_batch(self, mx, params, state: SimState, commands=None):
+    mx = self.mx if mx is None else mx
     n_worlds = state.ctrl.shape[0]
     script_dues, clocks = self._advance_script(state.clocks, state.tick)
     commands = self._fill_commands(commands, n_worlds, state.tick, script_dues)
@@ -290,33 +299,43 @@ class Simulation:
 
   def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
                  controller=None, observe_truth=False):
+    mx = self.mx if mx is None else mx
+    def observe(out):
+      # Only a controller needs last tick's outputs in the carry; otherwise they stay out of
+      # it so that unrecorded outputs (e.g. truth) are not computed at all.
+      return self._observe(out, observe_truth) if controller is not None else ()
+
     def body(c, cmd):
       st, ctl, obs = c
       if controller is not None:
         cmd, ctl = jax.vmap(controller)(obs, ctl)
       st, out = self._step_batch(mx, params, st, cmd)
-      return (st, ctl, self._observe(out, observe_truth)), (out if record else None)
-    obs0 = self._observe(jax.vmap(self._outputs)(state.data, state.components), observe_truth)
+      return (st, ctl, observe(out)), (out if record else None)
+    obs0 = observe(jax.vmap(self._outputs)(state.data, state.components))
     (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands,
                                            length=n_ticks)
     return (state, carry), outs
 
   # ---------------------------------------------------------------- public API
 
-  def reset(self, params: dict, world_keys: jax.Array) -> SimState:
+  def reset(self, params: dict, world_keys: jax.Array, *, model=None) -> SimState:
     """Resets a batch of worlds; runs `mjx.forward` and the tick-0 acquisitions.
 
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
       world_keys: `(nworld, 2)` from `fibril_mjx.world_keys(seed, nworld, first_world)`.
+      model: optional `mjx.Model` to use instead of `sim.mx` (e.g. `sim.mx.replace(...)` to
+        differentiate wrt or vary MJCF physical fields); traced as an argument. By default the
+        compiled model is embedded as constants, which XLA can fold (measured about 7 %
+        faster on the CPU for the demo turntable).
     """
-    return self._jit_reset(self.mx, params, world_keys)
+    return self._jit_reset(model, params, world_keys)
 
   def outputs(self, state: SimState) -> dict:
     """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick."""
     return jax.vmap(self._outputs)(state.data, state.components)
 
-  def step(self, params: dict, state: SimState, commands: dict | None = None
+  def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None
            ) -> tuple[SimState, dict]:
     """Advances every world one tick; returns the new state and its outputs.
 
@@ -324,12 +343,12 @@ class Simulation:
       commands: `{actuator component id: command pytree with leading (nworld,)}`; a missing
         component gets its null command (nothing issued).
     """
-    return self._jit_step(self.mx, params, state, commands)
+    return self._jit_step(model, params, state, commands)
 
   def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True, *,
           commands: dict | None = None, controller: Callable | None = None,
-          controller_state: Any = None, observe_truth: bool = False):
-    """`n_ticks` steps in one `lax.scan`.
+          controller_state: Any = None, observe_truth: bool = False, model=None):
+    """`n_ticks` steps in one `lax.scan` (`model` as in `reset`).
 
     Commands come from one of:
       * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`;
@@ -343,7 +362,7 @@ class Simulation:
       `record`); with a controller, `((state, controller_state), outputs)`.
     """
     (state, carry), outs = self._jit_run(
-        self.mx, params, state, controller_state, commands, n_ticks=n_ticks, record=record,
+        model, params, state, controller_state, commands, n_ticks=n_ticks, record=record,
         controller=controller, observe_truth=observe_truth)
     return ((state, carry) if controller is not None else state), outs
 

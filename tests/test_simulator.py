@@ -152,3 +152,15 @@ def test_physics_stays_finite(batch8):
   for leaf in jax.tree.leaves(batch8):
     if np.issubdtype(leaf.dtype, np.floating):
       assert np.isfinite(leaf).all()
+
+
+def test_model_argument_replaces_the_embedded_model(sim):
+  keys = fibril_mjx.world_keys(0, 2)
+  p = sim.default_params(2)
+  st = sim.reset(p, keys)
+  a, _ = sim.run(p, st, 20, record=False)
+  b, _ = sim.run(p, st, 20, record=False, model=sim.mx)
+  np.testing.assert_allclose(a.data.qpos, b.data.qpos, atol=1e-5)
+  damped = sim.mx.replace(dof_damping=sim.mx.dof_damping * 50)
+  c, _ = sim.run(p, st, 20, record=False, model=damped)
+  assert np.abs(np.asarray(c.data.qvel)).max() < np.abs(np.asarray(a.data.qvel)).max()
