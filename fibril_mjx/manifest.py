@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 import pydantic
 
 from fibril_mjx import paths
-from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.validation import Strict, load_yaml, validate
 
 

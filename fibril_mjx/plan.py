@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mujoco
 
 from fibril_mjx import __version__
 

@@ -8,8 +8,6 @@ an acquisition instant is a real branch under `vmap`, not a select.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax

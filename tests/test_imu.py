@@ -9,6 +9,7 @@ tolerances are 5 standard errors of the estimator at the test's sample size, wit
 from __future__ import annotations
 
 import math
+import pathlib
 import zlib
 
 import jax

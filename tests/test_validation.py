@@ -14,7 +14,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 
 import mujoco
 import pytest

@@ -22,7 +22,7 @@ import numpy as np
 
 from fibril_mjx import transport as tp
 from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.schedule import ticks_fraction
+from fibril_mjx.schedule import Schedule, ticks_fraction
 
 # Fields that would duplicate a physical value of the MJCF (or the assembly) in a motor config,
 # with where the value belongs (seed 003: "kp、ki、kd、effort_limit、motor、transmission、driver
@@ -221,15 +221,6 @@ def set_fields(fields: dict) -> set[str]:
   return {n for n, fv in fields.items() if fv.layer != 'default'}
 
 
-def origin_of(fields: dict, ctx) -> Callable[[str], tuple[str, str]]:
-  def origin(name):
-    fv = fields.get(name)
-    if fv is not None and fv.file:
-      return fv.file, fv.path
-    return ctx.file, f'{ctx.path}.{name}'
-  return origin
-
-
 def timeout_ticks(timeout_s: float, dt: float) -> int | None:
   """Watchdog threshold: timed out when `tick - last release > threshold` (None: disabled).
 
@@ -373,3 +364,31 @@ def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, repla
   state = at_instants(schedule, due, acquire, state)
   queue, held = tp.receive(transport, queue_of(state), held_of(state), tick)
   return replace(state, queue, held)
+
+
+def build_timing(cfg, ctx, origin):
+  """Application and feedback schedules, feedback transport and command link of a motor-type
+  component (`application_*`, `feedback_*`, `command_*`, `timeout_s` fields).
+
+  The feedback period defaults to the application period (errors then point to the latter).
+
+  Returns:
+    `(application, feedback, feedback_transport, command_link)`.
+  """
+  application = Schedule.build(cfg.application_period_s, cfg.application_phase_s, ctx.dt,
+                               'next_boundary', origin=origin,
+                               period_field='application_period_s',
+                               phase_field='application_phase_s')
+  fb_period = cfg.feedback_period_s or cfg.application_period_s
+  fb_origin = origin if cfg.feedback_period_s else (
+      lambda f: origin('application_period_s' if f == 'feedback_period_s' else f))
+  feedback = Schedule.build(fb_period, cfg.feedback_phase_s, ctx.dt, 'next_boundary',
+                            origin=fb_origin, period_field='feedback_period_s',
+                            phase_field='feedback_phase_s')
+  fb_transport = tp.Transport.build(cfg.feedback_latency_s, 0.0, 0.0, fb_period, ctx.dt,
+                                    'next_boundary', origin=origin,
+                                    latency_field='feedback_latency_s')
+  link = CommandLink.build(cfg.command_latency_s, cfg.command_jitter_s,
+                           cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
+                           'next_boundary', origin=origin, latency_field='command_latency_s')
+  return application, feedback, fb_transport, link

@@ -21,7 +21,6 @@ from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
-from fibril_mjx.manifest import FieldValue
 from fibril_mjx.schedule import Schedule
 from fibril_mjx.validation import Strict
 
@@ -149,7 +148,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Ahrs:
+class Ahrs(base.Sensing):
   """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State."""
   id: str
   cfg: AhrsConfigModel
@@ -279,31 +278,6 @@ class Ahrs:
                    angular_velocity_noise=w_noise, linear_acceleration_noise=a_noise,
                    angular_velocity_clip_count=w_count, linear_acceleration_clip_count=a_count)
     return s, sample
-
-  @property
-  def schedules(self) -> dict:
-    return {'acquisition': self.schedule}
-
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    """One tick after physics: acquire and enqueue at an instant, then deliver.
-
-    Args:
-      data: `mjx.Data` of `tick`.
-      dues: `{'acquisition': (due, n)}`, shared by all worlds.
-      env: outputs of the components sensed before this one (unused).
-    """
-    due, n = dues['acquisition']
-
-    def acquire(st):
-      st, sample = self.acquire(p, st, data.sensordata, tick, n)
-      q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
-                  st.streams['delivery_loss'])
-      return st._replace(queue=q)
-    return base.sense(self.transport, acquire, s, lambda st: st.queue, lambda st: st.held,
-                      lambda st, q, h: st._replace(queue=q, held=h), tick, due, n)
-
-  def output(self, s: State) -> tp.Delivered:
-    return s.held
 
   def status(self, s: State) -> dict:
     return {'lost': s.queue.lost, 'overflow': s.queue.overflow,

@@ -38,7 +38,6 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pydantic
 
 from fibril_mjx import estimators as est
 from fibril_mjx import quat

@@ -111,3 +111,37 @@ def sense(transport: tp.Transport, acquire: Callable, state, queue_of, held_of, 
   state = jax.lax.cond(due, acquire, lambda s: s, state)
   queue, held = tp.receive(transport, queue_of(state), held_of(state), tick)
   return replace(state, queue, held)
+
+
+class Sensing:
+  """Mixin of a sensing component with one acquisition schedule and a delivery queue.
+
+  The component provides `schedule`, `transport`, `acquire(p, s, sensordata, tick, n) ->
+  (state, sample)`, and a state with `streams` (incl. `delivery_jitter`, `delivery_loss`),
+  `queue` and `held`.
+  """
+
+  @property
+  def schedules(self) -> dict:
+    return {'acquisition': self.schedule}
+
+  def sense(self, p, s, data, tick, dues, env):
+    """One tick after physics: acquire and enqueue at an instant, then deliver.
+
+    Args:
+      data: `mjx.Data` of `tick`.
+      dues: `{'acquisition': (due, n)}`, shared by all worlds.
+      env: outputs of the components sensed before this one (unused).
+    """
+    due, n = dues['acquisition']
+
+    def acquire(st):
+      st, sample = self.acquire(p, st, data.sensordata, tick, n)
+      q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
+                  st.streams['delivery_loss'])
+      return st._replace(queue=q)
+    return sense(self.transport, acquire, s, lambda st: st.queue, lambda st: st.held,
+                 lambda st, q, h: st._replace(queue=q, held=h), tick, due, n)
+
+  def output(self, s) -> tp.Delivered:
+    return s.held

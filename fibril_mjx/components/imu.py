@@ -208,7 +208,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Imu:
+class Imu(base.Sensing):
   """A built `fibril_sim/imu` component: static, hashable; arrays live in Params / State.
 
   Attributes:
@@ -335,31 +335,6 @@ class Imu:
                     self._variance(p, 'linear_acceleration'), w_flags, a_flags,
                     w_state.clip_count, a_state.clip_count)
     return s._replace(angular_velocity=w_state, linear_acceleration=a_state), sample
-
-  @property
-  def schedules(self) -> dict:
-    return {'acquisition': self.schedule}
-
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    """One tick after physics: acquire and enqueue at an instant, then deliver.
-
-    Args:
-      data: `mjx.Data` of `tick`.
-      dues: `{'acquisition': (due, n)}`, shared by all worlds.
-      env: outputs of the components sensed before this one (unused).
-    """
-    due, n = dues['acquisition']
-
-    def acquire(st):
-      st, sample = self.acquire(p, st, data.sensordata, tick, n)
-      q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
-                  st.streams['delivery_loss'])
-      return st._replace(queue=q)
-    return base.sense(self.transport, acquire, s, lambda st: st.queue, lambda st: st.held,
-                      lambda st, q, h: st._replace(queue=q, held=h), tick, due, n)
-
-  def output(self, s: State) -> tp.Delivered:
-    return s.held
 
   def status(self, s: State) -> dict:
     return {'lost': s.queue.lost, 'overflow': s.queue.overflow,

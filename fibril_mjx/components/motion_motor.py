@@ -294,7 +294,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
   """Validates the config and binds the three channels and the joint."""
   cfg, fields = base.resolve_config(MotionMotorConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path, forbidden=FORBIDDEN)
-  origin = act.origin_of(fields, ctx)
+  origin = base.field_origin(fields, ctx)
   m = ctx.model
   asm = ctx.assembly
   if asm is not None and asm.logical_scale is not None:
@@ -331,22 +331,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       'the three channels have different gears '
                       f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
-  application = Schedule.build(cfg.application_period_s, cfg.application_phase_s, ctx.dt,
-                               'next_boundary', origin=origin,
-                               period_field='application_period_s',
-                               phase_field='application_phase_s')
-  fb_period = cfg.feedback_period_s or cfg.application_period_s
-  fb_origin = origin if cfg.feedback_period_s else (
-      lambda f: origin('application_period_s' if f == 'feedback_period_s' else f))
-  feedback = Schedule.build(fb_period, cfg.feedback_phase_s, ctx.dt, 'next_boundary',
-                            origin=fb_origin, period_field='feedback_period_s',
-                            phase_field='feedback_phase_s')
-  fb_transport = tp.Transport.build(cfg.feedback_latency_s, 0.0, 0.0, fb_period, ctx.dt,
-                                    'next_boundary', origin=origin,
-                                    latency_field='feedback_latency_s')
-  link = act.CommandLink.build(cfg.command_latency_s, cfg.command_jitter_s,
-                               cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
-                               'next_boundary', origin=origin, latency_field='command_latency_s')
+  application, feedback, fb_transport, link = act.build_timing(cfg, ctx, origin)
   return MotionMotor(cid, cfg, tuple(channels), gears.pop(), application, feedback, link,
                      fb_transport, asm.actuator_count if asm else 1, tuple(fields.items()))
 

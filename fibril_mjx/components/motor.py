@@ -605,7 +605,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
   cfg, fields = base.resolve_config(MotorConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path,
                                     forbidden=act.FORBIDDEN_MOTOR_FIELDS)
-  origin = act.origin_of(fields, ctx)
+  origin = base.field_origin(fields, ctx)
   given = act.set_fields(fields)
   source = _scale_source(fields, ctx)
   asm = ctx.assembly
@@ -619,22 +619,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
           source=asm.id, file=asm.file, path=asm.path)
   b = act.bind_actuator(ctx, 'actuator', cfg.actuator)
   _check_compatible(cfg, given, b, origin)
-  application = Schedule.build(cfg.application_period_s, cfg.application_phase_s, ctx.dt,
-                               'next_boundary', origin=origin,
-                               period_field='application_period_s',
-                               phase_field='application_phase_s')
-  fb_period = cfg.feedback_period_s or cfg.application_period_s
-  fb_origin = origin if cfg.feedback_period_s else (
-      lambda f: origin('application_period_s' if f == 'feedback_period_s' else f))
-  feedback = Schedule.build(fb_period, cfg.feedback_phase_s, ctx.dt, 'next_boundary',
-                            origin=fb_origin, period_field='feedback_period_s',
-                            phase_field='feedback_phase_s')
-  fb_transport = tp.Transport.build(cfg.feedback_latency_s, 0.0, 0.0, fb_period, ctx.dt,
-                                    'next_boundary', origin=origin,
-                                    latency_field='feedback_latency_s')
-  link = act.CommandLink.build(cfg.command_latency_s, cfg.command_jitter_s,
-                               cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
-                               'next_boundary', origin=origin, latency_field='command_latency_s')
+  application, feedback, fb_transport, link = act.build_timing(cfg, ctx, origin)
   return Motor(cid, cfg, b, application, feedback, link, fb_transport,
                accepted_for(cfg, b.semantic), count, source, tuple(fields.items()))
 

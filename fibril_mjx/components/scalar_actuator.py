@@ -214,7 +214,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
   """Validates the config and binds the MuJoCo actuator."""
   cfg, fields = base.resolve_config(ScalarActuatorConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path)
-  origin = act.origin_of(fields, ctx)
+  origin = base.field_origin(fields, ctx)
   given = act.set_fields(fields)
   if 'application_phase_s' in given and cfg.application_period_s is None:
     base.check(False, *origin('application_phase_s'),
