@@ -19,6 +19,25 @@ def flatten(trace: dict) -> dict:
   return flat
 
 
+def rpy_deg(q) -> np.ndarray:
+  """Roll, pitch, yaw (Z-Y-X) in degrees of quaternions `(..., 4)` `[w, x, y, z]`, float64."""
+  w, x, y, z = np.moveaxis(np.asarray(q, np.float64), -1, 0)
+  return np.degrees(np.stack([
+      np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
+      np.arcsin(np.clip(2 * (w * y - z * x), -1, 1)),
+      np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))], -1))
+
+
+def angle_rad(p, q) -> np.ndarray:
+  """Rotation angle `(...)` in [0, π] between quaternions `(..., 4)`, float64, well
+  conditioned for small angles (from the vector part of `p⁻¹ ⊗ q`, not `arccos`)."""
+  p = np.asarray(p, np.float64)
+  q = np.asarray(q, np.float64)
+  w = np.abs(np.sum(p * q, axis=-1))
+  v = p[..., :1] * q[..., 1:] - q[..., :1] * p[..., 1:] - np.cross(p[..., 1:], q[..., 1:])
+  return 2 * np.arctan2(np.linalg.norm(v, axis=-1), w)
+
+
 def group(flat: dict, kind: str, cid: str) -> dict:
   prefix = f'{kind}/{cid}/'
   return {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
@@ -37,18 +56,11 @@ def plot_ahrs(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
 
-  def rpy(q):
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    return np.degrees(np.stack([
-        np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
-        np.arcsin(np.clip(2 * (w * y - z * x), -1, 1)),
-        np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))], -1))
-
   new = sensor['new_data'][world].astype(bool)
   t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
   fig, axes = plt.subplots(3, 2, figsize=(13, 9))
   labels = ('roll', 'pitch', 'yaw')
-  r_true, r_dev = rpy(truth['orientation'][world]), rpy(sensor['orientation'][world])[new]
+  r_true, r_dev = rpy_deg(truth['orientation'][world]), rpy_deg(sensor['orientation'][world])[new]
   for i in range(3):
     ax = axes[i, 0]
     ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (device convention)')

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 import imu_rig
+from finite_diff import central_differences
 from conftest import RIG_XML
 from test_validation import FINITE, GE0, GT0, NO_VALUE, assert_reported, load_error, write
 from fibril_mjx import paths, stats
@@ -458,17 +459,7 @@ def test_gradient_matches_finite_differences(ctx, field, value):
 
   v0 = getattr(p0, field)
   g = np.asarray(jax.grad(loss)(v0), np.float64).ravel()
-  flat = np.asarray(v0, np.float64).ravel()
-  fd = []
-  for i in range(flat.size):
-    h = 1e-2 * max(1.0, abs(flat[i]))
-    up, dn = flat.copy(), flat.copy()
-    up[i] += h
-    dn[i] -= h
-    shape = np.shape(v0)
-    fd.append((float(loss(jnp.asarray(up.reshape(shape), jnp.float32))) -
-               float(loss(jnp.asarray(dn.reshape(shape), jnp.float32)))) / (2 * h))
-  fd = np.array(fd)
+  fd = central_differences(loss, v0)
   assert np.all(np.abs(g) > 1e-3), 'gradient must not vanish'
   np.testing.assert_allclose(g, fd, rtol=5e-3, atol=5e-3)
 

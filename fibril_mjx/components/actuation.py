@@ -392,3 +392,17 @@ def build_timing(cfg, ctx, origin):
                            cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
                            'next_boundary', origin=origin, latency_field='command_latency_s')
   return application, feedback, fb_transport, link
+
+
+class FeedbackOutput:
+  """Mixin of motor-type components: the delivered feedback is the output, and the status
+  counts command loss / overflow / rejections, timeout instants and feedback overflow (state
+  fields `fb_held`, `fb_queue`, `link`, `timeout_count`)."""
+
+  def output(self, s) -> tp.Delivered:
+    return s.fb_held
+
+  def status(self, s) -> dict:
+    return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
+            'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
+            'feedback_overflow': s.fb_queue.overflow}

@@ -161,16 +161,11 @@ class Ahrs(base.Sensing):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  params_type = Params
 
   def __hash__(self):
     return hash((self.id, self.cfg, self.schedule, self.transport, self.sensors))
 
-  # -- static switches: a term is in the graph when its manifest value is not the default.
-  def _on(self, name) -> bool:
-    return base.is_set(self.cfg, name)
-
-  def default_params(self) -> Params:
-    return Params(*(jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields))
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
@@ -319,17 +314,6 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
               tuple(fields.items()))
 
 
-def _np_angle(p, q):
-  """Rotation angle between quaternions, float64, well conditioned for small angles."""
-  import numpy as np
-  p = np.asarray(p, np.float64)
-  q = np.asarray(q, np.float64)
-  w = np.abs(np.sum(p * q, axis=-1))
-  # |vector part of p⁻¹ ⊗ q| = |p_w q_v − q_w p_v − p_v × q_v|
-  v = p[..., :1] * q[..., 1:] - q[..., :1] * p[..., 1:] - np.cross(p[..., 1:], q[..., 1:])
-  return 2 * np.arctan2(np.linalg.norm(v, axis=-1), w)
-
-
 def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
 
@@ -343,12 +327,13 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
     RMS acceleration error (m/s²), delivered sample count.
   """
   import numpy as np
+  from fibril_mjx import report
   new = sensor['new_data']
   st = np.clip(sensor['sample_tick'], 0, None)
   take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
   out = {}
   count = np.maximum(new.sum(axis=1), 1)
-  ang = np.degrees(_np_angle(sensor['orientation'], take(truth['orientation'])))
+  ang = np.degrees(report.angle_rad(sensor['orientation'], take(truth['orientation'])))
   out['orientation_error_rms_deg'] = np.sqrt((ang ** 2 * new).sum(1) / count)
   for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
     e = np.sum((sensor[f] - take(truth[f])) ** 2, axis=-1)

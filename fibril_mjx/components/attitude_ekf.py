@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx import estimators as est
-from fibril_mjx import quat
+from fibril_mjx import quat, report
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import base, imu
@@ -312,19 +312,9 @@ def bind(cid, cfg: AttitudeEkfConfigModel, fields, ctx: BuildContext, imu_c: imu
 # ------------------------------------------------------------------ host side (run, plots)
 
 
-def _np_rel(p, q):
-  """Relative rotation `p⁻¹ ⊗ q` of `[w, x, y, z]` quaternions `(..., 4)`, float64."""
-  p = np.asarray(p, np.float64)
-  q = np.asarray(q, np.float64)
-  w = np.sum(p * q, axis=-1)
-  v = p[..., :1] * q[..., 1:] - q[..., :1] * p[..., 1:] - np.cross(p[..., 1:], q[..., 1:])
-  return w, v
-
-
 def attitude_error_rad(q_est, q_true):
   """Rotation angle between attitudes `(..., 4)` → `(...)` rad in [0, π], float64."""
-  w, v = _np_rel(q_true, q_est)
-  return 2 * np.arctan2(np.linalg.norm(v, axis=-1), np.abs(w))
+  return report.angle_rad(q_true, q_est)
 
 
 def tilt_error_rad(q_est, q_true):
@@ -365,14 +355,6 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
   }
 
 
-def _np_rpy_deg(q):
-  w, x, y, z = np.moveaxis(np.asarray(q, np.float64), -1, 0)
-  return np.degrees(np.stack([
-      np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y)),
-      np.arcsin(np.clip(2 * (w * y - z * x), -1, 1)),
-      np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))], -1))
-
-
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   """Truth vs estimate (roll/pitch/yaw) for one world, the attitude error over time of the
   traced worlds with world `world`'s 3σ bound, and the error distribution across worlds."""
@@ -385,8 +367,8 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   fig, axes = plt.subplots(3, 2, figsize=(13, 10))
   new = new_all[world]
   t_s = time_s[st_all[world]][new]
-  r_true = _np_rpy_deg(truth['orientation'][world])
-  r_est = _np_rpy_deg(sensor['orientation'][world])[new]
+  r_true = report.rpy_deg(truth['orientation'][world])
+  r_est = report.rpy_deg(sensor['orientation'][world])[new]
   for i, name in enumerate(('roll', 'pitch', 'yaw')):
     ax = axes[i, 0]
     ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (IMU site)')

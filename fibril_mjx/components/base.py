@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Callable
 
 import jax
+import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx import transport as tp
@@ -116,10 +117,19 @@ def sense(transport: tp.Transport, acquire: Callable, state, queue_of, held_of, 
 class Sensing:
   """Mixin of a sensing component with one acquisition schedule and a delivery queue.
 
-  The component provides `schedule`, `transport`, `acquire(p, s, sensordata, tick, n) ->
-  (state, sample)`, and a state with `streams` (incl. `delivery_jitter`, `delivery_loss`),
-  `queue` and `held`.
+  The component provides `cfg`, `params_type` (its Params NamedTuple, whose fields are config
+  fields), `schedule`, `transport`, `acquire(p, s, sensordata, tick, n) -> (state, sample)`,
+  and a state with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue` and `held`.
   """
+
+  def _on(self, name) -> bool:
+    """Static switch: a term is in the graph when its manifest value is not the default."""
+    return is_set(self.cfg, name)
+
+  def default_params(self):
+    """Params from the resolved config, float32."""
+    return self.params_type(*(jnp.asarray(getattr(self.cfg, f), jnp.float32)
+                              for f in self.params_type._fields))
 
   @property
   def schedules(self) -> dict:

@@ -227,15 +227,11 @@ class Imu(base.Sensing):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  params_type = Params
 
   def __hash__(self):
     return hash((self.id, self.cfg, self.schedule, self.transport, self.sensors))
 
-  def _on(self, name) -> bool:
-    return base.is_set(self.cfg, name)
-
-  def default_params(self) -> Params:
-    return Params(*(jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields))
 
   def _variance(self, p: Params, ch: str):
     var = jnp.zeros(3, jnp.float32)

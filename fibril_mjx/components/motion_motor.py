@@ -145,7 +145,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class MotionMotor:
+class MotionMotor(act.FeedbackOutput):
   """A built `fibril_sim/motion_motor` (static)."""
   id: str
   cfg: MotionMotorConfigModel
@@ -256,13 +256,6 @@ class MotionMotor:
                               lambda st: st.fb_queue, lambda st: st.fb_held,
                               lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
-  def output(self, s: State) -> tp.Delivered:
-    return s.fb_held
-
-  def status(self, s: State) -> dict:
-    return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
-            'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
-            'feedback_overflow': s.fb_queue.overflow}
 
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied joint effort, the reference and commanded law of the

@@ -257,7 +257,7 @@ def trapezoid_sample(pl: Plan, t, amax):
 
 
 @dataclasses.dataclass(frozen=True)
-class Motor:
+class Motor(act.FeedbackOutput):
   """A built `fibril_sim/motor` component (static, hashable)."""
   id: str
   cfg: MotorConfigModel
@@ -492,13 +492,6 @@ class Motor:
                               lambda st: st.fb_queue, lambda st: st.fb_held,
                               lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
-  def output(self, s: State) -> tp.Delivered:
-    return s.fb_held
-
-  def status(self, s: State) -> dict:
-    return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
-            'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
-            'feedback_overflow': s.fb_queue.overflow}
 
   def truth(self, s: State, data) -> dict:
     """Logical position / velocity, the joint effort MuJoCo applied (qfrc_actuator, after the
