@@ -237,13 +237,52 @@ def _set_attribute(elem, attr: str, value, file: str, path: str) -> str:
   return f'{attr} = {value}'
 
 
+class OverridesModel(Strict):
+  """`fibril_mjx.load(path, overrides=...)` (SPEC §8): overlay entries applied as the last layer,
+  after the overlay files; errors name the pseudo-file `overrides`."""
+  mjcf: list[OverlayMjcf] = []
+  components: list[OverlayComponentField] = []
+
+
+OVERRIDES_FILE = 'overrides'
+
+
+def _apply_mjcf(spec: mujoco.MjSpec, entries, file: str) -> list[str]:
+  """Sets the `mjcf:` entries of an overlay (or the overrides) on `spec`; plan lines."""
+  lines = []
+  for k, e in enumerate(entries):
+    p = f'mjcf[{k}]'
+    elem = getattr(spec, e.element)(e.name)
+    if elem is None:
+      names = [x.name for x in getattr(spec, _PLURAL[e.element])]
+      raise ConfigError(file, f'{p}.name', f'no {e.element} of that name in the model'
+                        + did_you_mean(e.name, names), e.name)
+    lines.append(f'{e.element} {e.name}: ' + _set_attribute(elem, e.attribute, e.value, file, p))
+  return lines
+
+
+def _component_fields(entries, comps, file: str, layer: str, source: str,
+                      fields: dict) -> list[str]:
+  """Appends the `components:` entries to `fields[component id]` as `FieldValue`s; plan lines."""
+  lines = []
+  for k, c in enumerate(entries):
+    p = f'components[{k}]'
+    if c.component not in comps:
+      raise ConfigError(file, f'{p}.component', 'no component of that id in the manifest'
+                        + did_you_mean(c.component, comps), c.component)
+    fields.setdefault(c.component, []).append(
+        (c.field, FieldValue(c.value, layer, source, file, f'{p}.value')))
+    lines.append(f'{c.component}.{c.field} = {c.value}')
+  return lines
+
+
 def apply_overlays(manifest: Manifest, spec: mujoco.MjSpec
                    ) -> tuple[tuple[AppliedOverlay, ...], dict[str, list]]:
   """Reads the overlay files in order, sets their MJCF attributes on `spec`, and collects their
-  component fields.
+  component fields; then the same for `manifest.overrides` (layer `override`, last).
 
   Returns:
-    `(applied overlays, {component id: [(field, FieldValue(layer='overlay')), ...]})`.
+    `(applied overlays, {component id: [(field, FieldValue(layer='overlay'|'override')), ...]})`.
   """
   mfile = str(manifest.path)
   base = manifest.path.resolve().parent
@@ -256,25 +295,16 @@ def apply_overlays(manifest: Manifest, spec: mujoco.MjSpec
                         ref.file)
     file = str(path)
     ov = validate(OverlayModel, load_yaml(path), file=file)
-    mjcf_lines = []
-    for k, e in enumerate(ov.mjcf):
-      p = f'mjcf[{k}]'
-      elem = getattr(spec, e.element)(e.name)
-      if elem is None:
-        names = [x.name for x in getattr(spec, _PLURAL[e.element])]
-        raise ConfigError(file, f'{p}.name', f'no {e.element} of that name in the model'
-                          + did_you_mean(e.name, names), e.name)
-      mjcf_lines.append(f'{e.element} {e.name}: ' + _set_attribute(elem, e.attribute, e.value,
-                                                                    file, p))
-    comp_lines = []
-    for k, c in enumerate(ov.components):
-      p = f'components[{k}]'
-      if c.component not in comps:
-        raise ConfigError(file, f'{p}.component', 'no component of that id in the manifest'
-                          + did_you_mean(c.component, comps), c.component)
-      fields.setdefault(c.component, []).append(
-          (c.field, FieldValue(c.value, 'overlay', ov.id, file, f'{p}.value')))
-      comp_lines.append(f'{c.component}.{c.field} = {c.value}')
+    mjcf_lines = _apply_mjcf(spec, ov.mjcf, file)
+    comp_lines = _component_fields(ov.components, comps, file, 'overlay', ov.id, fields)
     applied.append(AppliedOverlay(ov.id, file, dict(ov.provenance), tuple(mjcf_lines),
+                                  tuple(comp_lines)))
+  overrides = getattr(manifest, 'overrides', None)
+  if overrides is not None:
+    ov = validate(OverridesModel, overrides, file=OVERRIDES_FILE)
+    mjcf_lines = _apply_mjcf(spec, ov.mjcf, OVERRIDES_FILE)
+    comp_lines = _component_fields(ov.components, comps, OVERRIDES_FILE, 'override',
+                                   'override', fields)
+    applied.append(AppliedOverlay('override', OVERRIDES_FILE, {}, tuple(mjcf_lines),
                                   tuple(comp_lines)))
   return tuple(applied), fields

@@ -1,4 +1,4 @@
-"""`fibril-mjx` command line: `plan` and `run`."""
+"""`fibril-mjx` command line: `plan`, `run`, `export-mcap`, `schema`, `profiles`."""
 
 from __future__ import annotations
 
@@ -18,9 +18,55 @@ def _setup_jax():
 
 def _cmd_plan(args) -> int:
   from fibril_mjx import load, plan
-  sim = load(args.manifest)
+  from fibril_mjx.overrides import parse_assignments
+  sim = load(args.manifest, overrides=parse_assignments(args.set))
   print(plan.render(sim))
   return 0
+
+
+def _cmd_export_mcap(args) -> int:
+  from fibril_mjx import mcap_export
+  mcap_export.export_mcap(args.run_dir, args.out, worlds=mcap_export.parse_worlds(args.worlds),
+                          overwrite=args.overwrite)
+  print(f'wrote {args.out}')
+  return 0
+
+
+def _cmd_schema(args) -> int:
+  from fibril_mjx import schema
+  text = schema.schema_json()
+  if args.out:
+    with open(args.out, 'w', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    print(text, end='')
+  return 0
+
+
+def _cmd_profiles(args) -> int:
+  from fibril_mjx import profiles_cli
+  print(profiles_cli.render(args.action, args.name, manifest=args.manifest))
+  return 0
+
+
+def _add_extra_commands(sub) -> None:
+  """`export-mcap`, `schema`, `profiles list|show` (issue 14)."""
+  e = sub.add_parser('export-mcap', help='write a run directory as ROS 2 messages in an MCAP file')
+  e.add_argument('run_dir')
+  e.add_argument('--worlds', default=None,
+                 help='comma-separated global world indices, e.g. 0,3 (default: all traced)')
+  e.add_argument('--out', required=True, help='the .mcap file to write')
+  e.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  e.set_defaults(func=_cmd_export_mcap)
+  s = sub.add_parser('schema', help='print the manifest JSON Schema')
+  s.add_argument('--out', default=None, help='write to this file instead of stdout')
+  s.set_defaults(func=_cmd_schema)
+  pr = sub.add_parser('profiles', help='list the shipped profiles or show one with provenance')
+  pr.add_argument('action', choices=('list', 'show'))
+  pr.add_argument('name', nargs='?', default=None, help='profile id (for show)')
+  pr.add_argument('--manifest', default=None,
+                  help="also the catalogs of this manifest's profile_paths")
+  pr.set_defaults(func=_cmd_profiles)
 
 
 def _cmd_run(args) -> int:
@@ -50,6 +96,9 @@ def main(argv=None) -> int:
   sub = parser.add_subparsers(dest='command', required=True)
   p = sub.add_parser('plan', help='print the resolved plan of a manifest')
   p.add_argument('manifest')
+  p.add_argument('--set', action='append', default=[], metavar='ID.FIELD=VALUE',
+                 help='override a component field (or ELEMENT:NAME.ATTRIBUTE=VALUE, a MJCF '
+                 'attribute) as the last layer; repeatable')
   p.set_defaults(func=_cmd_plan)
   r = sub.add_parser('run', help='run a batch of worlds and write traces, summary and plots')
   r.add_argument('manifest')
@@ -62,6 +111,7 @@ def main(argv=None) -> int:
   r.add_argument('--chunk-worlds', type=_positive_int, default=1024)
   r.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   r.set_defaults(func=_cmd_run)
+  _add_extra_commands(sub)
   args = parser.parse_args(argv)
   _setup_jax()
   from fibril_mjx.errors import FibrilError

@@ -1,4 +1,6 @@
-"""The manifest's built-in open-loop command trace (`command_script`), for demos and runs.
+"""The manifest's open-loop drives, evaluated inside the simulator step: `command_script`
+(commands to actuator components) and `actuator_script` (raw `ctrl` of test-rig actuators).
+Both use one waveform implementation (`waveform`).
 
 Each entry drives one actuator component with a waveform of time. It is evaluated inside the
 simulator step (no host-side arrays, so any duration costs nothing extra); a component for
@@ -12,11 +14,80 @@ import dataclasses
 import math
 
 import jax.numpy as jnp
+import numpy as np
 
-from fibril_mjx import schedule as sch
+from fibril_mjx.schedule import Schedule, ticks_fraction
+from fibril_mjx.components import protocol
 from fibril_mjx.errors import ConfigError, did_you_mean
 
 KEY = 'command_script'   # its clocks live in SimState.clocks[KEY]
+
+
+def waveform(kind: str, t, amplitude, frequency_hz, phase_rad, offset):
+  """Value and time derivative of a `sine`, `square` or `constant` drive at time `t` (s).
+
+  `value = offset + amplitude·w(2π f t + φ)` with `w = sin`, `sign(sin)` or 0; the derivative
+  is that of the sine (0 for square and constant).
+  """
+  arg = 2 * math.pi * frequency_hz * t + phase_rad
+  if kind == 'sine':
+    wave, rate = jnp.sin(arg), amplitude * 2 * math.pi * frequency_hz * jnp.cos(arg)
+  elif kind == 'square':
+    wave, rate = jnp.sign(jnp.sin(arg)), jnp.zeros_like(t)
+  else:
+    wave, rate = jnp.zeros_like(t), jnp.zeros_like(t)
+  return offset + amplitude * wave, rate
+
+
+@dataclasses.dataclass(frozen=True)
+class ActuatorScript:
+  """Static open-loop ctrl drive of test-rig actuators (manifest `actuator_script`).
+
+  Attributes:
+    ctrl_index: the control written by each entry; `kind`, `amplitude`, ... its waveform.
+  """
+  ctrl_index: tuple[int, ...]
+  kind: tuple[str, ...]
+  amplitude: tuple[float, ...]
+  frequency_hz: tuple[float, ...]
+  phase_rad: tuple[float, ...]
+  offset: tuple[float, ...]
+
+  def ctrl(self, ctrl0, t):
+    """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
+    if not self.ctrl_index:
+      return ctrl0
+    vals = jnp.stack([waveform(k, t, a, f, p, o)[0] for k, a, f, p, o in zip(
+        self.kind, self.amplitude, self.frequency_hz, self.phase_rad, self.offset)])
+    # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
+    # batched ctrl cost a quarter of a small model's step on the CPU).
+    dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[np.asarray(self.ctrl_index)].set(
+        vals.astype(ctrl0.dtype))
+    mask = np.zeros(ctrl0.shape, bool)
+    mask[np.asarray(self.ctrl_index)] = True
+    return jnp.where(mask, dense, ctrl0)
+
+
+def build_actuator_script(manifest, m) -> ActuatorScript:
+  """Binds `actuator_script` entries to controls of the compiled model `m`."""
+  import mujoco
+  file = str(manifest.path)
+  cols = ([], [], [], [], [], [])
+  for i, s in enumerate(manifest.model.actuator_script):
+    aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, s.actuator)
+    if aid < 0:
+      names = [m.actuator(j).name for j in range(m.nactuator)]
+      raise ConfigError(file, f'actuator_script[{i}].actuator',
+                        'no MuJoCo actuator of that name' + did_you_mean(s.actuator, names),
+                        s.actuator)
+    if m.actuator_ctrlnum[aid] != 1:
+      raise ConfigError(file, f'actuator_script[{i}].actuator',
+                        f'the actuator owns {m.actuator_ctrlnum[aid]} controls; scripts drive '
+                        'single-control actuators', s.actuator)
+    for col, v in zip(cols, (int(m.actuator_ctrladr[aid]), s.waveform, s.amplitude,
+                             s.frequency_hz, s.phase_rad, s.offset)):
+      col.append(v)
+  return ActuatorScript(*(tuple(c) for c in cols))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +101,7 @@ class Entry:
   phase_rad: float
   offset: float
   start_tick: int
-  schedule: sch.Schedule | None   # None: every tick from start_tick
+  schedule: Schedule | None   # None: every tick from start_tick
   extra: tuple                    # (('kp', v), ...) for motion commands
 
   def describe(self) -> str:
@@ -52,10 +123,6 @@ class CommandScript:
   def schedules(self) -> dict:
     return {str(i): e.schedule for i, e in enumerate(self.entries) if e.schedule is not None}
 
-  @property
-  def components(self) -> tuple[str, ...]:
-    return tuple(e.component for e in self.entries)
-
   def commands(self, components: dict, tick, dues: dict) -> dict:
     """`{component id: single-world command}` at `tick` (shared by all worlds).
 
@@ -65,12 +132,8 @@ class CommandScript:
     t = tick.astype(jnp.float32) * self.dt
     out = {}
     for i, e in enumerate(self.entries):
-      arg = 2 * math.pi * e.frequency_hz * t + e.phase_rad
-      wave = {'sine': jnp.sin(arg), 'square': jnp.sign(jnp.sin(arg)),
-              'constant': jnp.zeros_like(t)}[e.waveform]
-      value = e.offset + e.amplitude * wave
-      velocity = (e.amplitude * 2 * math.pi * e.frequency_hz * jnp.cos(arg)
-                  if e.waveform == 'sine' else jnp.zeros_like(t))
+      value, velocity = waveform(e.waveform, t, e.amplitude, e.frequency_hz, e.phase_rad,
+                                 e.offset)
       due = dues[str(i)][0] if e.schedule is not None else tick >= e.start_tick
       comp = components[e.component]
       cmd = comp.script_command(e.kind, value, velocity, dict(e.extra))
@@ -92,7 +155,7 @@ def build(manifest, components: dict, dt: float) -> CommandScript:
     if comp is None:
       raise ConfigError(file, f'{path}.component', 'no component of that id'
                         + did_you_mean(s.component, components), s.component)
-    if not hasattr(comp, 'null_command'):
+    if protocol.ACTUATOR not in comp.roles:
       raise ConfigError(file, f'{path}.component', f'{s.component!r} is a {comp.type}, not an '
                         'actuator component', s.component)
     if s.component in seen:
@@ -110,10 +173,10 @@ def build(manifest, components: dict, dt: float) -> CommandScript:
     for k, v in extra:
       if k in ('kp', 'kd') and v < 0:
         raise ConfigError(file, f'{path}.{k}', 'must be >= 0', v)
-    start = sch.ticks_fraction(s.start_s, dt)
+    start = ticks_fraction(s.start_s, dt)
     schedule = None
     if s.period_s is not None:
-      schedule = sch.Schedule.build(
+      schedule = Schedule.build(
           s.period_s, s.start_s, dt, 'next_boundary',
           origin=lambda f, p=path: (file, f'{p}.{"period_s" if f == "period_s" else "start_s"}'))
     entries.append(Entry(s.component, s.kind, s.waveform, s.amplitude, s.frequency_hz,

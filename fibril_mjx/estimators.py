@@ -67,6 +67,11 @@ class EkfParams(NamedTuple):
     accel_reject_mps2: `()` hard gate on `| ‖a‖ − g |`, m/s²; beyond it the update is skipped
       (a switch: its gradient is zero almost everywhere).
     gravity_mps2: `()` gravity magnitude g, m/s².
+    accel_inflation_gain: `()` c in the inflated variance `σ_a² + c²·(e − gate)²` (1: the
+      excess magnitude itself as the std of the unmodelled acceleration per axis).
+    lever_arm_m: `(3,)` position of the IMU relative to a reference point on the same rigid
+      body whose own acceleration is left to the noise model (a pivot, the centre of mass),
+      in the IMU frame, m; zeros: no lever-arm compensation.
   """
   gyro_noise_density: jax.Array
   gyro_bias_random_walk: jax.Array
@@ -74,11 +79,14 @@ class EkfParams(NamedTuple):
   accel_gate_mps2: jax.Array
   accel_reject_mps2: jax.Array
   gravity_mps2: jax.Array
+  accel_inflation_gain: jax.Array
+  lever_arm_m: jax.Array
 
 
 def ekf_params(gyro_noise_density=1e-3, gyro_bias_random_walk=1e-5,
                accel_noise_std_mps2=0.05, accel_gate_mps2=0.5, accel_reject_mps2=3.0,
-               gravity_mps2=9.81, dtype=None) -> EkfParams:
+               gravity_mps2=9.81, accel_inflation_gain=1.0, lever_arm_m=0.0,
+               dtype=None) -> EkfParams:
   """Builds `EkfParams`, broadcasting per-axis values to `(3,)`.
 
   Args:
@@ -88,6 +96,8 @@ def ekf_params(gyro_noise_density=1e-3, gyro_bias_random_walk=1e-5,
     accel_gate_mps2: soft gate, m/s², scalar.
     accel_reject_mps2: hard gate, m/s², scalar (`jnp.inf` disables rejection).
     gravity_mps2: m/s², scalar.
+    accel_inflation_gain: c of the inflated variance, scalar.
+    lever_arm_m: IMU position relative to the reference point, IMU frame, m, `(3,)`.
     dtype: array dtype; default is JAX's default float (float32 unless x64 is on).
 
   Returns:
@@ -98,7 +108,7 @@ def ekf_params(gyro_noise_density=1e-3, gyro_bias_random_walk=1e-5,
   s = lambda v: jnp.asarray(v, dtype)
   return EkfParams(v3(gyro_noise_density), v3(gyro_bias_random_walk),
                    v3(accel_noise_std_mps2), s(accel_gate_mps2), s(accel_reject_mps2),
-                   s(gravity_mps2))
+                   s(gravity_mps2), s(accel_inflation_gain), v3(lever_arm_m))
 
 
 class Estimator(NamedTuple):
@@ -140,7 +150,7 @@ def _diag_cov(att_std_rad, bias_std_radps, dtype):
 def _accel_noise(params, accel):
   """Measurement covariance `(3, 3)` after gating, and whether to update at all."""
   e = jnp.abs(jnp.linalg.norm(accel) - params.gravity_mps2)
-  excess = jnp.maximum(e - params.accel_gate_mps2, 0.0)
+  excess = params.accel_inflation_gain * jnp.maximum(e - params.accel_gate_mps2, 0.0)
   r = jnp.diag(params.accel_noise_std_mps2 ** 2 + excess ** 2)
   return r, e <= params.accel_reject_mps2
 
@@ -158,6 +168,50 @@ def _process_noise(params, dt, rate_map):
   q_ab = -rate_map @ jnp.diag(k2 * dt ** 2 / 2.0)
   q_bb = jnp.diag(k2 * dt)
   return jnp.block([[q_aa, q_ab], [q_ab.T, q_bb]])
+
+
+def lever_arm_accel(omega, alpha, lever_arm):
+  """Specific force of the rotation at an IMU offset by `r` from a reference point.
+
+  On a rigid body `a_imu = a_ref + α × r + ω × (ω × r)` (tangential and centripetal terms);
+  the accelerometer adds `−g`, so the measured specific force is the reference point's
+  plus these two terms.
+
+  Args:
+    omega: `(3,)` angular velocity, rad/s, IMU frame.
+    alpha: `(3,)` angular acceleration, rad/s², IMU frame.
+    lever_arm: `(3,)` IMU position relative to the reference point, m, IMU frame.
+
+  Returns:
+    `(3,)` m/s², IMU frame.
+  """
+  return jnp.cross(alpha, lever_arm) + jnp.cross(omega, jnp.cross(omega, lever_arm))
+
+
+def compensated_accel(params, state, gyro, accel, dt):
+  """The accelerometer sample with the lever-arm terms of the rotation removed.
+
+  `a − α̂ × r − ω̂ × (ω̂ × r)` with the bias-corrected rate `ω̂ = gyro − b_g` and the angular
+  acceleration `α̂ = (gyro − gyro_prev)/dt` (backward difference of consecutive samples; the
+  bias cancels). Without a previous sample or with `dt = 0`, `α̂ = 0`. With a zero lever arm
+  this returns `accel` exactly.
+
+  Args:
+    params: `EkfParams` (uses `lever_arm_m`).
+    state: the filter state before this sample (`gyro_bias`, `gyro_prev`, `gyro_prev_valid`).
+    gyro: `(3,)` rad/s; accel: `(3,)` m/s²; dt: seconds since the previous sample.
+
+  Returns:
+    `(3,)` m/s².
+  """
+  ok = state.gyro_prev_valid & (dt > 0)
+  alpha = jnp.where(ok, (gyro - state.gyro_prev) / jnp.where(ok, dt, 1.0), 0.0)
+  return accel - lever_arm_accel(gyro - state.gyro_bias, alpha, params.lever_arm_m)
+
+
+def accel_accepted(params, accel):
+  """Whether the hard gate lets the (compensated) sample `accel` update the filter, `()`."""
+  return _accel_noise(params, accel)[1]
 
 
 def _kalman_update(cov, h_jac, innovation, r):
@@ -213,10 +267,14 @@ class QuatEkfState(NamedTuple):
     q: `(4,)` unit quaternion body → world, `[w, x, y, z]`.
     gyro_bias: `(3,)` gyro bias estimate, rad/s.
     cov: `(6, 6)` covariance of `[δθ (rad, world frame), δb (rad/s)]`.
+    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
+    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
   """
   q: jax.Array
   gyro_bias: jax.Array
   cov: jax.Array
+  gyro_prev: jax.Array
+  gyro_prev_valid: jax.Array
 
 
 def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
@@ -237,7 +295,8 @@ def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
   dtype = params.gravity_mps2.dtype
   q0 = quat.normalize(jnp.asarray(q0, dtype))
   b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
-  return QuatEkfState(q0, b0, _diag_cov(att_std_rad, bias_std_radps, dtype))
+  return QuatEkfState(q0, b0, _diag_cov(att_std_rad, bias_std_radps, dtype),
+                      jnp.zeros(3, dtype), jnp.bool_(False))
 
 
 def quat_measurement(params: EkfParams, q):
@@ -276,7 +335,7 @@ def quat_ekf_predict(params: EkfParams, state: QuatEkfState, gyro, dt) -> QuatEk
     dt: step in seconds.
 
   Returns:
-    Predicted `QuatEkfState`.
+    Predicted `QuatEkfState` (remembering `gyro` for the next angular acceleration).
   """
   omega = gyro - state.gyro_bias
   dq = jnp.concatenate([jnp.ones((1,), omega.dtype), 0.5 * dt * omega])
@@ -285,7 +344,8 @@ def quat_ekf_predict(params: EkfParams, state: QuatEkfState, gyro, dt) -> QuatEk
   rot = quat.to_matrix(state.q)
   phi = jnp.block([[eye, -dt * rot], [jnp.zeros((3, 3), omega.dtype), eye]])
   cov = phi @ state.cov @ phi.T + _process_noise(params, dt, rot)
-  return QuatEkfState(q, state.gyro_bias, 0.5 * (cov + cov.T))
+  return state._replace(q=q, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
+                        gyro_prev_valid=jnp.bool_(True))
 
 
 def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfState:
@@ -307,14 +367,15 @@ def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfSta
   h, h_jac = quat_measurement(params, state.q)
   dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
   dq = jnp.concatenate([jnp.ones((1,), dx.dtype), 0.5 * dx[:3]])
-  new = QuatEkfState(quat.normalize(quat.multiply(dq, state.q)), state.gyro_bias + dx[3:],
-                     cov)
+  new = state._replace(q=quat.normalize(quat.multiply(dq, state.q)),
+                       gyro_bias=state.gyro_bias + dx[3:], cov=cov)
   return _tree_where(accept, new, state)
 
 
 def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
                   new_data) -> QuatEkfState:
-  """One IMU sample: predict with `gyro` over `dt`, then update with `accel`.
+  """One IMU sample: predict with `gyro` over `dt`, then update with `accel` (lever-arm
+  compensated, `compensated_accel`).
 
   Args:
     params: `EkfParams`.
@@ -327,7 +388,8 @@ def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
   Returns:
     `QuatEkfState`.
   """
-  new = quat_ekf_update(params, quat_ekf_predict(params, state, gyro, dt), accel)
+  a_c = compensated_accel(params, state, gyro, accel, dt)
+  new = quat_ekf_update(params, quat_ekf_predict(params, state, gyro, dt), a_c)
   return _tree_where(new_data, new, state)
 
 
@@ -351,10 +413,14 @@ class RpyEkfState(NamedTuple):
     rpy: `(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].
     gyro_bias: `(3,)` gyro bias estimate, rad/s.
     cov: `(6, 6)` covariance of `[roll, pitch, yaw, b_x, b_y, b_z]`.
+    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
+    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
   """
   rpy: jax.Array
   gyro_bias: jax.Array
   cov: jax.Array
+  gyro_prev: jax.Array
+  gyro_prev_valid: jax.Array
 
 
 def euler_rate_matrix(rpy):
@@ -455,7 +521,8 @@ def rpy_ekf_init(params: EkfParams, rpy0, att_std_rad, bias_std_radps,
   dtype = params.gravity_mps2.dtype
   b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
   return RpyEkfState(jnp.asarray(rpy0, dtype), b0,
-                     _diag_cov(att_std_rad, bias_std_radps, dtype))
+                     _diag_cov(att_std_rad, bias_std_radps, dtype), jnp.zeros(3, dtype),
+                     jnp.bool_(False))
 
 
 def rpy_ekf_predict(params: EkfParams, state: RpyEkfState, gyro, dt) -> RpyEkfState:
@@ -480,7 +547,8 @@ def rpy_ekf_predict(params: EkfParams, state: RpyEkfState, gyro, dt) -> RpyEkfSt
   f = jnp.block([[eye + dt * _euler_rate_jacobian(state.rpy, omega), -dt * e],
                  [jnp.zeros((3, 3), omega.dtype), eye]])
   cov = f @ state.cov @ f.T + _process_noise(params, dt, e)
-  return RpyEkfState(rpy, state.gyro_bias, 0.5 * (cov + cov.T))
+  return state._replace(rpy=rpy, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
+                        gyro_prev_valid=jnp.bool_(True))
 
 
 def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
@@ -497,7 +565,8 @@ def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
   r, accept = _accel_noise(params, accel)
   h, h_jac = rpy_measurement(params, state.rpy)
   dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
-  new = RpyEkfState(_wrap_rpy(state.rpy + dx[:3]), state.gyro_bias + dx[3:], cov)
+  new = state._replace(rpy=_wrap_rpy(state.rpy + dx[:3]), gyro_bias=state.gyro_bias + dx[3:],
+                       cov=cov)
   return _tree_where(accept, new, state)
 
 
@@ -516,7 +585,8 @@ def rpy_ekf_step(params: EkfParams, state: RpyEkfState, gyro, accel, dt,
   Returns:
     `RpyEkfState`.
   """
-  new = rpy_ekf_update(params, rpy_ekf_predict(params, state, gyro, dt), accel)
+  a_c = compensated_accel(params, state, gyro, accel, dt)
+  new = rpy_ekf_update(params, rpy_ekf_predict(params, state, gyro, dt), a_c)
   return _tree_where(new_data, new, state)
 
 

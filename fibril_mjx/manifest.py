@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import pathlib
@@ -120,9 +121,32 @@ class FieldValue:
   """A resolved config field and the layer it came from."""
   value: Any
   layer: str   # 'default' | 'device' | 'empirical' | 'transport' | 'config' | 'overlay' | 'assembly'
+  #              | 'override' (`load(..., overrides=)`, the last layer)
   source: str          # profile id, manifest or overlay file
   file: str
   path: str
+
+
+# Installed-unit calibration that an empirical profile must never hold (SPEC §3.2): a fixed
+# bias, a scale (factor) or a mounting correction (misalignment), as a field name ending in one
+# of these words (`angular_velocity_bias`, or `bias` inside a nested group). Stochastic terms
+# (`..._bias_turn_on_stddev`, `yaw_rate_bias_stddev_rad_s`) end otherwise and are allowed.
+CALIBRATION_WORDS = ('bias', 'scale', 'misalignment', 'mounting')
+
+
+def check_empirical_fields(pid: str, fields: dict, file: pathlib.Path, prefix: str = '') -> None:
+  """Raises ConfigError when empirical profile `pid` holds fixed bias, scale or mounting."""
+  for key, value in fields.items():
+    path = f'{prefix}{key}'
+    if isinstance(value, dict):
+      check_empirical_fields(pid, value, file, f'{path}.')
+    elif str(key).split('_')[-1] in CALIBRATION_WORDS:
+      raise ConfigError(str(file), f'fields.{path}',
+                        f'empirical profile {pid!r} holds {path!r}, a fixed bias, scale or '
+                        'mounting correction: empirical profiles hold zero-mean stochastic '
+                        'residuals only; installed-unit calibration belongs to the consuming '
+                        'project (a parameter_overlays entry or the instance config), '
+                        'SPEC §3.2', value)
 
 
 class Catalog:
@@ -137,6 +161,8 @@ class Catalog:
         if m.id in self.profiles:
           raise FibrilError(f'{file}: id = {m.id!r}: profile id already defined in '
                             f'{self.profiles[m.id].file}')
+        if m.kind == 'empirical':
+          check_empirical_fields(m.id, m.fields, file)
         self.profiles[m.id] = Profile(m.id, m.kind, tuple(m.component_types), m.provenance,
                                       m.fields, file)
 
@@ -238,13 +264,19 @@ class Manifest:
   packages: dict[str, pathlib.Path]
   catalog: Catalog
   sha256: str
+  # `load(..., overrides=)`: `{'components': [...], 'mjcf': [...]}` entries as in an overlay
+  # file, applied after the overlays (validated where overlays are, `assemblies.apply_overlays`)
+  overrides: Any = None
 
   def __hash__(self):
     return hash(self.sha256)
 
 
-def read_manifest(path: str | pathlib.Path) -> Manifest:
-  """Reads and validates a manifest file (top level only; components validate in `build`)."""
+def read_manifest(path: str | pathlib.Path, overrides: Any = None) -> Manifest:
+  """Reads and validates a manifest file (top level only; components validate in `build`).
+
+  `overrides` (optional) is kept on the manifest and applied as the last layer (SPEC §8).
+  """
   path = pathlib.Path(path)
   if not path.is_file():
     raise FibrilError(f'{path}: manifest not found')
@@ -273,4 +305,4 @@ def read_manifest(path: str | pathlib.Path) -> Manifest:
     if cid in ids[:i]:
       raise ConfigError(str(path), f'components[{i}].id', 'component ids must be unique', cid)
   digest = hashlib.sha256(path.read_bytes()).hexdigest()
-  return Manifest(path, m, model_path, packages, catalog, digest)
+  return Manifest(path, m, model_path, packages, catalog, digest, copy.deepcopy(overrides))

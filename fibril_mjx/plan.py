@@ -23,17 +23,18 @@ def render(sim) -> str:
          f'model {man.model_path}',
          f'  dt {sim.dt:g} s; nq {m.nq}, nv {m.nv}, nu {m.nu} controls, {m.nsensor} sensors',
          ]
-  if sim.script.ctrl_index:
+  if sim.actuator_script.ctrl_index:
     out.append('actuator_script (open-loop ctrl):')
     for i, s in enumerate(man.model.actuator_script):
-      out.append(f'  {s.actuator} (ctrl[{sim.script.ctrl_index[i]}]): {s.waveform} amplitude '
+      out.append(f'  {s.actuator} (ctrl[{sim.actuator_script.ctrl_index[i]}]): {s.waveform} amplitude '
                  f'{s.amplitude:g}, {s.frequency_hz:g} Hz, phase {s.phase_rad:g} rad, offset '
                  f'{s.offset:g}')
   if sim.assemblies:
     out.append('assemblies (gear written into the bound channels before compile):')
     out.extend(f'  {a.describe()}' for a in sim.assemblies.values())
   if sim.overlays:
-    out.append('parameter_overlays (applied in order after assemblies / profiles):')
+    out.append('parameter_overlays (applied in order after assemblies / profiles; '
+               "'override' = load(overrides=), the last layer):")
     for ov in sim.overlays:
       out.append(f'  {ov.id} ({ov.file})' + (f'; provenance {_fmt_prov(ov.provenance)}'
                                              if ov.provenance else ''))
@@ -63,6 +64,8 @@ def render(sim) -> str:
         src = f'config ({fv.path})'
       elif fv.layer == 'overlay':
         src = f'overlay {fv.source} ({fv.file}: {fv.path})'
+      elif fv.layer == 'override':
+        src = f'override ({fv.file}: {fv.path})'
       elif fv.layer == 'assembly':
         src = f'assembly {fv.source} ({fv.path})'
       else:

@@ -27,8 +27,8 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from fibril_mjx import __version__, report
-from fibril_mjx.components import MODULES
+from fibril_mjx import __version__, analysis
+from fibril_mjx.analysis import common
 from fibril_mjx.errors import FibrilError
 
 
@@ -85,16 +85,14 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       pieces.append(outs)
       bar.update((hi - lo) * seg)
     trace = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1)[:, :n_ticks + 1], *pieces)
-    flat = report.flatten(trace)
+    flat = common.flatten(trace)
     for cid, c in sim.components.items():
-      metric_fn = getattr(MODULES[c.type], 'host_metrics', None)
-      if metric_fn is None:
-        continue
-      m = metric_fn(report.group(flat, 'sensor', cid), report.group(flat, 'truth', cid))
-      for k, v in m.items():
-        metrics[cid].setdefault(k, []).append(np.asarray(v))
-      status_fn = getattr(c, 'status', None)
-      for k, v in (status_fn(state.components[cid]) if status_fn else {}).items():
+      metric_fn = analysis.for_type(c.type).metrics
+      if metric_fn is not None:
+        m = metric_fn(common.group(flat, 'sensor', cid), common.group(flat, 'truth', cid))
+        for k, v in m.items():
+          metrics[cid].setdefault(k, []).append(np.asarray(v))
+      for k, v in c.status(state.components[cid]).items():
         status[cid].setdefault(k, []).append(np.asarray(v))
     if lo < trace_worlds:
       for k, v in flat.items():
@@ -122,7 +120,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     comp = {'type': c.type, 'sample_type': c.sample_type, 'metrics': {}, 'status': {}}
     lines.append(f'{cid} ({c.type}) — across {worlds} worlds: mean / p50 / p95 / max')
     for k, v in metrics[cid].items():
-      d = report.describe(v)
+      d = common.describe(v)
       comp['metrics'][k] = d
       lines.append(f'  {k:<34} {d["mean"]:.4g} / {d["p50"]:.4g} / {d["p95"]:.4g} / '
                    f'{d["max"]:.4g}')
@@ -161,10 +159,10 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       arrays = {k: np.concatenate(v) for k, v in kept.items()}
       np.savez(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds), **arrays)
       for cid, c in sim.components.items():
-        plot_fn = getattr(MODULES[c.type], 'plot', None)
+        plot_fn = analysis.for_type(c.type).plot
         if plot_fn is not None:
-          plot_fn(tmp / f'{cid}.png', cid, time_s, report.group(arrays, 'sensor', cid),
-                  report.group(arrays, 'truth', cid), 0, metrics[cid],
+          plot_fn(tmp / f'{cid}.png', cid, time_s, common.group(arrays, 'sensor', cid),
+                  common.group(arrays, 'truth', cid), 0, metrics[cid],
                   f'{pathlib.Path(manifest_path).name} — {cid} ({c.type}), seed {seed}')
     if out.exists():
       shutil.rmtree(out)

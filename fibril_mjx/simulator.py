@@ -1,30 +1,30 @@
-"""The simulator (SPEC §8): host-side build, then pure reset / step / rollout over worlds.
+"""The simulator (SPEC §8): pure single-world reset / step over a `build.Built`, then the
+batch edge — `vmap` over worlds, `lax.scan` over ticks.
 
-Single-world code is vmapped over worlds at the edge; ticks run in `lax.scan`. The tick
-counter and the schedules are shared by all worlds (they depend on static config only), so
-an acquisition instant is a real branch under `vmap`, not a select.
+The tick counter and the schedules are shared by all worlds (they depend on static config
+only), so an acquisition instant is a real branch under `vmap`, not a select. Components are
+driven by their declared roles (`components/protocol.py`): actuators before physics,
+sensors and estimators after it, in manifest order.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 
-from fibril_mjx import assemblies as asm
-from fibril_mjx import build as bld
-from fibril_mjx import command_script as cscript
+from fibril_mjx import build
+from fibril_mjx import command_script
 from fibril_mjx import dcmotor
 from fibril_mjx import rng
-from fibril_mjx import schedule as sch
+from fibril_mjx import schedule
 from fibril_mjx._mjx import mjx
-from fibril_mjx.components import REGISTRY
-from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.manifest import ComponentConfig, Manifest, read_manifest
+from fibril_mjx.build import DCMOTOR_PARAMS
+from fibril_mjx.components import protocol
+from fibril_mjx.errors import FibrilError
+from fibril_mjx.manifest import read_manifest
 
 CHUNK_WORLDS = 1024
 
@@ -48,125 +48,38 @@ class SimState(NamedTuple):
   components: dict
 
 
-# Schedules evaluated before physics at tick k (actuator application); every other schedule
-# is evaluated after physics at tick k + 1 (acquisition, feedback).
-PRE_PHYSICS = ('application',)
-DCMOTOR_PARAMS = 'mjcf.dcmotor'
-
-
-@dataclasses.dataclass(frozen=True)
-class Script:
-  """Static open-loop ctrl drive of test-rig actuators (manifest `actuator_script`)."""
-  ctrl_index: tuple[int, ...]
-  square: tuple[bool, ...]
-  amplitude: tuple[float, ...]
-  frequency_hz: tuple[float, ...]
-  phase_rad: tuple[float, ...]
-  offset: tuple[float, ...]
-
-  def ctrl(self, ctrl0, t):
-    """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
-    if not self.ctrl_index:
-      return ctrl0
-    idx = np.asarray(self.ctrl_index)
-    s = jnp.sin(2 * jnp.pi * np.asarray(self.frequency_hz) * t + np.asarray(self.phase_rad))
-    s = jnp.where(np.asarray(self.square), jnp.sign(s), s)
-    vals = np.asarray(self.offset) + np.asarray(self.amplitude) * s
-    # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
-    # batched ctrl cost a quarter of a small model's step on the CPU).
-    dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[idx].set(vals.astype(ctrl0.dtype))
-    mask = np.zeros(ctrl0.shape, bool)
-    mask[idx] = True
-    return jnp.where(mask, dense, ctrl0)
-
-
 class Simulation:
-  """A built manifest: the MJX model, the components, and jitted reset / step / rollout.
+  """A built manifest with jitted reset / step / run / rollout.
 
   Attributes:
-    manifest: the parsed manifest.
-    mj_model: the compiled MuJoCo model.
-    mx: the MJX model.
-    dt: physics timestep (s).
-    components: component id → built component (static).
+    built: the static `build.Built` (hashable).
+    manifest, mj_model, mx, dt, components, dcmotor, assemblies, overlays, command_script,
+    actuator_script: shortcuts into `built`.
   """
 
-  def __init__(self, manifest: Manifest):
-    self.manifest = manifest
-    file = str(manifest.path)
-    spec = bld.load_spec(manifest.model_path, manifest.packages)
-    # Robot geometry and calibration are materialized into the spec before compile (SPEC §3.3,
-    # §3.4): assembly gears first, then overlays in manifest order.
-    self.assemblies = asm.apply_assemblies(manifest, spec)
-    self.overlays, overlay_fields = asm.apply_overlays(manifest, spec)
-    self.mj_model = bld.compile_spec(spec, manifest.model_path)
-    bld.reject_mjx_ignored(self.mj_model, manifest.model_path)
-    self.dt = float(self.mj_model.opt.timestep)
-    self.components = {}
-    for i, entry in enumerate(manifest.model.components):
-      path = f'components[{i}]'
-      if entry.type not in REGISTRY:
-        raise ConfigError(file, f'{path}.type', 'unknown component type'
-                          + did_you_mean(entry.type, REGISTRY) +
-                          f'; known types: {", ".join(sorted(REGISTRY))}', entry.type)
-      if entry.id == DCMOTOR_PARAMS:
-        raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
-      ctx = bld.BuildContext(self.mj_model, self.dt, file, f'{path}.config',
-                             assembly=self.assemblies.get(entry.id),
-                             built=dict(self.components),
-                             entries=tuple((e.id, e.type) for e in manifest.model.components))
-      raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
-      self.components[entry.id] = REGISTRY[entry.type](entry.id, raw, ctx, manifest.catalog)
-    self.script = self._build_script(file)
-    self._check_one_driver_per_actuator(file)
-    self.command_script = cscript.build(manifest, self.components, self.dt)
-    # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.dcmotor).
-    self.physics_model, self.dcmotor = dcmotor.prepare(self.mj_model, spec)
-    try:
-      self.mx = mjx.put_model(self.physics_model)
-    except NotImplementedError as e:
-      raise ConfigError(str(manifest.model_path), 'model',
-                        f'MJX cannot step this model: {e}') from None
-    d = mujoco.MjData(self.physics_model)
-    mujoco.mj_forward(self.physics_model, d)
-    self._data0 = mjx.put_data(self.physics_model, d)
-    self._ctrl0 = jnp.zeros(self.mj_model.nu, jnp.float32)
+  def __init__(self, built: build.Built):
+    self.built = built
+    self.manifest = built.manifest
+    self.mj_model = built.mj_model
+    self.physics_model = built.physics_model
+    self.mx = built.mx
+    self.dt = built.dt
+    self.components = built.components
+    self.dcmotor = built.dcmotor
+    self.assemblies = built.assemblies
+    self.overlays = built.overlays
+    self.command_script = built.command_script
+    self.actuator_script = built.actuator_script
+    self._data0 = built.data0
+    self._ctrl0 = jnp.zeros(built.mj_model.nu, jnp.float32)
+    self._sensing = tuple((cid, c) for cid, c in self.components.items()
+                          if protocol.SENSOR in c.roles or protocol.ESTIMATOR in c.roles)
+    self._actuators = tuple((cid, c) for cid, c in self.components.items()
+                            if protocol.ACTUATOR in c.roles)
     self._jit_reset = jax.jit(self._reset_batch)
     self._jit_step = jax.jit(self._step_batch)
     self._jit_run = jax.jit(self._run_batch,
                             static_argnames=('n_ticks', 'record', 'controller', 'observe_truth'))
-
-  def _check_one_driver_per_actuator(self, file) -> None:
-    """Each MuJoCo actuator is written by one component (or the actuator_script), never two."""
-    owner = {}
-    for i, s in enumerate(self.manifest.model.actuator_script):
-      owner[s.actuator] = f'actuator_script[{i}]'
-    for i, (cid, c) in enumerate(self.components.items()):
-      for b in getattr(c, 'bindings', ()):
-        if b.name in owner:
-          raise ConfigError(file, f'components[{i}].config.{b.field}',
-                            f'actuator already driven by {owner[b.name]}; one driver per '
-                            'actuator', b.name)
-        owner[b.name] = f'component {cid!r}'
-
-  def _build_script(self, file) -> Script:
-    m = self.mj_model
-    cols = ([], [], [], [], [], [])
-    for i, s in enumerate(self.manifest.model.actuator_script):
-      aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, s.actuator)
-      if aid < 0:
-        names = [m.actuator(j).name for j in range(m.nactuator)]
-        raise ConfigError(file, f'actuator_script[{i}].actuator',
-                          'no MuJoCo actuator of that name' + did_you_mean(s.actuator, names),
-                          s.actuator)
-      if m.actuator_ctrlnum[aid] != 1:
-        raise ConfigError(file, f'actuator_script[{i}].actuator',
-                          f'the actuator owns {m.actuator_ctrlnum[aid]} controls; scripts drive '
-                          'single-control actuators', s.actuator)
-      for col, v in zip(cols, (int(m.actuator_ctrladr[aid]), s.waveform == 'square',
-                               s.amplitude, s.frequency_hz, s.phase_rad, s.offset)):
-        col.append(v)
-    return Script(*(tuple(c) for c in cols))
 
   # ---------------------------------------------------------------- params
 
@@ -183,28 +96,54 @@ class Simulation:
       return p
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
 
+  def check_params(self, params: dict) -> None:
+    """Refuses a per-world value for a term that is compiled out of the graph.
+
+    A term whose manifest value is the default is absent from the traced graph (unless named
+    in `vary`), so a value passed for it would be ignored silently; this raises instead,
+    naming the component, the field and how to enable it. Traced params (inside `jax.grad`)
+    cannot be inspected: load with `vary=` before differentiating wrt such a field.
+    """
+    for cid, c in self.components.items():
+      fields = c.compiled_out()
+      if not fields or cid not in params:
+        continue
+      default = None
+      for field in fields:
+        given = c.get_param(params[cid], field)
+        if isinstance(given, jax.core.Tracer):
+          continue
+        if default is None:
+          default = c.default_params()
+        nominal = np.asarray(c.get_param(default, field))
+        if np.any(np.asarray(given) != nominal):
+          raise FibrilError(
+              f'component {cid!r} ({c.type}) field {field!r}: per-world values differ from '
+              f'the manifest value {nominal.tolist()}, but the term is compiled out (the '
+              "manifest leaves it at its default); load with "
+              f"vary={{'{cid}': ['{field}']}} (a campaign's vary: does this), or set a "
+              'non-default value in the manifest')
+
   def null_commands(self) -> dict:
     """`{actuator component id: command}` meaning "nothing issued this tick" (one world).
 
     A component missing from the commands passed to `step` / `run` / `rollout` (or returned by
     a controller) gets its manifest `command_script` command if it has one, else this.
     """
-    return {cid: c.null_command() for cid, c in self.components.items()
-            if hasattr(c, 'null_command')}
+    return {cid: c.null_command() for cid, c in self._actuators}
 
   # ---------------------------------------------------------------- single world
 
   def _clocks0(self):
-    clocks = {cid: {name: sch.init(s) for name, s in c.schedules.items()}
+    clocks = {cid: {name: schedule.init(s) for name, s in c.schedules.items()}
               for cid, c in self.components.items()}
-    clocks[cscript.KEY] = {k: sch.init(s) for k, s in self.command_script.schedules.items()}
+    clocks[command_script.KEY] = {k: schedule.init(s) for k, s in self.command_script.schedules.items()}
     return clocks
 
   def _sense(self, params, comps, data, tick, dues):
     comps, env = dict(comps), {}
-    for cid, c in self.components.items():
-      if hasattr(c, 'sense'):
-        comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
+    for cid, c in self._sensing:
+      comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
       env[cid] = c.output(comps[cid])
     return comps
 
@@ -215,19 +154,17 @@ class Simulation:
     if self.dcmotor is not None:
       dc = dcmotor.init(self.dcmotor, params[DCMOTOR_PARAMS], mx, data)
     ctrl = self._ctrl0
-    for cid, c in self.components.items():
-      if hasattr(c, 'reset_ctrl'):   # what an actuator holds before its first application
-        comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
+    for cid, c in self._actuators:   # what an actuator holds before its first application
+      comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
     return data, ctrl, dc, self._sense(params, comps, data, tick, dues)
 
   def _world_step(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
     """Tick `tick` → `tick + 1` of one world (SPEC §4 order)."""
-    ctrl = self.script.ctrl(ctrl, tick.astype(jnp.float32) * self.dt)
+    ctrl = self.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * self.dt)
     comps = dict(comps)
-    for cid, c in self.components.items():
-      if hasattr(c, 'actuate'):
-        comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
-                                     pre[cid])
+    for cid, c in self._actuators:
+      comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
+                                   pre[cid])
     if self.dcmotor is None:
       data = mjx.step(mx, data.replace(ctrl=ctrl))
     else:
@@ -247,8 +184,8 @@ class Simulation:
     for cid, c in self.components.items():
       dues[cid], new[cid] = {}, dict(clocks[cid])
       for name, s in c.schedules.items():
-        if (name in PRE_PHYSICS) == pre_physics:
-          due, n, new[cid][name] = sch.advance(s, clocks[cid][name], tick)
+        if (name in protocol.PRE_PHYSICS) == pre_physics:
+          due, n, new[cid][name] = schedule.advance(s, clocks[cid][name], tick)
           dues[cid][name] = (due, n)
     return dues, new
 
@@ -272,11 +209,11 @@ class Simulation:
     return out
 
   def _advance_script(self, clocks, tick):
-    dues, new = {}, dict(clocks[cscript.KEY])
+    dues, new = {}, dict(clocks[command_script.KEY])
     for k, s in self.command_script.schedules.items():
-      due, n, new[k] = sch.advance(s, clocks[cscript.KEY][k], tick)
+      due, n, new[k] = schedule.advance(s, clocks[command_script.KEY][k], tick)
       dues[k] = (due, n)
-    return dues, {**clocks, cscript.KEY: new}
+    return dues, {**clocks, command_script.KEY: new}
 
   def _step_batch(self, mx, params, state: SimState, commands=None):
     mx = self.mx if mx is None else mx
@@ -327,6 +264,7 @@ class Simulation:
         compiled model is embedded as constants, which XLA can fold (measured about 7 %
         faster on the CPU for the demo turntable).
     """
+    self.check_params(params)
     return self._jit_reset(model, params, world_keys)
 
   def outputs(self, state: SimState) -> dict:
@@ -419,9 +357,18 @@ class Simulation:
     return (finals[0] if len(finals) == 1 else None), trace
 
 
-def load(manifest_path) -> Simulation:
-  """Builds a `Simulation` from a manifest file (host side: parse, compile, bind, plan)."""
-  return Simulation(read_manifest(manifest_path))
+def load(manifest_path, overrides=None, *, vary: dict | None = None) -> Simulation:
+  """Builds a `Simulation` from a manifest file (host side: parse, compile, bind, plan).
+
+  Args:
+    overrides (SPEC §8): `{'components': [{component, field, value}], 'mjcf': [{element,
+      name, attribute, value}]}` as in an overlay file, applied as the last layer (`override`).
+    vary: `{component id: [manifest field, ...]}` — per-world Params fields whose terms are
+      compiled in even when the manifest leaves them at the default, so that per-world
+      values (randomization, gradients) take effect. A per-world value given for a term that
+      is compiled out is an error (`Simulation.reset`).
+  """
+  return Simulation(build.build(read_manifest(manifest_path, overrides=overrides), vary=vary))
 
 
 world_keys = rng.world_keys

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny rig model and manifest writers (keeps MJX compiles short)."""
 
 import pathlib
+from typing import Any, NamedTuple
 import textwrap
 
 import pytest
@@ -63,3 +64,9 @@ def ahrs_entry(cid='ahrs', sensors=SENSORS, **config):
 @pytest.fixture(scope='session')
 def rig_dir(tmp_path_factory):
   return tmp_path_factory.mktemp('rig')
+
+
+class SensorData(NamedTuple):
+  """Stands in for `mjx.Data` where a sensor's `acquire` is driven with synthetic
+  `sensordata` (no physics)."""
+  sensordata: Any

@@ -473,3 +473,201 @@ def test_world_alone_equals_world_in_batch_with_jitter_and_loss(vel_sim):
                              controller=hold_at_one, controller_init=jnp.int32(0))
   for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(batch)):
     np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[2])
+
+
+# ---------------------------------------------- law between packets; motor hold, slew, timeout
+
+
+HOLD_XML = """<mujoco model="hold_rig">
+  <compiler angle="radian"/>
+  <option timestep="0.002" integrator="implicitfast"/>
+  <include file="package://fibril_sim_models/mujoco/actuator_presets.xml"/>
+  <default><geom contype="0" conaffinity="0"/><joint damping="0.05"/></default>
+  <worldbody>
+    <body name="b_h"><joint name="j_h" type="hinge" axis="0 1 0" ref="0.4"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5"/></body>
+    <body name="b_t" pos="1 0 0"><joint name="j_t" type="hinge" axis="0 0 1"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5"/></body>
+    <body name="b_o" pos="2 0 0"><joint name="j_o" type="hinge" axis="0 0 1"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5"/></body>
+    <body name="b_mm" pos="3 0 0"><joint name="j_mm" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.02" mass="1"/></body>
+  </worldbody>
+  <actuator>
+    <position name="p_h" joint="j_h" kp="30" kv="2"/>
+    <position name="p_t" joint="j_t" kp="30" kv="2"/>
+    <position name="p_o" joint="j_o" kp="30" kv="2" forcerange="-2 3"/>
+    <position name="mm_p" class="fibril_sim_hw_robstride_operation_position" joint="j_mm"/>
+    <velocity name="mm_v" class="fibril_sim_hw_robstride_operation_velocity" joint="j_mm"/>
+    <motor name="mm_f" class="fibril_sim_hw_robstride_operation_feedforward" joint="j_mm"/>
+  </actuator>
+</mujoco>"""
+
+T2 = 150
+HOLD_SAFE = 0.1                        # safe command of the hold motor (never applied)
+TRAJ = dict(command_velocity_limit=3.0, application_period_s=0.004)
+TO = dict(timeout_s=0.02, safe_command=0.3, logical_units_per_joint_unit=-2.0)
+TO_LAST = 49                           # last issued position command of `to`
+MM2 = dict(application_period_s=0.01, command_latency_s=0.002)   # packets every 5 ticks
+KICK = 37                              # between the packets latched at ticks 35 and 40
+KICK_DQ, KICK_DQD = 0.05, -3.0
+
+
+@pytest.fixture(scope='module')
+def hold_sim(tmp_path_factory):
+  comps = [motor('hold', 'p_h', hold_when_uncommanded=True, safe_command=HOLD_SAFE),
+           motor('traj', 'p_t', **TRAJ), motor('to', 'p_o', **TO),
+           {'id': 'mm', 'type': 'fibril_sim/motion_motor',
+            'config': {'joint': 'j_mm', 'position_actuator': 'mm_p',
+                       'velocity_actuator': 'mm_v', 'feedforward_actuator': 'mm_f',
+                       'profiles': {'device': 'robstride_rs00'},
+                       **MM2}},
+           ]
+  return fibril_mjx.load(write(tmp_path_factory.mktemp('hold'), comps, xml=HOLD_XML))
+
+
+def _hold_commands():
+  """Per tick: the motors' (kind, value) and the motion command fields (one world)."""
+  rng = np.random.default_rng(7)
+  hold = [('none', 0.0)] * T2
+  hold[80] = ('position', 0.1)
+  traj = [('none', 0.0)] * T2
+  traj[0], traj[110] = ('trajectory', 0.5), ('trajectory', -0.2)
+  to = [('position', float(v)) for v in rng.uniform(-0.4, 0.4, TO_LAST + 1)]
+  to += [('none', 0.0)] * (T2 - len(to))
+  mm = {'position': rng.uniform(-0.3, 0.3, T2), 'velocity': rng.uniform(-1, 1, T2),
+        'kp': rng.uniform(5, 40, T2), 'kd': rng.uniform(0.2, 1.0, T2),
+        'effort_ff': rng.uniform(-0.5, 0.5, T2)}
+  return hold, traj, to, {k: v.astype(np.float32).astype(np.float64) for k, v in mm.items()}
+
+
+@pytest.fixture(scope='module')
+def hold_run(hold_sim):
+  """Steps tick by tick so that the motion motor's joint can be kicked between packets."""
+  sim = hold_sim
+  hold, traj, to, mm = _hold_commands()
+  keys = fibril_mjx.world_keys(0, W)
+  p = sim.default_params(W)
+  st = sim.reset(p, keys)
+  b = sim.components['mm'].channels[0]
+  rows = {'q': [], 'qd': []}
+  outs = [sim.outputs(st)]
+  for k in range(T2):
+    if k == KICK:
+      d = st.data
+      st = st._replace(data=d.replace(qpos=d.qpos.at[:, b.qposadr].add(KICK_DQ),
+                                      qvel=d.qvel.at[:, b.dofadr].add(KICK_DQD)))
+    rows['q'].append(np.asarray(st.data.qpos[0, b.qposadr], np.float64))
+    rows['qd'].append(np.asarray(st.data.qvel[0, b.dofadr], np.float64))
+    full = lambda x: jnp.full((W,), x)  # noqa: E731
+    cmds = {cid: mo.command(*seq[k]) for cid, seq in (('hold', hold), ('traj', traj),
+                                                      ('to', to))}
+    cmds = jax.tree.map(full, cmds)
+    cmds['mm'] = mmo.command(*(full(mm[f][k]) for f in ('position', 'velocity', 'kp', 'kd',
+                                                          'effort_ff')))
+    st, out = sim.step(p, st, cmds)
+    outs.append(out)
+  tr = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs], axis=1), *outs)
+  return {k: np.array(v) for k, v in rows.items()}, tr, st
+
+
+def test_motion_motor_law_holds_every_tick_between_packets(hold_sim, hold_run):
+  """Packets every 5 ticks (1 tick latency), the joint kicked (q and q̇) at a tick between two
+  packets: the restoring torque at every tick is kp(p* − q) + kd(v* − q̇) + ff of the latest
+  latched packet and the CURRENT state — not the unit channels' own stiffness (gear² · 1) and
+  damping around setpoints held from the packet instant, as before issue 13."""
+  rows, tr, _ = hold_run
+  comp = hold_sim.components['mm']
+  _, _, _, mm = _hold_commands()
+  q, qd = rows['q'], rows['qd']
+  g = comp.gear
+  ref, old = np.empty(T2), np.empty(T2)
+  latched, at = None, None
+  for k in range(T2):
+    if k % 5 == 0:                       # application instant: command issued at k - 1
+      latched, at = (None, None) if k == 0 else ({f: mm[f][k - 1] for f in mm}, k)
+    if latched is None:
+      ref[k] = old[k] = 0.0
+      continue
+    c = latched
+    ref[k] = c['kp'] * (c['position'] - q[k]) + c['kd'] * (c['velocity'] - qd[k]) + c['effort_ff']
+    # the pre-issue behaviour: law at the packet instant, then unit channels (gear² · 1)
+    law_at = (c['kp'] * (c['position'] - q[at]) + c['kd'] * (c['velocity'] - qd[at])
+              + c['effort_ff'])
+    old[k] = law_at + g * g * (q[at] - q[k]) + g * g * (qd[at] - qd[k])
+  applied = tr['truth']['mm']['applied_effort'][0, 1:]
+  np.testing.assert_allclose(applied, ref, atol=2e-4, rtol=1e-5)
+  np.testing.assert_allclose(tr['truth']['mm']['commanded_effort'][0, 1:], ref, atol=2e-4,
+                             rtol=1e-5)
+  # the kick changes the restoring torque by about −kp·Δq − kd·Δq̇, which the held unit
+  # setpoints would not: the test can tell the two apart
+  kick = slice(KICK, KICK + 3)
+  assert np.max(np.abs(old[kick] - ref[kick])) > 0.5
+  # the plan states both cadences
+  text = '\n'.join(comp.describe())
+  assert ('cadence: packets latched at application instants (period 0.01 s = 5 ticks' in text)
+  assert ('law kp(p*-q) + kd(v*-qd) + ff evaluated every physics tick (dt 0.002 s)' in text)
+
+
+def test_hold_when_uncommanded_holds_the_first_instant_position(hold_run):
+  """Uncommanded with hold_when_uncommanded: the setpoint is the joint position captured at the
+  first application instant (joint ref 0.4 and sagging under gravity), not `safe_command`; the
+  first released command (issued at tick 80) ends the hold."""
+  rows, tr, _ = hold_run
+  t = tr['truth']['hold']
+  q0 = t['joint_position'][0, 0]
+  assert abs(q0 - 0.4) < 1e-6
+  np.testing.assert_allclose(t['setpoint'][:, 1:81], q0, atol=1e-6)
+  assert abs(q0 - HOLD_SAFE) > 0.2
+  np.testing.assert_allclose(t['setpoint'][:, 82:], 0.1, atol=1e-6)
+  # the servo holds there against gravity (MJCF kp 30): only a small steady sag
+  assert np.max(np.abs(t['joint_position'][0, 1:81] - q0)) < 0.05
+
+
+def test_trajectory_without_acceleration_limit_is_velocity_limited(hold_run):
+  """`trajectory` with command_velocity_limit and no trajectory_acceleration_limit: the setpoint
+  moves towards the target by at most V·Δ per application instant (2 ticks) and stops on it;
+  retargeting mid-move reverses at once (no acceleration limit)."""
+  rows, tr, _ = hold_run
+  hold, traj, to, mm = _hold_commands()
+  vmax, dt_app = TRAJ['command_velocity_limit'], TRAJ['application_period_s']
+  sp, target = 0.0, None
+  ref = np.empty(T2)
+  for k in range(T2):
+    if traj[k][0] == 'trajectory':       # latency 0: released the tick it is issued
+      target = traj[k][1]
+    if k % 2 == 0 and target is not None:
+      sp += np.clip(target - sp, -vmax * dt_app, vmax * dt_app)
+    ref[k] = sp
+  np.testing.assert_allclose(tr['truth']['traj']['setpoint'][0, 1:], ref, atol=1e-5)
+  steps = np.diff(ref[::2])
+  assert np.isclose(np.max(np.abs(steps)), vmax * dt_app)      # saturated: velocity-limited
+  assert np.isclose(ref[109], 0.5) and ref[110] < ref[109]      # reached, then reversed at once
+
+
+def test_timeout_on_position_input_applies_the_safe_position(hold_sim, hold_run):
+  """Position commands every tick until tick 49, then none: more than timeout_s (10 ticks)
+  after the latest release the safe command (logical 0.3, joint 0.3 / s) is the setpoint; the
+  stale flag and the timeout instant count match; normalized_output is actuator force over the
+  asymmetric forcerange [-2, 3], signed like applied_effort (s = -2)."""
+  rows, tr, final = hold_run
+  _, _, to, _ = _hold_commands()
+  s = TO['logical_units_per_joint_unit']
+  t = tr['truth']['to']
+  stale = np.array([k - TO_LAST > 10 for k in range(T2)])
+  held = np.array([to[min(k, TO_LAST)][1] for k in range(T2)])
+  ref = np.where(stale, TO['safe_command'], held)
+  np.testing.assert_array_equal(t['timed_out'][0, 1:], stale)
+  np.testing.assert_allclose(t['setpoint'][0, 1:], ref, atol=1e-6)
+  np.testing.assert_allclose(t['joint_position'][0, -1], TO['safe_command'] / s, atol=0.02)
+  comp = hold_sim.components['to']
+  st = comp.status(jax.tree.map(lambda x: x[0], final.components['to']))
+  assert int(st['timeout_instants']) == stale.sum()
+  fb = tr['sensor']['to'].sample
+  force = fb.applied_effort[0] * s / comp.binding.gear             # actuator force
+  want = np.where(force >= 0, force / 3.0, force / 2.0) * np.sign(s)
+  np.testing.assert_allclose(fb.normalized_output[0], want, atol=1e-6)
+  assert np.isclose(np.max(np.abs(fb.normalized_output[0])), 1.0)   # the clamp shows as ±1
+  assert np.all(np.isnan(tr['sensor']['traj'].sample.normalized_output))   # no forcerange
+  assert 'normalized_output = actuator_force / forcerange [-2, 3] (MJCF)' in \
+      '\n'.join(comp.describe())

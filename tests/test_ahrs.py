@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from conftest import RIG_XML, SENSORS
+from conftest import RIG_XML, SENSORS, SensorData
 from finite_diff import central_differences
 from fibril_mjx import paths
 from fibril_mjx.build import BuildContext
@@ -60,7 +60,7 @@ def synthetic(n, seed=0, yaw_amp=1.0):
 def _go(c, params, sd, world_key):
   def body(s, xs):
     sdn, n = xs
-    s, sample = c.acquire(params, s, sdn, n * STEP, n)
+    s, sample = c.acquire(params, s, SensorData(sdn), n * STEP, n)
     return s, sample
   s = c.init(params, world_key)
   return jax.lax.scan(body, s, (sd, jnp.arange(sd.shape[0], dtype=jnp.int32)))[1]
@@ -299,8 +299,8 @@ def test_ar1_noise_std_and_autocorrelation(ctx):
   np.testing.assert_allclose(std, sigma, atol=tol_std)
   for k in (1, 2, 5):
     r = np.array([np.corrcoef(e[:-k, i], e[k:, i])[0, 1] for i in range(3)])
-    # Bartlett: var(r_k) ≈ (1/n)·[(1+ρ²)(1+ρ^{2k})/(1−ρ²) − 2kρ^{2k}]
-    var = ((1 + rho ** 2) * (1 + rho ** (2 * k)) / (1 - rho ** 2) - 2 * k * rho ** (2 * k)) / n
+    # Bartlett: var(r_k) ≈ (1/n)·[(1+ρ²)(1−ρ^{2k})/(1−ρ²) − 2kρ^{2k}]
+    var = ((1 + rho ** 2) * (1 - rho ** (2 * k)) / (1 - rho ** 2) - 2 * k * rho ** (2 * k)) / n
     np.testing.assert_allclose(r, rho ** k, atol=5 * math.sqrt(var))
   # stationary from the first sample: the first samples across worlds have std σ
   keys = jax.vmap(lambda w: jax.random.fold_in(jax.random.PRNGKey(0), w))(jnp.arange(400))
@@ -345,15 +345,15 @@ def test_gradient_matches_finite_differences(ctx, field, value):
   w = jnp.asarray(np.random.default_rng(1).normal(size=(60, 3)), jnp.float32)
 
   def loss(v):
-    p = p0._replace(**{field: v})
+    p = c.set_param(p0, field, v)
     def body(s, xs):
       sdn, n = xs
-      s, smp = c.acquire(p, s, sdn, n * STEP, n)
+      s, smp = c.acquire(p, s, SensorData(sdn), n * STEP, n)
       return s, (smp.angular_velocity, smp.linear_acceleration, smp.orientation)
     _, (wv, a, q) = jax.lax.scan(body, c.init(p, WK), (sd, jnp.arange(60, dtype=jnp.int32)))
     return jnp.sum(wv * w) + jnp.sum(a * w) + jnp.sum(q[:, 1:] * w)
 
-  v0 = getattr(p0, field)
+  v0 = c.get_param(p0, field)
   g = np.asarray(jax.grad(loss)(v0), np.float64)
   fd = central_differences(loss, v0)
   assert np.all(np.abs(np.atleast_1d(g)) > 1e-3), 'gradient must not vanish'

@@ -19,10 +19,12 @@ import pytest
 import yaml
 
 import imu_rig
-from conftest import RIG_XML
+from conftest import RIG_XML, SensorData
 from test_validation import GE0, GT0, NO_VALUE, assert_reported, load_error, write
 from fibril_mjx import estimators as est
-from fibril_mjx import paths, quat, report
+from fibril_mjx import paths, quat
+from fibril_mjx.analysis import attitude_ekf as ekf_analysis
+from fibril_mjx.analysis import common
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import attitude_ekf, imu
@@ -125,7 +127,7 @@ def _go(c_imu, c_ekf, p_imu, p_ekf, sd, q_true, wk):
     si, se = carry
     sdn, qt, n = xs
     tick = n * STEP
-    si, smp = c_imu.acquire(p_imu, si, sdn, tick, n)
+    si, smp = c_imu.acquire(p_imu, si, SensorData(sdn), tick, n)
     d = tp.Delivered(smp, jnp.bool_(True), n, tick, tick, jnp.bool_(True))
     se = c_ekf.update(p_ekf, se, d, tick, qt)
     return (si, se), se.held
@@ -148,11 +150,11 @@ def run(c_imu, c_ekf, sd, q_true, wk=WK, p_imu=None, p_ekf=None):
 
 
 def att_err_deg(q_est, q_true):
-  return np.degrees(attitude_ekf.attitude_error_rad(q_est, q_true))
+  return np.degrees(ekf_analysis.attitude_error_rad(q_est, q_true))
 
 
 def tilt_err_deg(q_est, q_true):
-  return np.degrees(attitude_ekf.tilt_error_rad(q_est, q_true))
+  return np.degrees(ekf_analysis.tilt_error_rad(q_est, q_true))
 
 
 def tilt_sigma_deg(cov, estimator):
@@ -303,7 +305,7 @@ def test_gradient_of_final_attitude_error_wrt_accel_noise(ctx, which):
     if which == 'ekf_accel_noise_stddev':
       p_ekf = p_ekf._replace(accel_noise_stddev_m_s2=v)
     else:
-      p_imu = p_imu._replace(linear_acceleration_noise_density=v)
+      p_imu = c_imu.set_param(p_imu, "linear_acceleration_noise_density", v)
     _, held = _go(c_imu, c_ekf, p_imu, p_ekf, sd, qt, WK)
     q = held.sample.orientation[-1]
     r = quat.multiply(quat.conjugate(qt[-1]), q)
@@ -337,9 +339,9 @@ def rig():
 
 
 def _metrics(trace, cid):
-  flat = report.flatten(trace)
-  return attitude_ekf.host_metrics(report.group(flat, 'sensor', cid),
-                                   report.group(flat, 'truth', cid))
+  flat = common.flatten(trace)
+  return ekf_analysis.host_metrics(common.group(flat, 'sensor', cid),
+                                   common.group(flat, 'truth', cid))
 
 
 def test_rollout_exposes_estimate_truth_and_error(rig):
@@ -387,10 +389,10 @@ def test_world_alone_equals_world_in_batch(rig):
 
 
 def test_plot_writes_truth_vs_estimate_and_distribution(rig, tmp_path):
-  flat = report.flatten(rig)
+  flat = common.flatten(rig)
   for cid in ('ekf_q', 'ekf_rpy'):
-    sensor, truth = report.group(flat, 'sensor', cid), report.group(flat, 'truth', cid)
-    attitude_ekf.plot(tmp_path / f'{cid}.png', cid, np.arange(imu_rig.TICKS + 1) * imu_rig.DT,
+    sensor, truth = common.group(flat, 'sensor', cid), common.group(flat, 'truth', cid)
+    ekf_analysis.plot(tmp_path / f'{cid}.png', cid, np.arange(imu_rig.TICKS + 1) * imu_rig.DT,
                       sensor, truth, 0, _metrics(rig, cid), 'test')
     assert (tmp_path / f'{cid}.png').stat().st_size > 10000
 
@@ -527,3 +529,31 @@ def test_example_manifest_builds():
   assert [c.type for c in sim.components.values()] == [
       'fibril_sim/imu', 'fibril_mjx/attitude_ekf', 'fibril_mjx/attitude_ekf']
   assert {c.cfg.estimator for c in list(sim.components.values())[1:]} == {'quaternion', 'rpy'}
+
+
+def test_example_tilt_rms_beats_the_best_peer_filter():
+  """`manifests/imu_ekf.yaml`, 4 worlds × 3 s, seed 0: the quaternion EKF's tilt error (vs the
+  true site attitude at each update's sample tick, after the first second; RMS per world, mean
+  over worlds) stays below 0.60°, the best outside filter of `bench/ekf_vs_peers.py` on the full
+  example (the `ahrs` package's EKF, 0.60°; Fusion 0.88°). This short run gives 0.47° (the
+  RPY EKF 0.49°, the `ahrs` EKF 0.61°); before the lever-arm compensation and retuning the
+  example's EKFs reached 0.97° / 1.07° on the full run."""
+  import pathlib
+
+  import fibril_mjx
+  sim = fibril_mjx.load(str(pathlib.Path(__file__).resolve().parents[1] / 'manifests'
+                            / 'imu_ekf.yaml'))
+  worlds = 4
+  _, trace = sim.rollout(sim.default_params(n_worlds=worlds),
+                         fibril_mjx.world_keys(seed=0, n_worlds=worlds),
+                         n_ticks=int(round(3.0 / sim.dt)))
+  for cid, bound in (('ekf_quat', 0.60), ('ekf_rpy', 0.60)):
+    out, q_true = trace['sensor'][cid], np.asarray(trace['truth'][cid]['orientation'])
+    new, st = np.asarray(out.new_data, bool), np.asarray(out.sample_tick)
+    q_est = np.asarray(out.sample.orientation)
+    rms = []
+    for w in range(worlds):
+      keep = new[w] & (st[w] * sim.dt >= 1.0)
+      err = tilt_err_deg(q_est[w][keep], q_true[w][st[w][keep]])
+      rms.append(np.sqrt(np.mean(err ** 2)))
+    assert np.mean(rms) < bound, (cid, rms)

@@ -518,14 +518,118 @@ def test_gradient_wrt_accel_noise_matches_finite_differences(make):
     np.testing.assert_allclose(grad, fd, rtol=1e-5)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _run_cov(estimator, p, state0, gyro, accel):
+  """Scan `estimator.step`; returns the covariance after every sample `(n, 6, 6)`."""
+  def body(state, x):
+    state = estimator.step(p, state, x[0], x[1], DT, jnp.bool_(True))
+    return state, state.cov
+  return jax.lax.scan(body, state0, (gyro, accel))[1]
+
+
 def test_covariance_stays_symmetric_positive_definite():
-  n = 2000
+  """Positive definite after EVERY sample of a long float32 run (200 s at 100 Hz), not only
+  at the end. (The former `cov == cov.T` check could not fail: the update symmetrizes its
+  result; positive definiteness is what an unstable update form loses.)"""
+  n = 20000
   p = params()
   gyro, accel, _, r0 = imu_samples(n, np.array([0.4, 0.7, 0.8]), 0.0, 9)
   for make, x0 in [(est.quat_ekf, f32(np_matrix_to_quat(r0))),
                    (est.rpy_ekf, f32(np_matrix_to_rpy(r0)))]:
     e = make()
-    final, _ = run_jit(e, p, e.init(p, x0, 0.5, 0.05), f32(gyro), f32(accel))
-    cov = np.asarray(final.cov, np.float64)
-    np.testing.assert_array_equal(cov, cov.T)
-    assert np.linalg.eigvalsh(cov).min() > 0
+    covs = np.asarray(_run_cov(e, p, e.init(p, x0, 0.5, 0.05), f32(gyro), f32(accel)),
+                      np.float64)
+    eig = np.linalg.eigvalsh(0.5 * (covs + np.swapaxes(covs, 1, 2)))
+    assert eig.min() > 0, f'{make.__name__}: min eigenvalue {eig.min():.3e}'
+    assert np.isfinite(covs).all()
+
+
+def test_joseph_update_keeps_a_tiny_posterior_variance_positive():
+  """A badly conditioned update in float32: prior σ = 100 on the measured states (strongly
+  correlated with the others), measurement variance 1e-6. The optimal posterior variance is
+  σ²R/(σ²+R) ≈ R = 1e-6, but K·H·P cancels P to float32 precision (1e4 · 6e-8 ≈ 6e-4), so the
+  simple form `(I − KH) P` returns exactly 0 (a singular, not positive definite covariance),
+  while the Joseph form `(I − KH) P (I − KH)ᵀ + K R Kᵀ` keeps `K R Kᵀ ≈ R`. Checked against a
+  float64 reference."""
+  sig = np.array([1e2, 1e2, 1e2, 1e-1, 1e-1, 1e-1])
+  corr = np.eye(6)
+  for i in range(3):
+    corr[i, i + 3] = corr[i + 3, i] = 0.9
+  cov = sig[:, None] * corr * sig[None, :]
+  h = np.hstack([np.eye(3), np.zeros((3, 3))])
+  r = 1e-6 * np.eye(3)
+  _, got = jax.jit(est._kalman_update)(f32(cov), f32(h), f32(np.zeros(3)), f32(r))
+  got = np.asarray(got, np.float64)
+  k = cov @ h.T @ np.linalg.inv(h @ cov @ h.T + r)
+  ref = (np.eye(6) - k @ h) @ cov
+  assert np.linalg.eigvalsh(got).min() > 0
+  np.testing.assert_allclose(np.diag(got)[:3], np.diag(ref)[:3], rtol=1e-3)
+  np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-9)
+
+
+# ------------------------------------------------ lever arm, smooth inflation
+
+
+def _np_skew(v):
+  return np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]], np.float64)
+
+
+def test_lever_arm_compensation_matches_numpy():
+  """`a − α̂×r − ω̂×(ω̂×r)` with `ω̂ = gyro − b`, `α̂ = (gyro − gyro_prev)/dt` against float64
+  NumPy (skew matrices); no previous sample → α̂ = 0; a zero lever arm returns `accel` itself."""
+  rng = np.random.default_rng(21)
+  for _ in range(5):
+    gyro, gyro_prev, b = rng.normal(0, 3, 3), rng.normal(0, 3, 3), rng.normal(0, 0.05, 3)
+    accel, r, dt = rng.normal(0, 20, 3), rng.normal(0, 0.1, 3), 0.002
+    with jax.enable_x64(True):
+      p = params(lever_arm_m=r, dtype=jnp.float64)
+      s = est.quat_ekf_init(p, jnp.array([1.0, 0, 0, 0]), 0.1, 0.01, b)
+      s_prev = s._replace(gyro_prev=jnp.asarray(gyro_prev), gyro_prev_valid=jnp.bool_(True))
+      got = np.asarray(est.compensated_accel(p, s_prev, gyro, accel, dt))
+      got_first = np.asarray(est.compensated_accel(p, s, gyro, accel, dt))
+      got_zero = np.asarray(est.compensated_accel(p._replace(lever_arm_m=jnp.zeros(3)), s_prev,
+                                                  gyro, accel, dt))
+    w = gyro - b
+    alpha = (gyro - gyro_prev) / dt
+    np.testing.assert_allclose(got, accel - _np_skew(alpha) @ r - _np_skew(w) @ _np_skew(w) @ r,
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_first, accel - _np_skew(w) @ _np_skew(w) @ r, rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_array_equal(got_zero, accel)
+
+
+def test_lever_arm_removes_rotation_terms_of_a_spinning_offset_imu():
+  """An IMU 0.1 m off a vertical spin axis (ω = 6 rad/s, spinning up at 20 rad/s²) reads
+  `Rᵀg + α×r + ω×(ω×r)` (a 3.6 g centripetal term): the compensated filter keeps the tilt, the
+  uncompensated one is pulled off by the centripetal acceleration."""
+  n, r = 300, np.array([0.1, 0.0, 0.0])
+  t = np.arange(1, n + 1) * DT
+  rate = 6.0 + 20.0 * t
+  omega = np.stack([0 * t, 0 * t, rate], -1)
+  alpha = np.array([0.0, 0.0, 20.0])
+  accel = np.stack([G * np.array([0, 0, 1.0]) + np.cross(alpha, r) + np.cross(w, np.cross(w, r))
+                    for w in omega])
+  out = {}
+  for name, arm in (('compensated', r), ('plain', np.zeros(3))):
+    p = params(accel_noise_std_mps2=0.5, accel_gate_mps2=np.inf, accel_reject_mps2=np.inf,
+               lever_arm_m=arm)
+    s0 = est.quat_ekf_init(p, f32([1.0, 0, 0, 0]), 0.01, 1e-4)
+    s0 = s0._replace(gyro_prev=f32([0.0, 0.0, 6.0]), gyro_prev_valid=jnp.bool_(True))  # t = 0
+    _, (q, _) = run_jit(est.quat_ekf(), p, s0, f32(omega), f32(accel))
+    out[name] = tilt_error_deg(np.asarray(q), np.eye(3)[None]).max()
+  assert out['compensated'] < 0.05, out
+  assert out['plain'] > 5.0, out
+
+
+def test_accel_inflation_gain_matches_numpy():
+  """R = diag(σ² + c²·max(|‖a‖ − g| − gate, 0)²) (C¹ at the gate)."""
+  sigma = np.array([0.1, 0.2, 0.3])
+  for c, gate, a in [(1.0, 0.5, [0.3, 2.0, 10.5]), (5.0, 0.0, [0.1, 0.0, 9.7]),
+                     (2.0, 0.3, [0.0, 0.0, 9.9])]:
+    p = params(accel_noise_std_mps2=sigma, accel_gate_mps2=gate, accel_inflation_gain=c,
+               accel_reject_mps2=np.inf)
+    r, ok = est._accel_noise(p, f32(a))
+    e = abs(np.linalg.norm(np.asarray(a, np.float64)) - G)
+    np.testing.assert_allclose(np.asarray(r), np.diag(sigma ** 2 + (c * max(e - gate, 0)) ** 2),
+                               rtol=1e-5)
+    assert bool(ok)

@@ -210,3 +210,108 @@ def test_fit_first_order_bandwidth_recovers_cutoff(f_c):
   if f_c <= 5.0:  # far below Nyquist the continuous model agrees with the discrete filter
     print('continuous model:', stats.fit_first_order_bandwidth(u, y, rate, model='continuous'))
     assert abs(stats.fit_first_order_bandwidth(u, y, rate, model='continuous') / f_c - 1) < 0.05
+
+
+# ------------------------------------------------- Allan model, N/B/K extraction (issue 12)
+
+
+def _avar_reference(m, acov):
+  """AVAR of a stationary sequence from its autocovariance `acov(lag)` (float64, direct).
+
+  The difference of adjacent m-averages is Σ h_i x_i with h = (−1/m)·1_m ⧺ (1/m)·1_m, so
+  AVAR = ½ Σ_j a_h(j) R(j) with a_h the autocorrelation of h.
+  """
+  h = np.concatenate([-np.ones(m), np.ones(m)]) / m
+  a = np.correlate(h, h, 'full')
+  lags = np.arange(-(2 * m - 1), 2 * m)
+  return 0.5 * float(np.sum(a * acov(np.abs(lags))))
+
+
+@pytest.mark.parametrize('phi', [0.0, 0.5, 0.97, 0.9995])
+def test_allan_variance_model_matches_direct_sum(phi):
+  sigma, sw = 0.3, 0.1
+  m = np.array([1, 2, 3, 7, 40, 333])
+  model = stats.allan_variance_model(m, RATE_HZ, white_sigma=sw, ar1=[(sigma, phi)])
+  ref = [_avar_reference(int(mi), lambda j: sigma ** 2 * phi ** j + sw ** 2 * (j == 0))
+         for mi in m]
+  # Closed form vs direct sum; the closed form cancels terms of size σ²/(1−φ)² (float64).
+  np.testing.assert_allclose(model, ref, rtol=1e-7)
+
+
+def test_allan_variance_model_random_walk_matches_simulation():
+  k = 2e-3
+  m = np.array([10, 100, 1000])
+  x = np.cumsum(k * np.sqrt(1 / RATE_HZ) * _rng(11).standard_normal((64, 20000)), axis=1)
+  taus, adev, rel = stats.allan_deviation_pooled(x, RATE_HZ, m)
+  model = np.sqrt(stats.allan_variance_model(m, RATE_HZ, random_walk=k))
+  assert np.all(np.abs(adev / model - 1) < 4 * rel)
+
+
+def _nbk_tolerance(res, taus, rel):
+  return 4.0 * res['rel_sigma']
+
+
+def test_nbk_white_noise_recovers_n():
+  n_density = 0.02
+  x = n_density * np.sqrt(RATE_HZ) * _rng(12).standard_normal((8, 2 ** 15))
+  taus, adev, rel = stats.allan_deviation_pooled(x, RATE_HZ)
+  res = stats.allan_nbk(taus, adev, rel)
+  tol = _nbk_tolerance(res['N'], taus, rel)
+  print(f"white: N {res['N']['value']:.5g} vs {n_density} (±{tol:.3f} rel)")
+  assert abs(res['N']['value'] / n_density - 1) < tol
+  assert res['K']['value'] is None and res['B']['value'] is None
+  assert np.nanmedian(res['slopes']) == pytest.approx(-0.5, abs=0.05)
+
+
+def test_nbk_random_walk_recovers_k():
+  k = 5e-3
+  x = np.cumsum(k * np.sqrt(1 / RATE_HZ) * _rng(13).standard_normal((16, 2 ** 14)), axis=1)
+  taus, adev, rel = stats.allan_deviation_pooled(x, RATE_HZ)
+  sel = taus >= 0.1
+  res = stats.allan_nbk(taus[sel], adev[sel], rel[sel])
+  tol = _nbk_tolerance(res['K'], taus, rel)
+  print(f"random walk: K {res['K']['value']:.5g} vs {k} (±{tol:.3f} rel)")
+  assert abs(res['K']['value'] / k - 1) < tol
+  assert res['N']['value'] is None
+
+
+def test_nbk_gauss_markov_floor_matches_closed_form():
+  """White + first-order Gauss–Markov: a flat floor near 1.89 τ_c at ≈ 0.62 σ."""
+  sigma, tau_c, sw = 0.01, 2.0, 0.005
+  phi = np.exp(-1 / (RATE_HZ * tau_c))
+  r, n = 32, 2 ** 14
+  g = _rng(14)
+  x = np.empty((r, n))
+  b = sigma * g.standard_normal(r)
+  z = g.standard_normal((r, n))
+  for i in range(n):
+    b = phi * b + sigma * np.sqrt(1 - phi ** 2) * z[:, i]
+    x[:, i] = b
+  x += sw * g.standard_normal((r, n))
+  taus, adev, rel = stats.allan_deviation_pooled(x, RATE_HZ)
+  model = np.sqrt(stats.allan_variance_model(np.round(taus * RATE_HZ), RATE_HZ, white_sigma=sw,
+                                             ar1=[(sigma, phi)]))
+  assert np.all(np.abs(adev / model - 1) < 4 * rel)
+  res, ref = stats.allan_nbk(taus, adev, rel), stats.allan_nbk(taus, model)
+  tol = _nbk_tolerance(res['B'], taus, rel)
+  print(f"GM floor: B {res['B']['value']:.5g} vs closed form {ref['B']['value']:.5g} "
+        f"(±{tol:.3f} rel), at τ {res['B']['taus']}")
+  assert abs(res['B']['value'] / ref['B']['value'] - 1) < tol
+  # The floor of a first-order Gauss–Markov process: peak ≈ 0.62σ near τ ≈ 1.9 τ_c.
+  peak = np.sqrt(stats.allan_variance_model(np.arange(1, 4000), RATE_HZ, ar1=[(sigma, phi)]))
+  assert peak.max() / sigma == pytest.approx(0.62, abs=0.01)
+  assert np.argmax(peak) / RATE_HZ / tau_c == pytest.approx(1.89, abs=0.1)
+
+
+def test_ar1_fit_recovers_sigma_and_rho():
+  sigma, rho = 0.2, 0.8
+  r, n = 16, 20000
+  g = _rng(15)
+  x = np.empty((r, n))
+  x[:, 0] = sigma * g.standard_normal(r)
+  z = g.standard_normal((r, n))
+  for i in range(1, n):
+    x[:, i] = rho * x[:, i - 1] + sigma * np.sqrt(1 - rho ** 2) * z[:, i]
+  s, p, s_rel, p_se = stats.ar1_fit(x)
+  assert abs(s / sigma - 1) < 4 * s_rel
+  assert abs(p - rho) < 4 * p_se + 1.0 / n  # + the O(1/n) bias of the lag-1 estimator

@@ -20,7 +20,7 @@ import pytest
 
 import fibril_mjx
 from fibril_mjx import build as bld
-from fibril_mjx.components import REGISTRY
+from fibril_mjx.components import TYPES
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -396,7 +396,7 @@ TOP_CASES = {
         'fibril_manifest: 1\nmodel: tiny.xml\ncomponents: [{id: a, type: fibril_sim/ahrz}]\n',
         'components[0].type', "'fibril_sim/ahrz'",
         "unknown component type (did you mean 'fibril_sim/ahrs'?); known types: "
-        + ', '.join(sorted(REGISTRY))),
+        + ', '.join(sorted(TYPES))),
     'actuator_script_missing_actuator': (
         'fibril_manifest: 1\nmodel: tiny.xml\nactuator_script: [{actuator: spn}]\n',
         'actuator_script[0].actuator', "'spn'",

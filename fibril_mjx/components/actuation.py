@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx import transport as tp
+from fibril_mjx.components import base, protocol
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.schedule import Schedule, ticks_fraction
 
@@ -394,10 +395,11 @@ def build_timing(cfg, ctx, origin):
   return application, feedback, fb_transport, link
 
 
-class FeedbackOutput:
+class FeedbackOutput(base.ComponentBase):
   """Mixin of motor-type components: the delivered feedback is the output, and the status
   counts command loss / overflow / rejections, timeout instants and feedback overflow (state
   fields `fb_held`, `fb_queue`, `link`, `timeout_count`)."""
+  roles = frozenset({protocol.ACTUATOR, protocol.SENSOR})
 
   def output(self, s) -> tp.Delivered:
     return s.fb_held

@@ -19,7 +19,7 @@ from fibril_mjx import quat, rng
 from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
-from fibril_mjx.components import base
+from fibril_mjx.components import base, inertial
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.schedule import Schedule
 from fibril_mjx.validation import Strict
@@ -27,7 +27,6 @@ from fibril_mjx.validation import Strict
 TYPE = 'fibril_sim/ahrs'
 SAMPLE_TYPE = 'fibril_sim/ahrs_sample/v1'
 
-RATE_CHANNELS = ('angular_velocity', 'linear_acceleration')
 SOURCES = ('orientation_noise', 'angular_velocity_noise', 'linear_acceleration_noise',
            'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
 
@@ -73,27 +72,45 @@ class AhrsConfigModel(Strict):
     return v
 
 
+# Manifest field of each channel field of the rate outputs (inertial chain).
+RATE_FIELDS = {
+    'angular_velocity': {'bandwidth_hz': 'angular_velocity_bandwidth_hz',
+                         'scale': 'angular_velocity_scale', 'bias': 'angular_velocity_bias',
+                         'noise_stddev': 'angular_velocity_noise_stddev',
+                         'noise_correlation': 'angular_velocity_noise_correlation',
+                         'limit': 'angular_velocity_limit_rad_s',
+                         'resolution': 'angular_velocity_resolution'},
+    'linear_acceleration': {'bandwidth_hz': 'linear_acceleration_bandwidth_hz',
+                            'scale': 'linear_acceleration_scale',
+                            'bias': 'linear_acceleration_bias',
+                            'noise_stddev': 'linear_acceleration_noise_stddev',
+                            'noise_correlation': 'linear_acceleration_noise_correlation',
+                            'limit': 'linear_acceleration_limit_m_s2',
+                            'resolution': 'linear_acceleration_resolution'},
+}
+ORIENTATION_FIELDS = {'bandwidth_hz': 'orientation_bandwidth_hz',
+                      'noise_stddev_rad': 'orientation_noise_stddev_rad',
+                      'noise_correlation': 'orientation_noise_correlation',
+                      'resolution_rad': 'orientation_resolution_rad'}
+
+
+class OrientationParams(NamedTuple):
+  """Orientation output: bandwidth (Hz), AR(1) residual std (rad) and correlation `(3,)`
+  (roll/pitch/yaw), roll/pitch/yaw resolution (rad)."""
+  bandwidth_hz: jax.Array
+  noise_stddev_rad: jax.Array
+  noise_correlation: jax.Array
+  resolution_rad: jax.Array
+
+
 class Params(NamedTuple):
-  """Per-world, differentiable parameters (vectors `(3,)`, the rest scalars)."""
-  orientation_bandwidth_hz: jax.Array
-  angular_velocity_bandwidth_hz: jax.Array
-  linear_acceleration_bandwidth_hz: jax.Array
-  angular_velocity_scale: jax.Array
-  linear_acceleration_scale: jax.Array
-  angular_velocity_bias: jax.Array
-  linear_acceleration_bias: jax.Array
-  orientation_noise_stddev_rad: jax.Array
-  angular_velocity_noise_stddev: jax.Array
-  linear_acceleration_noise_stddev: jax.Array
-  orientation_noise_correlation: jax.Array
-  angular_velocity_noise_correlation: jax.Array
-  linear_acceleration_noise_correlation: jax.Array
+  """Per-world, differentiable parameters, e.g. `params.angular_velocity.bias` for the
+  manifest field `angular_velocity_bias`, `params.orientation.bandwidth_hz` for
+  `orientation_bandwidth_hz` (`param_path` maps the names)."""
+  orientation: OrientationParams
+  angular_velocity: inertial.ChannelParams
+  linear_acceleration: inertial.ChannelParams
   yaw_rate_bias_stddev_rad_s: jax.Array
-  orientation_resolution_rad: jax.Array
-  angular_velocity_limit_rad_s: jax.Array
-  linear_acceleration_limit_m_s2: jax.Array
-  angular_velocity_resolution: jax.Array
-  linear_acceleration_resolution: jax.Array
 
 
 class Sample(NamedTuple):
@@ -103,7 +120,8 @@ class Sample(NamedTuple):
     orientation: `(4,)` device orientation `[w, x, y, z]`, `w >= 0`.
     angular_velocity: `(3,)` rad/s, device (site) axes.
     linear_acceleration: `(3,)` m/s², specific force, device axes.
-    orientation_variance: `(3,)` rad², roll/pitch/yaw (σ² + q²/12).
+    orientation_variance: `(3,)` rad², roll/pitch/yaw: σ² + q²/12, plus on yaw the variance
+      `(σ_b·t)²` of the drift `b_ψ·t` accumulated since the first sample.
     angular_velocity_variance, linear_acceleration_variance: `(3,)` (σ² + q²/12).
     angular_velocity_saturated, linear_acceleration_saturated: `(3,)` bool, this sample.
     angular_velocity_clip_count, linear_acceleration_clip_count: `(3,)` int32, cumulative.
@@ -127,65 +145,94 @@ class State(NamedTuple):
     streams: named stream keys, `{source: (2,) uint32}`.
     yaw_rate_bias: per-episode b_ψ (rad/s).
     yaw0: reference yaw of `yaw_reference: initial` (rad).
-    orientation_filter: `(4,)`; rate filters `(3,)` each.
-    orientation_noise, angular_velocity_noise, linear_acceleration_noise: AR(1) states.
-    angular_velocity_clip_count, linear_acceleration_clip_count: `(3,)` int32.
+    orientation_filter: `(4,)`; orientation_noise: AR(1) roll/pitch/yaw residual `(3,)`.
+    angular_velocity, linear_acceleration: `inertial.ChannelState`.
     queue, held: delivery queue and the delivered output.
   """
   streams: dict
   yaw_rate_bias: jax.Array
   yaw0: jax.Array
   orientation_filter: jax.Array
-  angular_velocity_filter: jax.Array
-  linear_acceleration_filter: jax.Array
   orientation_noise: jax.Array
-  angular_velocity_noise: jax.Array
-  linear_acceleration_noise: jax.Array
-  angular_velocity_clip_count: jax.Array
-  linear_acceleration_clip_count: jax.Array
+  angular_velocity: inertial.ChannelState
+  linear_acceleration: inertial.ChannelState
   queue: tp.QueueState
   held: tp.Delivered
 
 
 @dataclasses.dataclass(frozen=True)
-class Ahrs(base.Sensing):
-  """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State."""
+class Ahrs(base.SensorBase):
+  """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State.
+
+  Attributes:
+    channels: the rate outputs as `inertial.Channel`s (angular velocity, linear acceleration).
+    first_tick: tick of the first acquisition (origin of the yaw drift).
+  """
   id: str
   cfg: AhrsConfigModel
   schedule: Schedule
   transport: tp.Transport
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
+  channels: tuple[inertial.Channel, inertial.Channel]
   first_tick: int
   dt: float
-  fields: tuple  # ((name, FieldValue), ...) for the plan
+  fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
+  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
 
-  def __hash__(self):
-    return hash((self.id, self.cfg, self.schedule, self.transport, self.sensors))
+  def default_params(self) -> Params:
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    orientation = OrientationParams(**{f: f32(getattr(self.cfg, m))
+                                       for f, m in ORIENTATION_FIELDS.items()})
+    return Params(orientation, *(c.params(self.cfg) for c in self.channels),
+                  f32(self.cfg.yaw_rate_bias_stddev_rad_s))
 
+  def param_path(self, field: str):
+    for f, m in ORIENTATION_FIELDS.items():
+      if m == field:
+        return ('orientation', f)
+    for c in self.channels:
+      if c.path(field):
+        return c.path(field)
+    return ('yaw_rate_bias_stddev_rad_s',) if field == 'yaw_rate_bias_stddev_rad_s' else None
+
+  def uses(self, field: str) -> bool:
+    path = self.param_path(field)
+    if path is None:
+      return False
+    chan = {c.name: c for c in self.channels}
+    if path[0] in chan:
+      return chan[path[0]].uses(path[1])
+    if field == 'orientation_noise_correlation':
+      return self._on('orientation_noise_stddev_rad')
+    return self._on(field)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     b = jnp.float32(0.0)
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b = params.yaw_rate_bias_stddev_rad_s * rng.normal(streams['yaw_rate_bias'], 0)
-    z3 = jnp.zeros(3, jnp.float32)
-    zi = jnp.zeros(3, jnp.int32)
+    z3, zi = jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32)
+    w, a = (c.init(p, streams) for c, p in zip(self.channels, params[1:3]))
     neutral = Sample(jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32), z3, z3,
-                     *self._variances(params), jnp.zeros(3, bool), jnp.zeros(3, bool), zi, zi)
+                     *self._variances(params, jnp.float32(0.0)), jnp.zeros(3, bool),
+                     jnp.zeros(3, bool), zi, zi)
     queue, held = tp.init(self.transport, neutral)
-    return State(streams, b, jnp.float32(0.0), neutral.orientation, z3, z3, z3, z3, z3, zi, zi,
-                 queue, held)
+    return State(streams, b, jnp.float32(0.0), neutral.orientation, z3, w, a, queue, held)
 
-  def _variances(self, p: Params):
-    def var(std, res):
-      return std * std + res * res / 12.0 * jnp.ones(3)
-    return (var(p.orientation_noise_stddev_rad, p.orientation_resolution_rad),
-            var(p.angular_velocity_noise_stddev, p.angular_velocity_resolution),
-            var(p.linear_acceleration_noise_stddev, p.linear_acceleration_resolution))
+  def _variances(self, p: Params, t):
+    """Per-sample variances; `t` (s) since the first sample for the yaw drift term."""
+    o = jnp.zeros(3, jnp.float32)
+    if self._on('orientation_noise_stddev_rad'):
+      o = o + p.orientation.noise_stddev_rad ** 2
+    if self._on('orientation_resolution_rad'):
+      o = o + p.orientation.resolution_rad ** 2 / 12.0
+    if self._on('yaw_rate_bias_stddev_rad_s'):
+      o = o.at[2].add((p.yaw_rate_bias_stddev_rad_s * t) ** 2)
+    w_c, a_c = self.channels
+    return o, w_c.variance(p.angular_velocity), a_c.variance(p.linear_acceleration)
 
   def _read(self, sensordata):
     q_b, g_b, a_b = self.sensors
@@ -200,47 +247,22 @@ class Ahrs(base.Sensing):
       yaw = quat.wrap_angle(yaw - yaw0)
     return rpy.at[2].set(yaw)
 
-  def _rate(self, p: Params, s: State, ch: str, x, n, first):
-    """scale → low-pass → + bias + AR(1) noise (→ caller adds b_ψ, saturates, quantizes)."""
-    period = self.cfg.period_s
-    y = x * getattr(p, f'{ch}_scale')
-    filt = getattr(s, f'{ch}_filter')
-    if self._on(f'{ch}_bandwidth_hz'):
-      y = sig.lowpass(filt, y, sig.lowpass_alpha(getattr(p, f'{ch}_bandwidth_hz'), period),
-                      first)
-      filt = y
-    y = y + getattr(p, f'{ch}_bias')
-    noise = getattr(s, f'{ch}_noise')
-    if self._on(f'{ch}_noise_stddev'):
-      z = rng.normal(s.streams[f'{ch}_noise'], n, (3,))
-      noise = sig.ar1(noise, z, getattr(p, f'{ch}_noise_correlation'),
-                      getattr(p, f'{ch}_noise_stddev'), first)
-      y = y + noise
-    return y, filt, noise
-
-  def _finish(self, y, limit_field, res_field, p, count):
-    return sig.limit_and_quantize(
-        y, count, getattr(p, limit_field) if self._on(limit_field) else None,
-        getattr(p, res_field) if self._on(res_field) else None)
-
-  def acquire(self, p: Params, s: State, sensordata, tick, n) -> tuple[State, Sample]:
-    """Computes sample `n` from the state at `tick` and returns it with the updated state."""
+  def acquire(self, p: Params, s: State, data, tick, n) -> tuple[State, Sample]:
+    """Computes sample `n` from `mjx.Data` of `tick`; returns the new state and the sample."""
     cfg = self.cfg
     first = n == 0
-    q_mj, gyro, accel = self._read(sensordata)
-
-    w, w_filt, w_noise = self._rate(p, s, 'angular_velocity', gyro, n, first)
+    q_mj, gyro, accel = self._read(data.sensordata)
+    w_c, a_c = self.channels
+    b_psi = None
     if self._on('yaw_rate_bias_stddev_rad_s'):
-      w = w.at[2].add(s.yaw_rate_bias)
-    w, w_flags, w_count = self._finish(w, 'angular_velocity_limit_rad_s',
-                                       'angular_velocity_resolution', p,
-                                       s.angular_velocity_clip_count)
-    a, a_filt, a_noise = self._rate(p, s, 'linear_acceleration', accel, n, first)
-    a, a_flags, a_count = self._finish(a, 'linear_acceleration_limit_m_s2',
-                                       'linear_acceleration_resolution', p,
-                                       s.linear_acceleration_clip_count)
+      b_psi = jnp.zeros(3, jnp.float32).at[2].set(s.yaw_rate_bias)
+    w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n,
+                                   extra=b_psi)
+    a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
+                                   accel, n)
 
     # Orientation: rpy → yaw sign → yaw reference → quaternion → filter → residual → drift.
+    po = p.orientation
     yaw0 = s.yaw0
     if cfg.yaw_reference == 'initial':
       raw_yaw = quat.to_rpy(q_mj)[2] * cfg.orientation_yaw_sign
@@ -249,35 +271,33 @@ class Ahrs(base.Sensing):
     q_filt = s.orientation_filter
     if self._on('orientation_bandwidth_hz'):
       q = jnp.where(jnp.dot(q_filt, q) < 0, -q, q)
-      alpha = sig.lowpass_alpha(p.orientation_bandwidth_hz, cfg.period_s)
+      alpha = sig.lowpass_alpha(po.bandwidth_hz, cfg.period_s)
       q = quat.normalize(sig.lowpass(q_filt, q, alpha, first))
       q_filt = q
     q_noise = s.orientation_noise
     if self._on('orientation_noise_stddev_rad'):
       z = rng.normal(s.streams['orientation_noise'], n, (3,))
-      q_noise = sig.ar1(q_noise, z, p.orientation_noise_correlation,
-                        p.orientation_noise_stddev_rad, first)
+      q_noise = sig.ar1(q_noise, z, po.noise_correlation, po.noise_stddev_rad, first)
       q = quat.multiply(q, quat.from_rpy(q_noise))
+    t = (tick - self.first_tick).astype(jnp.float32) * self.dt
     if self._on('yaw_rate_bias_stddev_rad_s'):
-      # Drift of the device yaw from the same b_ψ that biases gyro Z (see yaw sign note in
-      # the README: the device yaw integrates sign·ω_z, so its drift is sign·b_ψ·t).
-      t = (tick - self.first_tick).astype(jnp.float32) * self.dt
+      # Drift of the device yaw from the same b_ψ that biases gyro Z (see the yaw sign note
+      # in the README: the device yaw integrates sign·ω_z, so its drift is sign·b_ψ·t).
       q = quat.multiply(quat.about_z(cfg.orientation_yaw_sign * s.yaw_rate_bias * t), q)
     if self._on('orientation_resolution_rad'):
-      q = quat.from_rpy(sig.quantize(quat.to_rpy(q), p.orientation_resolution_rad))
+      q = quat.from_rpy(sig.quantize(quat.to_rpy(q), po.resolution_rad))
     q = quat.canonical(q)
 
-    sample = Sample(q, w, a, *self._variances(p), w_flags, a_flags, w_count, a_count)
-    s = s._replace(yaw0=yaw0, orientation_filter=q_filt, angular_velocity_filter=w_filt,
-                   linear_acceleration_filter=a_filt, orientation_noise=q_noise,
-                   angular_velocity_noise=w_noise, linear_acceleration_noise=a_noise,
-                   angular_velocity_clip_count=w_count, linear_acceleration_clip_count=a_count)
+    sample = Sample(q, w, a, *self._variances(p, t), w_flags, a_flags, w_state.clip_count,
+                    a_state.clip_count)
+    s = s._replace(yaw0=yaw0, orientation_filter=q_filt, orientation_noise=q_noise,
+                   angular_velocity=w_state, linear_acceleration=a_state)
     return s, sample
 
   def status(self, s: State) -> dict:
-    return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
-            'angular_velocity_clip_count': s.angular_velocity_clip_count,
-            'linear_acceleration_clip_count': s.linear_acceleration_clip_count}
+    return {**super().status(s),
+            'angular_velocity_clip_count': s.angular_velocity.clip_count,
+            'linear_acceleration_clip_count': s.linear_acceleration.clip_count}
 
   def truth(self, s: State, data) -> dict:
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""
@@ -286,10 +306,7 @@ class Ahrs(base.Sensing):
     return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel}
 
   def describe(self) -> list[str]:
-    lines = [f'sample type {SAMPLE_TYPE}',
-             f'schedule: {self.schedule.describe()}',
-             f'transport: {self.transport.describe()}',
-             'bound sensors:']
+    lines = self.describe_timing() + ['bound sensors:']
     for b in self.sensors:
       lines.append(f'  {b.field}: {b.name} ({b.type}, adr {b.adr}, dim {b.dim}'
                    + (f', site {b.site})' if b.site else ')'))
@@ -310,40 +327,13 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
   transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
                                  cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
-  return Ahrs(cid, cfg, schedule, transport, sensors, schedule.tick_of(0), ctx.dt,
-              tuple(fields.items()))
+  vary = frozenset(ctx.vary)
+  is_on = lambda f: f in vary or base.is_set(cfg, f)  # noqa: E731
+  channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], is_on,
+                                          period_s=cfg.period_s, dt=ctx.dt)
+                   for ch in ('angular_velocity', 'linear_acceleration'))
+  return Ahrs(cid, cfg, schedule, transport, sensors, channels, schedule.tick_of(0), ctx.dt,
+              tuple(fields.items()), vary)
 
 
-def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
-
-  Args:
-    sensor: `{field: (nworld, T, ...)}` delivered output (`sample.*` flattened, `new_data`,
-      `sample_tick`, ...).
-    truth: `{field: (nworld, T, ...)}`.
-
-  Returns:
-    `{metric: (nworld,)}`: RMS orientation error (deg), RMS angular-velocity error (rad/s),
-    RMS acceleration error (m/s²), delivered sample count.
-  """
-  import numpy as np
-  from fibril_mjx import report
-  new = sensor['new_data']
-  st = np.clip(sensor['sample_tick'], 0, None)
-  take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
-  out = {}
-  count = np.maximum(new.sum(axis=1), 1)
-  ang = np.degrees(report.angle_rad(sensor['orientation'], take(truth['orientation'])))
-  out['orientation_error_rms_deg'] = np.sqrt((ang ** 2 * new).sum(1) / count)
-  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
-    e = np.sum((sensor[f] - take(truth[f])) ** 2, axis=-1)
-    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
-  out['delivered'] = new.sum(axis=1)
-  return out
-
-
-def plot(path, cid, time_s, sensor, truth, world, metrics, title):
-  """Truth vs delivered samples for one world and the error distribution across worlds."""
-  from fibril_mjx import report
-  report.plot_ahrs(path, cid, time_s, sensor, truth, world,
-                   metrics['orientation_error_rms_deg'], title)
+CONFIG_MODEL = AhrsConfigModel

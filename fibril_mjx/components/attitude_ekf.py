@@ -40,10 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx import estimators as est
-from fibril_mjx import quat, report
+from fibril_mjx import quat
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
-from fibril_mjx.components import base, imu
+from fibril_mjx.components import base, imu, protocol
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive, Positive3, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.validation import Strict
@@ -58,7 +58,10 @@ class AttitudeEkfConfigModel(Strict):
   Noise model (IEEE-952 / Kalibr units): `gyro_noise_density` rad/s/√Hz,
   `gyro_bias_random_walk` rad/s/√s, `accel_noise_stddev_m_s2` per sample. Gating on
   `e = | ‖a‖ − g |`: above `accel_gate_m_s2` the accelerometer variance is inflated by
-  `(e − gate)²`, above `accel_reject_m_s2` the update is skipped (0 = never skip).
+  `accel_inflation_gain² · (e − gate)²` (a smooth inflation, C¹ at the gate), above
+  `accel_reject_m_s2` the update is skipped (0 = never skip). `lever_arm_m`: the IMU's position
+  relative to a reference point of its rigid body (a pivot, the centre of mass), IMU frame —
+  known mounting geometry; the filter removes `α × r + ω × (ω × r)` from each sample (zeros: off).
   `gravity_m_s2` defaults to the norm of the model's gravity.
   """
   imu: str
@@ -68,6 +71,8 @@ class AttitudeEkfConfigModel(Strict):
   accel_noise_stddev_m_s2: Positive3 = (0.05, 0.05, 0.05)
   accel_gate_m_s2: NonNeg = 0.5
   accel_reject_m_s2: NonNeg = 3.0
+  accel_inflation_gain: NonNeg = 1.0
+  lever_arm_m: Vec3 = (0.0, 0.0, 0.0)
   gravity_m_s2: Positive | None = None
   initial_attitude: Literal['accelerometer', 'truth', 'fixed'] = 'accelerometer'
   initial_rpy_rad: Vec3 = (0.0, 0.0, 0.0)
@@ -84,6 +89,8 @@ class Params(NamedTuple):
   accel_noise_stddev_m_s2: jax.Array
   accel_gate_m_s2: jax.Array
   accel_reject_m_s2: jax.Array
+  accel_inflation_gain: jax.Array
+  lever_arm_m: jax.Array
   gravity_m_s2: jax.Array
   initial_rpy_rad: jax.Array
   initial_attitude_offset_rad: jax.Array
@@ -123,7 +130,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class AttitudeEkf:
+class AttitudeEkf(base.ComponentBase):
   """A built `fibril_mjx/attitude_ekf` component (static, hashable).
 
   Attributes:
@@ -135,13 +142,13 @@ class AttitudeEkf:
   imu: imu.Imu
   gravity: float
   dt: float
-  fields: tuple
+  fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  roles = frozenset({protocol.ESTIMATOR})
+  params_type = Params
 
-  def __hash__(self):
-    return hash((self.id, self.cfg, self.imu, self.gravity))
 
   @property
   def estimator(self) -> est.Estimator:
@@ -157,7 +164,8 @@ class AttitudeEkf:
     if self.cfg.accel_reject_m_s2 == 0:
       reject = jnp.full_like(reject, jnp.inf)
     return est.EkfParams(p.gyro_noise_density, p.gyro_bias_random_walk,
-                         p.accel_noise_stddev_m_s2, p.accel_gate_m_s2, reject, p.gravity_m_s2)
+                         p.accel_noise_stddev_m_s2, p.accel_gate_m_s2, reject, p.gravity_m_s2,
+                         p.accel_inflation_gain, p.lever_arm_m)
 
   @property
   def schedules(self) -> dict:
@@ -217,8 +225,8 @@ class AttitudeEkf:
                         s.est)
     dt = jnp.where(first, 0, imu_out.sample_tick - s.last_tick).astype(gyro.dtype) * self.dt
     ekfp = self.ekf_params(p)
+    rejected = ~est.accel_accepted(ekfp, est.compensated_accel(ekfp, estm, gyro, accel, dt)) & new
     estm = self.estimator.step(ekfp, estm, gyro, accel, dt, new)
-    rejected = ~est._accel_noise(ekfp, accel)[1] & new
     out = Sample(quat.canonical(self.estimator.attitude(estm)), estm.gyro_bias, estm.cov)
     h = s.held
     pick = lambda a, b: jnp.where(new, a, b)  # noqa: E731
@@ -309,110 +317,4 @@ def bind(cid, cfg: AttitudeEkfConfigModel, fields, ctx: BuildContext, imu_c: imu
   return AttitudeEkf(cid, cfg, imu_c, float(gravity), ctx.dt, tuple(fields.items()))
 
 
-# ------------------------------------------------------------------ host side (run, plots)
-
-
-def attitude_error_rad(q_est, q_true):
-  """Rotation angle between attitudes `(..., 4)` → `(...)` rad in [0, π], float64."""
-  return report.angle_rad(q_true, q_est)
-
-
-def tilt_error_rad(q_est, q_true):
-  """Angle between the estimated and true gravity directions in the IMU frame (roll/pitch
-  error independent of yaw) `(...)` rad, float64."""
-  def up_in_body(q):
-    q = np.asarray(q, np.float64)
-    w, x, y, z = np.moveaxis(q, -1, 0)
-    return np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
-                    -1)
-  u, v = up_in_body(q_est), up_in_body(q_true)
-  return np.arctan2(np.linalg.norm(np.cross(u, v), axis=-1), np.sum(u * v, axis=-1))
-
-
-def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per-world attitude error of the estimate vs the true site attitude at each update's
-  sample tick (NumPy, float64).
-
-  Returns:
-    `{metric: (nworld,)}`: RMS and final attitude error (deg, includes yaw drift), RMS and
-    final tilt error (deg, roll/pitch only), number of updates.
-  """
-  new = sensor['new_data'].astype(bool)
-  st = np.clip(sensor['sample_tick'], 0, None)
-  q_true = np.take_along_axis(truth['orientation'], st[..., None], axis=1)
-  att = np.degrees(attitude_error_rad(sensor['orientation'], q_true))
-  tilt = np.degrees(tilt_error_rad(sensor['orientation'], q_true))
-  count = np.maximum(new.sum(axis=1), 1)
-  idx = np.arange(new.shape[1])
-  last = np.max(np.where(new, idx, 0), axis=1)   # last update (tick 0 if none)
-  pick = lambda a: np.take_along_axis(a, last[:, None], axis=1)[:, 0]  # noqa: E731
-  return {
-      'attitude_error_rms_deg': np.sqrt((att ** 2 * new).sum(1) / count),
-      'attitude_error_final_deg': pick(att),
-      'tilt_error_rms_deg': np.sqrt((tilt ** 2 * new).sum(1) / count),
-      'tilt_error_final_deg': pick(tilt),
-      'updates': new.sum(axis=1),
-  }
-
-
-def plot(path, cid, time_s, sensor, truth, world, metrics, title):
-  """Truth vs estimate (roll/pitch/yaw) for one world, the attitude error over time of the
-  traced worlds with world `world`'s 3σ bound, and the error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-
-  new_all = sensor['new_data'].astype(bool)
-  st_all = np.clip(sensor['sample_tick'], 0, None)
-  fig, axes = plt.subplots(3, 2, figsize=(13, 10))
-  new = new_all[world]
-  t_s = time_s[st_all[world]][new]
-  r_true = report.rpy_deg(truth['orientation'][world])
-  r_est = report.rpy_deg(sensor['orientation'][world])[new]
-  for i, name in enumerate(('roll', 'pitch', 'yaw')):
-    ax = axes[i, 0]
-    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (IMU site)')
-    ax.plot(t_s, r_est[:, i], '-', lw=0.8, color='tab:red', label=f'{cid} estimate')
-    ax.set_ylabel(f'{name} [deg]')
-  axes[0, 0].legend(loc='upper right', fontsize=8)
-  axes[0, 0].set_title(f'world {world}: attitude, truth vs estimate')
-  axes[2, 0].set_xlabel('time [s]')
-
-  ax = axes[0, 1]
-  for w in range(new_all.shape[0]):
-    nw = new_all[w]
-    qt = np.take_along_axis(truth['orientation'][w], st_all[w][:, None], axis=0)
-    err = np.degrees(attitude_error_rad(sensor['orientation'][w], qt))[nw]
-    ax.plot(time_s[st_all[w]][nw], err, '-', lw=0.6, alpha=0.8 if w == world else 0.35,
-            color='tab:red' if w == world else 'tab:gray')
-  ax.set_yscale('log')
-  ax.set_ylabel('attitude error [deg]')
-  ax.set_title(f'attitude error of {new_all.shape[0]} traced worlds (red: world {world})')
-  ax = axes[1, 1]
-  qt = np.take_along_axis(truth['orientation'][world], st_all[world][:, None], axis=0)
-  ax.plot(t_s, np.degrees(tilt_error_rad(sensor['orientation'][world], qt))[new], '-',
-          color='tab:blue', lw=0.8, label='tilt (roll/pitch)')
-  ax.plot(t_s, np.degrees(attitude_error_rad(sensor['orientation'][world], qt))[new], '-',
-          color='tab:red', lw=0.8, label='full (incl. yaw)')
-  # first two error-state axes: world x/y rotation (quaternion EKF) or roll/pitch (RPY EKF)
-  cov = sensor['covariance'][world][new]
-  ax.plot(t_s, 3 * np.degrees(np.sqrt(np.clip(cov[:, 0, 0] + cov[:, 1, 1], 0, None))), 'k--',
-          lw=0.8, label='filter 3σ tilt, 3·√(P₀₀ + P₁₁)')
-  ax.set_ylim(0, None)
-  ax.set_ylabel('error [deg]')
-  ax.set_xlabel('time [s]')
-  ax.set_title(f'world {world}: tilt vs full attitude error')
-  ax.legend(fontsize=8)
-  ax = axes[2, 1]
-  rms, tilt = metrics['attitude_error_rms_deg'], metrics['tilt_error_rms_deg']
-  bins = min(40, max(5, len(rms) // 4))
-  ax.hist(rms, bins=bins, color='tab:red', alpha=0.6, label='attitude (incl. yaw)')
-  ax.hist(tilt, bins=bins, color='tab:blue', alpha=0.6, label='tilt')
-  ax.set_xlabel('RMS error per world [deg]')
-  ax.set_ylabel('worlds')
-  ax.set_title(f'error distribution across {len(rms)} worlds')
-  ax.legend(fontsize=8)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+CONFIG_MODEL = AttitudeEkfConfigModel

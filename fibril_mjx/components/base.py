@@ -1,14 +1,16 @@
-"""What every component shares: config validation with profile layers, the sensing cycle."""
+"""What every component shares: config validation with profile layers, the sensing cycle
+(`SensorBase`). The contract itself is written in `protocol.py`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx import transport as tp
+from fibril_mjx.components import protocol
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.manifest import Catalog, FieldValue, layer_config, overlay_fields
 from fibril_mjx.validation import Strict, validate
@@ -97,61 +99,127 @@ def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:
     raise ConfigErrors([ConfigError(file, path, rule, value)])
 
 
-def sense(transport: tp.Transport, acquire: Callable, state, queue_of, held_of, replace,
-          tick, due, n):
-  """One tick of a sensing component: acquire (at instants) and deliver.
+def get_param(params, path: tuple[str, ...]):
+  """The leaf of `params` at `path` (from `component.param_path(field)`)."""
+  for name in path:
+    params = getattr(params, name)
+  return params
 
-  `due` and `n` are shared by all worlds (the schedule is static), so under `vmap` the
-  `lax.cond` stays a branch and off-instant ticks skip the acquisition work.
 
-  Args:
-    acquire: `state -> state` that computes a sample and enqueues it.
-    queue_of, held_of: accessors of the queue state and the held delivered output.
-    replace: `(state, queue, held) -> state`.
+def set_param(params, path: tuple[str, ...], value):
+  """`params` with the leaf at `path` replaced by `value` (NamedTuples all the way)."""
+  if len(path) == 1:
+    return params._replace(**{path[0]: value})
+  return params._replace(**{path[0]: set_param(getattr(params, path[0]), path[1:], value)})
+
+
+class ComponentBase:
+  """Defaults every built component shares (see `protocol.Component`).
+
+  `param_path` maps a manifest field to its place in Params (flat Params: the field name);
+  `uses(field)` says whether a Params field reaches the traced graph — a term left at its
+  default is compiled out unless the field is named for per-world variation (`vary`), and
+  `compiled_out()` lists such fields so that a per-world value given for one is an error, not
+  silently ignored.
   """
-  state = jax.lax.cond(due, acquire, lambda s: s, state)
-  queue, held = tp.receive(transport, queue_of(state), held_of(state), tick)
-  return replace(state, queue, held)
+  roles: frozenset = frozenset()
+
+  def param_path(self, field: str):
+    fields = getattr(getattr(self, 'params_type', None), '_fields', ())
+    return (field,) if field in fields else None
+
+  def uses(self, field: str) -> bool:
+    return self.param_path(field) is not None
+
+  def compiled_out(self) -> tuple[str, ...]:
+    return tuple(name for name, _ in self.fields
+                 if self.param_path(name) is not None and not self.uses(name))
+
+  def get_param(self, params, field: str):
+    """The Params leaf of manifest field `field`."""
+    return get_param(params, self._path(field))
+
+  def set_param(self, params, field: str, value):
+    """Params with manifest field `field` replaced by `value`."""
+    return set_param(params, self._path(field), value)
+
+  def _path(self, field):
+    path = self.param_path(field)
+    if path is None:
+      raise KeyError(f'{self.type} component {self.id!r}: {field!r} is not a per-world '
+                     'parameter (static config or unknown field)')
+    return path
 
 
-class Sensing:
-  """Mixin of a sensing component with one acquisition schedule and a delivery queue.
+class SensorBase(ComponentBase):
+  """Base of a sensing component: one acquisition schedule, a delivery queue (SPEC §4).
 
-  The component provides `cfg`, `params_type` (its Params NamedTuple, whose fields are config
-  fields), `schedule`, `transport`, `acquire(p, s, sensordata, tick, n) -> (state, sample)`,
-  and a state with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue` and `held`.
+  A subclass is a frozen dataclass with at least the fields `id`, `cfg` (its validated config
+  model), `schedule`, `transport`, `dt`, `fields` (declare it
+  `dataclasses.field(compare=False)`: plan metadata, not compiled behaviour) and `vary`
+  (manifest fields compiled in even at their default, `frozenset`), and provides:
+
+  - `params_type`: its Params NamedTuple (flat fields named as in the config, unless it
+    overrides `default_params` / `param_path`);
+  - `acquire(p, s, data, tick, n) -> (state, sample)`: computes sample `n` from `mjx.Data`
+    of `tick`;
+  - optionally `track(p, s, data, tick) -> state`: work done every physics tick (e.g. a
+    digital filter running at the device's internal rate), before acquisition;
+  - a State NamedTuple with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue`
+    and `held`.
   """
+  roles = frozenset({protocol.SENSOR})
 
   def _on(self, name) -> bool:
-    """Static switch: a term is in the graph when its manifest value is not the default."""
-    return is_set(self.cfg, name)
+    """Static switch: a term is in the graph when its value is not the default, or when the
+    field is named for per-world variation (`vary`)."""
+    return name in getattr(self, 'vary', ()) or is_set(self.cfg, name)
 
   def default_params(self):
     """Params from the resolved config, float32."""
     return self.params_type(*(jnp.asarray(getattr(self.cfg, f), jnp.float32)
                               for f in self.params_type._fields))
 
+  def uses(self, field: str) -> bool:
+    return self.param_path(field) is not None and self._on(field)
+
   @property
   def schedules(self) -> dict:
     return {'acquisition': self.schedule}
 
   def sense(self, p, s, data, tick, dues, env):
-    """One tick after physics: acquire and enqueue at an instant, then deliver.
+    """One tick after physics: track, acquire and enqueue at an instant, then deliver.
+
+    `due` and `n` are shared by all worlds (the schedule is static), so under `vmap` the
+    `lax.cond` stays a branch and off-instant ticks skip the acquisition work.
 
     Args:
       data: `mjx.Data` of `tick`.
       dues: `{'acquisition': (due, n)}`, shared by all worlds.
-      env: outputs of the components sensed before this one (unused).
+      env: outputs of the components sensed before this one (unused by plain sensors).
     """
+    del env
     due, n = dues['acquisition']
+    track = getattr(self, 'track', None)
+    if track is not None:
+      s = track(p, s, data, tick)
 
     def acquire(st):
-      st, sample = self.acquire(p, st, data.sensordata, tick, n)
+      st, sample = self.acquire(p, st, data, tick, n)
       q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
                   st.streams['delivery_loss'])
       return st._replace(queue=q)
-    return sense(self.transport, acquire, s, lambda st: st.queue, lambda st: st.held,
-                 lambda st, q, h: st._replace(queue=q, held=h), tick, due, n)
+    s = jax.lax.cond(due, acquire, lambda st: st, s)
+    queue, held = tp.receive(self.transport, s.queue, s.held, tick)
+    return s._replace(queue=queue, held=held)
 
   def output(self, s) -> tp.Delivered:
     return s.held
+
+  def status(self, s) -> dict:
+    return {'lost': s.queue.lost, 'overflow': s.queue.overflow}
+
+  def describe_timing(self) -> list[str]:
+    return [f'sample type {self.sample_type}',
+            f'schedule: {self.schedule.describe()}',
+            f'transport: {self.transport.describe()}']

@@ -3,20 +3,30 @@
 One command `(position, velocity, kp, kd, effort_ff)` (RobStride "operation" / MIT-like
 packet; joint-side units) drives three actuators on one 1-DoF joint: a unit-P position
 channel, a unit-D velocity channel and a feedforward motor channel (MJCF classes
-`fibril_sim_hw_robstride_operation_{position,velocity,feedforward}`). At each application
-instant the component computes, from the current joint state, the equivalent setpoints for
-which MuJoCo produces
+`fibril_sim_hw_robstride_operation_{position,velocity,feedforward}`).
+
+Two cadences. Packets: a command goes through the command transport (latency, jitter, loss)
+into the held value, and at each application instant (the packet cadence, e.g. the 5 ms CAN
+period) the held command is latched — or, uncommanded / timed out / disabled, the axis is
+latched inactive. The law: the device runs its impedance loop far faster than the physics
+step, so at EVERY physics tick the component computes, from the current joint state and the
+latched command, the equivalent setpoints for which MuJoCo produces
 
   qfrc_actuator = kp·(p* − q) + kd·(v* − q̇) + effort_ff      (clamped by the joint's
                                                               actuatorfrcrange)
 
 P term through the P channel, D term through the D channel, feedforward through the motor
-channel (each channel's force is its term divided by the channel gear). Between instants the
-setpoints are held, so the unit channels act with their own (unit) stiffness and damping around
-them, as the physical channels of the seed do. `kp`, `kd` must be finite and ≥ 0 (any non-finite
-field also rejects the command); a rejected command is counted and never applied.
-Uncommanded, timed out or disabled (`enable = False`): the references are the current position
-and velocity and the feedforward is zero, so no force is added at the instant.
+channel (each channel's force is its term divided by the channel gear). The unit channels'
+own stiffness and damping therefore never show between packets. `kp`, `kd` must be finite and
+≥ 0 (any non-finite field also rejects the command); a rejected command is counted and never
+applied. Inactive (uncommanded, timed out or disabled, `enable = False`): the references are
+the current position and velocity at every tick and the feedforward is zero, so no force is
+added.
+
+The force is exact at every tick. With MuJoCo's implicit integrators (`implicit`,
+`implicitfast`) the unit D channel, a velocity actuator at constant ctrl within the step, also
+enters the implicit velocity update with `kv·gear²`: the integrated damping then differs from
+`kd` by a dt-order amount; `integrator="Euler"` integrates the law as given.
 """
 
 from __future__ import annotations
@@ -126,15 +136,17 @@ class State(NamedTuple):
   Attributes:
     streams, link: stream keys and the command path.
     held: the latest accepted command.
-    active: the latest instant applied the held command (received, fresh, enabled).
+    latched: the command latched at the latest application instant (the law's command).
+    active: the latest instant latched the held command (received, fresh, enabled).
     stale: the latest instant found it timed out; timeout_count counts such instants.
-    law: `kp(p*−q) + kd(v*−q̇) + ff` of the latest instant (before actuatorfrcrange), joint.
-    reference: p* of the latest instant (the joint position when inactive).
+    law: `kp(p*−q) + kd(v*−q̇) + ff` of this tick (before actuatorfrcrange), joint.
+    reference: p* of this tick (the joint position when inactive).
     fb_queue, fb_held: feedback queue and delivered output.
   """
   streams: dict
   link: act.LinkState
   held: MotionCommand
+  latched: MotionCommand
   active: jax.Array
   stale: jax.Array
   timeout_count: jax.Array
@@ -156,14 +168,12 @@ class MotionMotor(act.FeedbackOutput):
   link: act.CommandLink
   fb_transport: tp.Transport
   actuator_count: int
-  fields: tuple
+  fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  params_type = Params
 
-  def __hash__(self):
-    return hash((self.id, self.cfg, self.channels, self.application, self.feedback, self.link,
-                 self.fb_transport, self.actuator_count))
 
   @property
   def schedules(self) -> dict:
@@ -195,8 +205,8 @@ class MotionMotor(act.FeedbackOutput):
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
-    return State(streams, act.init(self.link, self.null_command()), self.null_command(), f, f,
-                 zi, z, z, fb_q, fb_h)
+    return State(streams, act.init(self.link, self.null_command()), self.null_command(),
+                 self.null_command(), f, f, zi, z, z, fb_q, fb_h)
 
   def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
     """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
@@ -227,18 +237,20 @@ class MotionMotor(act.FeedbackOutput):
     due, _ = dues['application']
     stale = act.timed_out(self.link, link, tick)
 
-    def instant(st, c):
-      q, qd = act.joint_state(self.channels[0], data)
-      h = st.held
-      active = st.link.received & ~stale & h.enable
-      f_p = jnp.where(active, h.kp * (h.position - q), 0.0)
-      f_d = jnp.where(active, h.kd * (h.velocity - qd), 0.0)
-      ff = jnp.where(active, h.effort_ff, 0.0)
-      st = st._replace(active=active, stale=stale,
-                       timeout_count=st.timeout_count + stale.astype(jnp.int32),
-                       law=f_p + f_d + ff, reference=jnp.where(active, h.position, q))
-      return st, self._ctrl(c, q, qd, f_p, f_d, ff)
-    return act.at_instants(self.application, due, instant, s, ctrl)
+    def instant(st):
+      """Packet cadence: latch the held command (or inactive) and count timeouts."""
+      active = st.link.received & ~stale & st.held.enable
+      return st._replace(latched=st.held, active=active, stale=stale,
+                         timeout_count=st.timeout_count + stale.astype(jnp.int32))
+    s = act.at_instants(self.application, due, instant, s)
+    # The law, every physics tick, from the current joint state and the latched command.
+    q, qd = act.joint_state(self.channels[0], data)
+    c, active = s.latched, s.active
+    f_p = jnp.where(active, c.kp * (c.position - q), 0.0)
+    f_d = jnp.where(active, c.kd * (c.velocity - qd), 0.0)
+    ff = jnp.where(active, c.effort_ff, 0.0)
+    s = s._replace(law=f_p + f_d + ff, reference=jnp.where(active, c.position, q))
+    return s, self._ctrl(ctrl, q, qd, f_p, f_d, ff)
 
   def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
     due, n = dues['feedback']
@@ -259,7 +271,7 @@ class MotionMotor(act.FeedbackOutput):
 
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied joint effort, the reference and commanded law of the
-    latest instant, and the position tracking error while active."""
+    latest tick, and the position tracking error while active."""
     b = self.channels[0]
     q, qd = act.joint_state(b, data)
     return {'position': q, 'velocity': qd, 'applied_effort': data.qfrc_actuator[b.dofadr],
@@ -272,6 +284,10 @@ class MotionMotor(act.FeedbackOutput):
              f'count {self.actuator_count}',
              'command semantic: motion (position, velocity, kp, kd, effort_ff; joint-side) -> '
              'qfrc = kp(p*-q) + kd(v*-qd) + ff via equivalent setpoints',
+             f'cadence: packets latched at application instants '
+             f'({self.application.describe()}); law kp(p*-q) + kd(v*-qd) + ff evaluated every '
+             f'physics tick (dt {self.application.dt:g} s) from the latched packet and the '
+             'current joint state',
              'bound actuators:']
     for b in self.channels:
       lines += ['  ' + line for line in b.describe()]
@@ -329,40 +345,4 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                      fb_transport, asm.actuator_count if asm else 1, tuple(fields.items()))
 
 
-def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per world: RMS position tracking error while active, RMS of applied − commanded effort
-  (the actuatorfrcrange clamp shows here), delivered feedback count, mean |current|."""
-  import numpy as np
-  active = truth['active'].astype(bool)
-  n = np.maximum(active.sum(axis=1), 1)
-  track = np.sqrt((truth['tracking_error'] ** 2 * active).sum(axis=1) / n)
-  # the effort applied during step k→k+1 is reported with state k+1; law is of instant k
-  eff = truth['applied_effort'][:, 1:] - truth['commanded_effort'][:, :-1]
-  act_e = active[:, :-1]
-  n_e = np.maximum(act_e.sum(axis=1), 1)
-  new = sensor['new_data'].astype(bool)
-  return {'tracking_error_rms': track,
-          'effort_minus_command_rms': np.sqrt((eff ** 2 * act_e).sum(axis=1) / n_e),
-          'feedback_delivered': new.sum(axis=1),
-          'current_mean_abs': (np.abs(sensor['current']) * new).sum(axis=1)
-          / np.maximum(new.sum(axis=1), 1)}
-
-
-def plot(path, cid, time_s, sensor, truth, world, metrics, title):
-  """Reference vs joint position, commanded vs applied effort, delivered feedback."""
-  import numpy as np
-  from fibril_mjx import report
-  new = sensor['new_data'][world].astype(bool)
-  t_fb = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
-  report.plot_lines(path, time_s, title, [
-      (f'{cid}: position (world {world})', 'joint position',
-       [('reference p*', truth['reference'][world], 'k--'),
-        ('joint (truth)', truth['position'][world], 'tab:blue')]),
-      ('effort', 'joint effort', [('commanded kp(p*-q)+kd(v*-qd)+ff',
-                                   truth['commanded_effort'][world], 'k--'),
-                                  ('applied qfrc_actuator', truth['applied_effort'][world],
-                                   'tab:red')]),
-  ], hist=('position tracking error RMS per world', metrics['tracking_error_rms']),
-      points={0: [('delivered feedback', t_fb, sensor['position'][world][new], 'tab:orange')],
-              1: [('feedback applied_effort', t_fb, sensor['applied_effort'][world][new],
-                   'tab:orange')]})
+CONFIG_MODEL = MotionMotorConfigModel

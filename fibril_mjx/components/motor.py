@@ -138,11 +138,16 @@ class Feedback(NamedTuple):
     applied_effort: `actuator_force × gear / s` (the force MuJoCo produced, not ctrl).
     current: estimated current per motor, `feedback_current_per_force × actuator_force /
       actuator_count` (motor-side force, before the assembly gear).
+    normalized_output: the actuator force as a fraction of the MJCF actuator `forcerange`
+      (seed 003: derived from the binding, never repeated in the manifest): `force / hi` for
+      force ≥ 0, `force / |lo|` below, so ±1 at the limits; signed like `applied_effort`
+      (× sign(gear·s)). NaN when the actuator is not force-limited (nothing to normalize by).
   """
   position: jax.Array
   velocity: jax.Array
   applied_effort: jax.Array
   current: jax.Array
+  normalized_output: jax.Array
 
 
 class Held(NamedTuple):
@@ -269,14 +274,12 @@ class Motor(act.FeedbackOutput):
   accepted: tuple[int, ...]
   actuator_count: int
   scale_source: str
-  fields: tuple
+  fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  params_type = Params
 
-  def __hash__(self):
-    return hash((self.id, self.cfg, self.binding, self.application, self.feedback, self.link,
-                 self.fb_transport, self.accepted, self.actuator_count))
 
   # ------------------------------------------------------------------ protocol basics
 
@@ -317,7 +320,7 @@ class Motor(act.FeedbackOutput):
     link = act.init(self.link, self.null_command())
     plan = Plan(z, z, jnp.float32(1.0), z, z, z, z, z, zi)
     gen = Generator(z, z, jnp.bool_(False), jnp.int32(NONE), z, plan)
-    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
+    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z, z))
     return State(streams, link, Held(jnp.int32(NONE), z, z, jnp.bool_(False)), gen, z,
                  jnp.bool_(False), zi, fb_q, fb_h, params.logical_units_per_joint_unit)
 
@@ -478,7 +481,18 @@ class Motor(act.FeedbackOutput):
     sc = p.logical_units_per_joint_unit
     force = data.actuator_force[b.id]
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
-                    p.feedback_current_per_force * force / self.actuator_count)
+                    p.feedback_current_per_force * force / self.actuator_count,
+                    self._normalized(force, sc))
+
+  def _normalized(self, force, sc):
+    """`normalized_output` (see `Feedback`) from the actuator force and the logical scale."""
+    fr = self.binding.forcerange
+    if fr is None:
+      return jnp.full_like(force, jnp.nan)
+    lo, hi = fr
+    limit = jnp.where(force >= 0, hi, -lo)
+    frac = jnp.where(limit > 0, force / jnp.where(limit > 0, limit, 1.0), 0.0)
+    return frac * jnp.sign(self.binding.gear * sc)
 
   def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
     """Tick `tick` (after physics): acquire feedback at instants, deliver after latency."""
@@ -523,7 +537,12 @@ class Motor(act.FeedbackOutput):
              f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}',
              f'feedback: position, velocity, applied_effort = actuator_force x gear '
              f'{self.binding.gear:g} / s, current = {c.feedback_current_per_force:g} x '
-             f'actuator_force / {self.actuator_count}']
+             f'actuator_force / {self.actuator_count}',
+             '  normalized_output = ' + (
+                 f'actuator_force / forcerange [{self.binding.forcerange[0]:g}, '
+                 f'{self.binding.forcerange[1]:g}] (MJCF), signed like applied_effort'
+                 if self.binding.forcerange is not None else
+                 'NaN: the actuator has no forcerange to normalize by')]
     return lines
 
 
@@ -617,36 +636,4 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
                accepted_for(cfg, b.semantic), count, source, tuple(fields.items()))
 
 
-def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per world: RMS tracking error of the bound input's semantic (setpoint − truth, logical
-  units), RMS error of delivered feedback position vs truth at its sample tick, delivered
-  feedback count, mean |current| of delivered feedback."""
-  import numpy as np
-  new = sensor['new_data'].astype(bool)
-  st = np.clip(sensor['sample_tick'], 0, None)
-  pos_truth = np.take_along_axis(truth['position'], st, axis=1)
-  count = np.maximum(new.sum(axis=1), 1)
-  return {'tracking_error_rms': np.sqrt(np.mean(truth['tracking_error'] ** 2, axis=1)),
-          'feedback_position_error_rms': np.sqrt(((sensor['position'] - pos_truth) ** 2
-                                                  * new).sum(axis=1) / count),
-          'feedback_delivered': new.sum(axis=1),
-          'current_mean_abs': (np.abs(sensor['current']) * new).sum(axis=1) / count}
-
-
-def plot(path, cid, time_s, sensor, truth, world, metrics, title):
-  """Setpoint vs truth of the bound semantic, feedback samples, applied effort and current."""
-  import numpy as np
-  from fibril_mjx import report
-  new = sensor['new_data'][world].astype(bool)
-  t_fb = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
-  sp, err = truth['setpoint'][world], truth['tracking_error'][world]
-  tracked = sp - err
-  report.plot_lines(path, time_s, title, [
-      (f'{cid}: applied setpoint vs truth (world {world}, logical units)', 'setpoint',
-       [('applied setpoint', sp, 'k--'), ('truth', tracked, 'tab:blue')]),
-      ('logical position', 'position', [('truth', truth['position'][world], 'tab:blue')]),
-      ('effort and current', 'logical effort / A',
-       [('applied effort (truth, qfrc)', truth['applied_effort'][world], 'tab:red')]),
-  ], hist=('tracking error RMS per world', metrics['tracking_error_rms']),
-      points={1: [('delivered feedback', t_fb, sensor['position'][world][new], 'tab:orange')],
-              2: [('feedback current', t_fb, sensor['current'][world][new], 'tab:green')]})
+CONFIG_MODEL = MotorConfigModel

@@ -19,7 +19,7 @@ from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import actuation as act
-from fibril_mjx.components import base
+from fibril_mjx.components import base, protocol
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.schedule import Schedule
 from fibril_mjx.validation import Strict
@@ -93,20 +93,20 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class ScalarActuator:
+class ScalarActuator(base.ComponentBase):
   """A built `fibril_sim/scalar_actuator` (static)."""
   id: str
   cfg: ScalarActuatorConfigModel
   binding: act.ActuatorBinding
   schedule: Schedule
   link: act.CommandLink
-  fields: tuple
+  fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  roles = frozenset({protocol.ACTUATOR})
+  params_type = Params
 
-  def __hash__(self):
-    return hash((self.id, self.cfg, self.binding, self.schedule, self.link))
 
   @property
   def schedules(self) -> dict:
@@ -238,19 +238,4 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
   return ScalarActuator(cid, cfg, binding, schedule, link, tuple(fields.items()))
 
 
-def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per world: RMS of (value on ctrl − latest command) and the fraction of ticks timed out."""
-  import numpy as np
-  err = truth['applied'] - truth['command']
-  return {'ctrl_minus_command_rms': np.sqrt(np.mean(err ** 2, axis=1)),
-          'timed_out_fraction': np.mean(truth['timed_out'], axis=1)}
-
-
-def plot(path, cid, time_s, sensor, truth, world, metrics, title):
-  """Command vs value written to ctrl for one world."""
-  from fibril_mjx import report
-  report.plot_lines(path, time_s, title, [
-      (f'{cid}: command vs ctrl (world {world})', 'ctrl units',
-       [('command', truth['command'][world], 'k-'),
-        ('applied to ctrl', truth['applied'][world], 'tab:red')]),
-  ], hist=('ctrl − command RMS per world', metrics['ctrl_minus_command_rms']))
+CONFIG_MODEL = ScalarActuatorConfigModel

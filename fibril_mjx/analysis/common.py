@@ -1,4 +1,5 @@
-"""Host-side outputs of a run: flattening traces, summaries, plots."""
+"""NumPy helpers shared by the host-side analyses: flattening traces, float64 attitude
+errors, summaries, a generic multi-panel plot."""
 
 from __future__ import annotations
 
@@ -47,51 +48,6 @@ def describe(values: np.ndarray) -> dict:
   v = np.asarray(values, np.float64)
   return {'mean': float(v.mean()), 'p50': float(np.percentile(v, 50)),
           'p95': float(np.percentile(v, 95)), 'max': float(v.max())}
-
-
-def plot_ahrs(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
-              per_world_err: np.ndarray, title: str):
-  """Truth vs AHRS (roll/pitch/yaw and rates) for one world; error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-
-  new = sensor['new_data'][world].astype(bool)
-  t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
-  fig, axes = plt.subplots(3, 2, figsize=(13, 9))
-  labels = ('roll', 'pitch', 'yaw')
-  r_true, r_dev = rpy_deg(truth['orientation'][world]), rpy_deg(sensor['orientation'][world])[new]
-  for i in range(3):
-    ax = axes[i, 0]
-    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (device convention)')
-    ax.plot(t_s, r_dev[:, i], '.', ms=2, color='tab:red', label=f'{cid} sample')
-    ax.set_ylabel(f'{labels[i]} [deg]')
-  axes[0, 0].legend(loc='upper right', fontsize=8)
-  axes[0, 0].set_title(f'world {world}: orientation, truth vs delivered samples')
-  axes[2, 0].set_xlabel('time [s]')
-  ax = axes[0, 1]
-  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
-    ax.plot(time_s, truth['angular_velocity'][world][:, i], '-', color='k', lw=0.8)
-    ax.plot(t_s, sensor['angular_velocity'][world][new][:, i], '.', ms=2, color=c,
-            label='xyz'[i])
-  ax.set_ylabel('angular velocity [rad/s]')
-  ax.set_title('angular velocity (black: truth)')
-  ax.legend(fontsize=8)
-  ax = axes[1, 1]
-  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
-    ax.plot(time_s, truth['linear_acceleration'][world][:, i], '-', color='k', lw=0.8)
-    ax.plot(t_s, sensor['linear_acceleration'][world][new][:, i], '.', ms=2, color=c)
-  ax.set_ylabel('specific force [m/s²]')
-  ax.set_xlabel('time [s]')
-  ax = axes[2, 1]
-  ax.hist(per_world_err, bins=min(40, max(5, len(per_world_err) // 4)), color='tab:purple')
-  ax.set_xlabel('orientation error RMS per world [deg]')
-  ax.set_ylabel('worlds')
-  ax.set_title(f'error distribution across {len(per_world_err)} worlds')
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_lines(path, time_s, title: str, panels: list, hist=None, points=None):

@@ -1,0 +1,156 @@
+"""Train the leg-hold task (manifests/rl/leg_hold.yaml) with Brax PPO and plot the learning
+curve.
+
+The policy sees the delivered RS00 feedback (position, velocity, applied effort, 5 ms CAN
+cadence) and ICM-42688-P samples with their `new_data` flags, plus the commanded angle; it
+commands hip effort through the `fibril_sim/motor` adapter every 5 ms. Each episode draws a new
+world key (IMU noise and turn-on bias), a new target angle in [-0.6, 0.6] rad and a new nominal
+gyro bias (per-episode Params). Reward: -(q - q*)² - 0.01 a², with q the true joint angle.
+
+    .venv/bin/python examples/train_ppo.py --timesteps 300000 --out out/ppo
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pathlib
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+
+import fibril_mjx
+from fibril_mjx.components import motor
+from fibril_mjx.envs import FibrilEnv, Task
+
+MANIFEST = pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'rl' / 'leg_hold.yaml'
+EFFORT_SCALE = 3.0      # N·m per unit action (gravity torque of the link is ≤ 1.5 N·m)
+TARGET_RAD = 0.6
+
+
+def _reward(out, goal, action):
+  q = out['truth']['hip']['position']
+  err = q - goal
+  r = -err ** 2 - 0.01 * jnp.sum(action ** 2)
+  return r, {'angle_error_rad': jnp.abs(err)}
+
+
+def _commands(action):
+  return {'hip': motor.command('effort', EFFORT_SCALE * jnp.clip(action[0], -1.0, 1.0))}
+
+
+GYRO_BIAS = re.compile(r'angular_velocity[\W_]*bias$')
+
+
+def randomize_gyro_bias(rng, params, stddev=2e-3):
+  """Per-episode Params: the IMU's nominal gyro bias ~ N(0, stddev²) per axis (found by its
+  pytree path, `angular_velocity_bias` or `angular_velocity.bias`)."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(params['imu'])
+  keys = jax.random.split(rng, len(flat))
+  leaves = [stddev * jax.random.normal(k, x.shape, x.dtype)
+            if GYRO_BIAS.search(jax.tree_util.keystr(path)) else x
+            for k, (path, x) in zip(keys, flat)]
+  return {**params, 'imu': jax.tree_util.tree_unflatten(treedef, leaves)}
+
+
+def make_env(sim=None, *, episode_length=200, control_ticks=5, randomize=True,
+             privileged_obs=False) -> FibrilEnv:
+  """The leg-hold environment (`control_ticks` ms per step at dt = 1 ms)."""
+  task = Task(
+      observe={'hip': ('position', 'velocity', 'applied_effort'),
+               'imu': ('angular_velocity', 'linear_acceleration')},
+      action_size=1, commands=_commands, reward=_reward,
+      sample_goal=lambda k: jax.random.uniform(k, (), jnp.float32, -TARGET_RAD, TARGET_RAD),
+      goal_obs=lambda g: jnp.reshape(g, (1,)),
+      control_ticks=control_ticks, episode_length=episode_length)
+  return FibrilEnv(sim if sim is not None else fibril_mjx.load(MANIFEST), task,
+                   randomize=randomize_gyro_bias if randomize else None,
+                   privileged_obs=privileged_obs)
+
+
+def brax_jax_compat() -> None:
+  """brax 0.14.2 (the latest release) calls `jax.device_put_replicated`, which jax 0.10 removed
+  (see its pmap migration guide). Installs an equivalent for brax's use (a copy per device on
+  a leading axis, which `pmap` shards) when it is missing; nothing else of brax needed a
+  change."""
+  try:
+    jax.device_put_replicated
+  except AttributeError:
+    def device_put_replicated(x, devices):
+      return jax.tree.map(lambda a: jnp.broadcast_to(jnp.asarray(a), (len(devices),)
+                                                     + jnp.shape(a)), x)
+    jax.device_put_replicated = device_put_replicated
+
+
+def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=None,
+          num_evals=8, hidden=(32, 32), unroll_length=10, batch_size=64, num_minibatches=4,
+          num_updates_per_batch=4, num_eval_envs=64):
+  """Brax PPO on `env`; returns `(make_policy, params, [(steps, eval reward)])`."""
+  brax_jax_compat()
+  from brax.envs.wrappers.training import VmapWrapper
+  from brax.training.agents.ppo import networks as ppo_networks
+  from brax.training.agents.ppo import train as ppo
+  curve = []
+
+  def log(step, metrics):
+    curve.append((int(step), float(metrics['eval/episode_reward'])))
+    if progress:
+      progress(step, metrics)
+  network = functools.partial(ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=hidden,
+                              value_hidden_layer_sizes=hidden)
+  make_policy, params, _ = ppo.train(
+      environment=env, num_timesteps=timesteps, episode_length=episode_length,
+      wrap_env_fn=lambda e, **_: VmapWrapper(e), num_envs=num_envs,
+      num_eval_envs=num_eval_envs, num_evals=num_evals, learning_rate=3e-4,
+      entropy_cost=1e-3, discounting=0.97, unroll_length=unroll_length, batch_size=batch_size,
+      num_minibatches=num_minibatches, num_updates_per_batch=num_updates_per_batch,
+      normalize_observations=True, network_factory=network, seed=seed, progress_fn=log)
+  return make_policy, params, curve
+
+
+def plot(curve, path, title):
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot([c[0] for c in curve], [c[1] for c in curve], marker='o')
+  ax.set_xlabel('environment steps')
+  ax.set_ylabel('eval episode reward')
+  ax.set_title(title)
+  ax.grid(True, alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument('--timesteps', type=int, default=300_000)
+  ap.add_argument('--envs', type=int, default=64)
+  ap.add_argument('--episode-length', type=int, default=200, help='steps of 5 ms')
+  ap.add_argument('--evals', type=int, default=8)
+  ap.add_argument('--seed', type=int, default=0)
+  ap.add_argument('--out', default='out/ppo')
+  args = ap.parse_args(argv)
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  env = make_env(episode_length=args.episode_length)
+  t0 = time.perf_counter()
+  _, _, curve = train(env, timesteps=args.timesteps, num_envs=args.envs,
+                      episode_length=args.episode_length, seed=args.seed, num_evals=args.evals,
+                      progress=lambda s, m: print(f'{s:>9} steps  eval reward '
+                                                  f'{float(m["eval/episode_reward"]):9.3f}  '
+                                                  f'angle error '
+                                                  f'{float(m.get("eval/episode_angle_error_rad", float("nan"))) / args.episode_length:.3f} rad'
+                                                  f'  ({time.perf_counter() - t0:.0f} s)',
+                                                  flush=True))
+  plot(curve, out / 'learning_curve.png', f'PPO on leg_hold ({args.envs} envs, seed {args.seed})')
+  (out / 'learning_curve.json').write_text(json.dumps(curve))
+  print(f'wrote {out}/learning_curve.png, learning_curve.json')
+
+
+if __name__ == '__main__':
+  main()

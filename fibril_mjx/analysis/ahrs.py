@@ -1,0 +1,84 @@
+"""Host-side analysis of `fibril_sim/ahrs` runs: per-world error metrics and the plot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fibril_mjx.analysis import common
+
+
+def host_metrics(sensor: dict, truth: dict) -> dict:
+  """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
+
+  Args:
+    sensor: `{field: (nworld, T, ...)}` delivered output (`sample.*` flattened, `new_data`,
+      `sample_tick`, ...).
+    truth: `{field: (nworld, T, ...)}`.
+
+  Returns:
+    `{metric: (nworld,)}`: RMS orientation error (deg), RMS angular-velocity error (rad/s),
+    RMS acceleration error (m/s²), delivered sample count.
+  """
+  new = sensor['new_data']
+  st = np.clip(sensor['sample_tick'], 0, None)
+  take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
+  out = {}
+  count = np.maximum(new.sum(axis=1), 1)
+  ang = np.degrees(common.angle_rad(sensor['orientation'], take(truth['orientation'])))
+  out['orientation_error_rms_deg'] = np.sqrt((ang ** 2 * new).sum(1) / count)
+  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
+    e = np.sum((sensor[f] - take(truth[f])) ** 2, axis=-1)
+    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
+  out['delivered'] = new.sum(axis=1)
+  return out
+
+
+def plot(path, cid, time_s, sensor, truth, world, metrics, title):
+  """Truth vs delivered samples for one world and the error distribution across worlds."""
+  _plot(path, cid, time_s, sensor, truth, world,
+                   metrics['orientation_error_rms_deg'], title)
+
+
+def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
+          per_world_err: np.ndarray, title: str):
+  """Truth vs AHRS (roll/pitch/yaw and rates) for one world; error distribution across worlds."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  new = sensor['new_data'][world].astype(bool)
+  t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
+  fig, axes = plt.subplots(3, 2, figsize=(13, 9))
+  labels = ('roll', 'pitch', 'yaw')
+  r_true, r_dev = common.rpy_deg(truth['orientation'][world]), common.rpy_deg(sensor['orientation'][world])[new]
+  for i in range(3):
+    ax = axes[i, 0]
+    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (device convention)')
+    ax.plot(t_s, r_dev[:, i], '.', ms=2, color='tab:red', label=f'{cid} sample')
+    ax.set_ylabel(f'{labels[i]} [deg]')
+  axes[0, 0].legend(loc='upper right', fontsize=8)
+  axes[0, 0].set_title(f'world {world}: orientation, truth vs delivered samples')
+  axes[2, 0].set_xlabel('time [s]')
+  ax = axes[0, 1]
+  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
+    ax.plot(time_s, truth['angular_velocity'][world][:, i], '-', color='k', lw=0.8)
+    ax.plot(t_s, sensor['angular_velocity'][world][new][:, i], '.', ms=2, color=c,
+            label='xyz'[i])
+  ax.set_ylabel('angular velocity [rad/s]')
+  ax.set_title('angular velocity (black: truth)')
+  ax.legend(fontsize=8)
+  ax = axes[1, 1]
+  for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
+    ax.plot(time_s, truth['linear_acceleration'][world][:, i], '-', color='k', lw=0.8)
+    ax.plot(t_s, sensor['linear_acceleration'][world][new][:, i], '.', ms=2, color=c)
+  ax.set_ylabel('specific force [m/s²]')
+  ax.set_xlabel('time [s]')
+  ax = axes[2, 1]
+  ax.hist(per_world_err, bins=min(40, max(5, len(per_world_err) // 4)), color='tab:purple')
+  ax.set_xlabel('orientation error RMS per world [deg]')
+  ax.set_ylabel('worlds')
+  ax.set_title(f'error distribution across {len(per_world_err)} worlds')
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

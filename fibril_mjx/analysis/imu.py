@@ -1,0 +1,82 @@
+"""Host-side analysis of `fibril_sim/imu` runs: per-world error metrics and the plot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fibril_mjx.analysis import common
+
+
+def host_metrics(sensor: dict, truth: dict) -> dict:
+  """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
+
+  Args:
+    sensor: `{field: (nworld, T, ...)}` delivered output (`sample.*` flattened, `new_data`,
+      `sample_tick`, ...).
+    truth: `{field: (nworld, T, ...)}`.
+
+  Returns:
+    `{metric: (nworld,)}`: RMS angular-velocity error (rad/s) and specific-force error
+    (m/s²) over delivered samples, delivered sample count.
+  """
+  new = sensor['new_data']
+  st = np.clip(sensor['sample_tick'], 0, None)
+  take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
+  count = np.maximum(new.sum(axis=1), 1)
+  out = {}
+  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
+    e = np.sum((sensor[f].astype(np.float64) - take(truth[f])) ** 2, axis=-1)
+    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
+  out['delivered'] = new.sum(axis=1)
+  return out
+
+
+def plot(path, cid, time_s, sensor, truth, world, metrics, title):
+  """Truth vs delivered samples for one world, the Allan deviation of its gyro error, and the
+  error distribution across worlds."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  from fibril_mjx import stats
+
+  new = sensor['new_data'][world].astype(bool)
+  st = np.clip(sensor['sample_tick'][world], 0, None)[new]
+  t_s = time_s[st]
+  fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+  colors = ('tab:red', 'tab:green', 'tab:blue')
+  for ax, f, unit in ((axes[0, 0], 'angular_velocity', 'rad/s'),
+                      (axes[1, 0], 'linear_acceleration', 'm/s²')):
+    for i, c in enumerate(colors):
+      ax.plot(time_s, truth[f][world][:, i], '-', color='k', lw=0.8)
+      ax.plot(t_s, sensor[f][world][new][:, i], '.', ms=1.5, color=c, label='xyz'[i])
+    ax.set_ylabel(f'{f.replace("_", " ")} [{unit}]')
+    ax.legend(fontsize=8, loc='upper right')
+  axes[0, 0].set_title(f'world {world}: delivered samples (dots) vs truth (black)')
+  axes[1, 0].set_xlabel('time [s]')
+  ax = axes[0, 1]
+  if st.size >= 2 * 9:
+    rate = 1.0 / np.median(np.diff(t_s)) if st.size > 1 else 1.0
+    for i, c in enumerate(colors):
+      err = sensor['angular_velocity'][world][new][:, i] - truth['angular_velocity'][world][st, i]
+      try:
+        taus, adev = stats.allan_deviation(err, rate)
+      except ValueError:
+        continue
+      ax.loglog(taus, adev, '-', color=c, label=f'gyro {"xyz"[i]} error')
+    ax.set_xlabel('τ [s]')
+    ax.set_ylabel('Allan deviation [rad/s]')
+    ax.set_title(f'world {world}: Allan deviation of sample − truth')
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=8)
+  ax = axes[1, 1]
+  e = metrics['angular_velocity_error_rms_rad_s']
+  ax.hist(e, bins=min(40, max(5, len(e) // 4)), color='tab:purple')
+  ax.set_xlabel('angular velocity error RMS per world [rad/s]')
+  ax.set_ylabel('worlds')
+  ax.set_title(f'error distribution across {len(e)} worlds')
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+

@@ -1,0 +1,39 @@
+"""Host-side analysis of `fibril_sim/motor` runs: per-world tracking metrics and the plot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fibril_mjx.analysis import common
+
+
+def host_metrics(sensor: dict, truth: dict) -> dict:
+  """Per world: RMS tracking error of the bound input's semantic (setpoint − truth, logical
+  units), RMS error of delivered feedback position vs truth at its sample tick, delivered
+  feedback count, mean |current| of delivered feedback."""
+  new = sensor['new_data'].astype(bool)
+  st = np.clip(sensor['sample_tick'], 0, None)
+  pos_truth = np.take_along_axis(truth['position'], st, axis=1)
+  count = np.maximum(new.sum(axis=1), 1)
+  return {'tracking_error_rms': np.sqrt(np.mean(truth['tracking_error'] ** 2, axis=1)),
+          'feedback_position_error_rms': np.sqrt(((sensor['position'] - pos_truth) ** 2
+                                                  * new).sum(axis=1) / count),
+          'feedback_delivered': new.sum(axis=1),
+          'current_mean_abs': (np.abs(sensor['current']) * new).sum(axis=1) / count}
+
+
+def plot(path, cid, time_s, sensor, truth, world, metrics, title):
+  """Setpoint vs truth of the bound semantic, feedback samples, applied effort and current."""
+  new = sensor['new_data'][world].astype(bool)
+  t_fb = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
+  sp, err = truth['setpoint'][world], truth['tracking_error'][world]
+  tracked = sp - err
+  common.plot_lines(path, time_s, title, [
+      (f'{cid}: applied setpoint vs truth (world {world}, logical units)', 'setpoint',
+       [('applied setpoint', sp, 'k--'), ('truth', tracked, 'tab:blue')]),
+      ('logical position', 'position', [('truth', truth['position'][world], 'tab:blue')]),
+      ('effort and current', 'logical effort / A',
+       [('applied effort (truth, qfrc)', truth['applied_effort'][world], 'tab:red')]),
+  ], hist=('tracking error RMS per world', metrics['tracking_error_rms']),
+      points={1: [('delivered feedback', t_fb, sensor['position'][world][new], 'tab:orange')],
+              2: [('feedback current', t_fb, sensor['current'][world][new], 'tab:green')]})
