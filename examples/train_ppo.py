@@ -87,7 +87,7 @@ def brax_jax_compat() -> None:
 
 def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=None,
           num_evals=8, hidden=(32, 32), unroll_length=10, batch_size=64, num_minibatches=4,
-          num_updates_per_batch=4, num_eval_envs=64):
+          num_updates_per_batch=4, num_eval_envs=64, run_evals=True):
   """Brax PPO on `env`; returns `(make_policy, params, [(steps, eval reward)])`."""
   brax_jax_compat()
   from brax.envs.wrappers.training import VmapWrapper
@@ -107,7 +107,8 @@ def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=N
       num_eval_envs=num_eval_envs, num_evals=num_evals, learning_rate=3e-4,
       entropy_cost=1e-3, discounting=0.97, unroll_length=unroll_length, batch_size=batch_size,
       num_minibatches=num_minibatches, num_updates_per_batch=num_updates_per_batch,
-      normalize_observations=True, network_factory=network, seed=seed, progress_fn=log)
+      normalize_observations=True, network_factory=network, seed=seed, progress_fn=log,
+      run_evals=run_evals)
   return make_policy, params, curve
 
 

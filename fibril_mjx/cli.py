@@ -69,6 +69,74 @@ def _add_extra_commands(sub) -> None:
   pr.set_defaults(func=_cmd_profiles)
 
 
+def _cmd_validate(args) -> int:
+  import yaml as _yaml
+  from fibril_mjx import validate
+  perturb = {}
+  for item in args.perturb:
+    if '=' not in item:
+      from fibril_mjx.errors import ConfigError
+      raise ConfigError('--perturb', item, 'expected FIELD=VALUE (YAML value)')
+    k, v = item.split('=', 1)
+    perturb[k.strip()] = _yaml.safe_load(v)
+  summary = validate.run(args.manifest, args.component, args.out,
+                         static_duration_s=args.static_duration, worlds=args.worlds,
+                         seed=args.seed, perturb=perturb, overwrite=args.overwrite)
+  print(validate.render(summary), end='')
+  print(f'wrote {args.out}')
+  return 0 if summary['passed'] else 1
+
+
+def _cmd_fit_profile(args) -> int:
+  from fibril_mjx import fit_profile
+  csv_map = None
+  if args.csv_map:
+    from fibril_mjx.validation import load_yaml
+    import pathlib as _pl
+    csv_map = (load_yaml(_pl.Path(args.csv_map)), args.csv_map)
+  res = fit_profile.fit_profile(component_type=args.type, component=args.component,
+                                out=args.out, profile_id=args.id, static=args.static,
+                                six=args.six_orientation, timing=args.timing, csv_map=csv_map,
+                                overwrite=args.overwrite)
+  for k, v in res['fields'].items():
+    print(f'{k}: {v}')
+  print(f'wrote {args.out} and its evidence beside it')
+  return 0
+
+
+def _add_validation_commands(sub) -> None:
+  """`validate` and `fit-profile` (issue 12)."""
+  v = sub.add_parser('validate', help='virtual test rigs (seed-002 minimum test set) for one '
+                     'IMU/AHRS component: checks with plots; exit 1 when a check fails')
+  v.add_argument('manifest')
+  v.add_argument('--component', required=True, help='component id (fibril_sim/imu or ahrs)')
+  v.add_argument('--out', required=True, help='output directory (must not exist)')
+  v.add_argument('--static-duration', type=_positive_float, default=100.0,
+                 help='seconds of each static record (default 100; longer resolves slower '
+                 'bias terms)')
+  v.add_argument('--worlds', type=_positive_int, default=16,
+                 help='worlds per rig = independent realizations (default 16)')
+  v.add_argument('--seed', type=int, default=0)
+  v.add_argument('--perturb', action='append', default=[], metavar='FIELD=VALUE',
+                 help='simulate a device that differs from the configuration in FIELD (the '
+                 'checks keep the configured value): shows which check catches it')
+  v.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  v.set_defaults(func=_cmd_validate)
+  f = sub.add_parser('fit-profile', help='estimate an empirical profile (+ evidence) from '
+                     'recordings of a real unit')
+  f.add_argument('--type', required=True, help='fibril_sim/imu or fibril_sim/ahrs')
+  f.add_argument('--component', required=True, help='component id in the recordings')
+  f.add_argument('--static', nargs='+', default=[], help='recordings at rest (noise terms)')
+  f.add_argument('--six-orientation', nargs='+', default=[],
+                 help='recordings resting on each of the six faces (bias, scale, cross-axis)')
+  f.add_argument('--timing', nargs='+', default=[], help='recordings for period/latency/loss')
+  f.add_argument('--csv-map', default=None, help='YAML column mapping for .csv recordings')
+  f.add_argument('--out', required=True, help='profile YAML to write')
+  f.add_argument('--id', default=None, help='profile id (default: the file stem)')
+  f.add_argument('--overwrite', action='store_true')
+  f.set_defaults(func=_cmd_fit_profile)
+
+
 def _cmd_run(args) -> int:
   from fibril_mjx import runner
   runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
@@ -112,6 +180,7 @@ def main(argv=None) -> int:
   r.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   r.set_defaults(func=_cmd_run)
   _add_extra_commands(sub)
+  _add_validation_commands(sub)
   args = parser.parse_args(argv)
   _setup_jax()
   from fibril_mjx.errors import FibrilError

@@ -26,11 +26,17 @@ Both use the same models and `EkfParams`:
 - measurement: the accelerometer's specific force at rest, `h = R(q)ᵀ g`, `g = [0, 0, g]`
   (z up; a still, level accelerometer reads `+g` on z), with analytic Jacobians; noise
   σ = `accel_noise_std_mps2` per axis (a density N_a maps to `N_a/√dt`);
-- accelerometer gating on `e = | ‖a‖ − g |` (the robot accelerates): above
-  `accel_gate_mps2` the measurement variance is inflated to
-  `σ_a² + (e − accel_gate_mps2)²` (the excess magnitude is a lower bound on the
-  non-gravitational acceleration); above `accel_reject_mps2` the update is skipped
-  (set it to `inf` to never skip);
+- lever arm (`lever_arm_m`, the IMU's known offset r from a reference point of its rigid
+  body): each sample is compensated to `a − α̂ × r − ω̂ × (ω̂ × r)` before the update
+  (`compensated_accel`; seed `002_…`: `a_sensor = a_ref + α × r + ω × (ω × r)`), with the
+  bias-corrected gyro and `α̂` the backward difference of consecutive gyro samples. The
+  dependence of the compensation on `b_g` is left out of the Jacobian (second order);
+- accelerometer gating on `e = | ‖a‖ − g |` of the compensated sample (the robot
+  accelerates): above `accel_gate_mps2` the measurement variance is inflated to
+  `σ_a² + c²·(e − accel_gate_mps2)²`, `c = accel_inflation_gain` (the excess magnitude is a
+  lower bound on the non-gravitational acceleration; C¹ at the gate, so with the gate at 0
+  the noise adapts smoothly); above `accel_reject_mps2` the update is skipped (set it to
+  `inf` to never skip);
 - Joseph-form covariance update `P ← (I − KH) P (I − KH)ᵀ + K R Kᵀ`.
 
 Observability: the accelerometer sees only the direction of gravity, so **yaw is

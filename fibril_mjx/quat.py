@@ -105,12 +105,6 @@ def rotate(q, v):
   return jnp.einsum('...ij,...j->...i', to_matrix(q), v)
 
 
-def angle_between(p, q):
-  """Rotation angle `(...)` radians of `p⁻¹ ⊗ q`, in [0, π]."""
-  r = multiply(conjugate(p), q)
-  return 2 * jnp.arctan2(jnp.linalg.norm(r[..., 1:], axis=-1), jnp.abs(r[..., 0]))
-
-
 def wrap_angle(a):
   """Wrap radians to (-π, π]."""
   return jnp.pi - jnp.mod(jnp.pi - a, 2 * jnp.pi)

@@ -3,7 +3,56 @@ saturation and quantization. Pure, elementwise, single-world."""
 
 from __future__ import annotations
 
+import contextlib
+
+import jax
 import jax.numpy as jnp
+
+# Straight-through derivatives (tuning, SPEC §11): rounding and clipping have zero derivative
+# almost everywhere, so a gradient through a quantized or saturated output is silently 0.
+# Inside `straight_through()`, functions *traced* there use the same forward values but pass
+# the input's derivative through unchanged (d quantize(x)/dx = 1, d saturate(x)/dx = 1). A
+# trace-time switch (static, like every term switch): code jitted outside the context keeps
+# the exact zero derivatives, so only the tuner's own jitted functions see it.
+_STRAIGHT_THROUGH = [False]
+
+
+@contextlib.contextmanager
+def straight_through(on: bool = True):
+  """Traces quantization and saturation with straight-through derivatives (see above)."""
+  prev = _STRAIGHT_THROUGH[0]
+  _STRAIGHT_THROUGH[0] = on
+  try:
+    yield
+  finally:
+    _STRAIGHT_THROUGH[0] = prev
+
+
+def straight_through_active() -> bool:
+  """Whether code traced now gets straight-through derivatives."""
+  return _STRAIGHT_THROUGH[0]
+
+
+@jax.custom_jvp
+def _clip_st(x, limit):
+  return jnp.clip(x, -limit, limit)
+
+
+@_clip_st.defjvp
+def _clip_st_jvp(primals, tangents):
+  x, limit = primals
+  return _clip_st(x, limit), tangents[0]
+
+
+@jax.custom_jvp
+def _round_st(x, step):
+  return step * jnp.round(x / step)
+
+
+@_round_st.defjvp
+def _round_st_jvp(primals, tangents):
+  x, step = primals
+  return _round_st(x, step), tangents[0]
 
 
 def lowpass_alpha(bandwidth_hz, period_s):
@@ -25,12 +74,18 @@ def ar1(n_prev, z, rho, sigma, first):
 
 
 def saturate(x, limit):
-  """Clips to `±limit`; returns `(clipped, flags)` with per-element `|x| > limit` flags."""
+  """Clips to `±limit`; returns `(clipped, flags)` with per-element `|x| > limit` flags.
+
+  Straight-through derivative inside `straight_through()`."""
+  if _STRAIGHT_THROUGH[0]:
+    return _clip_st(x, limit), jnp.abs(x) > limit
   return jnp.clip(x, -limit, limit), jnp.abs(x) > limit
 
 
 def quantize(x, step):
-  """`step · round(x / step)`."""
+  """`step · round(x / step)` (straight-through derivative inside `straight_through()`)."""
+  if _STRAIGHT_THROUGH[0]:
+    return _round_st(x, step)
   return step * jnp.round(x / step)
 
 

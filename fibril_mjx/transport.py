@@ -93,6 +93,9 @@ class QueueState(NamedTuple):
     last_release: release tick of the latest enqueued sample (orders jitter).
     overflow: samples dropped because the queue was full.
     lost: samples lost in transport.
+    delay_ticks: this world's latency in ticks (used without jitter); `tp.init` sets the
+      static `latency_ticks`, a campaign may set a per-world value (`with_latency`).
+    latency_s: this world's latency in seconds (used with jitter), likewise.
   """
   buf: Any
   sequence: jax.Array
@@ -103,6 +106,8 @@ class QueueState(NamedTuple):
   last_release: jax.Array
   overflow: jax.Array
   lost: jax.Array
+  delay_ticks: jax.Array
+  latency_s: jax.Array
 
 
 def init(tr: Transport, neutral_sample) -> tuple[QueueState, Delivered]:
@@ -111,7 +116,8 @@ def init(tr: Transport, neutral_sample) -> tuple[QueueState, Delivered]:
                      neutral_sample)
   zc = jnp.zeros((c,), jnp.int32)
   z = jnp.int32(0)
-  q = QueueState(buf, zc, zc, zc, z, z, jnp.int32(-1), z, z)
+  q = QueueState(buf, zc, zc, zc, z, z, jnp.int32(-1), z, z, jnp.int32(tr.latency_ticks),
+                 jnp.float32(tr.latency_s))
   held = Delivered(neutral_sample, jnp.bool_(False), jnp.int32(-1), jnp.int32(-1),
                    jnp.int32(-1), jnp.bool_(False))
   return q, held
@@ -126,9 +132,9 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
     active: optional per-world bool; when False nothing is sent (no loss or overflow is
       counted) — for senders that issue on some ticks only (actuator commands).
   """
-  delay = jnp.int32(tr.latency_ticks)
+  delay = q.delay_ticks
   if tr.jitter_s > 0:
-    secs = jnp.maximum(0.0, tr.latency_s + tr.jitter_s * rng.normal(jitter_stream, n))
+    secs = jnp.maximum(0.0, q.latency_s + tr.jitter_s * rng.normal(jitter_stream, n))
     delay = jnp.ceil(secs / tr.dt - 1e-6).astype(jnp.int32)
   release = jnp.maximum(tick + delay, q.last_release)
   keep = jnp.bool_(True)
@@ -141,7 +147,7 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
   put = keep & room if active is None else keep & room & active
   slot = (q.head + q.count) % tr.capacity
   upd = lambda arr, v: jnp.where(put, arr.at[slot].set(v), arr)
-  return QueueState(
+  return q._replace(
       buf=jax.tree.map(upd, q.buf, sample),
       sequence=upd(q.sequence, n),
       sample_tick=upd(q.sample_tick, tick),
@@ -152,6 +158,21 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
       overflow=q.overflow + (keep & ~room).astype(jnp.int32),
       lost=q.lost + (~keep).astype(jnp.int32),
   )
+
+
+def with_latency(q: QueueState, latency_s, delay_ticks) -> QueueState:
+  """`q` with one world's own latency, set before anything is sent.
+
+  Args:
+    latency_s: latency (s), used with jitter.
+    delay_ticks: the same rounded up to whole ticks on the host (`latency_ticks` of a
+      `Transport.build` with that latency), used without jitter.
+
+  The queue's static `capacity` must cover it: build the transport with the largest latency
+  of the batch (campaigns do).
+  """
+  return q._replace(delay_ticks=jnp.asarray(delay_ticks, jnp.int32),
+                    latency_s=jnp.asarray(latency_s, jnp.float32))
 
 
 def release(tr: Transport, q: QueueState, tick) -> tuple[QueueState, jax.Array, jax.Array]:

@@ -305,14 +305,14 @@ def test_gradient_of_final_attitude_error_wrt_accel_noise(ctx, which):
     if which == 'ekf_accel_noise_stddev':
       p_ekf = p_ekf._replace(accel_noise_stddev_m_s2=v)
     else:
-      p_imu = c_imu.set_param(p_imu, "linear_acceleration_noise_density", v)
+      p_imu = c_imu.set_param(p_imu, 'linear_acceleration_noise_density', v)
     _, held = _go(c_imu, c_ekf, p_imu, p_ekf, sd, qt, WK)
     q = held.sample.orientation[-1]
     r = quat.multiply(quat.conjugate(qt[-1]), q)
     return 4.0 * jnp.sum(r[1:] ** 2)              # ≈ θ² (rad²) for small θ
 
   v0 = p_ekf0.accel_noise_stddev_m_s2 if which.startswith('ekf') else (
-      p_imu0.linear_acceleration_noise_density)
+      c_imu.get_param(p_imu0, 'linear_acceleration_noise_density'))
   g = np.asarray(jax.jit(jax.grad(loss))(v0), np.float64)
   assert np.all(np.isfinite(g)) and np.max(np.abs(g)) > 0
   lf = jax.jit(loss)

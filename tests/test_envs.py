@@ -190,10 +190,11 @@ def test_brax_ppo_few_iterations(sim):
   pytest.importorskip('brax')
   env = train_ppo.make_env(sim, episode_length=4, control_ticks=5)
   make_policy, params, curve = train_ppo.train(
-      env, timesteps=2 * 4 * 4 * 2, num_envs=4, episode_length=4, num_evals=2, hidden=(8,),
+      env, timesteps=2 * 4 * 4 * 2, num_envs=4, episode_length=4, num_evals=1, hidden=(8,),
       unroll_length=4, batch_size=4, num_minibatches=2, num_updates_per_batch=1,
-      num_eval_envs=4)
-  assert len(curve) == 2 and all(np.isfinite(r) for _, r in curve)
+      num_eval_envs=4, run_evals=False)   # no evaluator: one compile less
+  assert curve == []
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params))
   policy = make_policy(params, deterministic=True)
   action, _ = policy(env.reset(jax.random.PRNGKey(0)).obs[None], jax.random.PRNGKey(1))
   assert action.shape == (1, 1) and bool(jnp.all(jnp.isfinite(action)))

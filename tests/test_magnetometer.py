@@ -66,7 +66,7 @@ ALL = dict(hard_iron_ut=[3.0, -2.0, 1.0], soft_iron=[[1.05, 0.02, 0.0], [0.02, 0
            bias_turn_on_stddev_ut=[1.0, 2.0, 0.5], bias_instability_stddev_ut=[0.2, 0.2, 0.3],
            bias_correlation_time_s=0.5, common_mode_stream='anomaly',
            common_mode_stddev_ut=[0.4, 0.4, 0.6], common_mode_correlation_time_s=0.2,
-           range_ut=60.0, resolution_ut=0.015)
+           range_ut=40.0, resolution_ut=0.015)
 
 
 def reference(cfg, xmat, current, wk=nh.WK, cid='mag'):
@@ -81,7 +81,7 @@ def reference(cfg, xmat, current, wk=nh.WK, cid='mag'):
     b = np.array([f * math.cos(i) * math.sin(d), f * math.cos(i) * math.cos(d),
                   -f * math.sin(i)])
   else:
-    b = g('earth_field_ut', 0)
+    b = g('earth_field_ut', [12.0, 18.0, -42.0])
   world = np.broadcast_to(b, (n, 3)).copy()
   if np.any(g('common_mode_stddev_ut', [0, 0, 0]) > 0):
     phi = math.exp(-PERIOD / cfg['common_mode_correlation_time_s'])
@@ -290,11 +290,12 @@ MOTOR = {'id': 'mot', 'type': 'fibril_sim/motor',
 P = 'components[0].config'
 
 RULES = {
-    'both_field_forms': (comp(declination_deg=1.0, inclination_deg=60, intensity_ut=50), P,
-                         None, 'give earth_field_ut or declination_deg/inclination_deg/'
-                         'intensity_ut, not both'),
-    'no_field': (comp(earth_field_ut=None), P, None, 'the Earth field needs earth_field_ut or '
-                 'all of declination_deg, inclination_deg and intensity_ut'),
+    'both_field_forms': (comp(declination_deg=1.0, inclination_deg=60, intensity_ut=50),
+                         f'{P}.earth_field_ut', '[10.0, 20.0, -40.0]', 'give earth_field_ut or '
+                         'declination_deg/inclination_deg/intensity_ut, not both'),
+    'no_field': (comp(earth_field_ut=None, declination_deg=3.0), f'{P}.earth_field_ut', None,
+                 'required unless declination_deg, inclination_deg and intensity_ut are all '
+                 'given'),
     'inclination_range': (comp(earth_field_ut=None, declination_deg=0, inclination_deg=95,
                                intensity_ut=50), f'{P}.inclination_deg', '95',
                           'input should be less than or equal to 90'),
@@ -308,8 +309,8 @@ RULES = {
     'cm_stream': (comp(common_mode_stddev_ut=[0.1, 0, 0], common_mode_correlation_time_s=1.0),
                   f'{P}.common_mode_stream', 'None', 'must name a shared stream where '
                   'common_mode_stddev_ut > 0'),
-    'coeff_count': (comp(current_components=['mot']), P, None, 'current_coefficients_ut_per_a '
-                    'needs one [x, y, z] per entry of current_components (1), got 0'),
+    'coeff_count': (comp(current_components=['mot']), f'{P}.current_coefficients_ut_per_a', '[]',
+                    'needs one [x, y, z] per entry of current_components (1)'),
     'current_unknown': (comp(current_components=['motr'],
                              current_coefficients_ut_per_a=[[1, 0, 0]]),
                         f'{P}.current_components[0]', "'motr'",
@@ -362,7 +363,7 @@ def test_motor_current_reaches_the_field(tmp_path):
   sim = fibril_mjx.load(str(path))
   p = sim.default_params(2)
   _, tr = sim.rollout(p, fibril_mjx.world_keys(0, 2), 50)
-  cur = np.asarray(tr['truth']['mag']['current_a'])
+  cur = np.asarray(tr['truth']['mag']['current_a'])[..., 0]
   fb = np.asarray(tr['sensor']['mot'].sample.current)
   assert np.abs(cur).max() > 0.1
   np.testing.assert_allclose(cur, fb, rtol=1e-6, atol=1e-6)   # no lag configured

@@ -10,6 +10,7 @@ import yaml
 
 from fibril_mjx import cli, profiles_cli
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.manifest import Catalog
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((REPO / 'profiles').glob('*.yaml'))}
@@ -47,21 +48,26 @@ def test_show_every_field_with_provenance(name, capsys):
       assert f'      <- provenance.fields.{fname}: {per_field[fname]}' in prov
 
 
-def test_provenance_from_notes_naming_the_field():
-  cat = profiles_cli.catalog()
-  p = cat.profiles['can_fast_path_1khz']
-  got = profiles_cli.field_provenance(p, 'command_latency_s')
-  wheres = [w for w, _ in got]
-  notes = p.provenance['notes']
-  assums = p.provenance['assumptions']
-  expect = [f'provenance.notes[{i}]' for i, t in enumerate(notes) if 'command_latency_s' in t]
-  expect += [f'provenance.assumptions[{i}]' for i, t in enumerate(assums)
-             if 'command_latency_s' in t]
-  assert wheres == expect and expect
+def test_provenance_from_notes_naming_the_field(tmp_path):
+  (tmp_path / 'p.yaml').write_text(yaml.safe_dump({
+      'id': 'synthetic', 'kind': 'transport', 'component_types': ['fibril_sim/motor'],
+      'provenance': {
+          'source': 'bench',
+          'fields': {'feedback_period_s': 'datasheet p.3'},
+          'notes': ['command_latency_s = 1e-4: one CAN frame', 'unrelated note',
+                    'see command_latency_s_extra'],
+          'assumptions': ['command_latency_s excludes queueing']},
+      'fields': {'command_latency_s': 1e-4, 'feedback_period_s': 0.001,
+                 'application_period_s': 0.001}}, sort_keys=False))
+  p = Catalog([tmp_path]).profiles['synthetic']
+  assert profiles_cli.field_provenance(p, 'command_latency_s') == [
+      ('provenance.notes[0]', 'command_latency_s = 1e-4: one CAN frame'),
+      ('provenance.assumptions[0]', 'command_latency_s excludes queueing')]
+  assert profiles_cli.field_provenance(p, 'feedback_period_s') == [
+      ('provenance.fields.feedback_period_s', 'datasheet p.3')]
   # a field named by no statement falls back to the profile-wide source
-  rs00 = cat.profiles['robstride_rs00']
-  assert profiles_cli.field_provenance(rs00, 'no_such_field') == [
-      ('provenance.source (profile-wide)', rs00.provenance['source'])]
+  assert profiles_cli.field_provenance(p, 'application_period_s') == [
+      ('provenance.source (profile-wide)', 'bench')]
 
 
 def test_manifest_profile_paths(tmp_path, capsys):

@@ -8,29 +8,14 @@ from fibril_mjx.analysis import common
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
-
-  Args:
-    sensor: `{field: (nworld, T, ...)}` delivered output (`sample.*` flattened, `new_data`,
-      `sample_tick`, ...).
-    truth: `{field: (nworld, T, ...)}`.
-
-  Returns:
-    `{metric: (nworld,)}`: RMS orientation error (deg), RMS angular-velocity error (rad/s),
-    RMS acceleration error (m/s²), delivered sample count.
-  """
+  """Per world: RMS orientation error (deg) of delivered samples vs truth at their sample
+  tick, and the rate errors of `common.rate_error_metrics`."""
   new = sensor['new_data']
-  st = np.clip(sensor['sample_tick'], 0, None)
-  take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
-  out = {}
   count = np.maximum(new.sum(axis=1), 1)
-  ang = np.degrees(common.angle_rad(sensor['orientation'], take(truth['orientation'])))
-  out['orientation_error_rms_deg'] = np.sqrt((ang ** 2 * new).sum(1) / count)
-  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
-    e = np.sum((sensor[f] - take(truth[f])) ** 2, axis=-1)
-    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
-  out['delivered'] = new.sum(axis=1)
-  return out
+  ang = np.degrees(common.angle_rad(sensor['orientation'],
+                                    common.at_sample_tick(sensor, truth['orientation'])))
+  return {'orientation_error_rms_deg': np.sqrt((ang ** 2 * new).sum(1) / count),
+          **common.rate_error_metrics(sensor, truth)}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
@@ -73,12 +58,5 @@ def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
     ax.plot(t_s, sensor['linear_acceleration'][world][new][:, i], '.', ms=2, color=c)
   ax.set_ylabel('specific force [m/s²]')
   ax.set_xlabel('time [s]')
-  ax = axes[2, 1]
-  ax.hist(per_world_err, bins=min(40, max(5, len(per_world_err) // 4)), color='tab:purple')
-  ax.set_xlabel('orientation error RMS per world [deg]')
-  ax.set_ylabel('worlds')
-  ax.set_title(f'error distribution across {len(per_world_err)} worlds')
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  common.hist_across_worlds(axes[2, 1], per_world_err, 'orientation error RMS per world [deg]')
+  common.save(fig, path, title)

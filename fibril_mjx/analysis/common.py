@@ -91,3 +91,41 @@ def plot_lines(path, time_s, title: str, panels: list, hist=None, points=None):
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def at_sample_tick(sensor: dict, a: np.ndarray) -> np.ndarray:
+  """Truth `a` `(nworld, T, ...)` taken at each delivered sample's `sample_tick`."""
+  st = np.clip(sensor['sample_tick'], 0, None)
+  return np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)
+
+
+def rate_error_metrics(sensor: dict, truth: dict) -> dict:
+  """Per-world RMS error (float64) of the delivered angular velocity (rad/s) and specific
+  force (m/s²) vs truth at their sample ticks, and the delivered sample count."""
+  new = sensor['new_data']
+  count = np.maximum(new.sum(axis=1), 1)
+  out = {}
+  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
+    e = np.sum((sensor[f].astype(np.float64) - at_sample_tick(sensor, truth[f])) ** 2, axis=-1)
+    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
+  out['delivered'] = new.sum(axis=1)
+  return out
+
+
+def hist_across_worlds(ax, values, xlabel: str) -> None:
+  """Histogram of a per-world metric on `ax`."""
+  values = np.asarray(values)
+  ax.hist(values, bins=min(40, max(5, len(values) // 4)), color='tab:purple')
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel('worlds')
+  ax.set_title(f'error distribution across {len(values)} worlds')
+
+
+def save(fig, path, title: str) -> None:
+  """Titles, lays out, writes and closes a figure."""
+  import matplotlib.pyplot as plt
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+

@@ -8,27 +8,9 @@ from fibril_mjx.analysis import common
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per-world error statistics of delivered samples vs truth at their sample tick (NumPy).
-
-  Args:
-    sensor: `{field: (nworld, T, ...)}` delivered output (`sample.*` flattened, `new_data`,
-      `sample_tick`, ...).
-    truth: `{field: (nworld, T, ...)}`.
-
-  Returns:
-    `{metric: (nworld,)}`: RMS angular-velocity error (rad/s) and specific-force error
-    (m/s²) over delivered samples, delivered sample count.
-  """
-  new = sensor['new_data']
-  st = np.clip(sensor['sample_tick'], 0, None)
-  take = lambda a: np.take_along_axis(a, st.reshape(st.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa
-  count = np.maximum(new.sum(axis=1), 1)
-  out = {}
-  for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
-    e = np.sum((sensor[f].astype(np.float64) - take(truth[f])) ** 2, axis=-1)
-    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
-  out['delivered'] = new.sum(axis=1)
-  return out
+  """Per world: RMS angular-velocity and specific-force errors of delivered samples vs truth
+  at their sample tick, and the delivered count (`common.rate_error_metrics`)."""
+  return common.rate_error_metrics(sensor, truth)
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
@@ -69,14 +51,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
     ax.set_title(f'world {world}: Allan deviation of sample − truth')
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=8)
-  ax = axes[1, 1]
-  e = metrics['angular_velocity_error_rms_rad_s']
-  ax.hist(e, bins=min(40, max(5, len(e) // 4)), color='tab:purple')
-  ax.set_xlabel('angular velocity error RMS per world [rad/s]')
-  ax.set_ylabel('worlds')
-  ax.set_title(f'error distribution across {len(e)} worlds')
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  common.hist_across_worlds(axes[1, 1], metrics['angular_velocity_error_rms_rad_s'],
+                            'angular velocity error RMS per world [rad/s]')
+  common.save(fig, path, title)
 

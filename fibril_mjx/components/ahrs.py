@@ -22,7 +22,6 @@ from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base, inertial
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.schedule import Schedule
-from fibril_mjx.validation import Strict
 
 TYPE = 'fibril_sim/ahrs'
 SAMPLE_TYPE = 'fibril_sim/ahrs_sample/v1'
@@ -31,17 +30,11 @@ SOURCES = ('orientation_noise', 'angular_velocity_noise', 'linear_acceleration_n
            'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
 
 
-class AhrsConfigModel(Strict):
+class AhrsConfigModel(base.SamplingConfig):
   """Validated manifest config of `fibril_sim/ahrs` (field table of SPEC §5.1)."""
   orientation_sensor: str
   gyroscope_sensor: str
   accelerometer_sensor: str
-  period_s: float = pydantic.Field(gt=0)
-  phase_s: NonNeg = 0.0
-  latency_s: NonNeg = 0.0
-  jitter_s: NonNeg = 0.0
-  loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
-  quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
   yaw_reference: Literal['initial', 'world'] = 'initial'
   orientation_bandwidth_hz: NonNeg = 0.0
   angular_velocity_bandwidth_hz: NonNeg = 0.0
@@ -113,74 +106,50 @@ class Params(NamedTuple):
   yaw_rate_bias_stddev_rad_s: jax.Array
 
 
-class Sample(NamedTuple):
-  """`fibril_sim/ahrs_sample/v1`.
-
-  Attributes:
-    orientation: `(4,)` device orientation `[w, x, y, z]`, `w >= 0`.
-    angular_velocity: `(3,)` rad/s, device (site) axes.
-    linear_acceleration: `(3,)` m/s², specific force, device axes.
-    orientation_variance: `(3,)` rad², roll/pitch/yaw: σ² + q²/12, plus on yaw the variance
-      `(σ_b·t)²` of the drift `b_ψ·t` accumulated since the first sample.
-    angular_velocity_variance, linear_acceleration_variance: `(3,)` (σ² + q²/12).
-    angular_velocity_saturated, linear_acceleration_saturated: `(3,)` bool, this sample.
-    angular_velocity_clip_count, linear_acceleration_clip_count: `(3,)` int32, cumulative.
-  """
-  orientation: jax.Array
-  angular_velocity: jax.Array
-  linear_acceleration: jax.Array
-  orientation_variance: jax.Array
-  angular_velocity_variance: jax.Array
-  linear_acceleration_variance: jax.Array
-  angular_velocity_saturated: jax.Array
-  linear_acceleration_saturated: jax.Array
-  angular_velocity_clip_count: jax.Array
-  linear_acceleration_clip_count: jax.Array
+Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'), doc="""\
+`fibril_sim/ahrs_sample/v1`: `orientation` `(4,)` device orientation `[w, x, y, z]`, `w >= 0`;
+`orientation_variance` `(3,)` rad² roll/pitch/yaw — σ² + q²/12, plus on yaw the variance
+`(σ_b·t)²` of the drift `b_ψ·t` since the first sample; then `inertial.RATE_SAMPLE_FIELDS` in
+device (site) axes (variances σ² + q²/12).""")
 
 
 class State(NamedTuple):
-  """Per-world state.
-
-  Attributes:
-    streams: named stream keys, `{source: (2,) uint32}`.
-    yaw_rate_bias: per-episode b_ψ (rad/s).
-    yaw0: reference yaw of `yaw_reference: initial` (rad).
-    orientation_filter: `(4,)`; orientation_noise: AR(1) roll/pitch/yaw residual `(3,)`.
-    angular_velocity, linear_acceleration: `inertial.ChannelState`.
-    queue, held: delivery queue and the delivered output.
-  """
+  """Per-world state: the named RNG `streams`, the two rate channels
+  (`inertial.ChannelState`), the per-episode yaw-rate bias b_ψ (rad/s) and reference yaw of
+  `yaw_reference: initial` (rad), the orientation filter `(4,)` and its AR(1) roll/pitch/yaw
+  residual `(3,)`, then the delivery `queue` and the `held` output."""
   streams: dict
+  angular_velocity: inertial.ChannelState
+  linear_acceleration: inertial.ChannelState
   yaw_rate_bias: jax.Array
   yaw0: jax.Array
   orientation_filter: jax.Array
   orientation_noise: jax.Array
-  angular_velocity: inertial.ChannelState
-  linear_acceleration: inertial.ChannelState
   queue: tp.QueueState
   held: tp.Delivered
 
 
 @dataclasses.dataclass(frozen=True)
-class Ahrs(base.SensorBase):
+class Ahrs(inertial.RateSensor):
   """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State.
 
   Attributes:
     channels: the rate outputs as `inertial.Channel`s (angular velocity, linear acceleration).
     first_tick: tick of the first acquisition (origin of the yaw drift).
   """
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+
   id: str
   cfg: AhrsConfigModel
   schedule: Schedule
   transport: tp.Transport
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
-  first_tick: int
+  first_tick: int   # tick of the first acquisition
   dt: float
   fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
   vary: frozenset = frozenset()
-
-  type = TYPE
-  sample_type = SAMPLE_TYPE
 
   def default_params(self) -> Params:
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
@@ -193,18 +162,15 @@ class Ahrs(base.SensorBase):
     for f, m in ORIENTATION_FIELDS.items():
       if m == field:
         return ('orientation', f)
-    for c in self.channels:
-      if c.path(field):
-        return c.path(field)
+    if self.channel_path(field):
+      return self.channel_path(field)
     return ('yaw_rate_bias_stddev_rad_s',) if field == 'yaw_rate_bias_stddev_rad_s' else None
 
   def uses(self, field: str) -> bool:
-    path = self.param_path(field)
-    if path is None:
+    if self.param_path(field) is None:
       return False
-    chan = {c.name: c for c in self.channels}
-    if path[0] in chan:
-      return chan[path[0]].uses(path[1])
+    if self.channel_path(field):
+      return self.channel_uses(field)
     if field == 'orientation_noise_correlation':
       return self._on('orientation_noise_stddev_rad')
     return self._on(field)
@@ -214,16 +180,16 @@ class Ahrs(base.SensorBase):
     b = jnp.float32(0.0)
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b = params.yaw_rate_bias_stddev_rad_s * rng.normal(streams['yaw_rate_bias'], 0)
-    z3, zi = jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32)
     w, a = (c.init(p, streams) for c, p in zip(self.channels, params[1:3]))
-    neutral = Sample(jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32), z3, z3,
-                     *self._variances(params, jnp.float32(0.0)), jnp.zeros(3, bool),
-                     jnp.zeros(3, bool), zi, zi)
+    q0 = jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32)
+    neutral = Sample(orientation=q0, orientation_variance=self._orientation_variance(
+        params, jnp.float32(0.0)), **self.neutral_rates(params))
     queue, held = tp.init(self.transport, neutral)
-    return State(streams, b, jnp.float32(0.0), neutral.orientation, z3, w, a, queue, held)
+    return State(streams, w, a, yaw_rate_bias=b, yaw0=jnp.float32(0.0), orientation_filter=q0,
+                 orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held)
 
-  def _variances(self, p: Params, t):
-    """Per-sample variances; `t` (s) since the first sample for the yaw drift term."""
+  def _orientation_variance(self, p: Params, t):
+    """Roll/pitch/yaw variances; `t` (s) since the first sample for the yaw drift term."""
     o = jnp.zeros(3, jnp.float32)
     if self._on('orientation_noise_stddev_rad'):
       o = o + p.orientation.noise_stddev_rad ** 2
@@ -231,8 +197,7 @@ class Ahrs(base.SensorBase):
       o = o + p.orientation.resolution_rad ** 2 / 12.0
     if self._on('yaw_rate_bias_stddev_rad_s'):
       o = o.at[2].add((p.yaw_rate_bias_stddev_rad_s * t) ** 2)
-    w_c, a_c = self.channels
-    return o, w_c.variance(p.angular_velocity), a_c.variance(p.linear_acceleration)
+    return o
 
   def _read(self, sensordata):
     q_b, g_b, a_b = self.sensors
@@ -252,14 +217,10 @@ class Ahrs(base.SensorBase):
     cfg = self.cfg
     first = n == 0
     q_mj, gyro, accel = self._read(data.sensordata)
-    w_c, a_c = self.channels
     b_psi = None
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b_psi = jnp.zeros(3, jnp.float32).at[2].set(s.yaw_rate_bias)
-    w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n,
-                                   extra=b_psi)
-    a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
-                                   accel, n)
+    rates, s = self.step_rates(p, s, gyro, accel, n, extra=b_psi)
 
     # Orientation: rpy → yaw sign → yaw reference → quaternion → filter → residual → drift.
     po = p.orientation
@@ -288,16 +249,9 @@ class Ahrs(base.SensorBase):
       q = quat.from_rpy(sig.quantize(quat.to_rpy(q), po.resolution_rad))
     q = quat.canonical(q)
 
-    sample = Sample(q, w, a, *self._variances(p, t), w_flags, a_flags, w_state.clip_count,
-                    a_state.clip_count)
-    s = s._replace(yaw0=yaw0, orientation_filter=q_filt, orientation_noise=q_noise,
-                   angular_velocity=w_state, linear_acceleration=a_state)
-    return s, sample
-
-  def status(self, s: State) -> dict:
-    return {**super().status(s),
-            'angular_velocity_clip_count': s.angular_velocity.clip_count,
-            'linear_acceleration_clip_count': s.linear_acceleration.clip_count}
+    sample = Sample(orientation=q, orientation_variance=self._orientation_variance(p, t),
+                    **rates)
+    return s._replace(yaw0=yaw0, orientation_filter=q_filt, orientation_noise=q_noise), sample
 
   def truth(self, s: State, data) -> dict:
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""

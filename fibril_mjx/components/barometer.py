@@ -29,7 +29,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
-import pydantic
 
 from fibril_mjx import faults, rng
 from fibril_mjx import signal as sig
@@ -79,19 +78,6 @@ class BarometerConfigModel(faults.DeviceConfig):
   pressure_min_pa: NonNeg = 0.0
   pressure_max_pa: NonNeg = 0.0
   resolution_pa: NonNeg = 0.0
-
-  @pydantic.model_validator(mode='after')
-  def _tables(self):
-    for pts, vals in (('throttle_bias_points', 'throttle_bias_pa'),
-                      ('airspeed_bias_points_m_s', 'airspeed_bias_pa')):
-      x, y = getattr(self, pts), getattr(self, vals)
-      if len(x) != len(y):
-        raise ValueError(f'{pts} and {vals} need the same length ({len(x)} != {len(y)})')
-      if any(b <= a for a, b in zip(x, x[1:])):
-        raise ValueError(f'{pts} must increase strictly')
-    if self.pressure_max_pa and self.pressure_max_pa <= self.pressure_min_pa:
-      raise ValueError('pressure_max_pa must be > pressure_min_pa')
-    return self
 
 
 class Params(NamedTuple):
@@ -299,6 +285,16 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
   m = ctx.model
+  for pts, vals in (('throttle_bias_points', 'throttle_bias_pa'),
+                    ('airspeed_bias_points_m_s', 'airspeed_bias_pa')):
+    x, y = getattr(cfg, pts), getattr(cfg, vals)
+    base.check(len(x) == len(y), *origin(vals), f'needs one value per entry of {pts} '
+               f'({len(x)})', list(y))
+    base.check(all(b > a for a, b in zip(x, x[1:])), *origin(pts), 'must increase strictly',
+               list(x))
+  base.check(not cfg.pressure_max_pa or cfg.pressure_max_pa > cfg.pressure_min_pa,
+             *origin('pressure_max_pa'), f'must be > pressure_min_pa = {cfg.pressure_min_pa:g} '
+             '(or 0: no upper limit)', cfg.pressure_max_pa)
   sid = faults.bind_site(ctx, cfg.site, origin)
   vary = frozenset(ctx.vary)
   base.check(cfg.bias_correlation_time_s > 0 or not (

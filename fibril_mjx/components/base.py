@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +22,17 @@ Vec3 = tuple[float, float, float]
 NonNeg3 = tuple[NonNeg, NonNeg, NonNeg]
 Positive3 = tuple[Positive, Positive, Positive]
 Corr3 = tuple[Corr, Corr, Corr]
+
+
+class SamplingConfig(Strict):
+  """Schedule and transport fields every sensing component has (SPEC §4); a sensor's config
+  model derives from it."""
+  period_s: float = pydantic.Field(gt=0)
+  phase_s: NonNeg = 0.0
+  latency_s: NonNeg = 0.0
+  jitter_s: NonNeg = 0.0
+  loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
+  quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
 
 
 def resolve_config(model: type[Strict], component_type: str, raw: Any, *, catalog: Catalog,

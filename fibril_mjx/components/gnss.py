@@ -89,16 +89,6 @@ class GnssConfigModel(faults.DeviceConfig):
   vdop: float = pydantic.Field(1.3, gt=0)
   no_fix_accuracy_m: float = pydantic.Field(9999.0, ge=100)
 
-  @pydantic.model_validator(mode='after')
-  def _outages(self):
-    if len(self.outage_start_s) != len(self.outage_end_s):
-      raise ValueError(f'outage_start_s and outage_end_s need the same length '
-                       f'({len(self.outage_start_s)} != {len(self.outage_end_s)})')
-    for i, (a, b) in enumerate(zip(self.outage_start_s, self.outage_end_s)):
-      if b <= a:
-        raise ValueError(f'outage {i}: outage_end_s {b:g} must be > outage_start_s {a:g}')
-    return self
-
 
 class Params(NamedTuple):
   """Per-world parameters (config names; outages `(n_outages,)`)."""
@@ -316,6 +306,12 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
   vary = frozenset(ctx.vary)
+  a, b = cfg.outage_start_s, cfg.outage_end_s
+  base.check(len(a) == len(b), *origin('outage_end_s'), f'needs one end per entry of '
+             f'outage_start_s ({len(a)})', list(b))
+  for i, (x, y) in enumerate(zip(a, b)):
+    file, path = origin('outage_end_s')
+    base.check(y > x, file, f'{path}[{i}]', f'must be > outage_start_s[{i}] = {x:g}', y)
   velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
                         mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
   gyro = None

@@ -36,7 +36,6 @@ from fibril_mjx.components import base, inertial
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.schedule import Schedule
-from fibril_mjx.validation import Strict
 
 TYPE = 'fibril_sim/imu'
 SAMPLE_TYPE = 'fibril_sim/imu_sample/v1'
@@ -58,7 +57,7 @@ def _zero_diagonal(m):
   return m
 
 
-class ImuConfigModel(Strict):
+class ImuConfigModel(base.SamplingConfig):
   """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
 
   Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
@@ -66,12 +65,6 @@ class ImuConfigModel(Strict):
   """
   gyroscope_sensor: str
   accelerometer_sensor: str
-  period_s: float = pydantic.Field(gt=0)
-  phase_s: NonNeg = 0.0
-  latency_s: NonNeg = 0.0
-  jitter_s: NonNeg = 0.0
-  loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
-  quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
   noise_before_filter: bool = False
   filter_rate: Literal['physics', 'output'] = 'physics'
 
@@ -122,25 +115,10 @@ class Params(NamedTuple):
   linear_acceleration: inertial.ChannelParams
 
 
-class Sample(NamedTuple):
-  """`fibril_sim/imu_sample/v1` (device axes = site axes).
-
-  Attributes:
-    angular_velocity: `(3,)` rad/s.
-    linear_acceleration: `(3,)` m/s², specific force.
-    angular_velocity_variance, linear_acceleration_variance: `(3,)` per-sample noise
-      variance implied by the config (white noise after the filter gain, plus q²/12).
-    angular_velocity_saturated, linear_acceleration_saturated: `(3,)` bool, this sample.
-    angular_velocity_clip_count, linear_acceleration_clip_count: `(3,)` int32, cumulative.
-  """
-  angular_velocity: jax.Array
-  linear_acceleration: jax.Array
-  angular_velocity_variance: jax.Array
-  linear_acceleration_variance: jax.Array
-  angular_velocity_saturated: jax.Array
-  linear_acceleration_saturated: jax.Array
-  angular_velocity_clip_count: jax.Array
-  linear_acceleration_clip_count: jax.Array
+Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
+axes): `inertial.RATE_SAMPLE_FIELDS` — angular velocity (rad/s), specific force (m/s²), their
+per-sample variances (white noise after the filter gain, plus q²/12), saturation flags and
+cumulative clip counts.""")
 
 
 class State(NamedTuple):
@@ -159,7 +137,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Imu(base.SensorBase):
+class Imu(inertial.RateSensor):
   """A built `fibril_sim/imu` component: static, hashable; arrays live in Params / State.
 
   Attributes:
@@ -186,24 +164,15 @@ class Imu(base.SensorBase):
     return Params(*(c.params(self.cfg) for c in self.channels))
 
   def param_path(self, field: str):
-    for c in self.channels:
-      if c.path(field):
-        return c.path(field)
-    return None
+    return self.channel_path(field)
 
   def uses(self, field: str) -> bool:
-    path = self.param_path(field)
-    chan = {c.name: c for c in self.channels}
-    return path is not None and path[0] in chan and chan[path[0]].uses(path[1])
+    return self.channel_uses(field)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     w, a = (c.init(p, streams) for c, p in zip(self.channels, params))
-    z3, zi = jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32)
-    neutral = Sample(z3, z3, self.channels[0].variance(params.angular_velocity),
-                     self.channels[1].variance(params.linear_acceleration),
-                     jnp.zeros(3, bool), jnp.zeros(3, bool), zi, zi)
-    queue, held = tp.init(self.transport, neutral)
+    queue, held = tp.init(self.transport, Sample(**self.neutral_rates(params)))
     return State(streams, w, a, queue, held)
 
   def _read(self, sensordata):
@@ -230,19 +199,8 @@ class Imu(base.SensorBase):
       n: int32 acquisition index (the RNG index; `n == 0` starts filters and processes).
     """
     gyro, accel = self._read(data.sensordata)
-    w_c, a_c = self.channels
-    w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n)
-    a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
-                                   accel, n)
-    sample = Sample(w, a, w_c.variance(p.angular_velocity),
-                    a_c.variance(p.linear_acceleration), w_flags, a_flags,
-                    w_state.clip_count, a_state.clip_count)
-    return s._replace(angular_velocity=w_state, linear_acceleration=a_state), sample
-
-  def status(self, s: State) -> dict:
-    return {**super().status(s),
-            'angular_velocity_clip_count': s.angular_velocity.clip_count,
-            'linear_acceleration_clip_count': s.linear_acceleration.clip_count}
+    fields, s = self.step_rates(p, s, gyro, accel, n)
+    return s, Sample(**fields)
 
   def site_orientation(self, data) -> jax.Array:
     """True attitude of the IMU site, body → world `(4,)` `[w, x, y, z]`, `w >= 0`."""

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 
 from fibril_mjx import rng
 from fibril_mjx import signal as sig
+from fibril_mjx.components import base
 
 # Channel fields, in Params order; a sensor maps the ones it has to manifest field names.
 FIELDS = ('bandwidth_hz', 'scale', 'misalignment', 'noise_density', 'noise_stddev',
@@ -242,3 +243,65 @@ class Channel:
         p.resolution if 'resolution' in on else None)
     return y, flags, cs._replace(filter=filt, instability=gm, random_walk=rw, noise=ar,
                                  bias=bias, clip_count=count)
+
+
+# Sample fields of the two rate channels, in this order in every inertial sample type:
+# the sample `(3,)`, the per-sample variance implied by the config `(3,)`, this sample's
+# saturation flags `(3,)` bool, cumulative clip counts `(3,)` int32.
+RATE_SAMPLE_FIELDS = ('angular_velocity', 'linear_acceleration', 'angular_velocity_variance',
+                      'linear_acceleration_variance', 'angular_velocity_saturated',
+                      'linear_acceleration_saturated', 'angular_velocity_clip_count',
+                      'linear_acceleration_clip_count')
+
+
+def sample_type(name: str, leading: tuple[str, ...] = (), doc: str = ''):
+  """A sample NamedTuple with fields `leading + RATE_SAMPLE_FIELDS` (all `jax.Array`)."""
+  cls = NamedTuple(name, [(f, jax.Array) for f in leading + RATE_SAMPLE_FIELDS])
+  cls.__doc__ = doc
+  return cls
+
+
+class RateSensor(base.SensorBase):
+  """A sensing component whose `channels` are the angular-velocity and linear-acceleration
+  `Channel`s, with State fields of the same names (`fibril_sim/imu`, `fibril_sim/ahrs`)."""
+
+  def channel_path(self, field: str):
+    """`(channel, channel field)` of a manifest field of the rate channels, or None."""
+    for c in self.channels:
+      if c.path(field):
+        return c.path(field)
+    return None
+
+  def channel_uses(self, field: str) -> bool:
+    path = self.channel_path(field)
+    return path is not None and {c.name: c for c in self.channels}[path[0]].uses(path[1])
+
+  def step_rates(self, p, s, gyro, accel, n, extra=None):
+    """Both channels of one acquisition.
+
+    Returns:
+      `(fields, state)`: the `RATE_SAMPLE_FIELDS` as a dict, the state with both channels
+      updated. `extra` is an additive `(3,)` term on the angular velocity.
+    """
+    w_c, a_c = self.channels
+    w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n,
+                                   extra=extra)
+    a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
+                                   accel, n)
+    fields = dict(zip(RATE_SAMPLE_FIELDS, (
+        w, a, w_c.variance(p.angular_velocity), a_c.variance(p.linear_acceleration), w_flags,
+        a_flags, w_state.clip_count, a_state.clip_count)))
+    return fields, s._replace(angular_velocity=w_state, linear_acceleration=a_state)
+
+  def neutral_rates(self, p) -> dict:
+    """The rate fields of the neutral sample held before the first delivery."""
+    z3, zi, zb = jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32), jnp.zeros(3, bool)
+    w_c, a_c = self.channels
+    return dict(zip(RATE_SAMPLE_FIELDS, (z3, z3, w_c.variance(p.angular_velocity),
+                                         a_c.variance(p.linear_acceleration), zb, zb, zi, zi)))
+
+  def status(self, s) -> dict:
+    return {**super().status(s),
+            'angular_velocity_clip_count': s.angular_velocity.clip_count,
+            'linear_acceleration_clip_count': s.linear_acceleration.clip_count}
+

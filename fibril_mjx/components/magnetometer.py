@@ -78,20 +78,6 @@ class MagnetometerConfigModel(faults.DeviceConfig):
   range_ut: NonNeg = 0.0
   resolution_ut: NonNeg = 0.0
 
-  @pydantic.model_validator(mode='after')
-  def _field_given_once(self):
-    dii = (self.declination_deg, self.inclination_deg, self.intensity_ut)
-    if self.earth_field_ut is not None and any(v is not None for v in dii):
-      raise ValueError('give earth_field_ut or declination_deg/inclination_deg/intensity_ut, '
-                       'not both')
-    if self.earth_field_ut is None and not all(v is not None for v in dii):
-      raise ValueError('the Earth field needs earth_field_ut or all of declination_deg, '
-                       'inclination_deg and intensity_ut')
-    if len(self.current_coefficients_ut_per_a) != len(self.current_components):
-      raise ValueError(f'current_coefficients_ut_per_a needs one [x, y, z] per entry of '
-                       f'current_components ({len(self.current_components)}), got '
-                       f'{len(self.current_coefficients_ut_per_a)}')
-    return self
 
 
 def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
@@ -320,6 +306,17 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   cfg, fields = base.resolve_config(MagnetometerConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
+  dii = (cfg.declination_deg, cfg.inclination_deg, cfg.intensity_ut)
+  if cfg.earth_field_ut is not None and any(v is not None for v in dii):
+    raise ConfigError(*origin('earth_field_ut'), 'give earth_field_ut or declination_deg/'
+                      'inclination_deg/intensity_ut, not both', list(cfg.earth_field_ut))
+  if cfg.earth_field_ut is None and not all(v is not None for v in dii):
+    raise ConfigError(*origin('earth_field_ut'), 'required unless declination_deg, '
+                      'inclination_deg and intensity_ut are all given')
+  base.check(len(cfg.current_coefficients_ut_per_a) == len(cfg.current_components),
+             *origin('current_coefficients_ut_per_a'), 'needs one [x, y, z] per entry of '
+             f'current_components ({len(cfg.current_components)})',
+             [list(v) for v in cfg.current_coefficients_ut_per_a])
   sid = faults.bind_site(ctx, cfg.site, origin)
   for j, name in enumerate(cfg.current_components):
     earlier_feedback(ctx, cid, name, origin, 'current_components', j)

@@ -56,7 +56,6 @@ SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
 KINDS = ('none', 'position', 'velocity', 'effort', 'duty', 'trajectory')
 NONE, POSITION, VELOCITY, EFFORT, DUTY, TRAJECTORY = range(6)
 HOLD = 6   # internal mode: hold a captured position
-_MODE_NAMES = KINDS + ('hold',)
 
 
 class MotorConfigModel(Strict):

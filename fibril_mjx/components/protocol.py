@@ -131,10 +131,6 @@ class Actuator(Component, Protocol):
     """One tick before physics: transport the command, apply at instants; `(state, ctrl)`."""
 
 
-def has_role(component, role: str) -> bool:
-  return role in component.roles
-
-
 def check(component) -> None:
   """Raises `TypeError` naming what a built component lacks for its declared roles."""
   roles = getattr(component, 'roles', None)

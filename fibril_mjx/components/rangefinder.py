@@ -49,12 +49,6 @@ class RangefinderConfigModel(faults.DeviceConfig):
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
   resolution_m: NonNeg = 0.0
 
-  @pydantic.model_validator(mode='after')
-  def _range(self):
-    if self.max_range_m <= self.min_range_m:
-      raise ValueError(f'max_range_m must be > min_range_m = {self.min_range_m:g}')
-    return self
-
 
 class Params(NamedTuple):
   """Per-world parameters (config names; `max_incidence_deg` as its cosine is computed in the
@@ -115,7 +109,7 @@ class Rangefinder(faults.FaultySensor, base.SensorBase):
     return Params(*vals, faults.default_params(self.cfg))
 
   def uses(self, field: str) -> bool:
-    return field in ('max_range_m', 'faults') or (self.param_path(field) is not None
+    return field in ('min_range_m', 'max_range_m', 'faults') or (self.param_path(field) is not None
                                                   and self._on(field))
 
   def init(self, p: Params, world_key) -> State:
@@ -152,7 +146,7 @@ class Rangefinder(faults.FaultySensor, base.SensorBase):
     far = ~hit | (x > p.max_range_m)
     if self._on('max_incidence_deg'):
       far = far | (cos < jnp.cos(jnp.deg2rad(p.max_incidence_deg)))
-    near = ~far & (x < p.min_range_m) if self._on('min_range_m') else jnp.bool_(False)
+    near = ~far & (x < p.min_range_m)     # also a noisy reading below 0 with min_range_m 0
     x = jnp.where(far, jnp.inf, jnp.where(near, -jnp.inf, x))
     var = sigma ** 2
     if self._on('resolution_m'):
@@ -181,6 +175,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:
   cfg, fields = base.resolve_config(RangefinderConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
+  base.check(cfg.max_range_m > cfg.min_range_m, *origin('max_range_m'),
+             f'must be > min_range_m = {cfg.min_range_m:g}', cfg.max_range_m)
   sensor = ctx.sensor('rangefinder_sensor', cfg.rangefinder_sensor,
                       mujoco.mjtSensor.mjSENS_RANGEFINDER, 1)
   m = ctx.model
