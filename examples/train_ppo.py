@@ -96,6 +96,8 @@ def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=N
   curve = []
 
   def log(step, metrics):
+    if 'eval/episode_reward' not in metrics:   # run_evals=False: training metrics only
+      return
     curve.append((int(step), float(metrics['eval/episode_reward'])))
     if progress:
       progress(step, metrics)

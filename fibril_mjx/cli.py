@@ -1,4 +1,4 @@
-"""`fibril-mjx` command line: `plan`, `run`, `export-mcap`, `schema`, `profiles`."""
+"""`fibril-mjx` command line: `plan`, `run`, `export-mcap`, `schema`, `profiles`, `tune`, ..."""
 
 from __future__ import annotations
 
@@ -137,11 +137,57 @@ def _add_validation_commands(sub) -> None:
   f.set_defaults(func=_cmd_fit_profile)
 
 
+def _cmd_campaign(args) -> int:
+  from fibril_mjx.campaign import execute as campaign_run
+  campaign_run.run(args.campaign, args.out, worlds=args.worlds, duration_s=args.duration,
+                   chunk_worlds=args.chunk_worlds, resume=args.resume, backend=args.backend,
+                   ray_address=args.ray_address)
+  return 0
+
+
+def _cmd_replay(args) -> int:
+  from fibril_mjx import replay
+  res = replay.replay(args.dir, args.world, args.out, overwrite=args.overwrite)
+  same = res.get('equal_to_campaign_row')
+  print(f'wrote {args.out}/: metrics.json, trace.npz, plots'
+        + ('' if same is None else f'; metrics equal to the campaign row: {same}'))
+  return 0
+
+
+def _add_campaign_commands(sub) -> None:
+  """`campaign`, `replay` (issue 10)."""
+  c = sub.add_parser('campaign', help='run a Monte Carlo campaign into resumable Parquet parts')
+  c.add_argument('campaign')
+  c.add_argument('--out', required=True, help='output directory')
+  c.add_argument('--worlds', type=_positive_int, default=None, help="replaces the file's")
+  c.add_argument('--duration', type=_positive_float, default=None, help='seconds')
+  c.add_argument('--chunk-worlds', type=_positive_int, default=None)
+  c.add_argument('--resume', action='store_true', help='continue --out, skipping done chunks')
+  c.add_argument('--backend', choices=('local', 'ray'), default='local')
+  c.add_argument('--ray-address', default=None,
+                 help='address of an existing Ray cluster (e.g. 127.0.0.1:6379)')
+  c.set_defaults(func=_cmd_campaign)
+  r = sub.add_parser('replay', help='re-run one world of a campaign with its full trace')
+  r.add_argument('dir', help='campaign output directory')
+  r.add_argument('--world', type=int, required=True)
+  r.add_argument('--out', required=True)
+  r.add_argument('--overwrite', action='store_true')
+  r.set_defaults(func=_cmd_replay)
+
+
 def _cmd_run(args) -> int:
   from fibril_mjx import runner
-  runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
-             out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
-             overwrite=args.overwrite)
+  from fibril_mjx.worlds import WorldsStalled
+  try:
+    runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
+               out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
+               overwrite=args.overwrite, share_physics=not args.no_share_physics,
+               impl=args.impl, stall_s=args.stall_s)
+  except WorldsStalled as e:
+    # The stalled XLA threads never return: report and leave without waiting for them.
+    print(f'error: {e}', file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(3)
   return 0
 
 
@@ -157,6 +203,25 @@ def _positive_float(text):
   if not v > 0:
     raise argparse.ArgumentTypeError(f'must be > 0, got {text}')
   return v
+
+
+def _cmd_tune(args) -> int:
+  from fibril_mjx import tune
+  res = tune.run_cli(args.tune_file, args.out, overwrite=args.overwrite)
+  print(tune.render_report(res), end='')
+  print(f'wrote {args.out} (overlay.yaml, report.txt, report.json, loss_curve.png, '
+        'heldout_traces.png)')
+  return 0
+
+
+def _add_tune_command(sub) -> None:
+  """`tune` (issue 11)."""
+  t = sub.add_parser('tune', help='fit component fields and MJCF physical fields to recordings '
+                     '(writes an overlay and a report)')
+  t.add_argument('tune_file')
+  t.add_argument('--out', required=True, help='output directory (must not exist)')
+  t.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  t.set_defaults(func=_cmd_tune)
 
 
 def main(argv=None) -> int:
@@ -176,12 +241,29 @@ def main(argv=None) -> int:
   r.add_argument('--out', required=True, help='output directory (must not exist)')
   r.add_argument('--trace-worlds', type=int, default=16,
                  help='worlds whose full per-tick traces are written (default 16)')
-  r.add_argument('--chunk-worlds', type=_positive_int, default=1024)
+  r.add_argument('--chunk-worlds', type=_positive_int, default=None,
+                 help='worlds per host chunk (default: what a 1 GiB budget for the recorded '
+                 'outputs allows; results never depend on it)')
   r.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  r.add_argument('--devices', type=_positive_int, default=None,
+                 help='XLA CPU devices to shard the worlds over (default: one per core; GPUs: '
+                 'every GPU)')
+  r.add_argument('--no-share-physics', action='store_true',
+                 help='one physics rollout per world even when all worlds could share one')
+  r.add_argument('--impl', choices=('jax', 'warp'), default='jax',
+                 help='physics implementation: MJX-JAX (default) or MJX-Warp (NVIDIA GPU)')
+  r.add_argument('--stall-s', type=float, default=None,
+                 help='watchdog: error out when a program makes no CPU progress for this '
+                 'long (default 120 s; 0: off)')
   r.set_defaults(func=_cmd_run)
   _add_extra_commands(sub)
+  _add_campaign_commands(sub)
   _add_validation_commands(sub)
+  _add_tune_command(sub)
   args = parser.parse_args(argv)
+  from fibril_mjx.worlds import cpu_device_flag
+  # One XLA CPU device per core (or --devices N), before JAX initializes its backends.
+  cpu_device_flag(getattr(args, 'devices', None))
   _setup_jax()
   from fibril_mjx.errors import FibrilError
   try:

@@ -1,4 +1,4 @@
-"""Attitude estimators that consume IMU samples (SPEC §7, seed `004_...`).
+"""Attitude estimators that consume IMU samples (SPEC §7).
 
 Two extended Kalman filters, each a pure `(init, step)` pair on a single world (batch with
 one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise parameters:
@@ -15,7 +15,8 @@ one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise pa
   wandered by ±0.05 rad/s with a falsely collapsed σ ≈ 0.002 rad/s over 60 s.
 - **RPY EKF** (`rpy_ekf`): state `[roll, pitch, yaw, b_g]` (Z-Y-X Euler angles, rad) with
   the full Euler-rate kinematics and a 6×6 covariance. It is singular at pitch = ±90°
-  (see `euler_rate_matrix`) and is provided as the reference the seed notes compare with.
+  (see `euler_rate_matrix`) and is provided as the reference the attitude-estimation notes
+  (restated in SPEC §7) compare with.
 
 Both use the same models and `EkfParams`:
 
@@ -28,7 +29,7 @@ Both use the same models and `EkfParams`:
   σ = `accel_noise_std_mps2` per axis (a density N_a maps to `N_a/√dt`);
 - lever arm (`lever_arm_m`, the IMU's known offset r from a reference point of its rigid
   body): each sample is compensated to `a − α̂ × r − ω̂ × (ω̂ × r)` before the update
-  (`compensated_accel`; seed `002_…`: `a_sensor = a_ref + α × r + ω × (ω × r)`), with the
+  (`compensated_accel`; SPEC §5.2: `a_sensor = a_ref + α × r + ω × (ω × r)`), with the
   bias-corrected gyro and `α̂` the backward difference of consecutive gyro samples. The
   dependence of the compensation on `b_g` is left out of the Jacobian (second order);
 - accelerometer gating on `e = | ‖a‖ − g |` of the compensated sample (the robot
@@ -437,8 +438,8 @@ def euler_rate_matrix(rpy):
          [0, sin r / cos p, cos r / cos p]]
 
   This is the full kinematics for a body-frame gyro; the identity is its small-angle
-  limit. (The seed notes write the world-frame-rate version, which depends on yaw; a
-  strapdown gyro measures body rates.) Singular at pitch = ±90° (gimbal lock): roll and
+  limit. (The attitude-estimation notes, SPEC §7, write the world-frame-rate version, which
+  depends on yaw; a strapdown gyro measures body rates.) Singular at pitch = ±90° (gimbal lock): roll and
   yaw rates become unbounded and only their difference/sum is defined. `cos(pitch)` is kept
   at least 1e-6 in magnitude so the filter stays finite, but its estimates degrade badly
   near the singularity; use the quaternion EKF there.

@@ -1,15 +1,24 @@
 """Fault injection and health states shared by every sensing component (seed `002_…`,
 "Dropout, stale value i status").
 
-A component opts in by declaring a static `fault_plan` (a `FaultPlan`, built from the manifest
-`faults:` list of its config), a `faults` leaf in its Params (`FaultParams` per entry: start,
-end and value are per-world arrays, so campaigns can sample them) and a `faults` field in its
-State (`FaultState`); `fibril_mjx.components.base.SensorBase.sense` then runs the cycle of
-`sense` below instead of the plain one. A plan with no entries and no health source costs
-nothing: the plain cycle runs.
+A sensing component opts in with four small pieces (the guide's sensors — magnetometer,
+barometer, airspeed, GNSS, rangefinder — all do; `fibril_sim/imu` and `fibril_sim/ahrs` can in
+the same way):
+
+1. its config model inherits `FaultConfig` (fields `faults`, `health_invalid_after_missed`,
+   `health_recovery_samples`);
+2. `build` sets a static `fault_plan = build_plan(cfg, neutral_sample, fault_fields, ...)`;
+3. its Params have a `faults` leaf, `default_params(cfg)` (`FaultParams` per entry: start, end
+   and value are per-world arrays, so campaigns can sample them);
+4. its State has a `faults` field, `init_state(plan, neutral_sample)`.
+
+`fibril_mjx.components.base.SensorBase.sense` then runs `sense` below instead of the plain
+cycle. With no entries (and no degraded condition of the component's own) the fault code is
+absent from the graph: `sense` is then the plain cycle, plus the optional `observe` hook.
 
 Fault types (each entry is a time window `[start_s, end_s)`, `end_s` absent = to the end of the
-episode; a window is active at an acquisition whose tick time `k·dt` falls inside it):
+episode; a window is active at an acquisition whose tick falls inside it, its bounds rounded up
+to ticks like a schedule's `next_boundary`):
 
 | type | what a consumer sees |
 | --- | --- |
@@ -108,7 +117,14 @@ class FaultSpec(Strict):
     return self
 
 
-class DeviceConfig(Strict):
+class FaultConfig(Strict):
+  """The config fields of faults and health; a sensor's config model inherits them."""
+  faults: tuple[FaultSpec, ...] = ()
+  health_invalid_after_missed: int = pydantic.Field(3, ge=1)
+  health_recovery_samples: int = pydantic.Field(5, ge=0)
+
+
+class DeviceConfig(FaultConfig):
   """Config fields shared by the guide's sensors: schedule, transport (SPEC §4), faults, health
   thresholds."""
   period_s: float = pydantic.Field(gt=0)
@@ -117,9 +133,6 @@ class DeviceConfig(Strict):
   jitter_s: float = pydantic.Field(0.0, ge=0)
   loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
   quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
-  faults: tuple[FaultSpec, ...] = ()
-  health_invalid_after_missed: int = pydantic.Field(3, ge=1)
-  health_recovery_samples: int = pydantic.Field(5, ge=0)
 
 
 class FaultParams(NamedTuple):
@@ -193,7 +206,7 @@ class FaultPlan:
         t + (f' on {"/".join(f)}' if t in _DATA else '') for t, f in zip(self.types, self.fields))
 
 
-def build_plan(cfg: DeviceConfig, neutral_sample, default_fields: tuple[str, ...], *,
+def build_plan(cfg: FaultConfig, neutral_sample, default_fields: tuple[str, ...], *,
                origin, weak: bool = False) -> FaultPlan:
   """Validates the `faults` entries against the sample type and returns the static plan.
 
@@ -240,7 +253,7 @@ def build_plan(cfg: DeviceConfig, neutral_sample, default_fields: tuple[str, ...
                    cfg.health_recovery_samples, tuple(warm), tuple(has), weak)
 
 
-def default_params(cfg: DeviceConfig) -> tuple[FaultParams, ...]:
+def default_params(cfg: FaultConfig) -> tuple[FaultParams, ...]:
   """Params of the `faults` entries of one world (float32)."""
   out = []
   for f in cfg.faults:
@@ -288,9 +301,19 @@ def transition(health, streak, condition, invalid_after_missed: int, recovery_sa
 
 # ----------------------------------------------------------------------- fault application
 
-def window(fp: FaultParams, t):
-  """Whether the window is active at time `t` (s)."""
-  return (t >= fp.start_s) & (t < fp.end_s)
+def _first_tick(seconds, dt):
+  """First tick at or after `seconds` (float32; a bound within ~1e-4 tick after a tick counts
+  as on it)."""
+  x = seconds / dt
+  finite = jnp.isfinite(x)
+  safe = jnp.where(finite, x, 0.0)
+  return jnp.where(finite, jnp.ceil(safe - (1e-4 + 2.4e-7 * jnp.abs(safe))), x)
+
+
+def window(fp: FaultParams, tick, dt: float):
+  """Whether the window `[start_s, end_s)` is active at `tick` (bounds rounded up to ticks)."""
+  k = jnp.asarray(tick, jnp.float32)
+  return (k >= _first_tick(fp.start_s, dt)) & (k < _first_tick(fp.end_s, dt))
 
 
 def _replace_fields(sample, names, fn):
@@ -307,19 +330,20 @@ def _cast(value, like):
   return jnp.round(value).astype(like.dtype)
 
 
-def apply_data(plan: FaultPlan, fps, sample, last, has_last, t):
+def apply_data(plan: FaultPlan, fps, sample, last, has_last, tick, dt: float):
   """Applies the data faults active at `t` to `sample` (bias, stuck, NaN, sentinel).
 
   Args:
     fps: tuple of `FaultParams` (one per entry).
     last: the last packet sent (stuck without value freezes its fields); `has_last` whether
       there is one.
-    t: acquisition time (s).
+    tick: acquisition tick; dt: physics timestep (s).
   """
+  t = jnp.asarray(tick, jnp.float32) * dt
   for kind, names, fp, has_value in zip(plan.types, plan.fields, fps, plan.has_value):
     if kind not in _DATA:
       continue
-    on = window(fp, t)
+    on = window(fp, tick, dt)
     if kind == 'bias_step':
       fn = lambda n, x, fp=fp: x + _cast(fp.value, x)                            # noqa: E731
     elif kind == 'bias_ramp':
@@ -356,12 +380,13 @@ def sense(comp, p, s, data, tick, dues, env):
 
   def acquire(st):
     fs = st.faults
-    t = jnp.asarray(tick, jnp.float32) * comp.dt
     # reset edges: the first acquisition inside a reset window re-initializes the device
+    on_reset = getattr(comp, 'on_reset', None)
     for j, i in enumerate(plan.resets):
-      edge = window(fps[i], t) & ~fs.reset_done[j]
-      st = jax.tree.map(lambda a, b, e=edge: jnp.where(e, a, b),
-                        comp.on_reset(p, st, fs.resets + 1), st)
+      edge = window(fps[i], tick, comp.dt) & ~fs.reset_done[j]
+      if on_reset is not None:
+        st = jax.tree.map(lambda a, b, e=edge: jnp.where(e, a, b), on_reset(p, st, fs.resets + 1),
+                          st)
       fs = fs._replace(reset_done=fs.reset_done.at[j].set(fs.reset_done[j] | edge),
                        resets=fs.resets + edge.astype(jnp.int32))
     st, sample = comp.acquire(p, st, data, tick, n)
@@ -371,20 +396,23 @@ def sense(comp, p, s, data, tick, dues, env):
     missed = jnp.bool_(False)
     bad = jnp.bool_(False)
     if plan.types:
-      sample = apply_data(plan, fps, sample, fs.last, fs.last_sequence >= 0, t)
+      sample = apply_data(plan, fps, sample, fs.last, fs.last_sequence >= 0, tick, comp.dt)
       for kind, fp, warm in zip(plan.types, fps, plan.warmup_s):
-        on = window(fp, t)
+        on = window(fp, tick, comp.dt)
         if kind == 'dropout':
           missed = missed | on
         elif kind == 'reset':
           missed = missed | on
           if warm > 0:
-            bad = bad | ((t >= fp.end_s) & (t < fp.end_s + warm))
+            warming = FaultParams(fp.end_s, fp.end_s + warm, fp.value)
+            bad = bad | window(warming, tick, comp.dt)
         elif kind == 'invalid_status':
           bad = bad | on
-    cond = jnp.where(missed, MISSED, jnp.where(bad, BAD, cond)).astype(jnp.int32)
-    health, streak = transition(fs.health, fs.streak, cond, plan.invalid_after_missed,
-                                plan.recovery_samples)
+    health, streak = fs.health, fs.streak
+    if plan.active:
+      cond = jnp.where(missed, MISSED, jnp.where(bad, BAD, cond)).astype(jnp.int32)
+      health, streak = transition(fs.health, fs.streak, cond, plan.invalid_after_missed,
+                                  plan.recovery_samples)
     if 'health' in getattr(type(sample), '_fields', ()):
       sample = sample._replace(health=health)
     seq, stamp = jnp.asarray(n, jnp.int32), jnp.asarray(tick, jnp.int32)
@@ -392,7 +420,7 @@ def sense(comp, p, s, data, tick, dues, env):
     has_last = fs.last_sequence >= 0
     for kind, fp in zip(plan.types, fps):
       if kind in ('stale_new_timestamp', 'stale_old_timestamp'):
-        on = window(fp, t) & has_last
+        on = window(fp, tick, comp.dt) & has_last
         stale = stale | on
         sample = jax.tree.map(lambda a, b, on=on: jnp.where(on, a, b), fs.last, sample)
         if kind == 'stale_old_timestamp':
@@ -401,26 +429,21 @@ def sense(comp, p, s, data, tick, dues, env):
     send = ~missed
     q = tp.send(comp.transport, st.queue, sample, seq, stamp, st.streams['delivery_jitter'],
                 st.streams['delivery_loss'], active=send if plan.types else None)
-    keep = send & ~stale
-    fs = fs._replace(
-        health=health, streak=streak,
-        last=jax.tree.map(lambda a, b: jnp.where(keep, a, b), sample, fs.last),
-        last_sequence=jnp.where(keep, seq, fs.last_sequence),
-        last_tick=jnp.where(keep, stamp, fs.last_tick),
-        dropped=fs.dropped + missed.astype(jnp.int32))
+    if not plan.active:
+      return st._replace(queue=q)
+    fs = fs._replace(health=health, streak=streak)
+    if plan.types:
+      keep = send & ~stale
+      fs = fs._replace(
+          last=jax.tree.map(lambda a, b: jnp.where(keep, a, b), sample, fs.last),
+          last_sequence=jnp.where(keep, seq, fs.last_sequence),
+          last_tick=jnp.where(keep, stamp, fs.last_tick),
+          dropped=fs.dropped + missed.astype(jnp.int32))
     return st._replace(queue=q, faults=fs)
 
   s = jax.lax.cond(due, acquire, lambda st: st, s)
   queue, held = tp.receive(comp.transport, s.queue, s.held, tick)
   return s._replace(queue=queue, held=held)
-
-
-def fault_truth(plan: FaultPlan, fps, fs: FaultState, tick, dt) -> dict:
-  """`truth/<id>/health` (int32 state after the latest instant) and `fault_active`
-  (`(n_faults,)` bool at this tick)."""
-  t = jnp.asarray(tick, jnp.float32) * dt
-  active = jnp.stack([window(fp, t) for fp in fps]) if fps else jnp.zeros((0,), bool)
-  return {'health': fs.health, 'fault_active': active}
 
 
 # ----------------------------------------------------------------------- scaffolding
@@ -445,8 +468,7 @@ class FaultySensor:
 
   def status(self, s) -> dict:
     return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
-            'fault_dropped': s.faults.dropped, 'resets': s.faults.resets,
-            'health': s.faults.health}
+            'fault_dropped': s.faults.dropped, 'resets': s.faults.resets}
 
 
 def stream_keys(world_key, cid: str, sources, shared: dict | None = None) -> dict:

@@ -51,10 +51,12 @@ def load(path, csv_map=None):
 
 
 def _uniform(fields, field):
-  """Samples on the nominal grid (lost samples forward-filled) and the rate in Hz."""
+  """Delivered samples in order (lost ones dropped, not filled: a repeated white sample would
+  bias the white level; the τ axis stretches by 1/(1 − loss)) and the rate in Hz."""
   t = np.asarray(fields[rc.SAMPLE_TIME], np.float64)
   x = np.asarray(fields[field], np.float64)
   period = float(np.median(np.diff(t)))
+  return x, 1.0 / period
   idx = np.round((t - t[0]) / period).astype(np.int64)
   out = np.full((idx[-1] + 1,) + x.shape[1:], np.nan)
   out[idx] = x
@@ -117,7 +119,9 @@ def fit_allan(recs, rate):
     if res[0][2] > 0 and res[1] < best[1] - 10.0:
       best = res if best[3] is None or res[1] < best[1] else best
   coef, chi2, cov, tau_c = best
-  se = np.sqrt(np.maximum(np.diag(cov), 0))
+  # Neighbouring τ share data: scale the independent-point errors by √(points per octave).
+  se = np.sqrt(np.maximum(np.diag(cov), 0)) * math.sqrt(max(1.0, taus.size / max(
+      np.log2(taus[-1] / taus[0]), 1.0)))
   white_var, k2 = coef[0], coef[1]
   out = {'N': math.sqrt(white_var * dt), 'N_se': 0.5 * se[0] / max(white_var, 1e-300)
          * math.sqrt(white_var * dt), 'K': math.sqrt(k2),
@@ -492,11 +496,12 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
                f"source: {r.meta.get('source', 'unknown')}")
   L += ['', '## Method', '',
         '- Static logs: each log\'s mean is removed (a constant is bias, not noise); lost samples '
-        'are forward-filled on the nominal grid.',
+        'are dropped (not filled), so τ is stretched by 1/(1 − loss).',
         '- IMU noise: overlapping Allan deviation pooled over logs, fitted by weighted least '
         'squares with the exact discrete model (white N²/τ + random walk K²τ/3 + optional '
         'Gauss–Markov σ², τ_c on a grid, kept when χ² drops by > 10); weights from the '
-        'overlapping-estimator edf. The white term includes the output LSB noise q²/12.',
+        'overlapping-estimator edf; standard errors scaled by √(τ points per octave) because '
+        'neighbouring τ share data. The white term includes the output LSB noise q²/12.',
         '- AHRS noise: stationary std and lag-1 autocorrelation per axis (AR(1)); orientation '
         'from the right error rotation about the log\'s mean attitude, linear drift removed.',
         '- Per-episode dispersions (turn-on bias, yaw-rate bias): std across logs of the log '

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from fibril_mjx import __version__
+from fibril_mjx.components import protocol
 
 
 def _fmt(v) -> str:
@@ -23,6 +24,7 @@ def render(sim) -> str:
          f'model {man.model_path}',
          f'  dt {sim.dt:g} s; nq {m.nq}, nv {m.nv}, nu {m.nu} controls, {m.nsensor} sensors',
          ]
+  out.extend(world_axis_lines(sim))
   if sim.actuator_script.ctrl_index:
     out.append('actuator_script (open-loop ctrl):')
     for i, s in enumerate(man.model.actuator_script):
@@ -51,7 +53,7 @@ def render(sim) -> str:
   for cid, c in sim.components.items():
     out.append(f'  {cid} ({c.type})')
     out.extend('    ' + line for line in c.describe())
-    for b in getattr(c, 'bindings', ()):
+    for b in (c.bindings if protocol.ACTUATOR in c.roles else ()):
       if b.id in native:
         out.append(f'    native dcmotor parameters of {b.name} (MJCF):')
         out.extend(f'      {line}' for line in _dcmotor_lines(native[b.id]))
@@ -93,3 +95,17 @@ def _dcmotor_lines(d: dict) -> list[str]:
     if d[key]:
       lines.append(f'{key}: ' + ', '.join(f'{k} {v:g}' for k, v in d[key].items()))
   return lines
+
+
+def world_axis_lines(sim) -> list[str]:
+  """The physics implementation, whether worlds share one physics trajectory, and the
+  LAPACK-safe sub-batch (`fibril_mjx.worlds`)."""
+  from fibril_mjx import worlds
+  share, why = sim.physics_sharing()
+  cap, cap_why = sim.sub_batch_cap()
+  return [f'physics: {worlds.describe_impl(sim.impl)}',
+          f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
+                                       '--no-share-physics to disable)' if share else ''),
+          'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'
+                            if cap else f'one sub-batch per device ({cap_why})')
+          + f'; {len(worlds.resolve_devices())} local device(s)']

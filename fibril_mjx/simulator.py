@@ -1,5 +1,6 @@
 """The simulator (SPEC §8): pure single-world reset / step over a `build.Built`, then the
-batch edge — `vmap` over worlds, `lax.scan` over ticks.
+batch edge — `vmap` over worlds, `lax.scan` over ticks — laid out on devices, sub-batches and
+host chunks by `fibril_mjx.worlds`.
 
 The tick counter and the schedules are shared by all worlds (they depend on static config
 only), so an acquisition instant is a real branch under `vmap`, not a select. Components are
@@ -9,6 +10,7 @@ sensors and estimators after it, in manifest order.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -20,13 +22,13 @@ from fibril_mjx import command_script
 from fibril_mjx import dcmotor
 from fibril_mjx import rng
 from fibril_mjx import schedule
+from fibril_mjx import worlds
 from fibril_mjx._mjx import mjx
 from fibril_mjx.build import DCMOTOR_PARAMS
 from fibril_mjx.components import protocol
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.manifest import read_manifest
 
-CHUNK_WORLDS = 1024
 
 
 class SimState(NamedTuple):
@@ -35,10 +37,15 @@ class SimState(NamedTuple):
   Attributes:
     tick: int32 scalar, shared by all worlds (tick k is time k·dt).
     clocks: `{component id: {schedule name: ScheduleState}}`, shared by all worlds.
-    data: `mjx.Data`, leaves `(nworld, ...)`.
-    ctrl: `(nworld, nu)` controls in the compiled model's layout (what actuators write).
+    data: `mjx.Data`, leaves `(nworld, ...)` — or without the world axis when the physics is
+      shared by all worlds (`Simulation.physics_sharing`).
+    ctrl: `(nworld, nu)` controls in the compiled model's layout (what actuators write);
+      `(nu,)` with shared physics.
     dcmotor: dcmotor activations `(nworld, ...)` when the model has dcmotor actuators, else ().
     components: `{component id: state}`, leaves `(nworld, ...)`.
+    diverged: `(nworld,)` int32, the first tick at which the world's physics or component
+      state was non-finite, -1 while it is finite (MJX neither stops nor resets such a world;
+      its later outputs are meaningless and summaries exclude it).
   """
   tick: jax.Array
   clocks: dict
@@ -46,6 +53,26 @@ class SimState(NamedTuple):
   ctrl: jax.Array
   dcmotor: Any
   components: dict
+  diverged: Any = ()
+
+
+_SHARED_FIELDS = ('tick', 'clocks')
+_PHYSICS_FIELDS = ('data', 'ctrl', 'dcmotor')
+
+
+def _split_state(st: SimState, share: bool) -> tuple[dict, dict]:
+  """`(fields without a world axis, fields with one)` of a state."""
+  shared = _SHARED_FIELDS + (_PHYSICS_FIELDS if share else ())
+  return ({f: getattr(st, f) for f in shared},
+          {f: getattr(st, f) for f in SimState._fields if f not in shared})
+
+
+def _join_state(shared: dict, world: dict) -> SimState:
+  return SimState(**shared, **world)
+
+
+def _is_shared(state: SimState) -> bool:
+  return jnp.ndim(state.ctrl) == 1
 
 
 class Simulation:
@@ -53,11 +80,15 @@ class Simulation:
 
   Attributes:
     built: the static `build.Built` (hashable).
+    impl: physics implementation, `'jax'` (MJX-JAX, differentiable, default) or `'warp'`
+      (MJX-Warp: NVIDIA GPUs only, not differentiable; refused elsewhere).
     manifest, mj_model, mx, dt, components, dcmotor, assemblies, overlays, command_script,
     actuator_script: shortcuts into `built`.
   """
 
-  def __init__(self, built: build.Built):
+  def __init__(self, built: build.Built, *, impl: str = 'jax'):
+    worlds.check_impl(impl)
+    self.impl = impl
     self.built = built
     self.manifest = built.manifest
     self.mj_model = built.mj_model
@@ -76,10 +107,17 @@ class Simulation:
                           if protocol.SENSOR in c.roles or protocol.ESTIMATOR in c.roles)
     self._actuators = tuple((cid, c) for cid, c in self.components.items()
                             if protocol.ACTUATOR in c.roles)
-    self._jit_reset = jax.jit(self._reset_batch)
-    self._jit_step = jax.jit(self._step_batch)
-    self._jit_run = jax.jit(self._run_batch,
-                            static_argnames=('n_ticks', 'record', 'controller', 'observe_truth'))
+    self._physics_step = mjx.step
+    if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
+      import mujoco
+      from mujoco import mjx as mjx_native
+      self.mx = mjx_native.put_model(built.physics_model, impl='warp')
+      d = mujoco.MjData(built.physics_model)
+      mujoco.mj_forward(built.physics_model, d)
+      self._data0 = mjx_native.put_data(built.physics_model, d, impl='warp')
+      self._physics_step = mjx_native.step
+    self._programs: dict = {}
+    self._sub_batch: tuple | None = None
 
   # ---------------------------------------------------------------- params
 
@@ -147,8 +185,13 @@ class Simulation:
       env[cid] = c.output(comps[cid])
     return comps
 
-  def _world_reset(self, mx, params, world_key, tick, dues):
-    data = mjx.forward(mx, self._data0)
+  def _world_reset(self, mx, params, world_key, tick, dues, qpos_offset=None, qvel_offset=None):
+    data = self._data0
+    if qpos_offset is not None:   # per-world initial state (added before the first forward)
+      data = data.replace(qpos=data.qpos + qpos_offset)
+    if qvel_offset is not None:
+      data = data.replace(qvel=data.qvel + qvel_offset)
+    data = mjx.forward(mx, data)
     comps = {cid: c.init(params[cid], world_key) for cid, c in self.components.items()}
     dc = ()
     if self.dcmotor is not None:
@@ -166,17 +209,23 @@ class Simulation:
       comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
                                    pre[cid])
     if self.dcmotor is None:
-      data = mjx.step(mx, data.replace(ctrl=ctrl))
+      data = self._physics_step(mx, data.replace(ctrl=ctrl))
     else:
       data, dc = dcmotor.step(self.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
     return data, ctrl, dc, self._sense(params, comps, data, tick + 1, post)
+
+  def _world_finite(self, data, comps):
+    """True while one world's physics and component state are finite (a traced check)."""
+    leaves = [data.qpos, data.qvel, data.act] + [
+        x for x in jax.tree.leaves(comps) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves if jnp.size(x)]))
 
   def _outputs(self, data, comps):
     sensor = {cid: c.output(comps[cid]) for cid, c in self.components.items()}
     truth = {cid: c.truth(comps[cid], data) for cid, c in self.components.items()}
     return {'sensor': sensor, 'truth': truth}
 
-  # ---------------------------------------------------------------- batch
+  # ---------------------------------------------------------------- batch (one sub-batch)
 
   def _advance_clocks(self, clocks, tick, pre_physics: bool):
     """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
@@ -189,13 +238,23 @@ class Simulation:
           dues[cid][name] = (due, n)
     return dues, new
 
-  def _reset_batch(self, mx, params, world_keys):
+  def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
+                   model_fields=(), share=False):
+    """Reset of a batch of worlds (vmapped single-world reset). With `share` the physics is
+    computed once (no world axis) and only the components are per world; `model_fields` are
+    the fields of `mx` with a leading world axis."""
     mx = self.mx if mx is None else mx
     tick = jnp.int32(0)
     dues, clocks = self._advance_clocks(self._clocks0(), tick, False)
-    data, ctrl, dc, comps = jax.vmap(self._world_reset, in_axes=(None, 0, 0, None, None))(
-        mx, params, world_keys, tick, dues)
-    return SimState(tick, clocks, data, ctrl, dc, comps)
+    phys = None if share else 0
+    data, ctrl, dc, comps = jax.vmap(
+        self._world_reset, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, None, None,
+                                    0, 0),
+        out_axes=(phys, phys, phys, 0))(mx, params, world_keys, tick, dues, qpos_offset,
+                                        qvel_offset)
+    finite = jax.vmap(self._world_finite, in_axes=(phys, 0))(data, comps)
+    return SimState(tick, clocks, data, ctrl, dc, comps,
+                    jnp.where(finite, -1, 0).astype(jnp.int32))
 
   def _fill_commands(self, commands, n_worlds, tick, script_dues):
     """Commands of every actuator component: given, else scripted (manifest
@@ -215,26 +274,34 @@ class Simulation:
       dues[k] = (due, n)
     return dues, {**clocks, command_script.KEY: new}
 
-  def _step_batch(self, mx, params, state: SimState, commands=None):
+  def _step_batch(self, mx, params, state: SimState, commands=None, model_fields=()):
     mx = self.mx if mx is None else mx
-    n_worlds = state.ctrl.shape[0]
+    share = _is_shared(state)
+    phys = None if share else 0
+    n_worlds = state.diverged.shape[0]
     script_dues, clocks = self._advance_script(state.clocks, state.tick)
     commands = self._fill_commands(commands, n_worlds, state.tick, script_dues)
     pre, clocks = self._advance_clocks(clocks, state.tick, True)
     post, clocks = self._advance_clocks(clocks, state.tick + 1, False)
     data, ctrl, dc, comps = jax.vmap(
-        self._world_step, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None, None))(
+        self._world_step, in_axes=(worlds.model_in_axes(mx, model_fields), 0, phys, phys, phys,
+                                   0, 0, None, None, None),
+        out_axes=(phys, phys, phys, 0))(
             mx, params, state.data, state.ctrl, state.dcmotor, state.components, commands,
             state.tick, pre, post)
-    state = SimState(state.tick + 1, clocks, data, ctrl, dc, comps)
-    return state, jax.vmap(self._outputs)(data, comps)
+    finite = jax.vmap(self._world_finite, in_axes=(phys, 0))(data, comps)
+    diverged = jnp.where((state.diverged < 0) & ~finite, state.tick + 1, state.diverged)
+    state = SimState(state.tick + 1, clocks, data, ctrl, dc, comps, diverged)
+    return state, jax.vmap(self._outputs, in_axes=(phys, 0))(data, comps)
 
   def _observe(self, outputs, observe_truth):
     return outputs if observe_truth else {'sensor': outputs['sensor']}
 
   def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
-                 controller=None, observe_truth=False):
+                 controller=None, observe_truth=False, model_fields=()):
     mx = self.mx if mx is None else mx
+    phys = None if _is_shared(state) else 0
+
     def observe(out):
       # Only a controller needs last tick's outputs in the carry; otherwise they stay out of
       # it so that unrecorded outputs (e.g. truth) are not computed at all.
@@ -244,16 +311,118 @@ class Simulation:
       st, ctl, obs = c
       if controller is not None:
         cmd, ctl = jax.vmap(controller)(obs, ctl)
-      st, out = self._step_batch(mx, params, st, cmd)
+      st, out = self._step_batch(mx, params, st, cmd, model_fields)
       return (st, ctl, observe(out)), (out if record else None)
-    obs0 = observe(jax.vmap(self._outputs)(state.data, state.components))
+    obs0 = observe(jax.vmap(self._outputs, in_axes=(phys, 0))(state.data, state.components))
     (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands,
                                            length=n_ticks)
     return (state, carry), outs
 
+  # ---------------------------------------------------------------- the world axis
+
+  def physics_sharing(self, *, commands=None, controller=None, model_fields=(),
+                      qpos_offset=None, qvel_offset=None, share_physics: bool = True
+                      ) -> tuple[bool, str]:
+    """Whether every world can use one physics trajectory, and why (not).
+
+    Physics is shared when nothing per world can change it: the manifest drives actuators
+    only open loop (`actuator_script`), no actuator component (whose per-world state or
+    randomness reaches `ctrl`), no dcmotor actuators (per-world motor parameters), no
+    controller or command trace, no per-world MJCF field or initial state. The sensor
+    pipelines stay per world (each with its own noise, bias, transport) and read the shared
+    data. Returns `(shared, reason)`.
+    """
+    acts = [cid for cid, _ in self._actuators]
+    reasons = []
+    if not share_physics:
+      reasons.append('switched off (share_physics=False / --no-share-physics)')
+    if acts:
+      reasons.append(f'actuator component(s) {", ".join(map(repr, acts))} write ctrl from '
+                     'per-world state')
+    if self.dcmotor is not None:
+      reasons.append('dcmotor actuators take per-world motor parameters')
+    if controller is not None:
+      reasons.append('a controller reads the outputs')
+    if commands:
+      reasons.append('a per-world command trace drives the actuators')
+    if model_fields:
+      reasons.append(f'per-world MJCF fields ({", ".join(model_fields)})')
+    if qpos_offset is not None or qvel_offset is not None:
+      reasons.append('per-world initial state')
+    if reasons:
+      return False, 'not shared: ' + '; '.join(reasons)
+    return True, ('shared: open-loop actuator_script only, no per-world input reaches the '
+                  'physics')
+
+  def sub_batch_cap(self) -> tuple[int | None, str]:
+    """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`worlds.
+    lapack_safe_sub_batch`, from the traced step), and why; None: no limit."""
+    if self._sub_batch is None:
+      if jax.default_backend() != 'cpu':
+        self._sub_batch = (None, f'{jax.default_backend()} backend: no CPU LAPACK call')
+      else:
+        p = self.default_params(1)
+        keys = rng.world_keys(0, 1)
+        st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
+        self._sub_batch = worlds.lapack_safe_sub_batch(
+            lambda pp, s: self._step_batch(None, pp, s), p, st)
+    return self._sub_batch
+
+  def layout(self, n_worlds: int, *, devices=None, sub_batch: int | None = None,
+             share: bool = False) -> worlds.Layout:
+    """How `n_worlds` worlds run in one program (`worlds.Layout`)."""
+    devs = worlds.resolve_devices(devices)
+    cap = sub_batch
+    if cap is None and not share:   # shared physics is unbatched: no batched LAPACK call
+      cap = self.sub_batch_cap()[0]
+    return worlds.layout(n_worlds, len(devs), cap)
+
+  def _program(self, kind: str, lay, devices, **static):
+    key = (kind, lay, devices, tuple(sorted(static.items())))
+    prog = self._programs.get(key)
+    if prog is None:
+      block = getattr(self, f'_{kind}_block')
+      prog = jax.jit(worlds.program(functools.partial(block, **static), lay, devices))
+      self._programs[key] = prog
+    return prog
+
+  def _reset_block(self, shared, world, *, model_fields, share):
+    mx = worlds.join_model(shared['model'], world['model'])
+    st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
+                           model_fields, share)
+    return _split_state(st, share)
+
+  def _step_block(self, shared, world, *, model_fields, share):
+    mx = worlds.join_model(shared['model'], world['model'])
+    st = _join_state(shared['state'], world['state'])
+    st, out = self._step_batch(mx, world['params'], st, world['commands'], model_fields)
+    sh, wo = _split_state(st, share)
+    return sh, {'state': wo, 'outs': out}
+
+  def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
+                 observe_truth):
+    mx = worlds.join_model(shared['model'], world['model'])
+    st = _join_state(shared['state'], world['state'])
+    cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
+    (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
+                                        record, controller, observe_truth, model_fields)
+    sh, wo = _split_state(st, share)
+    outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
+    return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
+
+  def _model_parts(self, model, model_axes, n_worlds):
+    fields = worlds.model_fields(model_axes)
+    if fields and model is None:
+      raise FibrilError('model_axes given without model=: pass the mjx.Model whose fields '
+                        f'{", ".join(fields)} have a leading world axis')
+    shared, world = worlds.split_model(model, fields, n_worlds)
+    return fields, shared, world
+
   # ---------------------------------------------------------------- public API
 
-  def reset(self, params: dict, world_keys: jax.Array, *, model=None) -> SimState:
+  def reset(self, params: dict, world_keys: jax.Array, *, model=None, model_axes=None,
+            qpos_offset=None, qvel_offset=None, share_physics: bool = False, devices=None,
+            sub_batch: int | None = None) -> SimState:
     """Resets a batch of worlds; runs `mjx.forward` and the tick-0 acquisitions.
 
     Args:
@@ -263,28 +432,72 @@ class Simulation:
         differentiate wrt or vary MJCF physical fields); traced as an argument. By default the
         compiled model is embedded as constants, which XLA can fold (measured about 7 %
         faster on the CPU for the demo turntable).
+      model_axes: fields of `model` that carry a leading world axis, per world: `{'dof_damping':
+        0, 'body_mass': 0}` or a set of names (e.g. `dof_damping (nworld, nv)`,
+        `geom_friction (nworld, ngeom, 3)`, `actuator_gainprm (nworld, nu, 10)`). They are
+        vmapped, sub-batched, chunked and sharded with the worlds.
+      qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` added to the model's initial
+        `qpos` / `qvel` before the first `mjx.forward` (per-world initial state).
+      share_physics: compute the physics once for all worlds when `physics_sharing` allows it
+        (`rollout` decides this itself); the returned state's `data` then has no world axis.
+      devices: None (every local device), a count, or a sequence of devices; worlds are
+        sharded over them (`fibril_mjx.worlds`).
+      sub_batch: worlds per vmapped call (default: the LAPACK-safe size, `sub_batch_cap`).
+
+    Inside a user's `jit` / `vmap` / `grad` (traced inputs) the batch runs as one plain
+    vmap: the caller owns the world axis.
     """
     self.check_params(params)
-    return self._jit_reset(model, params, world_keys)
+    n = world_keys.shape[0]
+    fields, shared_model, world_model = self._model_parts(model, model_axes, n)
+    share = share_physics and self.physics_sharing(
+        model_fields=fields, qpos_offset=qpos_offset, qvel_offset=qvel_offset)[0]
+    if worlds.is_traced((params, world_keys, model, qpos_offset, qvel_offset)):
+      return self._reset_batch(model, params, world_keys, qpos_offset, qvel_offset, fields,
+                               share)
+    devs = worlds.resolve_devices(devices)
+    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
+    prog = self._program('reset', lay, devs, model_fields=fields, share=share)
+    sh, wo = prog({'model': shared_model},
+                  {'params': params, 'keys': world_keys, 'model': world_model,
+                   'qpos': qpos_offset, 'qvel': qvel_offset})
+    return _join_state(sh, wo)
 
   def outputs(self, state: SimState) -> dict:
     """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick."""
-    return jax.vmap(self._outputs)(state.data, state.components)
+    phys = None if _is_shared(state) else 0
+    return jax.vmap(self._outputs, in_axes=(phys, 0))(state.data, state.components)
 
-  def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None
+  def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
+           model_axes=None, devices=None, sub_batch: int | None = None
            ) -> tuple[SimState, dict]:
     """Advances every world one tick; returns the new state and its outputs.
 
     Args:
       commands: `{actuator component id: command pytree with leading (nworld,)}`; a missing
         component gets its null command (nothing issued).
+      model, model_axes, devices, sub_batch: as in `reset`.
     """
-    return self._jit_step(model, params, state, commands)
+    n = state.diverged.shape[0]
+    fields, shared_model, world_model = self._model_parts(model, model_axes, n)
+    if worlds.is_traced((params, state, commands, model)):
+      return self._step_batch(model, params, state, commands, fields)
+    share = _is_shared(state)
+    devs = worlds.resolve_devices(devices)
+    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
+    sh_st, wo_st = _split_state(state, share)
+    prog = self._program('step', lay, devs, model_fields=fields, share=share)
+    sh, wo = prog({'model': shared_model, 'state': sh_st},
+                  {'params': params, 'state': wo_st, 'commands': commands,
+                   'model': world_model})
+    return _join_state(sh, wo['state']), wo['outs']
 
   def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True, *,
           commands: dict | None = None, controller: Callable | None = None,
-          controller_state: Any = None, observe_truth: bool = False, model=None):
-    """`n_ticks` steps in one `lax.scan` (`model` as in `reset`).
+          controller_state: Any = None, observe_truth: bool = False, model=None,
+          model_axes=None, devices=None, sub_batch: int | None = None):
+    """`n_ticks` steps in one `lax.scan` (`model`, `model_axes`, `devices`, `sub_batch` as in
+    `reset`).
 
     Commands come from one of:
       * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`;
@@ -297,67 +510,123 @@ class Simulation:
       `(state, outputs)` with outputs stacked `(n_ticks, nworld, ...)` (None unless
       `record`); with a controller, `((state, controller_state), outputs)`.
     """
-    (state, carry), outs = self._jit_run(
-        model, params, state, controller_state, commands, n_ticks=n_ticks, record=record,
-        controller=controller, observe_truth=observe_truth)
+    if worlds.is_traced((params, state, commands, controller_state, model)):
+      fields = worlds.model_fields(model_axes)
+      (state, carry), outs = self._run_batch(model, params, state, controller_state, commands,
+                                             n_ticks, record, controller, observe_truth,
+                                             fields)
+    else:
+      cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), commands)
+      state, carry, outs = self._run_world_major(
+          params, state, n_ticks, record, commands=cmds, controller=controller,
+          controller_state=controller_state, observe_truth=observe_truth, model=model,
+          model_axes=model_axes, devices=devices, sub_batch=sub_batch)
+      outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
     return ((state, carry) if controller is not None else state), outs
 
-  def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
-              record: bool = True, chunk_worlds: int = CHUNK_WORLDS,
-              commands: dict | None = None, controller: Callable | None = None,
-              controller_init: Any = None, observe_truth: bool = False):
-    """Reset then `n_ticks` steps, in chunks of at most `chunk_worlds` worlds.
+  def _run_world_major(self, params, state, n_ticks, record, *, commands=None, controller=None,
+                       controller_state=None, observe_truth=False, model=None, model_axes=None,
+                       devices=None, sub_batch=None):
+    """`run` with world-major commands and outputs `(nworld, n_ticks, ...)`; returns
+    `(state, controller_state, outputs)` (used by `rollout` and `fibril-mjx run`)."""
+    n = state.diverged.shape[0]
+    fields, shared_model, world_model = self._model_parts(model, model_axes, n)
+    share = _is_shared(state)
+    devs = worlds.resolve_devices(devices)
+    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
+    sh_st, wo_st = _split_state(state, share)
+    prog = self._program('run', lay, devs, model_fields=fields, share=share, n_ticks=n_ticks,
+                         record=record, controller=controller, observe_truth=observe_truth)
+    sh, wo = prog({'model': shared_model, 'state': sh_st},
+                  {'params': params, 'state': wo_st, 'carry': controller_state,
+                   'commands': commands, 'model': world_model})
+    return _join_state(sh, wo['state']), wo['carry'], wo['outs']
 
-    Chunking only bounds memory and avoids an XLA CPU hang with thousands of worlds; a
-    world's result does not depend on it. `commands` (leading `(n_ticks, nworld)`) or a
-    `controller` with a single-world `controller_init` carry drive actuator components (see
-    `run`).
+  def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
+              record: bool = True, chunk_worlds: int | None = None,
+              commands: dict | None = None, controller: Callable | None = None,
+              controller_init: Any = None, observe_truth: bool = False, model=None,
+              model_axes=None, qpos_offset=None, qvel_offset=None,
+              share_physics: bool = True, devices=None, sub_batch: int | None = None,
+              stall_s: float | None = None):
+    """Reset then `n_ticks` steps of every world, in one program per host chunk.
+
+    The world axis (`fibril_mjx.worlds`): worlds are sharded over `devices` (default every
+    local device; on a CPU host set `XLA_FLAGS=--xla_force_host_platform_device_count=N`
+    before JAX initializes to get N devices, as `fibril-mjx` does with one per core), run
+    in LAPACK-safe sub-batches inside the program, and optionally in host chunks of
+    `chunk_worlds` (memory only). A world's result depends on none of these.
+
+    Args:
+      params: `{id: Params}` with a leading `(nworld,)` axis.
+      world_keys: `(nworld, 2)`.
+      commands: open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, or
+      controller: a single-world controller with a single-world `controller_init` carry
+        (see `run`).
+      model, model_axes: a per-world `mjx.Model`, e.g.
+        `rollout(params, keys, T, model=sim.mx.replace(dof_damping=d), model_axes={'dof_damping':
+        0})` with `d` of shape `(nworld, nv)` (see `reset`).
+      qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` per-world initial state.
+      share_physics: when `physics_sharing` allows it (sensor-only Monte Carlo), run the
+        physics once and broadcast its data to every world's components; False forces one
+        physics rollout per world. Shared and per-world sensor outputs agree to float
+        rounding (the physics is compiled unbatched); each is bitwise reproducible.
+      stall_s: watchdog (`worlds.Watchdog`): a program with no CPU progress for this long
+        raises `worlds.WorldsStalled` naming the model and world count.
 
     Returns:
-      `(final_state_or_None, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0
-      first (None when `record` is False); with one chunk, the final `SimState` too.
+      `(final_state, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0 first
+      (None when `record` is False); `final_state.diverged` `(nworld,)` is the first tick at
+      which a world became non-finite (-1: never).
     """
     n = world_keys.shape[0]
+    fields = worlds.model_fields(model_axes)
+    share, _ = self.physics_sharing(commands=commands, controller=controller,
+                                    model_fields=fields, qpos_offset=qpos_offset,
+                                    qvel_offset=qvel_offset, share_physics=share_physics)
+    devs = worlds.resolve_devices(devices)
     finals, traces = [], []
-    for lo in range(0, n, chunk_worlds):
-      hi = min(n, lo + chunk_worlds)
-      p = jax.tree.map(lambda x: x[lo:hi], params)
-      keys = world_keys[lo:hi]
-      cmds = jax.tree.map(lambda x: x[:, lo:hi], commands)
+    for lo, hi in worlds.chunks(n, chunk_worlds):
+      sl = lambda t: jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
+      p, keys = sl(params), world_keys[lo:hi]
+      m = model
+      if fields:
+        m = model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
+      cmds = jax.tree.map(lambda x: jnp.swapaxes(x[:, lo:hi], 0, 1), commands)
       carry = None
       if controller is not None:
         carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)),
                              controller_init)
-      single = hi - lo == 1
-      if single:
-        # XLA compiles a batch of one to different (scalar) code whose float results can
-        # differ in the last bit from any larger batch; two lanes keep a world bitwise
-        # identical whatever batch it runs in. The extra lane is dropped below.
-        p, keys, carry = jax.tree.map(lambda x: jnp.concatenate([x, x]), (p, keys, carry))
-        cmds = jax.tree.map(lambda x: jnp.concatenate([x, x], axis=1), cmds)
-      st = self.reset(p, keys)
+      st = self.reset(p, keys, model=m, model_axes=fields, qpos_offset=sl(qpos_offset),
+                      qvel_offset=sl(qvel_offset), share_physics=share, devices=devs,
+                      sub_batch=sub_batch)
       out0 = self.outputs(st) if record else None
-      st, outs = self.run(p, st, n_ticks, record, commands=cmds, controller=controller,
-                          controller_state=carry, observe_truth=observe_truth)
-      if controller is not None:
-        st = st[0]
-      if single:
-        st = jax.tree.map(lambda x: x[:1] if jnp.ndim(x) else x, st)
-        outs = jax.tree.map(lambda x: x[:, :1], outs) if record else None
-        out0 = jax.tree.map(lambda x: x[:1], out0) if record else None
+      st, carry, outs = self._run_world_major(
+          p, st, n_ticks, record, commands=cmds, controller=controller, controller_state=carry,
+          observe_truth=observe_truth, model=m, model_axes=fields, devices=devs,
+          sub_batch=sub_batch)
+      lay = self.layout(hi - lo, devices=devs, sub_batch=sub_batch, share=share)
+      worlds.Watchdog(f'{self.manifest.path}: rollout of worlds {lo}..{hi - 1} '
+                      f'({lay.describe()}, {n_ticks} ticks)', stall_s).wait((st, outs))
       finals.append(st)
       if record:
-        traces.append(jax.tree.map(
-            lambda a, b: jnp.concatenate([a[:, None], jnp.swapaxes(b, 0, 1)], axis=1),
-            out0, outs))
+        traces.append(jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1),
+                                   out0, outs))
     trace = None
     if record:
       trace = traces[0] if len(traces) == 1 else jax.tree.map(
           lambda *xs: jnp.concatenate(xs, axis=0), *traces)
-    return (finals[0] if len(finals) == 1 else None), trace
+    final = finals[0]
+    if len(finals) > 1:
+      sh, _ = _split_state(finals[0], share)
+      wo = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0),
+                        *[_split_state(s, share)[1] for s in finals])
+      final = _join_state(sh, wo)
+    return final, trace
 
 
-def load(manifest_path, overrides=None, *, vary: dict | None = None) -> Simulation:
+def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str = 'jax'
+         ) -> Simulation:
   """Builds a `Simulation` from a manifest file (host side: parse, compile, bind, plan).
 
   Args:
@@ -367,8 +636,13 @@ def load(manifest_path, overrides=None, *, vary: dict | None = None) -> Simulati
       compiled in even when the manifest leaves them at the default, so that per-world
       values (randomization, gradients) take effect. A per-world value given for a term that
       is compiled out is an error (`Simulation.reset`).
+    impl: physics implementation, `'jax'` (MJX-JAX, default, differentiable) or `'warp'`
+      (MJX-Warp, NVIDIA GPUs only, not differentiable); refused with a clear error where it
+      cannot run.
   """
-  return Simulation(build.build(read_manifest(manifest_path, overrides=overrides), vary=vary))
+  worlds.check_impl(impl)
+  return Simulation(build.build(read_manifest(manifest_path, overrides=overrides), vary=vary),
+                    impl=impl)
 
 
 world_keys = rng.world_keys

@@ -50,11 +50,12 @@ NAV_XML = """\
     <rangefinder name="range" site="s"/>
     <velocimeter name="vel2" site="s2"/>
     <accelerometer name="accel" site="s"/>
+    <gyro name="gyro2" site="s2"/>
   </sensor>
 </mujoco>
 """
 VEL, GYRO, RANGE, VEL2 = slice(0, 3), slice(3, 6), 6, slice(7, 10)
-NSD = 13
+NSD = 16
 
 
 class Data(NamedTuple):

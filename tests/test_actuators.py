@@ -7,7 +7,7 @@ trajectory), a motor on a velocity servo (limits, duty, rejected kinds, timeout 
 command), a motor on a torque actuator behind a pulley assembly (power-conjugate effort,
 feedback current per motor), a motion_motor behind a gear_rotary assembly and a motor on a
 dcmotor velocity input. A scripted command trace drives them open loop; each reference below
-is written from the seed's rules, in float64, and reads the joint state from the recorded
+is written from the rules of SPEC §6, in float64, and reads the joint state from the recorded
 truth where the rule depends on it (hold capture, encoder reset, the impedance law).
 """
 

@@ -218,6 +218,22 @@ RULES = {
     'drift_tau': (comp(bias_instability_stddev_pa=2.0), f'{P}.bias_correlation_time_s', '0.0',
                   'must be > 0 where bias_instability_stddev_pa > 0 (Gauss–Markov correlation '
                   'time)'),
+    'cm_tau': (comp(common_mode_stream='w', common_mode_stddev_pa=3.0),
+               f'{P}.common_mode_correlation_time_s', '0.0', 'must be > 0 where '
+               'common_mode_stddev_pa > 0 (Gauss–Markov correlation time)'),
+    'cm_stream': (comp(common_mode_stddev_pa=3.0, common_mode_correlation_time_s=1.0),
+                  f'{P}.common_mode_stream', 'None', 'must name a shared stream where '
+                  'common_mode_stddev_pa > 0'),
+    'throttle_points_needed': (comp(throttle_actuator='thr'), f'{P}.throttle_bias_points', '[]',
+                               'must list the throttle values of the bias table when '
+                               'throttle_actuator is set'),
+    'airspeed_points_needed': (comp(velocity_sensor='vel'), f'{P}.airspeed_bias_points_m_s',
+                               '[]', 'must list the airspeeds of the bias table when '
+                               'velocity_sensor is set'),
+    'velocity_sensor_needed': (comp(airspeed_bias_points_m_s=[0, 5], airspeed_bias_pa=[0, 1]),
+                               f'{P}.velocity_sensor', None, 'required with '
+                               'airspeed_bias_points_m_s (a velocimeter giving the air-relative '
+                               'speed)'),
     'site_missing': (comp(site='baro'), f'{P}.site', "'baro'",
                      'no MuJoCo site of that name in the compiled model'),
 }

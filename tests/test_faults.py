@@ -9,7 +9,9 @@ sample differs; the delivered output (`Delivered`) is what a driver or an estima
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +20,7 @@ import pytest
 
 import nav_helpers as nh
 from fibril_mjx import faults
-from fibril_mjx.components import magnetometer
+from fibril_mjx.components import base, magnetometer
 
 H, D, I, R = faults.HEALTHY, faults.DEGRADED, faults.INVALID, faults.RECOVERING
 OK, WEAK, MISSED, BAD = faults.OK, faults.WEAK, faults.MISSED, faults.BAD
@@ -209,6 +211,142 @@ def test_no_faults_no_extra_work():
                              atol=1e-5)
 
 
+def test_window_bounds_round_up_to_ticks():
+  fp = faults.FaultParams(jnp.float32(0.0105), jnp.float32(0.1), jnp.float32(0))
+  on = [bool(faults.window(fp, k, 0.002)) for k in range(4, 52)]
+  assert on.index(True) == 6 - 4 and on[::-1].index(True) == 51 - 49   # ticks 6 … 49
+  fp = faults.FaultParams(jnp.float32(1.0), jnp.float32(np.inf), jnp.float32(0))
+  assert not bool(faults.window(fp, 499, 0.002)) and bool(faults.window(fp, 500, 0.002))
+  assert bool(faults.window(fp, 10 ** 7, 0.002))
+
+
+def test_batch_equals_single_worlds_jit_equals_eager():
+  """Faulted output of a world does not depend on the batch; jitted equals eager."""
+  fl = [{'type': 'dropout', 'start_s': 0.1, 'end_s': 0.15},
+        {'type': 'bias_ramp', 'start_s': 0.2, 'value': 3.0}]
+  c = make(fl, noise_stddev_ut=[0.3, 0.3, 0.3])
+  data = turning(200)
+  _, out, health, _ = nh.drive_worlds(c, data, 3)
+  for w in range(3):
+    wk = jax.random.fold_in(jax.random.PRNGKey(0), w)
+    _, one, h1, _ = nh.drive(c, data, wk=wk)
+    np.testing.assert_array_equal(one.sample.magnetic_field_ut, out.sample.magnetic_field_ut[w])
+    np.testing.assert_array_equal(h1, health[w])
+  due, idx = nh.dues(c, 60)
+  d60 = jax.tree.map(lambda x: x[:60], data)
+  eager = nh._drive(c, c.default_params(), d60, due, idx, {}, nh.WK)
+  jitted = nh._DRIVE(c, c.default_params(), d60, due, idx, {}, nh.WK)
+  np.testing.assert_allclose(eager[1][0].sample.magnetic_field_ut,
+                             jitted[1][0].sample.magnetic_field_ut, atol=1e-5)
+
+
+# ------------------------------------------------------------------ the EKF as the consumer
+
+class ImuSample(NamedTuple):
+  angular_velocity: jax.Array
+  linear_acceleration: jax.Array
+  health: jax.Array
+
+
+class ToyState(NamedTuple):
+  streams: dict
+  queue: object
+  held: object
+  faults: object
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyImu(faults.FaultySensor, base.SensorBase):
+  """A still, level IMU turning at 0.2 rad/s about z: gyro (0, 0, 0.2), specific force +g."""
+  id: str
+  cfg: object
+  schedule: object
+  transport: object
+  fault_plan: faults.FaultPlan
+  dt: float
+  fields: tuple = dataclasses.field(compare=False, default=())
+  vary: frozenset = frozenset()
+  type = 'test/imu'
+  sample_type = 'test/imu_sample'
+  fault_fields = ('angular_velocity', 'linear_acceleration')
+
+  def default_params(self):
+    return Toy(faults.default_params(self.cfg))
+
+  def init(self, p, wk):
+    streams = faults.stream_keys(wk, self.id, ('delivery_jitter', 'delivery_loss'))
+    z3 = jnp.zeros(3, jnp.float32)
+    return ToyState(streams, *self.init_transport(ImuSample(z3, z3, jnp.int32(0))))
+
+  def acquire(self, p, s, data, tick, n):
+    return s, ImuSample(jnp.array([0.0, 0.0, 0.2], jnp.float32),
+                        jnp.array([0.0, 0.0, 9.81], jnp.float32), jnp.int32(0))
+
+
+class Toy(NamedTuple):
+  faults: tuple
+
+
+def ekf_view(fl):
+  """Runs the toy IMU with faults `fl` into the attitude EKF; returns per-tick EKF yaw, its
+  update count and the IMU's delivered output."""
+  from fibril_mjx.components import attitude_ekf
+  from fibril_mjx.schedule import Schedule
+  from fibril_mjx import transport as tp
+  ctx, cat = nh.context()
+  cfg = faults.DeviceConfig(period_s=PERIOD, faults=fl)
+  origin = lambda f: ('test.yaml', f)  # noqa: E731
+  imu = ToyImu('imu', cfg, Schedule.build(PERIOD, 0.0, nh.DT, 'next_boundary', origin=origin),
+               tp.Transport.build(0.0, 0.0, 0.0, PERIOD, nh.DT, 'next_boundary', origin=origin),
+               faults.build_plan(cfg, ImuSample(jnp.zeros(3), jnp.zeros(3), jnp.int32(0)),
+                                 ToyImu.fault_fields, origin=origin), nh.DT)
+  ekf = attitude_ekf.build_with_imu('ekf', {'imu': 'imu', 'initial_attitude': 'fixed'}, ctx,
+                                    cat, imu)
+  due, idx = nh.dues(imu, T)
+  pi, pe = imu.default_params(), ekf.default_params()
+
+  def body(c, xs):
+    si, se = c
+    d, n, tick = xs
+    si = imu.sense(pi, si, None, tick, {'acquisition': (d, n)}, {})
+    se = ekf.update(pe, se, imu.output(si), tick)
+    q = se.held.sample.orientation
+    yaw = jnp.arctan2(2 * (q[0] * q[3] + q[1] * q[2]), 1 - 2 * (q[2] ** 2 + q[3] ** 2))
+    return (si, se), (yaw, se.updates, imu.output(si))
+  c0 = (imu.init(pi, nh.WK), ekf.init(pe, nh.WK))
+  _, out = jax.lax.scan(body, c0, (due, idx, jnp.arange(T, dtype=jnp.int32)))
+  return jax.tree.map(np.asarray, out)
+
+
+def test_ekf_sees_dropout_as_a_longer_step():
+  yaw, updates, out = ekf_view([{'type': 'dropout', 'start_s': 0.2, 'end_s': 0.4}])
+  assert updates[-1] == 80 - 20                       # 20 samples never reached it
+  np.testing.assert_allclose(yaw[-1], 0.2 * 79 * PERIOD, atol=2e-3)   # dt spans the gap
+
+
+def test_ekf_sees_stale_old_timestamp_as_zero_steps():
+  yaw, updates, out = ekf_view([{'type': 'stale_old_timestamp', 'start_s': 0.2, 'end_s': 0.4}])
+  assert updates[-1] == 80                            # it processed every repeat ...
+  k = int(0.35 / nh.DT)
+  np.testing.assert_allclose(yaw[k], 0.2 * 19 * PERIOD, atol=2e-3)   # ... with dt = 0
+  np.testing.assert_allclose(yaw[-1], 0.2 * 79 * PERIOD, atol=2e-3)
+
+
+def test_ekf_is_poisoned_by_nan_and_ignores_invalid_status():
+  yaw, updates, out = ekf_view([{'type': 'invalid_status', 'start_s': 0.1, 'end_s': 0.2}])
+  assert np.any(out.sample.health == faults.INVALID)
+  np.testing.assert_allclose(yaw[-1], 0.2 * 79 * PERIOD, atol=2e-3)  # numbers were fine
+  yaw, updates, out = ekf_view([{'type': 'nan', 'start_s': 0.2, 'end_s': 0.21,
+                                 'fields': ['angular_velocity']}])
+  assert np.all(np.isfinite(yaw[:int(0.2 / nh.DT)])) and np.all(np.isnan(yaw[int(0.2 / nh.DT):]))
+
+
+def test_ekf_sees_bias_step_as_yaw_drift():
+  yaw, updates, out = ekf_view([{'type': 'bias_step', 'start_s': 0.4, 'value': [0.0, 0.0, 0.1],
+                                 'fields': ['angular_velocity']}])
+  np.testing.assert_allclose(yaw[-1], 0.2 * 79 * PERIOD + 0.1 * 39 * PERIOD, atol=3e-3)
+
+
 # ------------------------------------------------------------------ validation
 
 MAG = {'site': 's', 'period_s': 0.01, 'earth_field_ut': FIELD}
@@ -235,6 +373,9 @@ FAULT_CASES = {
     'nan_on_bool': ({'type': 'nan', 'start_s': 0.1, 'fields': ['saturated']},
                     'faults[0].fields[0]', "a nan fault needs a floating-point field; "
                     "'saturated' is bool (use sentinel or stuck)"),
+    'fields_on_packet_fault': ({'type': 'dropout', 'start_s': 0.1, 'fields': ['variance']},
+                               'faults[0]', 'a dropout fault acts on the whole packet; fields '
+                               'are not used'),
     'unknown_key': ({'type': 'dropout', 'start_s': 0.1, 'stop_s': 1.0}, 'faults[0].stop_s',
                     'unknown field'),
 }
@@ -282,8 +423,8 @@ def test_example_runs_every_sensor_with_the_ekf(example):
   p = s['baro'].sample.pressure_pa[:, -1]
   assert np.all((p > 98000) & (p < 100500)), p
   d = s['lidar'].sample.distance_m[:, -1]
-  h = t['gnss']['site_position_m'][:, -1, 2]
-  assert np.all(np.abs(d - (h - 0.051)) < 0.2), (d, h)
+  h = t['gnss']['antenna_position_m'][:, -1, 2]     # antenna 0.12 m above the lidar site
+  assert np.all(np.abs(d - (h - 0.151)) < 0.2), (d, h)
 
 
 def test_example_consumer_view_of_faults_and_outage(example):

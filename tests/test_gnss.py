@@ -259,6 +259,12 @@ RULES = {
     'cm_stream': (comp(common_mode_vertical_stddev_m=1.0, common_mode_correlation_time_s=1.0),
                   f'{P}.common_mode_stream', 'None', 'must name a shared stream where a '
                   'common-mode stddev > 0'),
+    'gyro_site': (comp(lever_arm_m=[0, 0, 0.1], angular_velocity_sensor='gyro2'),
+                  f'{P}.angular_velocity_sensor', "'gyro2'", "must be on the site of "
+                  "velocity_sensor ('s'); it is on 's2'"),
+    'cm_tau': (comp(common_mode_stream='x', common_mode_horizontal_stddev_m=1.0),
+               f'{P}.common_mode_correlation_time_s', '0.0', 'must be > 0 where a common-mode '
+               'stddev > 0 (Gauss–Markov correlation time)'),
     'latitude': (comp(origin_latitude_deg=91.0), f'{P}.origin_latitude_deg', '91.0',
                  'input should be less than or equal to 89.9'),
     'origin_missing': (comp(origin_longitude_deg=None), f'{P}.origin_longitude_deg', None,
@@ -284,3 +290,13 @@ def test_profile_reports_the_derived_sigma():
   np.testing.assert_allclose(c.cfg.horizontal_error_stddev_m, 2.5 / 1.1774, rtol=1e-4)
   p = c.default_params()
   np.testing.assert_allclose(c.accuracy(p)[0], 2.1233, rtol=1e-6)
+
+
+def test_truth_is_the_antenna_with_its_lever_arm():
+  lever = np.array([0.1, -0.05, 0.2])
+  data, (xmat, xpos, sd) = scenario(300)
+  _, _, _, truth = nh.drive(make(angular_velocity_sensor='gyro', lever_arm_m=lever.tolist()),
+                            data)
+  np.testing.assert_allclose(truth['antenna_position_m'], xpos + xmat @ lever, atol=1e-4)
+  v = np.einsum('kij,kj->ki', xmat, sd[:, nh.VEL] + np.cross(sd[:, nh.GYRO], lever))
+  np.testing.assert_allclose(truth['antenna_velocity_m_s'], v, atol=1e-5)

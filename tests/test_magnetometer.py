@@ -306,6 +306,9 @@ RULES = {
     'gm_tau': (comp(bias_instability_stddev_ut=[0.1, 0, 0]), f'{P}.bias_correlation_time_s',
                '0.0', 'must be > 0 where bias_instability_stddev_ut > 0 (Gauss–Markov '
                'correlation time)'),
+    'cm_tau': (comp(common_mode_stream='a', common_mode_stddev_ut=[0.1, 0, 0]),
+               f'{P}.common_mode_correlation_time_s', '0.0', 'must be > 0 where '
+               'common_mode_stddev_ut > 0 (Gauss–Markov correlation time)'),
     'cm_stream': (comp(common_mode_stddev_ut=[0.1, 0, 0], common_mode_correlation_time_s=1.0),
                   f'{P}.common_mode_stream', 'None', 'must name a shared stream where '
                   'common_mode_stddev_ut > 0'),
@@ -367,3 +370,19 @@ def test_motor_current_reaches_the_field(tmp_path):
   fb = np.asarray(tr['sensor']['mot'].sample.current)
   assert np.abs(cur).max() > 0.1
   np.testing.assert_allclose(cur, fb, rtol=1e-6, atol=1e-6)   # no lag configured
+
+
+def test_varied_field_is_compiled_in_at_its_default():
+  """A field named for per-world variation takes effect although its manifest value is the
+  default (SPEC §1.2 switch honours `vary`)."""
+  ctx, cat = nh.context(vary={'noise_stddev_ut', 'hard_iron_ut'})
+  c = magnetometer.build('mag', {'site': 's', 'period_s': PERIOD,
+                                 'earth_field_ut': [12.0, 18.0, -42.0]}, ctx, cat)
+  assert c.uses('noise_stddev_ut') and c.uses('hard_iron_ut') and not c.uses('range_ut')
+  p = c.default_params()
+  p = p._replace(noise_stddev_ut=jnp.array([0.5, 0.5, 0.5]),
+                 hard_iron_ut=jnp.array([1.0, 2.0, 3.0]))
+  _, out, _, _ = nh.drive(c, nh.data_seq(50), params=p)
+  m = out.sample.magnetic_field_ut[0]
+  z = nh.normals(nh.WK, 'mag', 'noise', 1, 3)[0]
+  np.testing.assert_allclose(m, np.array([13.0, 20.0, -39.0]) + 0.5 * z, atol=1e-5)

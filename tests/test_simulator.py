@@ -93,11 +93,12 @@ def test_adding_a_component_leaves_the_first_unchanged(sim_two, batch8):
 
 def test_no_retrace_on_second_rollout(sim):
   rollout(sim, 8)
-  n_run, n_reset = sim._jit_run._cache_size(), sim._jit_reset._cache_size()
+  sizes = lambda: {k: p._cache_size() for k, p in sim._programs.items()}  # noqa: E731
+  before = sizes()
   rollout(sim, 8)
   params = jax.tree.map(lambda x: x * 1.01, sim.default_params(8))   # new values, same shapes
   sim.rollout(params, fibril_mjx.world_keys(3, 8), TICKS)
-  assert (sim._jit_run._cache_size(), sim._jit_reset._cache_size()) == (n_run, n_reset)
+  assert sizes() == before
 
 
 def test_delivery_follows_schedule_latency_and_loss(batch8):

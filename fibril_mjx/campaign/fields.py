@@ -177,7 +177,8 @@ def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
     names = [m.joint(i).name for i in range(m.njnt)]
     if jid < 0:
       raise _err(file, d, 'no joint of that name' + did_you_mean(joint, names))
-    if m.jnt_type[jid] not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+    if int(m.jnt_type[jid]) not in (int(mujoco.mjtJoint.mjJNT_HINGE),
+                                   int(mujoco.mjtJoint.mjJNT_SLIDE)):
       raise _err(file, d, 'initial-state offsets are for hinge and slide joints')
     adr = int(m.jnt_qposadr[jid] if which == 'qpos' else m.jnt_dofadr[jid])
     nominal = np.asarray((m.qpos0 if which == 'qpos' else np.zeros(m.nv))[adr], np.float64)
@@ -226,7 +227,7 @@ def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
 
 
 def _joint_dofs(m, jid) -> int:
-  return {mujoco.mjtJoint.mjJNT_FREE: 6, mujoco.mjtJoint.mjJNT_BALL: 3}.get(
+  return {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}.get(
       int(m.jnt_type[jid]), 1)
 
 

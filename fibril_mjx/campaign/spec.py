@@ -98,7 +98,8 @@ def _numbers(v):
   return None
 
 
-def _check_dist(file, path, entry, errors) -> Distribution | None:
+def _check_dist(file, fp, entry, errors) -> Distribution | None:
+  path = f'vary.{fp}'
   if not isinstance(entry, dict):
     errors.append(ConfigError(file, path, 'must be a mapping with dist: and its parameters',
                               entry))
@@ -141,7 +142,7 @@ def _check_dist(file, path, entry, errors) -> Distribution | None:
                                   '>= 0 with a positive sum', entry['weights']))
         return None
       weights = tuple(w)
-    return Distribution(path, dist, params, rel, weights)
+    return Distribution(fp, dist, params, rel, weights)
   if 'weights' in entry:
     errors.append(ConfigError(file, f'{path}.weights', 'only for dist choice', entry['weights']))
     return None
@@ -172,7 +173,7 @@ def _check_dist(file, path, entry, errors) -> Distribution | None:
       if not rule(full, i):
         errors.append(ConfigError(file, f'{path}.{key}', text, entry[key]))
         return None
-  return Distribution(path, dist, {k: tuple(v) for k, v in params.items()}, rel)
+  return Distribution(fp, dist, {k: tuple(v) for k, v in params.items()}, rel)
 
 
 def _check_metric_expr(file, path, expr, errors):
@@ -245,7 +246,7 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
                               raw_vary))
   else:
     for fp, entry in raw_vary.items():
-      d = _check_dist(file, f'vary.{fp}', entry, errors)
+      d = _check_dist(file, str(fp), entry, errors)
       if d is not None:
         vary.append(d)
 

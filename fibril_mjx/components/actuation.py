@@ -26,8 +26,8 @@ from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.schedule import Schedule, ticks_fraction
 
 # Fields that would duplicate a physical value of the MJCF (or the assembly) in a motor config,
-# with where the value belongs (seed 003: "kp、ki、kd、effort_limit、motor、transmission、driver
-# を受理しません").
+# with where the value belongs (SPEC §1 principle 1 and §6.2: `kp`, `ki`, `kd`, `effort_limit`,
+# `motor`, `transmission`, `driver` are not accepted).
 FORBIDDEN_MOTOR_FIELDS = {
     'kp': 'servo gains belong to the MJCF actuator (<position kp>, <velocity kv>, '
           '<dcmotor controller>); fibril never re-implements a force controller',

@@ -1,4 +1,4 @@
-"""`fibril_sim/ahrs` — processed IMU/AHRS as a black box (SPEC §5.1, seed `000_…`).
+"""`fibril_sim/ahrs` — processed IMU/AHRS as a black box (SPEC §5.1).
 
 Output dynamics (first-order filters) plus residual errors (bias, AR(1) noise, a per-episode
 yaw-rate bias shared by gyro Z and yaw drift, saturation, resolution); not a vendor filter.
@@ -16,7 +16,7 @@ import mujoco
 import pydantic
 
 from fibril_mjx import quat, rng
-from fibril_mjx import signal as sig
+from fibril_mjx import signal
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base, inertial
@@ -232,13 +232,13 @@ class Ahrs(inertial.RateSensor):
     q_filt = s.orientation_filter
     if self._on('orientation_bandwidth_hz'):
       q = jnp.where(jnp.dot(q_filt, q) < 0, -q, q)
-      alpha = sig.lowpass_alpha(po.bandwidth_hz, cfg.period_s)
-      q = quat.normalize(sig.lowpass(q_filt, q, alpha, first))
+      alpha = signal.lowpass_alpha(po.bandwidth_hz, cfg.period_s)
+      q = quat.normalize(signal.lowpass(q_filt, q, alpha, first))
       q_filt = q
     q_noise = s.orientation_noise
     if self._on('orientation_noise_stddev_rad'):
       z = rng.normal(s.streams['orientation_noise'], n, (3,))
-      q_noise = sig.ar1(q_noise, z, po.noise_correlation, po.noise_stddev_rad, first)
+      q_noise = signal.ar1(q_noise, z, po.noise_correlation, po.noise_stddev_rad, first)
       q = quat.multiply(q, quat.from_rpy(q_noise))
     t = (tick - self.first_tick).astype(jnp.float32) * self.dt
     if self._on('yaw_rate_bias_stddev_rad_s'):
@@ -246,7 +246,7 @@ class Ahrs(inertial.RateSensor):
       # in the README: the device yaw integrates sign·ω_z, so its drift is sign·b_ψ·t).
       q = quat.multiply(quat.about_z(cfg.orientation_yaw_sign * s.yaw_rate_bias * t), q)
     if self._on('orientation_resolution_rad'):
-      q = quat.from_rpy(sig.quantize(quat.to_rpy(q), po.resolution_rad))
+      q = quat.from_rpy(signal.quantize(quat.to_rpy(q), po.resolution_rad))
     q = quat.canonical(q)
 
     sample = Sample(orientation=q, orientation_variance=self._orientation_variance(p, t),
@@ -260,11 +260,7 @@ class Ahrs(inertial.RateSensor):
     return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel}
 
   def describe(self) -> list[str]:
-    lines = self.describe_timing() + ['bound sensors:']
-    for b in self.sensors:
-      lines.append(f'  {b.field}: {b.name} ({b.type}, adr {b.adr}, dim {b.dim}'
-                   + (f', site {b.site})' if b.site else ')'))
-    return lines
+    return self.describe_timing() + self.describe_sensors() + self.describe_channels()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:

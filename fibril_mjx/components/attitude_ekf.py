@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fibril_mjx import estimators as est
+from fibril_mjx import estimators
 from fibril_mjx import quat
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
@@ -151,19 +151,19 @@ class AttitudeEkf(base.ComponentBase):
 
 
   @property
-  def estimator(self) -> est.Estimator:
-    return est.quat_ekf() if self.cfg.estimator == 'quaternion' else est.rpy_ekf()
+  def estimator(self) -> estimators.Estimator:
+    return estimators.quat_ekf() if self.cfg.estimator == 'quaternion' else estimators.rpy_ekf()
 
   def default_params(self) -> Params:
     vals = {f: getattr(self.cfg, f) for f in Params._fields}
     vals['gravity_m_s2'] = self.gravity
     return Params(*(jnp.asarray(vals[f], jnp.float32) for f in Params._fields))
 
-  def ekf_params(self, p: Params) -> est.EkfParams:
+  def ekf_params(self, p: Params) -> estimators.EkfParams:
     reject = p.accel_reject_m_s2
     if self.cfg.accel_reject_m_s2 == 0:
       reject = jnp.full_like(reject, jnp.inf)
-    return est.EkfParams(p.gyro_noise_density, p.gyro_bias_random_walk,
+    return estimators.EkfParams(p.gyro_noise_density, p.gyro_bias_random_walk,
                          p.accel_noise_stddev_m_s2, p.accel_gate_m_s2, reject, p.gravity_m_s2,
                          p.accel_inflation_gain, p.lever_arm_m)
 
@@ -181,7 +181,7 @@ class AttitudeEkf(base.ComponentBase):
     if mode == 'accelerometer':
       ok = jnp.linalg.norm(accel) > 0   # never differentiate atan2 at (0, 0)
       a = jnp.where(ok, accel, jnp.array([0.0, 0.0, 1.0], accel.dtype))
-      q0 = quat.from_rpy(est.tilt_from_accel(a, p.initial_rpy_rad[2]))
+      q0 = quat.from_rpy(estimators.tilt_from_accel(a, p.initial_rpy_rad[2]))
     elif mode == 'truth':
       q0 = q_true
     else:
@@ -191,9 +191,9 @@ class AttitudeEkf(base.ComponentBase):
     ekfp = self.ekf_params(p)
     bias0 = p.initial_gyro_bias_rad_s
     if self.cfg.estimator == 'quaternion':
-      return est.quat_ekf_init(ekfp, q0, p.initial_attitude_stddev_rad,
+      return estimators.quat_ekf_init(ekfp, q0, p.initial_attitude_stddev_rad,
                                p.initial_gyro_bias_stddev_rad_s, bias0)
-    return est.rpy_ekf_init(ekfp, quat.to_rpy(q0), p.initial_attitude_stddev_rad,
+    return estimators.rpy_ekf_init(ekfp, quat.to_rpy(q0), p.initial_attitude_stddev_rad,
                             p.initial_gyro_bias_stddev_rad_s, bias0)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
@@ -225,7 +225,7 @@ class AttitudeEkf(base.ComponentBase):
                         s.est)
     dt = jnp.where(first, 0, imu_out.sample_tick - s.last_tick).astype(gyro.dtype) * self.dt
     ekfp = self.ekf_params(p)
-    rejected = ~est.accel_accepted(ekfp, est.compensated_accel(ekfp, estm, gyro, accel, dt)) & new
+    rejected = ~estimators.accel_accepted(ekfp, estimators.compensated_accel(ekfp, estm, gyro, accel, dt)) & new
     estm = self.estimator.step(ekfp, estm, gyro, accel, dt, new)
     out = Sample(quat.canonical(self.estimator.attitude(estm)), estm.gyro_bias, estm.cov)
     h = s.held

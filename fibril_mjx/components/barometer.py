@@ -183,7 +183,7 @@ class Barometer(faults.FaultySensor, base.SensorBase):
 
   def init(self, p: Params, world_key) -> State:
     name = self.cfg.common_mode_stream
-    streams = faults.stream_keys(world_key, self.id, SOURCES,
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('weather',),
                                  {'weather': name} if name else None)
     turn_on = jnp.float32(0.0)
     if self._on('bias_turn_on_stddev_pa'):

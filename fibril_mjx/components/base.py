@@ -230,6 +230,12 @@ class SensorBase(ComponentBase):
   def status(self, s) -> dict:
     return {'lost': s.queue.lost, 'overflow': s.queue.overflow}
 
+  def describe_sensors(self) -> list[str]:
+    """Plan lines of the bound MuJoCo sensors (attribute `sensors`: `SensorBinding`s)."""
+    return ['bound sensors:'] + [
+        f'  {b.field}: {b.name} ({b.type}, adr {b.adr}, dim {b.dim}'
+        + (f', site {b.site})' if b.site else ')') for b in self.sensors]
+
   def describe_timing(self) -> list[str]:
     return [f'sample type {self.sample_type}',
             f'schedule: {self.schedule.describe()}',

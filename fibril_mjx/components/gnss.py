@@ -140,9 +140,11 @@ class Sample(NamedTuple):
 
 
 class State(NamedTuple):
-  """Per-world state: streams, position error `(3,)` (E, N, U Gauss–Markov), unit common-mode
-  process `(3,)`, the last fixed solution, queue, held output, faults."""
+  """Per-world state: streams, the lever arm (for truth), position error `(3,)` (E, N, U
+  Gauss–Markov), unit common-mode process `(3,)`, the last fixed solution, queue, held output,
+  faults."""
   streams: dict
+  lever_arm: jax.Array
   error: jax.Array
   common: jax.Array
   last_fix: Sample
@@ -197,23 +199,23 @@ class Gnss(faults.FaultySensor, base.SensorBase):
 
   def init(self, p: Params, world_key) -> State:
     name = self.cfg.common_mode_stream
-    streams = faults.stream_keys(world_key, self.id, SOURCES,
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('atmosphere',),
                                  {'atmosphere': name} if name else None)
     neutral = _neutral(self.origin)
     queue, held, fs = self.init_transport(neutral)
     z3 = jnp.zeros(3, jnp.float32)
-    return State(streams, z3, z3, neutral, queue, held, fs)
+    return State(streams, p.lever_arm_m, z3, z3, neutral, queue, held, fs)
 
-  def antenna(self, p: Params, data):
+  def antenna(self, lever_arm, data):
     """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""
     rot = data.site_xmat[self.site_id]
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
     pos = data.site_xpos[self.site_id]
     if self._on('lever_arm_m'):
-      pos = pos + rot @ p.lever_arm_m
+      pos = pos + rot @ lever_arm
       g = self.angular_velocity
-      v = v + jnp.cross(data.sensordata[g.adr:g.adr + 3], p.lever_arm_m)
+      v = v + jnp.cross(data.sensordata[g.adr:g.adr + 3], lever_arm)
     return pos, rot @ v
 
   def has_fix(self, p: Params, t):
@@ -230,7 +232,7 @@ class Gnss(faults.FaultySensor, base.SensorBase):
   def acquire(self, p: Params, s: State, data, tick, n):
     first = n == 0
     per = self.cfg.period_s
-    pos, vel = self.antenna(p, data)
+    pos, vel = self.antenna(p.lever_arm_m, data)
     err, common = s.error, s.common
     if self._on('horizontal_error_stddev_m'):
       phi = sig.gauss_markov_phi(per, p.horizontal_correlation_time_s)
@@ -279,12 +281,10 @@ class Gnss(faults.FaultySensor, base.SensorBase):
     return jnp.where(sample.fix_type == FIX_NONE, faults.WEAK, faults.OK).astype(jnp.int32)
 
   def truth(self, s: State, data) -> dict:
-    """Antenna position / velocity (world ENU; without the lever arm, which is per-world
-    Params, the reference site's), the position error process and the health."""
-    rot = data.site_xmat[self.site_id]
-    b = self.velocity
-    return {'site_position_m': data.site_xpos[self.site_id],
-            'site_velocity_m_s': rot @ data.sensordata[b.adr:b.adr + 3],
+    """Antenna position and velocity (world ENU), the receiver's own Gauss–Markov position
+    error (E, N, U; the common-mode part is not included) and the health."""
+    pos, vel = self.antenna(s.lever_arm, data)
+    return {'antenna_position_m': pos, 'antenna_velocity_m_s': vel,
             'position_error_m': s.error, 'health': s.faults.health}
 
   def describe(self) -> list[str]:

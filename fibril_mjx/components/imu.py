@@ -1,6 +1,7 @@
 """`fibril_sim/imu` — raw IMU: gyro + accelerometer with a full error model (SPEC §5.2).
 
-Seed `002_…` ("Model IMU"): `z = sat(Q((I + S + M)·x + b + n))` with dynamics in between.
+The sensor-modelling guide's IMU model (restated in SPEC §5.2):
+`z = sat(Q((I + S + M)·x + b + n))` with dynamics in between.
 Two channels, `angular_velocity` (rad/s, the MuJoCo gyro) and `linear_acceleration` (specific
 force, m/s², the MuJoCo accelerometer — lever-arm terms included by MuJoCo), both in the axes of
 the sensors' site, each the shared inertial chain of `components/inertial.py`: gain and
@@ -43,7 +44,6 @@ SAMPLE_TYPE = 'fibril_sim/imu_sample/v1'
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 SOURCES = tuple(f'{ch}_{t}' for ch in CHANNELS for t in inertial.TERMS) + ('delivery_jitter',
                                                                    'delivery_loss')
-UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
 
 Mat3 = tuple[Vec3, Vec3, Vec3]
 ZERO3 = (0.0, 0.0, 0.0)
@@ -218,15 +218,7 @@ class Imu(inertial.RateSensor):
             'linear_acceleration_bias': s.linear_acceleration.bias}
 
   def describe(self) -> list[str]:
-    lines = self.describe_timing() + ['bound sensors:']
-    for b in self.sensors:
-      lines.append(f'  {b.field}: {b.name} ({b.type}, adr {b.adr}, dim {b.dim}, site {b.site})')
-    for c in self.channels:
-      terms = [f for f in inertial.FIELDS if f in c.on]
-      lines.append(f'{c.name} ({UNITS[c.name]}) terms on: {", ".join(terms) if terms else "none"}'
-                   + (f'; filter at the {c.filter_rate} rate' if 'bandwidth_hz' in c.on else '')
-                   + (' (errors before the low-pass)' if c.noise_before_filter else ''))
-    return lines
+    return self.describe_timing() + self.describe_sensors() + self.describe_channels()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx import rng
-from fibril_mjx import signal as sig
+from fibril_mjx import signal
 from fibril_mjx.components import base
 
 # Channel fields, in Params order; a sensor maps the ones it has to manifest field names.
@@ -54,6 +54,7 @@ FIELDS = ('bandwidth_hz', 'scale', 'misalignment', 'noise_density', 'noise_stdde
 DEPENDENT = {'noise_correlation': 'noise_stddev',
              'bias_correlation_time_s': 'bias_instability_stddev'}
 TERMS = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk')
+UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
 
 
 class ChannelParams(NamedTuple):
@@ -160,9 +161,9 @@ class Channel:
     if 'noise_stddev' in self.on:
       var = var + p.noise_stddev ** 2
     if 'noise_density' in self.on:
-      white = sig.white_sigma(p.noise_density, self.period_s) ** 2
+      white = signal.white_sigma(p.noise_density, self.period_s) ** 2
       if self.noise_before_filter and 'bandwidth_hz' in self.on:
-        white = white * sig.lowpass_noise_gain(sig.lowpass_alpha(p.bandwidth_hz,
+        white = white * signal.lowpass_noise_gain(signal.lowpass_alpha(p.bandwidth_hz,
                                                                  self.period_s))
       var = var + white
     if 'resolution' in self.on:
@@ -185,8 +186,8 @@ class Channel:
     """Every physics tick: the physics-rate low-pass of the gained input (else unchanged)."""
     if not self.filters_every_tick:
       return cs
-    alpha = sig.lowpass_alpha(p.bandwidth_hz, self.dt)
-    return cs._replace(filter=sig.lowpass(cs.filter, self._gain(p, x), alpha, tick == 0))
+    alpha = signal.lowpass_alpha(p.bandwidth_hz, self.dt)
+    return cs._replace(filter=signal.lowpass(cs.filter, self._gain(p, x), alpha, tick == 0))
 
   def step(self, p: ChannelParams, cs: ChannelState, streams: dict, x, n, extra=None):
     """One acquisition (sample `n`) of input `x` `(3,)`.
@@ -207,21 +208,21 @@ class Channel:
     gm, rw, ar = cs.instability, cs.random_walk, cs.noise
     if 'bias_instability_stddev' in on:
       z = rng.normal(streams[f'{self.name}_bias_instability'], n, (3,))
-      phi = sig.gauss_markov_phi(period, p.bias_correlation_time_s)
-      gm = sig.ar1(gm, z, phi, p.bias_instability_stddev, first)
+      phi = signal.gauss_markov_phi(period, p.bias_correlation_time_s)
+      gm = signal.ar1(gm, z, phi, p.bias_instability_stddev, first)
       terms.append(gm)
     if 'random_walk' in on:
       z = rng.normal(streams[f'{self.name}_random_walk'], n, (3,))
-      rw = sig.random_walk(rw, z, p.random_walk, period, first)
+      rw = signal.random_walk(rw, z, p.random_walk, period, first)
       terms.append(rw)
     bias = sum(terms, jnp.zeros(3, jnp.float32))   # for truth only
     if 'noise_density' in on or 'noise_stddev' in on:
       z = rng.normal(streams[f'{self.name}_noise'], n, (3,))
       if 'noise_density' in on:
-        terms.append(sig.white_sigma(p.noise_density, period) * z)
+        terms.append(signal.white_sigma(p.noise_density, period) * z)
       if 'noise_stddev' in on:
         rho = p.noise_correlation if p.noise_correlation is not None else 0.0
-        ar = sig.ar1(ar, z, rho, p.noise_stddev, first)
+        ar = signal.ar1(ar, z, rho, p.noise_stddev, first)
         terms.append(ar)
     err = sum(terms[1:], terms[0]) if terms else None
 
@@ -232,13 +233,13 @@ class Channel:
     if self.filters_every_tick:
       y = filt                       # tracked every tick; already includes this tick's input
     elif 'bandwidth_hz' in on:
-      y = sig.lowpass(filt, y, sig.lowpass_alpha(p.bandwidth_hz, period), first)
+      y = signal.lowpass(filt, y, signal.lowpass_alpha(p.bandwidth_hz, period), first)
       filt = y
     if not before and err is not None:
       y = y + err
     if extra is not None:
       y = y + extra
-    y, flags, count = sig.limit_and_quantize(
+    y, flags, count = signal.limit_and_quantize(
         y, cs.clip_count, p.limit if 'limit' in on else None,
         p.resolution if 'resolution' in on else None)
     return y, flags, cs._replace(filter=filt, instability=gm, random_walk=rw, noise=ar,
@@ -299,6 +300,15 @@ class RateSensor(base.SensorBase):
     w_c, a_c = self.channels
     return dict(zip(RATE_SAMPLE_FIELDS, (z3, z3, w_c.variance(p.angular_velocity),
                                          a_c.variance(p.linear_acceleration), zb, zb, zi, zi)))
+
+  def describe_channels(self) -> list[str]:
+    lines = []
+    for c in self.channels:
+      terms = [f for f in FIELDS if f in c.on]
+      lines.append(f'{c.name} ({UNITS[c.name]}) terms on: {", ".join(terms) if terms else "none"}'
+                   + (f'; filter at the {c.filter_rate} rate' if 'bandwidth_hz' in c.on else '')
+                   + (' (errors before the low-pass)' if c.noise_before_filter else ''))
+    return lines
 
   def status(self, s) -> dict:
     return {**super().status(s),

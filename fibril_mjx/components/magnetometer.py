@@ -194,8 +194,7 @@ class Magnetometer(faults.FaultySensor, base.SensorBase):
   def init(self, p: Params, world_key) -> State:
     shared = {'external_field': self.cfg.common_mode_stream} if self.cfg.common_mode_stream \
         else {}
-    sources = SOURCES + (('external_field',) if not shared else ())
-    streams = faults.stream_keys(world_key, self.id, sources, shared)
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('external_field',), shared)
     z3 = jnp.zeros(3, jnp.float32)
     turn_on = z3
     if self._on('bias_turn_on_stddev_ut'):

@@ -42,7 +42,7 @@ import pydantic
 from fibril_mjx import rng
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
-from fibril_mjx.components import actuation as act
+from fibril_mjx.components import actuation
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -56,7 +56,7 @@ CHANNELS = (('position_actuator', 'position'), ('velocity_actuator', 'velocity')
             ('feedforward_actuator', 'motor'))
 
 FORBIDDEN = {
-    **act.FORBIDDEN_MOTOR_FIELDS,
+    **actuation.FORBIDDEN_MOTOR_FIELDS,
     'kp': 'kp is a field of each motion command (MotionCommand.kp, per packet); the unit P '
           'channel is an MJCF actuator (class fibril_sim_hw_robstride_operation_position)',
     'kd': 'kd is a field of each motion command (MotionCommand.kd, per packet); the unit D '
@@ -65,7 +65,7 @@ FORBIDDEN = {
 
 
 class MotionMotorConfigModel(Strict):
-  """Validated manifest config of `fibril_sim/motion_motor` (seed 003)."""
+  """Validated manifest config of `fibril_sim/motion_motor` (SPEC §6.3)."""
   joint: str
   position_actuator: str
   velocity_actuator: str
@@ -144,7 +144,7 @@ class State(NamedTuple):
     fb_queue, fb_held: feedback queue and delivered output.
   """
   streams: dict
-  link: act.LinkState
+  link: actuation.LinkState
   held: MotionCommand
   latched: MotionCommand
   active: jax.Array
@@ -157,7 +157,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class MotionMotor(act.FeedbackOutput):
+class MotionMotor(actuation.FeedbackOutput):
   """A built `fibril_sim/motion_motor` (static)."""
   id: str
   cfg: MotionMotorConfigModel
@@ -165,7 +165,7 @@ class MotionMotor(act.FeedbackOutput):
   gear: float
   application: Schedule
   feedback: Schedule
-  link: act.CommandLink
+  link: actuation.CommandLink
   fb_transport: tp.Transport
   actuator_count: int
   fields: tuple = dataclasses.field(compare=False)
@@ -205,18 +205,18 @@ class MotionMotor(act.FeedbackOutput):
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
-    return State(streams, act.init(self.link, self.null_command()), self.null_command(),
+    return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
                  self.null_command(), f, f, zi, z, z, fb_q, fb_h)
 
   def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
     """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
     for b, f in zip(self.channels, (f_p, f_d, ff)):
-      ctrl = act.set_ctrl(ctrl, b, act.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
+      ctrl = actuation.set_ctrl(ctrl, b, actuation.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
     return ctrl
 
   def reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first instant: references at the current state, no added force."""
-    q, qd = act.joint_state(self.channels[0], data)
+    q, qd = actuation.joint_state(self.channels[0], data)
     z = jnp.zeros_like(q)
     return s._replace(reference=q), self._ctrl(ctrl, q, qd, z, z, z)
 
@@ -224,27 +224,27 @@ class MotionMotor(act.FeedbackOutput):
     """Tick `tick`, before physics: transport, release, and (at instants) write the channels."""
     command = MotionCommand(jnp.asarray(command.issued, bool), jnp.asarray(command.enable, bool),
                             *(jnp.asarray(x, jnp.float32) for x in command[2:]))
-    link = act.issue(self.link, s.link, command, command.issued, tick,
+    link = actuation.issue(self.link, s.link, command, command.issued, tick,
                      s.streams['command_jitter'], s.streams['command_loss'])
 
     def apply(held, cmd):
       finite = jnp.all(jnp.isfinite(jnp.stack(cmd[2:])))
       ok = finite & (cmd.kp >= 0) & (cmd.kd >= 0)
       held = jax.tree.map(lambda a, b: jnp.where(ok, a, b), cmd, held)
-      return held, jnp.where(ok, act.ACCEPTED, act.REJECTED)
-    link, held = act.deliver(self.link, link, s.held, tick, apply)
+      return held, jnp.where(ok, actuation.ACCEPTED, actuation.REJECTED)
+    link, held = actuation.deliver(self.link, link, s.held, tick, apply)
     s = s._replace(link=link, held=held)
     due, _ = dues['application']
-    stale = act.timed_out(self.link, link, tick)
+    stale = actuation.timed_out(self.link, link, tick)
 
     def instant(st):
       """Packet cadence: latch the held command (or inactive) and count timeouts."""
       active = st.link.received & ~stale & st.held.enable
       return st._replace(latched=st.held, active=active, stale=stale,
                          timeout_count=st.timeout_count + stale.astype(jnp.int32))
-    s = act.at_instants(self.application, due, instant, s)
+    s = actuation.at_instants(self.application, due, instant, s)
     # The law, every physics tick, from the current joint state and the latched command.
-    q, qd = act.joint_state(self.channels[0], data)
+    q, qd = actuation.joint_state(self.channels[0], data)
     c, active = s.latched, s.active
     f_p = jnp.where(active, c.kp * (c.position - q), 0.0)
     f_d = jnp.where(active, c.kd * (c.velocity - qd), 0.0)
@@ -257,14 +257,14 @@ class MotionMotor(act.FeedbackOutput):
     b = self.channels[0]
 
     def acquire(st):
-      q, qd = act.joint_state(b, data)
+      q, qd = actuation.joint_state(b, data)
       eff = data.qfrc_actuator[b.dofadr]
       fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
                     / self.actuator_count)
       return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
                                           st.streams['feedback_jitter'],
                                           st.streams['feedback_loss']))
-    return act.sense_feedback(self.feedback, self.fb_transport, acquire, s,
+    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
                               lambda st: st.fb_queue, lambda st: st.fb_held,
                               lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
@@ -273,7 +273,7 @@ class MotionMotor(act.FeedbackOutput):
     """Joint position / velocity, applied joint effort, the reference and commanded law of the
     latest tick, and the position tracking error while active."""
     b = self.channels[0]
-    q, qd = act.joint_state(b, data)
+    q, qd = actuation.joint_state(b, data)
     return {'position': q, 'velocity': qd, 'applied_effort': data.qfrc_actuator[b.dofadr],
             'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
             'tracking_error': jnp.where(s.active, s.reference - q, 0.0)}
@@ -317,7 +317,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       + did_you_mean(cfg.joint, names), cfg.joint)
   channels = []
   for field, kind in CHANNELS:
-    b = act.bind_actuator(ctx, field, getattr(cfg, field))
+    b = actuation.bind_actuator(ctx, field, getattr(cfg, field))
     where = origin(field)
     if b.kind != kind:
       raise ConfigError(*where, f'must name a <{kind}> actuator (class '
@@ -340,7 +340,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       'the three channels have different gears '
                       f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
-  application, feedback, fb_transport, link = act.build_timing(cfg, ctx, origin)
+  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
   return MotionMotor(cid, cfg, tuple(channels), gears.pop(), application, feedback, link,
                      fb_transport, asm.actuator_count if asm else 1, tuple(fields.items()))
 

@@ -1,4 +1,4 @@
-"""`fibril_sim/motor` — production motor commands onto a MuJoCo actuator (SPEC §6.2, seed 003).
+"""`fibril_sim/motor` — production motor commands onto a MuJoCo actuator (SPEC §6.2).
 
 The bound actuator is a `<position>`, `<velocity>`, `<motor>` or a `<dcmotor>` with a `pos` or
 `vel` input; its gains, limits and motor constants stay in the MJCF. The component adds only
@@ -43,7 +43,7 @@ import pydantic
 from fibril_mjx import rng
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
-from fibril_mjx.components import actuation as act
+from fibril_mjx.components import actuation
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.schedule import Schedule
@@ -59,7 +59,7 @@ HOLD = 6   # internal mode: hold a captured position
 
 
 class MotorConfigModel(Strict):
-  """Validated manifest config of `fibril_sim/motor` (seed 003 field table)."""
+  """Validated manifest config of `fibril_sim/motor` (SPEC §6.2 field list)."""
   actuator: str
   logical_units_per_joint_unit: float = 1.0
   command_velocity_limit: Optional[Positive] = None
@@ -138,7 +138,7 @@ class Feedback(NamedTuple):
     current: estimated current per motor, `feedback_current_per_force × actuator_force /
       actuator_count` (motor-side force, before the assembly gear).
     normalized_output: the actuator force as a fraction of the MJCF actuator `forcerange`
-      (seed 003: derived from the binding, never repeated in the manifest): `force / hi` for
+      (derived from the binding, never repeated in the manifest; SPEC §1, §6.2): `force / hi` for
       force ≥ 0, `force / |lo|` below, so ±1 at the limits; signed like `applied_effort`
       (× sign(gear·s)). NaN when the actuator is not force-limited (nothing to normalize by).
   """
@@ -211,7 +211,7 @@ class State(NamedTuple):
     scale: the world's logical scale (for truth, which sees no params).
   """
   streams: dict
-  link: act.LinkState
+  link: actuation.LinkState
   held: Held
   gen: Generator
   applied: jax.Array
@@ -261,14 +261,14 @@ def trapezoid_sample(pl: Plan, t, amax):
 
 
 @dataclasses.dataclass(frozen=True)
-class Motor(act.FeedbackOutput):
+class Motor(actuation.FeedbackOutput):
   """A built `fibril_sim/motor` component (static, hashable)."""
   id: str
   cfg: MotorConfigModel
-  binding: act.ActuatorBinding
+  binding: actuation.ActuatorBinding
   application: Schedule
   feedback: Schedule
-  link: act.CommandLink
+  link: actuation.CommandLink
   fb_transport: tp.Transport
   accepted: tuple[int, ...]
   actuator_count: int
@@ -316,7 +316,7 @@ class Motor(act.FeedbackOutput):
   def init(self, params: Params, world_key) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi = jnp.float32(0.0), jnp.int32(0)
-    link = act.init(self.link, self.null_command())
+    link = actuation.init(self.link, self.null_command())
     plan = Plan(z, z, jnp.float32(1.0), z, z, z, z, z, zi)
     gen = Generator(z, z, jnp.bool_(False), jnp.int32(NONE), z, plan)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z, z))
@@ -342,7 +342,7 @@ class Motor(act.FeedbackOutput):
     new = Held(jnp.where(ok, kind, held.kind), jnp.where(ok, joint, held.value), zero,
                held.new | ok)
     bad = (motion & ~ok) | (cmd.encoder_reset & ~reset_ok)
-    status = jnp.where(bad, act.REJECTED, jnp.where(ok, act.ACCEPTED, act.IGNORED))
+    status = jnp.where(bad, actuation.REJECTED, jnp.where(ok, actuation.ACCEPTED, actuation.IGNORED))
     return new, status
 
   def _effective(self, p: Params, held: Held, received, stale):
@@ -415,7 +415,7 @@ class Motor(act.FeedbackOutput):
   def _apply(self, p: Params, s: State, data, ctrl, n, stale):
     """One application instant: returns `(state, ctrl)`."""
     b = self.binding
-    q, qd = act.joint_state(b, data)
+    q, qd = actuation.joint_state(b, data)
     mode, value = self._effective(p, s.held, s.link.received, stale)
     sem = self.semantic
     gen = s.gen
@@ -437,22 +437,22 @@ class Motor(act.FeedbackOutput):
       gen = gen._replace(mode=mode)
     s = s._replace(gen=gen, applied=applied, held=s.held._replace(new=jnp.bool_(False)),
                    stale=stale, timeout_count=s.timeout_count + stale.astype(jnp.int32))
-    return s, act.set_ctrl(ctrl, b, c)
+    return s, actuation.set_ctrl(ctrl, b, c)
 
   def reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first application instant: hold the current position (position input) or
     apply the safe command (velocity / torque input)."""
     b = self.binding
-    q, _ = act.joint_state(b, data)
+    q, _ = actuation.joint_state(b, data)
     sc = p.logical_units_per_joint_unit
     if self.semantic == 'position':
       s = s._replace(gen=s.gen._replace(pos=q, valid=jnp.bool_(True)), applied=q)
-      return s, act.set_ctrl(ctrl, b, b.gear * q)
+      return s, actuation.set_ctrl(ctrl, b, b.gear * q)
     if self.semantic == 'velocity':
       v = p.safe_command / sc
-      return s._replace(applied=v), act.set_ctrl(ctrl, b, b.gear * v)
+      return s._replace(applied=v), actuation.set_ctrl(ctrl, b, b.gear * v)
     tau = p.safe_command * sc
-    return s._replace(applied=tau), act.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
+    return s._replace(applied=tau), actuation.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
 
   def actuate(self, p: Params, s: State, data, ctrl, command: MotorCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
@@ -461,22 +461,22 @@ class Motor(act.FeedbackOutput):
                            jnp.asarray(command.encoder_reset, bool),
                            jnp.asarray(command.encoder_position, jnp.float32))
     issued = (command.kind != NONE) | command.encoder_reset
-    link = act.issue(self.link, s.link, command, issued, tick, s.streams['command_jitter'],
+    link = actuation.issue(self.link, s.link, command, issued, tick, s.streams['command_jitter'],
                      s.streams['command_loss'])
-    q, _ = act.joint_state(self.binding, data)
-    link, held = act.deliver(self.link, link, s.held, tick,
+    q, _ = actuation.joint_state(self.binding, data)
+    link, held = actuation.deliver(self.link, link, s.held, tick,
                              lambda h, c: self._release(p, h, c, q))
     s = s._replace(link=link, held=held)
     due, n = dues['application']
-    stale = act.timed_out(self.link, link, tick)
-    return act.at_instants(self.application, due,
+    stale = actuation.timed_out(self.link, link, tick)
+    return actuation.at_instants(self.application, due,
                            lambda st, c: self._apply(p, st, data, c, n, stale), s, ctrl)
 
   # ------------------------------------------------------------------ feedback
 
   def _feedback(self, p: Params, s: State, data) -> Feedback:
     b = self.binding
-    q, qd = act.joint_state(b, data)
+    q, qd = actuation.joint_state(b, data)
     sc = p.logical_units_per_joint_unit
     force = data.actuator_force[b.id]
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
@@ -501,7 +501,7 @@ class Motor(act.FeedbackOutput):
       q = tp.send(self.fb_transport, st.fb_queue, self._feedback(p, st, data), n, tick,
                   st.streams['feedback_jitter'], st.streams['feedback_loss'])
       return st._replace(fb_queue=q)
-    return act.sense_feedback(self.feedback, self.fb_transport, acquire, s,
+    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
                               lambda st: st.fb_queue, lambda st: st.fb_held,
                               lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
@@ -512,7 +512,7 @@ class Motor(act.FeedbackOutput):
     tracking error, for `truth/<id>/...`."""
     b = self.binding
     sc = s.scale
-    q, qd = act.joint_state(b, data)
+    q, qd = actuation.joint_state(b, data)
     pos, vel = (q - s.held.zero) * sc, qd * sc
     eff = data.qfrc_actuator[b.dofadr] / sc
     if self.semantic == 'position':
@@ -545,7 +545,7 @@ class Motor(act.FeedbackOutput):
     return lines
 
 
-def _check_compatible(cfg: MotorConfigModel, given: set, b: act.ActuatorBinding, origin):
+def _check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
   """Construction errors for conversions the bound actuator cannot honour."""
   sem = b.semantic
   what = f'the bound actuator {b.name!r} ({b.transmission_input}) takes ' + (
@@ -615,9 +615,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
   """Validates the config (profiles layered), binds the actuator and the assembly."""
   cfg, fields = base.resolve_config(MotorConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path,
-                                    forbidden=act.FORBIDDEN_MOTOR_FIELDS)
+                                    forbidden=actuation.FORBIDDEN_MOTOR_FIELDS)
   origin = base.field_origin(fields, ctx)
-  given = act.set_fields(fields)
+  given = actuation.set_fields(fields)
   source = _scale_source(fields, ctx)
   asm = ctx.assembly
   count = 1
@@ -628,9 +628,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
       fields['logical_units_per_joint_unit'] = dataclasses.replace(
           fields['logical_units_per_joint_unit'], value=asm.logical_scale, layer='assembly',
           source=asm.id, file=asm.file, path=asm.path)
-  b = act.bind_actuator(ctx, 'actuator', cfg.actuator)
+  b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
   _check_compatible(cfg, given, b, origin)
-  application, feedback, fb_transport, link = act.build_timing(cfg, ctx, origin)
+  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
   return Motor(cid, cfg, b, application, feedback, link, fb_transport,
                accepted_for(cfg, b.semantic), count, source, tuple(fields.items()))
 

@@ -1,4 +1,4 @@
-"""`fibril_sim/scalar_actuator` — the minimal virtual driver (SPEC §6.1, seed `003_…`).
+"""`fibril_sim/scalar_actuator` — the minimal virtual driver (SPEC §6.1).
 
 A scalar command goes through the command transport (latency), becomes the held value when
 released, and at application instants is written to the actuator's control after
@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx import rng
-from fibril_mjx import signal as sig
+from fibril_mjx import signal
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
-from fibril_mjx.components import actuation as act
+from fibril_mjx.components import actuation
 from fibril_mjx.components import base, protocol
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.schedule import Schedule
@@ -30,7 +30,7 @@ SOURCES = ('command_jitter', 'command_loss')
 
 
 class ScalarActuatorConfigModel(Strict):
-  """Validated manifest config of `fibril_sim/scalar_actuator` (seed 003 field table)."""
+  """Validated manifest config of `fibril_sim/scalar_actuator` (SPEC §6.1 field list)."""
   actuator: str
   latency_s: NonNeg = 0.0
   delivery_quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
@@ -83,7 +83,7 @@ class State(NamedTuple):
       timeout / that clipped (cumulative).
   """
   streams: dict
-  link: act.LinkState
+  link: actuation.LinkState
   held: jax.Array
   applied: jax.Array
   last_issued: jax.Array
@@ -97,9 +97,9 @@ class ScalarActuator(base.ComponentBase):
   """A built `fibril_sim/scalar_actuator` (static)."""
   id: str
   cfg: ScalarActuatorConfigModel
-  binding: act.ActuatorBinding
+  binding: actuation.ActuatorBinding
   schedule: Schedule
-  link: act.CommandLink
+  link: actuation.CommandLink
   fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
@@ -136,7 +136,7 @@ class ScalarActuator(base.ComponentBase):
   def init(self, params: Params, world_key) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi = jnp.float32(0.0), jnp.int32(0)
-    return State(streams, act.init(self.link, self.null_command()), z,
+    return State(streams, actuation.init(self.link, self.null_command()), z,
                  self._process(params, params.safe_value)[0], z, jnp.bool_(False), zi, zi)
 
   def _process(self, p: Params, v):
@@ -145,7 +145,7 @@ class ScalarActuator(base.ComponentBase):
     if c.deadband > 0:
       v = jnp.where(jnp.abs(v) < p.deadband, 0.0, v)
     if c.resolution > 0:
-      v = sig.quantize(v, p.resolution)
+      v = signal.quantize(v, p.resolution)
     clipped = jnp.bool_(False)
     if c.saturation_min is not None:
       clipped = clipped | (v < p.saturation_min)
@@ -157,23 +157,23 @@ class ScalarActuator(base.ComponentBase):
 
   def reset_ctrl(self, params: Params, state: State, data, ctrl):
     """Before the first application instant the actuator holds the processed safe value."""
-    return state, act.set_ctrl(ctrl, self.binding, state.applied)
+    return state, actuation.set_ctrl(ctrl, self.binding, state.applied)
 
   def actuate(self, p: Params, s: State, data, ctrl, command: ScalarCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
     del data
     issued = jnp.asarray(command.issued, bool)
     value = jnp.asarray(command.value, jnp.float32)
-    link = act.issue(self.link, s.link, ScalarCommand(value, issued), issued, tick,
+    link = actuation.issue(self.link, s.link, ScalarCommand(value, issued), issued, tick,
                      s.streams['command_jitter'], s.streams['command_loss'])
 
     def apply(held, cmd):
       ok = jnp.isfinite(cmd.value)
-      return jnp.where(ok, cmd.value, held), jnp.where(ok, act.ACCEPTED, act.REJECTED)
-    link, held = act.deliver(self.link, link, s.held, tick, apply)
+      return jnp.where(ok, cmd.value, held), jnp.where(ok, actuation.ACCEPTED, actuation.REJECTED)
+    link, held = actuation.deliver(self.link, link, s.held, tick, apply)
 
     due, _ = dues['application']
-    stale = act.timed_out(self.link, link, tick)
+    stale = actuation.timed_out(self.link, link, tick)
     v = jnp.where(link.received & ~stale, held, p.safe_value)
     v, clipped = self._process(p, v)
     s = s._replace(
@@ -183,7 +183,7 @@ class ScalarActuator(base.ComponentBase):
         stale=jnp.where(due, stale, s.stale),
         timeout_count=s.timeout_count + (due & stale).astype(jnp.int32),
         saturation_count=s.saturation_count + (due & clipped).astype(jnp.int32))
-    return s, jnp.where(due, act.set_ctrl(ctrl, self.binding, v), ctrl)
+    return s, jnp.where(due, actuation.set_ctrl(ctrl, self.binding, v), ctrl)
 
   def output(self, s: State) -> tp.Delivered:
     f, m1 = jnp.bool_(False), jnp.int32(-1)
@@ -215,7 +215,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
   cfg, fields = base.resolve_config(ScalarActuatorConfigModel, TYPE, raw, catalog=catalog,
                                     file=ctx.file, path=ctx.path)
   origin = base.field_origin(fields, ctx)
-  given = act.set_fields(fields)
+  given = actuation.set_fields(fields)
   if 'application_phase_s' in given and cfg.application_period_s is None:
     base.check(False, *origin('application_phase_s'),
                'requires application_period_s (a phase needs a period)',
@@ -227,12 +227,12 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
     base.check(False, ctx.assembly.file, ctx.assembly.path + '.component',
                f'assemblies bind fibril_sim/motor or fibril_sim/motion_motor components; '
                f'{cid!r} is a {TYPE}', cid)
-  binding = act.bind_actuator(ctx, 'actuator', cfg.actuator)
+  binding = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
   period = ctx.dt if cfg.application_period_s is None else cfg.application_period_s
   schedule = Schedule.build(period, cfg.application_phase_s, ctx.dt, 'strict', origin=origin,
                             period_field='application_period_s',
                             phase_field='application_phase_s')
-  link = act.CommandLink.build(cfg.latency_s, 0.0, 0.0, cfg.timeout_s, ctx.dt,
+  link = actuation.CommandLink.build(cfg.latency_s, 0.0, 0.0, cfg.timeout_s, ctx.dt,
                                cfg.delivery_quantization, origin=origin,
                                latency_field='latency_s')
   return ScalarActuator(cid, cfg, binding, schedule, link, tuple(fields.items()))
