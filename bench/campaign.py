@@ -1,10 +1,17 @@
-"""Campaign overhead: world-steps/s of a campaign (sampling, per-world model fields and
-latencies, metrics, Parquet writing included) vs a plain `rollout` of the same worlds with
-traces and the same metrics, on the AHRS robustness example.
+"""Campaign overhead: world-steps/s of a campaign (sampling, per-world inputs, metrics,
+Parquet parts and campaign.json included) vs a plain `Simulation.rollout` of the same worlds
+with the same per-world values (same group simulation, params, per-world MJX model fields,
+latencies, initial state, devices and batch layout) and the same metrics, on the AHRS
+robustness example.
 
 Usage: .venv/bin/python bench/campaign.py [WORLDS] [DURATION_S]   (defaults 4096, 0.5)
-Last line: `campaign_overhead_4096=` (campaign time / rollout time; goal <= 1.10).
-Both are timed after a first run that compiles (the same shapes), so compile time is excluded.
+
+Prints both rates, a profile of the campaign (where its time goes, per stage, summed over
+chunks), the nominal rollout for reference (the manifest without `vary`, default params, no
+per-world model fields: what the first version of this benchmark compared with), and last
+`campaign_overhead_4096=` (campaign time / like-for-like rollout time; goal <= 1.10).
+Everything is timed after a first pass that compiles the same shapes (compile time excluded);
+like `fibril-mjx`, one XLA CPU device per core.
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ import sys
 import tempfile
 import time
 
-import jax
-import numpy as np
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from fibril_mjx.worlds import cpu_device_flag  # noqa: E402
+
+cpu_device_flag()   # before JAX initializes: one CPU device per core, as fibril-mjx does
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 import fibril_mjx  # noqa: E402
 from fibril_mjx import analysis  # noqa: E402
@@ -31,11 +42,29 @@ CAMPAIGN = ROOT / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml'
 CHUNK = 512
 
 
-def plain(sim, worlds, n_ticks):
+def prepared(plan, worlds):
+  """Per-chunk rollout inputs of the campaign's worlds, built before timing."""
+  out = []
+  for lo, hi in plan.chunks:
+    w = np.arange(lo, hi)
+    samples = plan.sample(w)
+    sim = plan._group_sim(plan.group_key(samples))
+    inp = plan.inputs(sim, w, samples)
+    out.append((sim, inp, plan.sub_batch(sim, inp)))
+  return out
+
+
+def plain_same(plan, inputs):
+  """The same worlds, values and metrics through `rollout` directly (no campaign)."""
+  for sim, inp, sub in inputs:
+    _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=sub)
+    plan._metrics(sim, common.flatten(jax.tree.map(np.asarray, tr)))
+
+
+def plain_nominal(sim, worlds, n_ticks):
   params = sim.default_params(CHUNK)
   for lo in range(0, worlds, CHUNK):
-    keys = fibril_mjx.world_keys(0, CHUNK, lo)
-    _, tr = sim.rollout(params, keys, n_ticks, chunk_worlds=CHUNK)
+    _, tr = sim.rollout(params, fibril_mjx.world_keys(0, CHUNK, lo), n_ticks)
     flat = common.flatten(jax.tree.map(np.asarray, tr))
     for cid, c in sim.components.items():
       fn = analysis.for_type(c.type).metrics
@@ -43,31 +72,82 @@ def plain(sim, worlds, n_ticks):
         fn(common.group(flat, 'sensor', cid), common.group(flat, 'truth', cid))
 
 
+def profile(plan, out):
+  """One campaign pass split by stage (what `run_chunk` + `execute.finish` do), seconds."""
+  t = dict.fromkeys(('sampling', 'inputs (params, model fields, latency)',
+                     'rollout (device compute)', 'trace to host', 'metrics + criteria',
+                     'sampled columns', 'Parquet part'), 0.0)
+  (out / 'parts').mkdir(parents=True)
+  keys = list(t)
+  for i, (lo, hi) in enumerate(plan.chunks):
+    w = np.arange(lo, hi)
+    t0 = time.perf_counter()
+    samples = plan.sample(w)
+    t1 = time.perf_counter()
+    sim = plan._group_sim(plan.group_key(samples))
+    inp = plan.inputs(sim, w, samples)
+    t2 = time.perf_counter()
+    _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=plan.sub_batch(sim, inp))
+    jax.block_until_ready(tr)
+    t3 = time.perf_counter()
+    host = jax.tree.map(np.asarray, tr)
+    t4 = time.perf_counter()
+    cols = plan._metrics(sim, common.flatten(host))
+    t5 = time.perf_counter()
+    sampled = plan.sampled_columns(samples)
+    t6 = time.perf_counter()
+    execute.write_part(out / 'parts' / f'part-{i:05d}.parquet',
+                       {'world': w, **sampled, **cols})
+    t7 = time.perf_counter()
+    for k, a, b in zip(keys, (t0, t1, t2, t3, t4, t5, t6), (t1, t2, t3, t4, t5, t6, t7)):
+      t[k] += b - a
+  return t
+
+
 def main():
   worlds = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
   duration = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
   camp = spec.read(CAMPAIGN, worlds=worlds, duration_s=duration, chunk_worlds=CHUNK)
-  sim = fibril_mjx.load(camp.manifest)
-  n_ticks = max(1, int(math.ceil(duration / sim.dt - 1e-9)))
-  plain(sim, CHUNK, n_ticks)                                   # compile
-  t0 = time.perf_counter()
-  plain(sim, worlds, n_ticks)
-  t_plain = time.perf_counter() - t0
+  plan = engine.Plan(camp)
+  n_ticks = plan.n_ticks
+  sim0 = plan.sim
+  share, why = sim0.physics_sharing(model_fields=tuple(
+      f.target for f in plan.fields if f.kind == 'mjcf'))
+  inputs = prepared(plan, worlds)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix='bench_campaign'))
   try:
-    plan = engine.Plan(camp)
-    plan.run_chunk(0, CHUNK)                                   # compile
-    execute.engine.Plan = lambda c, _p=plan: _p                # reuse the compiled plan
+    plan.run_chunk(*plan.chunks[0])      # compiles the programs both paths use (same sims)
+    import pyarrow.parquet, tqdm         # noqa: F401,E401 — imports out of the timing
+    t0 = time.perf_counter()
+    plain_same(plan, inputs)
+    t_plain = time.perf_counter() - t0
     t0 = time.perf_counter()
     execute.run(CAMPAIGN, tmp / 'out', worlds=worlds, duration_s=duration, chunk_worlds=CHUNK,
-                progress=False, report=False)
+                progress=False, report=False, plan=plan)
     t_camp = time.perf_counter() - t0
+    prof = profile(plan, tmp / 'prof')
+    nominal = fibril_mjx.load(camp.manifest)
+    plain_nominal(nominal, CHUNK, n_ticks)                     # compile
+    t0 = time.perf_counter()
+    plain_nominal(nominal, worlds, n_ticks)
+    t_nom = time.perf_counter() - t0
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   steps = worlds * n_ticks
-  print(f'{worlds} worlds x {n_ticks} ticks, chunks of {CHUNK}')
-  print(f'plain rollout + metrics: {t_plain:.1f} s, {steps / t_plain:,.0f} world-steps/s')
-  print(f'campaign:                {t_camp:.1f} s, {steps / t_camp:,.0f} world-steps/s')
+  lay = sim0.layout(CHUNK, sub_batch=inputs[0][2], share=share)
+  print(f'{worlds} worlds x {n_ticks} ticks, chunks of {CHUNK}: {lay.describe()}; '
+        f'{len(jax.devices())} {jax.default_backend()} device(s); physics {why}')
+  print(f'plain rollout, same worlds + values + metrics: {t_plain:6.2f} s, '
+        f'{steps / t_plain:>10,.0f} world-steps/s')
+  print(f'campaign (sampling ... Parquet):               {t_camp:6.2f} s, '
+        f'{steps / t_camp:>10,.0f} world-steps/s')
+  print(f'nominal rollout (no vary, folded model):       {t_nom:6.2f} s, '
+        f'{steps / t_nom:>10,.0f} world-steps/s   (reference only)')
+  total = sum(prof.values())
+  print(f'campaign profile ({total:.2f} s over {len(plan.chunks)} chunks):')
+  for k, v in prof.items():
+    print(f'  {k:<40s} {v:7.3f} s  {100 * v / total:5.1f} %')
+  print(f'campaign_vs_nominal_{worlds}={t_camp / t_nom:.3f}')
   print(f'campaign_overhead_{worlds}={t_camp / t_plain:.3f}')
 
 

@@ -17,9 +17,9 @@ repetitions of reset + `sim.run(record=False)` in chunks; the median counts). Th
 
 (slowdown factor of the dcmotor evaluation; 1.0 = free).
 
-Chunks default to 512 worlds: with contacts, `jit(scan(vmap(mjx.step)))` over 1024 worlds was
-seen to deadlock once on the 2-core CPU machine (0 % CPU; shared MJX_NOTES report the same hang
-at >= 3072 worlds for a box), while 512-world programs never did. `--chunk 1024` is allowed.
+All worlds run in one program laid out by `fibril_mjx.worlds` (sharded over the devices,
+LAPACK-safe sub-batches inside, which removes the jaxlib CPU Cholesky deadlock that once made
+this bench chunk by 512); `--chunk N` adds host chunks.
 
 Usage:
   .venv/bin/python bench/dcmotor.py              # 1024 worlds, 100 ticks, 3 repetitions
@@ -51,7 +51,7 @@ def parse_args(argv=None):
   ap.add_argument('--worlds', type=int, default=None, help='default 1024 (--quick: 128)')
   ap.add_argument('--ticks', type=int, default=None, help='default 100 (--quick: 20)')
   ap.add_argument('--repeats', type=int, default=None, help='default 3 (--quick: 2)')
-  ap.add_argument('--chunk', type=int, default=None, help='worlds per program (default 512)')
+  ap.add_argument('--chunk', type=int, default=None, help='worlds per host chunk (default none)')
   ap.add_argument('--seed', type=int, default=0)
   ap.add_argument('--quick', action='store_true')
   ap.add_argument('--watchdog-s', type=float, default=1800.0)
@@ -59,7 +59,7 @@ def parse_args(argv=None):
   a.worlds = a.worlds or (128 if a.quick else 1024)
   a.ticks = a.ticks or (20 if a.quick else 100)
   a.repeats = a.repeats or (2 if a.quick else 3)
-  a.chunk = min(a.chunk or 512, a.worlds)
+  a.chunk = a.chunk and min(a.chunk, a.worlds)
   return a
 
 
@@ -99,6 +99,9 @@ def main(argv=None):
   args = parse_args(argv)
   if args.watchdog_s > 0:
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
+  sys.path.insert(0, str(REPO))
+  from fibril_mjx.worlds import cpu_device_flag
+  cpu_device_flag()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
   import jax
   import mujoco
   import fibril_mjx as fm
@@ -122,12 +125,10 @@ def main(argv=None):
   n = args.worlds
   for v in variants:
     t0 = time.perf_counter()
-    v.first = v.call(args.chunk, args.ticks)
-    v.steady0 = v.call(args.chunk, args.ticks)
+    v.first = v.call(n, args.ticks)
+    v.steady0 = v.call(n, args.ticks)
     print(f'compiled {v.name:8s} in {time.perf_counter() - t0:6.1f} s (first call '
           f'{sum(v.first[:2]):.1f} s, steady {sum(v.steady0[:2]):.2f} s)', flush=True)
-    if n % args.chunk:
-      v.call(n, args.ticks)   # compile the remainder-chunk shapes, untimed
   for r in range(args.repeats):
     for v in (variants if r % 2 == 0 else variants[::-1]):
       rs, ru, cpu = v.call(n, args.ticks)

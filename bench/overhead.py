@@ -9,9 +9,9 @@ its command_script) builds two simulations:
                  `parameter_overlays`) (a temporary manifest written to a temp dir).
 and times `sim.run(params, state, ticks, record=False)` for both, at each world count, with
 the repetitions interleaved (full/physics alternate, order flipped every repetition) so
-machine noise hits both alike. World counts above the chunk size (1024: see MJX_NOTES, XLA
-CPU hangs with >= 3072 worlds in one program) run as sequential chunks of reset + run on
-slices of the params, with world keys from global world indices.
+machine noise hits both alike. Every world count runs in one program laid out by
+`fibril_mjx.worlds` (sharded over all devices, LAPACK-safe sub-batches inside, no hang);
+`--chunk N` adds host chunks of N worlds (world keys from global world indices).
 
 Reported per variant and world count: median world-steps/s of the run phase (reset excluded,
 timed separately), cold compile time (first call minus a steady call), bytes of state per
@@ -46,7 +46,6 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CACHE_ENV = 'FIBRIL_BENCH_COMPILE_CACHE'
-MAX_CHUNK = 1024
 
 
 def parse_args(argv=None):
@@ -63,8 +62,7 @@ def parse_args(argv=None):
   ap.add_argument('--repeats', type=int, default=None,
                   help='timed repetitions after the warm-up call (default 5; --quick: 2)')
   ap.add_argument('--chunk', type=int, default=None,
-                  help=f'worlds per reset+run call, at most {MAX_CHUNK} (default {MAX_CHUNK}; '
-                       '--quick: 128)')
+                  help='worlds per host chunk (default: none, one program per world count)')
   ap.add_argument('--seed', type=int, default=0)
   ap.add_argument('--quick', action='store_true', help='small sizes, for a smoke test')
   ap.add_argument('--watchdog-s', type=float, default=1200.0,
@@ -74,9 +72,6 @@ def parse_args(argv=None):
   a.worlds = a.worlds or ([128, 512] if q else [1024, 4096])
   a.ticks = a.ticks or (20 if q else 200)
   a.repeats = a.repeats or (2 if q else 5)
-  a.chunk = a.chunk or (128 if q else MAX_CHUNK)
-  if a.chunk > MAX_CHUNK:
-    ap.error(f'--chunk {a.chunk}: more than {MAX_CHUNK} worlds per program can hang XLA CPU')
   if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1:
     ap.error('--worlds, --ticks and --repeats must be positive')
   return a
@@ -126,11 +121,11 @@ class Variant:
   def call(self, n, ticks):
     """Reset + run `n` worlds in chunks; returns (reset s, run s, run process-CPU s)."""
     import fibril_mjx as fm
+    from fibril_mjx import worlds
     jax = self._jax
     params = self._params(n)
     t_reset = t_run = t_cpu = 0.0
-    for lo in range(0, n, self.chunk):
-      hi = min(n, lo + self.chunk)
+    for lo, hi in worlds.chunks(n, self.chunk):
       p = jax.tree.map(lambda x: x[lo:hi], params)
       keys = fm.world_keys(self.seed, hi - lo, lo)
       jax.block_until_ready((p, keys))
@@ -175,6 +170,9 @@ def main(argv=None):
   args = parse_args(argv)
   if args.watchdog_s > 0:
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
+  sys.path.insert(0, str(REPO))
+  from fibril_mjx.worlds import cpu_device_flag
+  cpu_device_flag()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
 
   import jax
   cache = os.environ.get(CACHE_ENV)
@@ -232,16 +230,16 @@ def measure(src: pathlib.Path, args, fm) -> dict:
 
   # Warm-up: the first call compiles reset and run (shapes are those of one chunk, so every
   # world count reuses them); a second call gives the steady time to subtract.
-  warm_n = min(args.chunk, min(args.worlds))
+  warm_n = min(args.chunk or min(args.worlds), min(args.worlds))
   for v in variants:
     v.first = v.call(warm_n, args.ticks)
     v.steady0 = v.call(warm_n, args.ticks)
     print(f'compiled {v.name:8s} first call {sum(v.first[:2]):7.2f} s, steady '
           f'{sum(v.steady0[:2]):6.3f} s'
           f' ({warm_n} worlds)', flush=True)
-  for n in args.worlds:       # any remainder-chunk shapes compile here, untimed
+  for n in args.worlds:       # every world count's program compiles here, untimed
     for v in variants:
-      if n % args.chunk and n > args.chunk:
+      if n != warm_n:
         v.call(n, args.ticks)
 
   for r in range(args.repeats):
@@ -255,6 +253,10 @@ def measure(src: pathlib.Path, args, fm) -> dict:
     print(f'repetition {r + 1}/{args.repeats} done (load average {load()})', flush=True)
 
   # ------------------------------------------------------------------ report
+  from fibril_mjx import worlds
+  for n in args.worlds:
+    print(f'layout at {n} worlds: {full.sim.layout(n).describe()}')
+
   def rate(v, n, t):
     return n * args.ticks / t
 
@@ -271,7 +273,7 @@ def measure(src: pathlib.Path, args, fm) -> dict:
       ts = v.run_s[n]
       med = statistics.median(ts)
       lo, hi = rate(v, n, max(ts)), rate(v, n, min(ts))
-      print(f'{v.name:9s} {n:6d} {-(-n // args.chunk):6d} {fmt_rate(rate(v, n, med)):>14s} '
+      print(f'{v.name:9s} {n:6d} {len(worlds.chunks(n, args.chunk)):6d} {fmt_rate(rate(v, n, med)):>14s} '
             f'{"[" + fmt_rate(lo) + " - " + fmt_rate(hi) + "]":>24s} '
             f'{fmt_rate(rate(v, n, statistics.median(v.cpu_s[n]))):>10s} {med * 1e3:9.1f} '
             f'{statistics.median(v.reset_s[n]) * 1e3:9.1f}')

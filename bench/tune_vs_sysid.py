@@ -1,7 +1,7 @@
 """fibril_mjx tune vs `mujoco.sysid`: the same problems, the same recordings, the same start.
 
     .venv/bin/pip install 'mujoco[sysid]==3.17.0'      # keeps mujoco 3.17.0 / jax 0.10.2
-    .venv/bin/python bench/tune_vs_sysid.py [--only a,b,c] [--duration 2.0]
+    .venv/bin/python bench/tune_vs_sysid.py [--only a,b,c] [--duration 2.0] [--quick]
 
 Problems (recordings simulated by fibril_mjx with known values and the sensor noise on; both
 tools start 30 % off the truth, biases at 0):
@@ -146,16 +146,19 @@ def rel_error(est, truth):
 # ------------------------------------------------------------------------------ fibril_mjx
 
 
-def run_fibril(tmp, key, manifest, truth, loss, duration, iterations):
+def run_fibril(tmp, key, manifest, truth, loss, duration, iterations, window_s):
   recs = []
-  for i, seed in enumerate((1, 2)):
-    rec = tune.simulate_recording(manifest, overrides=truth_overrides(truth), seed=seed,
-                                  duration_s=duration)
+  # train and held-out: two worlds (independent noise) of one batched run
+  for i, rec in enumerate(tune.simulate_recordings(manifest, overrides=truth_overrides(truth),
+                                                   seed=1, duration_s=duration,
+                                                   worlds=(0, 1))):
     recs.append(str(recording.write_recording(tmp / f'{key}_{i}.npz', rec)))
   params, flat = param_entries(truth)
   spec = {'fibril_tune': 1, 'manifest': str(manifest), 'train': [recs[0]], 'heldout': [recs[1]],
-          'parameters': params, 'loss': loss, 'windows': {'length_s': 1.0},
+          'parameters': params, 'loss': loss,
           'optimizer': {'method': 'gauss_newton', 'iterations': iterations, 'starts': 1}}
+  if window_s:
+    spec['windows'] = {'length_s': window_s}
   path = tmp / f'{key}_tune.yaml'
   path.write_text(yaml.safe_dump(spec))
   t0 = time.perf_counter()
@@ -257,7 +260,13 @@ def main(argv=None):
   ap.add_argument('--only', default='a,b,c')
   ap.add_argument('--duration', type=float, default=2.0)
   ap.add_argument('--iterations', type=int, default=20)
+  ap.add_argument('--window', type=float, default=0.0,
+                  help='multiple-shooting window in s (default: the whole recording)')
+  ap.add_argument('--quick', action='store_true',
+                  help='1 s recordings, 10 iterations (a few minutes per problem on 2 cores)')
   a = ap.parse_args(argv)
+  if a.quick:
+    a.duration, a.iterations = min(a.duration, 1.0), min(a.iterations, 10)
   rows = []
   with tempfile.TemporaryDirectory() as d:
     tmp = pathlib.Path(d)
@@ -265,7 +274,7 @@ def main(argv=None):
     for key in a.only.split(','):
       manifest, truth, loss, sensors = probs[key]
       res, flat, wall_f, rec = run_fibril(tmp, key, manifest, truth, loss, a.duration,
-                                          a.iterations)
+                                          a.iterations, a.window)
       est_s, wall_s, loss_s = run_sysid(res, rec, truth, sensors, a.iterations)
       ef, es = rel_error(res.estimate, flat), rel_error(est_s, flat)
       rows.append((key, len(flat), wall_f, wall_s, res.train_loss, loss_s, ef, es))

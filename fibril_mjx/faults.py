@@ -449,13 +449,10 @@ def sense(comp, p, s, data, tick, dues, env):
 # ----------------------------------------------------------------------- scaffolding
 
 class FaultySensor:
-  """Mixin of the guide's sensors (put before `base.SensorBase`): the faulted sensing cycle,
-  the fault part of Params / truth / status, and neutral-sample state. A subclass sets
-  `fault_plan`, `fault_fields` and has `faults` in Params and State."""
+  """Mixin of the guide's sensors (put before `base.SensorBase`, whose `sense` runs the faulted
+  cycle for a component with a `fault_plan`): reset hook, queue + fault state init, status. A
+  subclass sets `fault_plan`, `fault_fields` and has `faults` in Params and State."""
   fault_fields: tuple = ()
-
-  def sense(self, p, s, data, tick, dues, env):
-    return sense(self, p, s, data, tick, dues, env)
 
   def on_reset(self, p, s, index):
     """Re-initialized state after a device reset (default: unchanged)."""
@@ -467,8 +464,8 @@ class FaultySensor:
     return queue, held, init_state(self.fault_plan, neutral)
 
   def status(self, s) -> dict:
-    return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
-            'fault_dropped': s.faults.dropped, 'resets': s.faults.resets}
+    return {**super().status(s), 'fault_dropped': s.faults.dropped,
+            'resets': s.faults.resets}
 
 
 def stream_keys(world_key, cid: str, sources, shared: dict | None = None) -> dict:

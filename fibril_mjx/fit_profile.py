@@ -159,7 +159,7 @@ def _episode_dispersion(means, var_noise):
 
 
 def fit_static(ctype, cid, recs, fig_dir):
-  values, rows, plots, fields_prov = {}, [], [], {}
+  values, rows, plots = {}, [], []
   held_rows = []
   for ch in CHANNELS:
     data = [_uniform(r.sensor(cid), ch) for r in recs if ch in r.sensor(cid)]
@@ -438,7 +438,6 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   if recs['static']:
     values, rows, held_rows, plots, how = fit_static(component_type, component, recs['static'],
                                                      fig_dir)
-    plots = [stem.name + '_' + p if False else p for p in plots]
   six_fit = fit_six(component, recs['six']) if recs['six'] else None
   tim = fit_timing(component, recs['timing']) if recs['timing'] else None
   result['fields'] = {k: _round(v) for k, v in values.items()}

@@ -41,7 +41,9 @@ def _jsonable(v):
 def _finite_rows(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
   """Per-world metric values of the worlds kept (not diverged) that are finite."""
   v = np.asarray(v, np.float64)[keep]
-  return v[np.isfinite(v).reshape(len(v), -1).all(1)] if v.ndim else v
+  if v.ndim == 0:
+    return v
+  return v[np.all(np.isfinite(v), axis=tuple(range(1, v.ndim)))]
 
 
 def _describe(v: np.ndarray) -> dict:

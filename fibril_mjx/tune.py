@@ -38,11 +38,14 @@ How the fit works:
   the recording's `initial/qpos|qvel` (or the model's), every later window from the full
   simulator state reached by the current estimate at its start (state estimated by
   simulation, refreshed every iteration). Residuals are therefore exactly the single-shooting
-  residuals, while derivatives are taken per window (all windows in one vmapped batch): they
-  stay well conditioned on long recordings and the sequential depth is one window.
+  residuals; derivatives are taken per window (all windows in one vmapped batch, bounded
+  length) with the window's start state held fixed — a truncated derivative: the parameters'
+  effect carried in from earlier windows is dropped, so with windows the Jacobian and the ±
+  are approximations (the default, one window, is exact).
 - **Loss.** For each `loss` entry, the component's delivered samples are compared with the
   recorded ones at their sample times (`sample_time_s` → the model's acquisition at that tick);
-  residual = weight × (model − recorded); loss = mean squared residual.
+  residual = weight × (model − recorded); loss = mean squared residual over the recorded
+  samples (window padding excluded).
 - **Sensitivity check** at the start: a parameter whose Jacobian column is zero is reported
   by name as unidentifiable (error); near-collinear combinations are listed in the report.
 - **Multi-start**: `starts` initial guesses (the first is the given start, the others drawn
@@ -710,6 +713,18 @@ class Problem:
 
   # -------------------------------------------------------------- helpers
 
+  def dataset(self, items) -> DataSet:
+    """More recordings (paths or CSV items) cut into this problem's windows, e.g. to evaluate
+    residuals on them; recordings with the training recordings' sample grid reuse the compiled
+    programs."""
+    return self._dataset(list(items), 'extra')
+
+  def n_residuals(self, ds: DataSet) -> int:
+    """Number of residuals that are recorded samples (window padding has weight 0)."""
+    if not ds.maps:
+      raise FibrilError('evaluate the data set once first (it builds the sample maps)')
+    return int(sum(np.count_nonzero(mp[t][2]) for mp in ds.maps for t in self.spec.loss))
+
   def u0(self) -> np.ndarray:
     return np.array([p.to_u(p.init) for p in self.params], np.float64)
 
@@ -859,7 +874,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
 
   r, per0, J = prob.evaluate(U, prob.train, jacobian=True)
   collinear = _sensitivity(prob, J[0])
-  N = r.shape[1]
+  N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
   cost = np.sum(r ** 2, axis=1)
   curve = [cost / N]
   rms_before = _rms(per0)
@@ -875,18 +890,24 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
       D = np.einsum('spp->sp', H) + 1e-12
       step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
       Un = np.clip(U + step, lo, hi)
-      rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+      du = Un - U
+      # decrease of rᵀr the linear model predicts for the (projected) step
+      pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
+      if np.all(pred <= 1e-6 * cost):
+        break                     # converged: no start can decrease its loss any more
+      # residuals first; the Jacobian only where a step is accepted
+      rn, _, _ = prob.evaluate(Un, prob.train)
       cn = np.sum(rn ** 2, axis=1)
       ok = cn < cost
-      U = np.where(ok[:, None], Un, U)
-      r = np.where(ok[:, None], rn, r)
-      J = np.where(ok[:, None, None], Jn, J)
-      rel = np.where(ok, (cost - cn) / np.maximum(cost, 1e-300), 0.0)
-      cost = np.where(ok, cn, cost)
+      if ok.any():
+        Ua = np.where(ok[:, None], Un, U)
+        ra, _, Ja = prob.evaluate(Ua, prob.train, jacobian=True)
+        U, r, J = Ua, ra, Ja
+        cost = np.where(ok, cn, cost)
       lam = np.where(ok, np.maximum(lam / 3, 1e-9), np.minimum(lam * 4, 1e9))
       curve.append(cost / N)
       bar.set_postfix(loss=f'{cost.min() / N:.4g}')
-      if np.all((ok & (rel < 1e-7)) | (lam >= 1e9)):
+      if np.all(lam >= 1e9):
         break
   else:
     import optax
@@ -949,7 +970,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   if prob.heldout is not None:
     rh, per_h, _ = prob.evaluate(UU, prob.heldout)
     rms_h = _rms(per_h)
-    h_loss = float(np.mean(rh[1] ** 2))
+    h_loss = float(np.sum(rh[1] ** 2) / prob.n_residuals(prob.heldout))
     traces = {f'{t.component}.{t.field}': per_h[t] for t in spec.loss}
   del per0, rms_before
   return TuneResult(
@@ -1170,33 +1191,60 @@ def run_cli(tune_file, out, *, overwrite=False) -> TuneResult:
 
 
 def simulate_recording(manifest, *, overrides=None, seed: int = 0, duration_s: float,
-                       qpos0=None, world: int = 0, meta: dict | None = None):
+                       qpos0=None, qvel0=None, world: int = 0, meta: dict | None = None):
   """A recording of a simulated unit (noise on, as configured): world `world` of `seed`.
 
   Args:
     manifest: manifest path; overrides: the unit's "true" values (overlay entries).
-    qpos0: optional initial joint positions `(nq,)` (stored as `initial/qpos`, `initial/qvel`
-      = 0).
+    qpos0, qvel0: optional initial joint positions `(nq,)` / velocities `(nv,)` (stored as
+      `initial/qpos`, `initial/qvel`).
 
   Returns:
     a `Recording` (`recording_from_trace`: samples where delivered, truth apart).
   """
+  return simulate_recordings(manifest, overrides=overrides, seed=seed, duration_s=duration_s,
+                             qpos0=qpos0, qvel0=qvel0, worlds=[world], meta=meta)[0]
+
+
+def simulate_recordings(manifest, *, overrides=None, seed: int = 0, duration_s: float,
+                        qpos0=None, qvel0=None, worlds=(0, 1), meta: dict | None = None):
+  """Recordings of worlds `worlds` of run `seed` of a simulated unit, from one batched run.
+
+  Same initial state in every world; the worlds differ by their noise draws (independent
+  recordings of one unit, e.g. a training and a held-out one). Arguments as
+  `simulate_recording`.
+
+  Returns:
+    a list of `Recording`s, one per entry of `worlds`.
+  """
   import fibril_mjx
   sim = fibril_mjx.load(manifest, overrides=overrides)
   n = int(round(duration_s / sim.dt))
-  keys = fibril_mjx.world_keys(seed, world + 2)
-  params = sim.default_params(world + 2)
+  nw = max(2, max(worlds) + 1)
+  keys = fibril_mjx.world_keys(seed, nw)
+  params = sim.default_params(nw)
   s = sim
-  if qpos0 is not None:
+  if qpos0 is not None or qvel0 is not None:
     s = copy.copy(sim)
-    s._data0 = sim._data0.replace(qpos=jnp.asarray(qpos0, sim._data0.qpos.dtype))
+    d0 = sim._data0
+    if qpos0 is not None:
+      d0 = d0.replace(qpos=jnp.asarray(qpos0, d0.qpos.dtype))
+    if qvel0 is not None:
+      d0 = d0.replace(qvel=jnp.asarray(qvel0, d0.qvel.dtype))
+    s._data0 = d0
   st = jax.jit(s._reset_batch)(None, params, keys)
   out0 = sim.outputs(st)
   st, outs = sim.run(params, st, n)
   trace = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], jnp.swapaxes(b, 0, 1)], 1),
                        out0, outs)
-  info = {'seed': seed, **(meta or {})}
-  rec = rec_mod.recording_from_trace(trace, world, sim=sim, meta=info)
-  if qpos0 is not None:
-    rec.initial = {'qpos': np.asarray(qpos0, np.float64), 'qvel': np.zeros(sim.mj_model.nv)}
-  return rec
+  trace = jax.tree.map(np.asarray, trace)
+  out = []
+  for w in worlds:
+    info = {'seed': seed, **(meta or {})}
+    rec = rec_mod.recording_from_trace(trace, w, sim=sim, meta=info)
+    if qpos0 is not None or qvel0 is not None:
+      rec.initial = {
+          'qpos': np.asarray(sim._data0.qpos if qpos0 is None else qpos0, np.float64),
+          'qvel': np.zeros(sim.mj_model.nv) if qvel0 is None else np.asarray(qvel0, np.float64)}
+    out.append(rec)
+  return out

@@ -335,6 +335,10 @@ class Check:
   plot: str = ''
   note: str = ''
 
+  def __post_init__(self):
+    if self.passed is not None:
+      self.passed = bool(self.passed)   # NumPy bools are not `False`
+
   def as_dict(self):
     return {k: _jsonable(v) for k, v in dataclasses.asdict(self).items()}
 
@@ -483,12 +487,10 @@ def _quat_err_vec(q, q_ref):
 def _static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
   checks = []
   fs = 1.0 / dev.period_s
-  n_units = None
   for ch_name, ch in dev.channels.items():
     units = UNITS[ch_name]
     x = np.stack([_fill(_by_sequence(data[n], ch_name, n_acq)) for n in POSES], 1)
     w_, u_, n_, _ = x.shape                      # worlds, poses, samples, axes
-    n_units = w_ * u_
     rec = x.reshape(w_ * u_, n_, 3)
     q = ch.resolution
     # --- Allan deviation per axis vs the exact curve of the configured model.
@@ -854,8 +856,9 @@ def _bode(dev, plan, sens, truth, fig_dir):
         h_meas.shape[0] > 1 else np.zeros(len(tones))
     amp = np.abs(u_s)
     h_exp = ch.gain[a, a] * _h_expected(dev, ch, tones, plan.dt)
-    tol = K_SIGMA * se + ch.resolution / (math.sqrt(12) * amp) * math.sqrt(2 / WINDOW) * K_SIGMA \
-        + 1e-4
+    # LSB: the quantization error (≤ q/2 a sample) moves a fitted phasor by at most q/(2A)
+    # relative (deterministic bound: noiseless inputs quantize the same way in every world).
+    tol = K_SIGMA * se + ch.resolution / (2 * amp) + 1e-4
     err = np.abs(h - h_exp)
     ok = bool(np.all(err <= tol))
     plot = _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, ch.bandwidth_hz,
@@ -867,7 +870,7 @@ def _bode(dev, plan, sens, truth, fig_dir):
         {'bandwidth_hz': ch.bandwidth_hz, 'gain': np.abs(h_exp),
          'phase_deg': np.degrees(np.angle(h_exp))}, tol,
         f'complex |H − H_expected| ≤ {K_SIGMA:g}× std error over {h_meas.shape[0]} worlds + LSB '
-        f'term; H_expected = scale · first-order filter ' + (
+        f'bound q/(2A) + 1e-4; H_expected = scale · first-order filter ' + (
             f'run every physics tick (filter_rate: physics, dt {plan.dt:g} s) at the tone '
             f'frequency, then sampled' if dev.filter_rate == 'physics' else
             'run on the samples, at the alias frequency') + ' — a tone above Nyquist appears '

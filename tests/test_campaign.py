@@ -221,12 +221,12 @@ def test_static_choice_groups_compile_once_each(rig, tmp_path):
       chunk_worlds=6)
   plan = engine.Plan(spec.read(path))
   rows = plan.run_chunk(0, 6)
-  assert set(plan._runners) == {(0,), (1,)}
+  assert set(plan.group_sims) == {(0,), (1,)}
   per = np.asarray(rows['ahrs.period_s'])
   assert set(per) == {0.004, 0.008}
   for g, p in ((0, 0.004), (1, 0.008)):
     assert np.all(per[rows['group'] == g] == p)
-    assert plan._runners[(g,)].sim.components['ahrs'].cfg.period_s == p
+    assert plan.group_sims[(g,)].components['ahrs'].cfg.period_s == p
 
 
 # ------------------------------------------------------------------------ resume

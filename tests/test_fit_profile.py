@@ -33,7 +33,7 @@ def recordings(tmp_path_factory):
   sim = fibril_mjx.load(validate._write_rig(d, 'static', xml, doc))
   n = int(SECONDS / PERIOD)
   _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(7, WORLDS), n)
-  static, six = [], []
+  static = []
   for w in range(WORLDS):
     rec = rc.recording_from_trace(trace, w, sim=sim)
     p = rc.write_recording(d / f'w{w}.npz', rec)

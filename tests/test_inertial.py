@@ -153,3 +153,59 @@ def test_ahrs_yaw_variance_covers_the_drift(ctx):
     assert nees == pytest.approx(1.0, abs=5 * math.sqrt(2 / worlds)), (k, nees)
   # without the drift term (the old report) the late-time NEES would be far above 1
   assert np.mean(yaw[:, -1] ** 2 / sigma ** 2) > 50
+
+
+# ------------------------------------------------------------------ faults on imu / ahrs
+
+@pytest.fixture(scope='module')
+def faulted(tmp_path_factory):
+  import fibril_mjx
+  from conftest import ahrs_entry, write_rig
+  imu_entry = {'id': 'imu', 'type': 'fibril_sim/imu', 'config': {
+      'gyroscope_sensor': 'gyro2', 'accelerometer_sensor': 'accel2', 'period_s': 0.004,
+      'angular_velocity_bias_turn_on_stddev': [0.1, 0.1, 0.1],
+      'faults': [{'type': 'dropout', 'start_s': 0.02, 'end_s': 0.04},
+                 {'type': 'bias_step', 'start_s': 0.06, 'value': [1.0, 2.0, 3.0],
+                  'fields': ['angular_velocity']},
+                 {'type': 'reset', 'start_s': 0.1, 'end_s': 0.104}]}}
+  ahrs = ahrs_entry(period_s=0.004, faults=[{'type': 'stuck', 'start_s': 0.02, 'end_s': 0.05,
+                                               'fields': ['linear_acceleration']}])
+  sim = fibril_mjx.load(write_rig(tmp_path_factory.mktemp('faults'), [imu_entry, ahrs]))
+  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 80)
+  return sim, jax.tree.map(np.asarray, tr)
+
+
+def test_imu_faults_as_the_consumer_sees_them(faulted):
+  sim, tr = faulted
+  d, truth = tr['sensor']['imu'], tr['truth']['imu']
+  t = np.arange(d.new_data.shape[1]) * 0.002
+  new = d.new_data[0]
+  assert not new[(t >= 0.02) & (t < 0.04)].any() and new[t < 0.02].any()   # dropout: no packet
+  seq = d.sequence[0][new]
+  assert np.diff(seq).max() == 6                  # sequence jumps over the 5 skipped acquisitions
+  late = new & (t >= 0.06) & (t < 0.1)
+  st = d.sample_tick[0][late]
+  err = d.sample.angular_velocity[0][late] - truth['angular_velocity'][0][st] - \
+      truth['angular_velocity_bias'][0][st]
+  np.testing.assert_allclose(err, np.broadcast_to([1.0, 2.0, 3.0], err.shape), atol=1e-5)
+  # the reset (0.1 s) redraws the turn-on bias from its stream (draw 1)
+  b = truth['angular_velocity_bias'][0]
+  assert np.all(b[40] != b[60]) and np.allclose(b[60], b[79])
+  health = truth['health'][0]
+  # healthy → degraded (1st miss, tick 10) → invalid (3rd miss, tick 14) → recovering (first
+  # good sample, tick 20) → healthy after 5 good ones
+  assert (health[8], health[10], health[14], health[18], health[20]) == (0, 1, 2, 2, 3)
+  assert health[-1] == 0                          # recovered after the good samples
+
+
+def test_ahrs_stuck_accelerometer_holds_the_last_value(faulted):
+  _, tr = faulted
+  d = tr['sensor']['ahrs']
+  t = np.arange(d.new_data.shape[1]) * 0.002
+  new = d.new_data[0]
+  window = new & (d.sample_tick[0] * 0.002 >= 0.02) & (d.sample_tick[0] * 0.002 < 0.05)
+  a = d.sample.linear_acceleration[0][window]
+  assert len(a) > 3 and np.all(a == a[0])
+  after = new & (d.sample_tick[0] * 0.002 >= 0.05)
+  assert not np.all(d.sample.linear_acceleration[0][after] == a[0])
+  assert not np.all(d.sample.angular_velocity[0][window] == d.sample.angular_velocity[0][window][0])

@@ -268,3 +268,15 @@ def test_plan_shows_impl_sharing_and_sub_batch(rig):
   text = plan.render(sim)
   assert 'physics: MJX-JAX' in text and 'physics sharing: shared' in text
   assert 'sub-batch' in text
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_the_cpu_with_quick():
+  """`bench/gpu.sh --quick` (the prepared GPU check) runs here: MJX-Warp is refused with its
+  reason, MJX-JAX rows and the C ratio print."""
+  r = subprocess.run(['bash', str(REPO / 'bench' / 'gpu.sh'), '--quick'], capture_output=True,
+                     text=True, timeout=1500, cwd=str(REPO),
+                     env=dict(os.environ, PY=sys.executable))
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert 'impl warp: skipped' in r.stdout and 'NVIDIA' in r.stdout
+  assert 'jax  ahrs_turntable' in r.stdout and 'c_ratio_turntable_64=' in r.stdout

@@ -2,11 +2,15 @@
 
 `Plan` is everything a process (the driver, or a Ray worker) needs to run any chunk of a
 campaign: the validated campaign, its resolved fields, one `Simulation` per static group
-(loaded once, compiled once), and `run_chunk(lo, hi)` → one row per world.
+(loaded once, compiled once per batch shape), and `run_chunk(lo, hi)` → one row per world.
 
-Per-world MJX model fields and initial-state offsets need a batched model at reset and step;
-`_Runner` is the small adapter over the simulator's single-world functions that does it (to
-be replaced by the simulator's per-world model API when it lands).
+Worlds run through the simulator's world axis (`Simulation.rollout`, `fibril_mjx.worlds`):
+per-world MJCF fields as a per-world `mjx.Model` (`model_axes`), initial-state offsets as
+`qpos_offset` / `qvel_offset`, device sharding, LAPACK-safe sub-batches, the one-world guard,
+and shared physics when only sensor / transport fields vary. The one thing the simulator does
+not take per world — a transport latency, which must be in the queue before the tick-0
+sample is sent — rides in the params under `LATENCY_PARAMS` and is written into each
+component's queue by `_CampaignSimulation._sense` (`transport.with_latency`, idempotent).
 """
 
 from __future__ import annotations
@@ -19,17 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fibril_mjx import analysis, dcmotor
-from fibril_mjx._mjx import mjx
+from fibril_mjx import analysis
+from fibril_mjx import worlds as worlds_axis
 from fibril_mjx.analysis import common
 from fibril_mjx.build import DCMOTOR_PARAMS
 from fibril_mjx.campaign import fields as fl
 from fibril_mjx.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
-from fibril_mjx.simulator import SimState, load
+from fibril_mjx.simulator import Simulation, load
 from fibril_mjx.transport import with_latency
 
-MAX_SEGMENT_TICKS = 1000
+LATENCY_PARAMS = 'campaign.latency'   # params key: ((latency_s (n,), ticks (n,)), ...)
 
 
 def latency_ticks(latency_s: np.ndarray, dt: float) -> np.ndarray:
@@ -38,78 +42,103 @@ def latency_ticks(latency_s: np.ndarray, dt: float) -> np.ndarray:
   return np.ceil(r - 1e-9 * np.maximum(r, 1.0)).astype(np.int32)
 
 
-# ------------------------------------------------------------------------------- adapter
+def padded_size(n: int, n_devices: int = 1) -> int:
+  """Batch size a group subset of `n` worlds runs at: per device, the next power of two >= 2,
+  so that subsets of any size share a few compiled programs and the world axis never pads
+  inside the program (extra lanes repeat worlds and are dropped here).
 
-class _Runner:
-  """Jitted reset + segment of one static group with per-world model fields, latencies and
-  initial-state offsets (the simulator's reset/step with a batched model)."""
+  Padding inside the program (`worlds.pad`) is avoided because it changed the last bits of
+  the padded batch's real worlds on 2 CPU devices (measured: a chunk of 2 worlds padded to 4
+  vs the same worlds in a chunk of 4), which would break chunk / resume / replay equality.
+  """
+  local = -(-n // n_devices)
+  return n_devices * max(2, 1 << (local - 1).bit_length())
 
-  def __init__(self, sim, mx_targets: tuple, latencies: tuple, has_initial: bool, seg: int):
-    self.sim = sim
-    self.mx_targets = mx_targets
-    self.latencies = latencies     # ((component id, latency field), ...)
-    self.has_initial = has_initial
-    self.reset = jax.jit(self._reset)
-    self.segment = jax.jit(lambda mxv, p, st: self._segment(mxv, p, st, seg))
 
-  def _model(self, mxv):
-    return self.sim.mx.replace(**mxv) if mxv else self.sim.mx
+def pow2_sub_batch(cap: int | None) -> int | None:
+  """The largest power of two <= `cap` (>= 2): sub-batches that divide a power-of-two batch
+  evenly, so the world axis adds no padding."""
+  return None if cap is None else max(2, 1 << (int(cap).bit_length() - 1))
 
-  def _world_reset(self, mxv, params, key, lat, qoff, voff, tick, dues):
-    sim = self.sim
-    mx = self._model(mxv)
-    d0 = sim._data0
-    if self.has_initial:
-      d0 = d0.replace(qpos=d0.qpos + qoff, qvel=d0.qvel + voff)
-    data = mjx.forward(mx, d0)
-    comps = {cid: c.init(params[cid], key) for cid, c in sim.components.items()}
-    for (cid, name), (lat_s, lat_t) in zip(self.latencies, lat):
-      path = fl.LATENCY_FIELDS[name][1]
-      comps[cid] = _replace_path(comps[cid], path, lambda q: with_latency(q, lat_s, lat_t))
-    dc = ()
-    if sim.dcmotor is not None:
-      dc = dcmotor.init(sim.dcmotor, params[DCMOTOR_PARAMS], mx, data)
-    ctrl = sim._ctrl0
-    for cid, c in sim._actuators:
-      comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
-    return data, ctrl, dc, sim._sense(params, comps, data, tick, dues)
 
-  def _reset(self, mxv, params, keys, lat, qoff, voff):
-    sim = self.sim
-    tick = jnp.int32(0)
-    dues, clocks = sim._advance_clocks(sim._clocks0(), tick, False)
-    data, ctrl, dc, comps = jax.vmap(
-        self._world_reset, in_axes=(0, 0, 0, 0, 0, 0, None, None))(
-            mxv, params, keys, lat, qoff, voff, tick, dues)
-    state = SimState(tick, clocks, data, ctrl, dc, comps)
-    return state, jax.vmap(sim._outputs)(data, comps)
+# ------------------------------------------------------------------------------- simulation
 
-  def _step(self, mxv, params, state):
-    sim = self.sim
-    n = state.ctrl.shape[0]
-    script_dues, clocks = sim._advance_script(state.clocks, state.tick)
-    commands = sim._fill_commands(None, n, state.tick, script_dues)
-    pre, clocks = sim._advance_clocks(clocks, state.tick, True)
-    post, clocks = sim._advance_clocks(clocks, state.tick + 1, False)
+class _CampaignSimulation(Simulation):
+  """A `Simulation` whose components also take a per-world transport latency.
 
-    def world(mxv, p, data, ctrl, dc, comps, cmd):
-      return sim._world_step(self._model(mxv), p, data, ctrl, dc, comps, cmd, state.tick,
-                             pre, post)
-    data, ctrl, dc, comps = jax.vmap(world)(mxv, params, state.data, state.ctrl,
-                                            state.dcmotor, state.components, commands)
-    state = SimState(state.tick + 1, clocks, data, ctrl, dc, comps)
-    return state, jax.vmap(sim._outputs)(data, comps)
+  `latencies`: `((component id, latency field), ...)`, static; their per-world values are
+  `params[LATENCY_PARAMS]` `((latency_s (nworld,), delay_ticks (nworld,)), ...)`. They are
+  written into the queues before each sensing pass — at reset that is before the tick-0
+  sample is sent, which is when a latency must be in place; afterwards it rewrites the same
+  values.
+  """
 
-  def _segment(self, mxv, params, state, seg):
-    def body(st, _):
-      return self._step(mxv, params, st)
-    return jax.lax.scan(body, state, None, length=seg)
+  def __init__(self, built, latencies: tuple):
+    super().__init__(built)
+    self.latencies = latencies
+    self._host_model = None
+
+  def host_model(self):
+    """`mx` with its arrays on the host (NumPy): `mx` itself is committed to one device, which
+    a program sharded over several devices refuses as an argument; host arrays are placed by
+    the program (replicated, or split with the worlds for per-world fields)."""
+    if self._host_model is None:
+      self._host_model = jax.tree.map(np.asarray, self.mx)
+    return self._host_model
+
+  def _transport(self, cid: str, name: str):
+    obj = self.components[cid]
+    for a in fl.LATENCY_FIELDS[name][0].split('.'):
+      obj = getattr(obj, a)
+    return obj
+
+  def default_params(self, n_worlds: int | None = None) -> dict:
+    """As `Simulation.default_params`, plus each varied latency at its built value (the
+    largest of the campaign, which sized the queue)."""
+    p = super().default_params()
+    if self.latencies:
+      trs = [self._transport(cid, name) for cid, name in self.latencies]
+      p[LATENCY_PARAMS] = tuple((jnp.float32(t.latency_s), jnp.int32(t.latency_ticks))
+                                for t in trs)
+    if n_worlds is None:
+      return p
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
+
+  def _sense(self, params, comps, data, tick, dues):
+    if self.latencies:
+      comps = dict(comps)
+      for (cid, name), (lat_s, lat_t) in zip(self.latencies, params[LATENCY_PARAMS]):
+        path = fl.LATENCY_FIELDS[name][1]
+        comps[cid] = _replace_path(comps[cid], path, lambda q: with_latency(q, lat_s, lat_t))
+    return super()._sense(params, comps, data, tick, dues)
 
 
 def _replace_path(obj, path, fn):
   if not path:
     return fn(obj)
   return obj._replace(**{path[0]: _replace_path(getattr(obj, path[0]), path[1:], fn)})
+
+
+class Inputs:
+  """One batch's per-world inputs to `Simulation.rollout` (built on the host).
+
+  Attributes:
+    params: `{id: Params}` (+ `LATENCY_PARAMS`), leaves `(nworld, ...)`.
+    keys: `(nworld, 2)` world keys `fold_in(PRNGKey(seed), w)`.
+    model, model_axes: per-world `mjx.Model` and its per-world field names (None / ()).
+    qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` or None.
+  """
+
+  def __init__(self, params, keys, model, model_axes, qpos_offset, qvel_offset):
+    self.params, self.keys = params, keys
+    self.model, self.model_axes = model, model_axes
+    self.qpos_offset, self.qvel_offset = qpos_offset, qvel_offset
+
+  def rollout(self, sim, n_ticks: int, **kw):
+    """`sim.rollout` of these worlds (full trace)."""
+    return sim.rollout(self.params, self.keys, n_ticks, model=self.model,
+                       model_axes=self.model_axes or None, qpos_offset=self.qpos_offset,
+                       qvel_offset=self.qvel_offset, **kw)
 
 
 # ------------------------------------------------------------------------------- metrics
@@ -186,7 +215,7 @@ class Plan:
     self.campaign = c = campaign
     file = str(c.file)
     self._vary = {}
-    self._sims, self._runners = {}, {}
+    self.group_sims = {}   # {static choice indices: _CampaignSimulation}
     # Nominal build first (for names), then with every Params field compiled in.
     nominal = load(c.manifest)
     self.fields = fl.resolve(nominal, c.vary, file)
@@ -204,9 +233,6 @@ class Plan:
     if self.sim is None:
       self.sim = self._group_sim(())
     self.n_ticks = max(1, int(math.ceil(c.duration_s / self.sim.dt - 1e-9)))
-    n_seg = int(math.ceil(self.n_ticks / MAX_SEGMENT_TICKS))
-    self.seg = int(math.ceil(self.n_ticks / n_seg))
-    self.n_seg = n_seg
     self.chunks = [(lo, min(c.worlds, lo + c.chunk_worlds))
                    for lo in range(0, c.worlds, c.chunk_worlds)]
     self._check_metrics()
@@ -214,8 +240,8 @@ class Plan:
   # ---------------------------------------------------------------- groups
 
   def _group_sim(self, key: tuple):
-    if key in self._sims:
-      return self._sims[key]
+    if key in self.group_sims:
+      return self.group_sims[key]
     comps, mjcf = [], []
     for f, idx in zip(self.static, key):
       value = f.static_value(f.dist.params['values'][idx])
@@ -235,17 +261,10 @@ class Plan:
         raise FibrilError(f'{self.campaign.file}: vary: a static choice or latency is invalid '
                           f'for the manifest: {e.rule} ({e.path} = {e.value!r})') from None
       raise
-    self._sims[key] = sim
+    sim = _CampaignSimulation(sim.built, tuple((f.component, f.name)
+                                               for f in self.latency_fields))
+    self.group_sims[key] = sim
     return sim
-
-  def _runner(self, key):
-    if key not in self._runners:
-      sim = self._group_sim(key)
-      targets = tuple(sorted({f.target for f in self.fields if f.kind == 'mjcf'}))
-      lats = tuple((f.component, f.name) for f in self.latency_fields)
-      init = any(f.kind == 'initial' for f in self.fields)
-      self._runners[key] = _Runner(sim, targets, lats, init, self.seg)
-    return self._runners[key]
 
   # ---------------------------------------------------------------- metrics
 
@@ -307,28 +326,23 @@ class Plan:
 
   # ---------------------------------------------------------------- running
 
-  def run_worlds(self, worlds: np.ndarray, samples: dict | None = None, *, trace=False):
-    """Runs `worlds` (global indices, one static group) and returns `(metric columns,
-    flattened trace or None)`; a world's values do not depend on the others in the batch."""
-    worlds = np.asarray(worlds, np.int64)
-    samples = samples if samples is not None else self.sample(worlds)
-    key = tuple(int(samples[f.path][1][0]) for f in self.static)
-    runner = self._runner(key)
-    sim = runner.sim
+  def group_key(self, samples: dict) -> tuple:
+    """The static group of a batch whose worlds share their static choices."""
+    return tuple(int(samples[f.path][1][0]) for f in self.static)
+
+  def inputs(self, sim, worlds: np.ndarray, samples: dict) -> Inputs:
+    """Per-world rollout inputs of `worlds` (global indices, one static group, already in
+    their batch order) from their sampled values."""
     n = len(worlds)
-    # Batches are padded (repeating worlds; extra lanes dropped) to a power of two >= 2:
-    # group subsets of any size then share a few compiled shapes, and a batch of one (which
-    # XLA compiles to different scalar code, README "Determinism") never occurs.
-    idx = np.arange(max(2, 1 << (n - 1).bit_length())) % n
-    params = sim.default_params(len(idx))
+    params = sim.default_params(n)
+    targets = sorted({f.target for f in self.fields if f.kind == 'mjcf'})
     mxv = {t: np.array(np.broadcast_to(np.asarray(getattr(sim.mx, t)),
-                                       (len(idx),) + np.shape(getattr(sim.mx, t))))
-           for t in runner.mx_targets}
-    lat = []
-    qoff = np.zeros((len(idx), sim.physics_model.nq), np.float32)
-    voff = np.zeros((len(idx), sim.physics_model.nv), np.float32)
+                                       (n,) + np.shape(getattr(sim.mx, t)))) for t in targets}
+    initial = {f.target for f in self.fields if f.kind == 'initial'}
+    qoff = np.zeros((n, sim.physics_model.nq), np.float32) if 'qpos' in initial else None
+    voff = np.zeros((n, sim.physics_model.nv), np.float32) if 'qvel' in initial else None
     for f in self.fields:
-      v = samples[f.path][0][idx]
+      v = samples[f.path][0]
       if f.kind == 'param':
         c = sim.components[f.component]
         params[f.component] = c.set_param(params[f.component], f.name,
@@ -342,20 +356,43 @@ class Plan:
         mxv[f.target][(slice(None),) + f.index] = v
       elif f.kind == 'initial':
         (qoff if f.target == 'qpos' else voff)[:, f.index] += v.astype(np.float32)
-    for f in self.latency_fields:
-      v = samples[f.path][0][idx]
-      lat.append((jnp.asarray(v, jnp.float32), jnp.asarray(latency_ticks(v, sim.dt))))
-    mxv = {t: jnp.asarray(a) for t, a in mxv.items()}
+    if self.latency_fields:
+      params[LATENCY_PARAMS] = tuple(
+          (jnp.asarray(samples[f.path][0], jnp.float32),
+           jnp.asarray(latency_ticks(samples[f.path][0], sim.dt)))
+          for f in self.latency_fields)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(self.campaign.seed), i))(
-        jnp.asarray(worlds[idx], jnp.uint32))
-    state, out0 = runner.reset(mxv, params, keys, tuple(lat), jnp.asarray(qoff),
-                               jnp.asarray(voff))
-    pieces = [jax.tree.map(lambda x: np.asarray(x)[:, None], out0)]
-    for _ in range(self.n_seg):
-      state, outs = runner.segment(mxv, params, state)
-      pieces.append(jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), outs))
-    tr = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1)[:n, :self.n_ticks + 1], *pieces)
-    flat = common.flatten(tr)
+        jnp.asarray(worlds, jnp.uint32))
+    model = sim.host_model().replace(**mxv) if mxv else None
+    return Inputs(params, keys, model, tuple(targets),
+                  None if qoff is None else jnp.asarray(qoff),
+                  None if voff is None else jnp.asarray(voff))
+
+  def sub_batch(self, sim, inp: Inputs) -> int | None:
+    """Worlds per vmapped call: the LAPACK-safe size rounded down to a power of two (None
+    when the physics is shared or makes no batched LAPACK call)."""
+    share, _ = sim.physics_sharing(model_fields=inp.model_axes, qpos_offset=inp.qpos_offset,
+                                   qvel_offset=inp.qvel_offset)
+    return None if share else pow2_sub_batch(sim.sub_batch_cap()[0])
+
+  def run_worlds(self, worlds: np.ndarray, samples: dict | None = None, *, trace=False,
+                 devices=None):
+    """Runs `worlds` (global indices, one static group) and returns `(metric columns,
+    flattened trace or None)`; a world's values do not depend on the others in the batch.
+
+    The batch is padded to `padded_size` by repeating worlds (extra lanes dropped), then laid
+    out by the world axis (devices, sub-batches; `Simulation.rollout`).
+    """
+    worlds = np.asarray(worlds, np.int64)
+    samples = samples if samples is not None else self.sample(worlds)
+    sim = self._group_sim(self.group_key(samples))
+    n = len(worlds)
+    devs = worlds_axis.resolve_devices(devices)
+    idx = np.arange(padded_size(n, len(devs))) % n
+    padded = {p: (v[idx], None if ch is None else ch[idx]) for p, (v, ch) in samples.items()}
+    inp = self.inputs(sim, worlds[idx], padded)
+    _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=self.sub_batch(sim, inp))
+    flat = common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
     cols = self._metrics(sim, flat)
     return cols, (flat if trace else None)
 

@@ -106,7 +106,7 @@ def _ray_chunk(campaign_path, opts, lo, hi):
 
 
 def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
-        backend='local', ray_address=None, report=True, progress=None) -> dict:
+        backend='local', ray_address=None, report=True, progress=None, plan=None) -> dict:
   """Runs (or resumes) a campaign into `out`; returns `campaign.json`'s content.
 
   Args:
@@ -114,6 +114,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
     resume: continue `out`, skipping completed chunks; refuses when any hash or option differs.
     backend: `local` (this process) or `ray` (each chunk a Ray task; `ray_address` of an
       existing cluster, e.g. `127.0.0.1:6379` or `ray://head:10001`; None starts a local one).
+    plan: an `engine.Plan` already built for this campaign and these options (its compiled
+      programs are reused, e.g. by `bench/campaign.py`); None builds one.
   """
   if backend not in ('local', 'ray'):
     raise FibrilError(f'--backend {backend!r}: must be local or ray')
@@ -126,7 +128,12 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                       'continue it, or another --out)')
   if resume and not meta_path.is_file() and out.exists() and any(out.iterdir()):
     raise FibrilError(f'{out}: not a campaign directory (no campaign.json)')
-  plan = engine.Plan(camp)
+  if plan is None:
+    plan = engine.Plan(camp)
+  else:
+    same = lambda c: (c.sha256, c.worlds, c.seed, c.duration_s, c.chunk_worlds)  # noqa: E731
+    if same(plan.campaign) != same(camp):
+      raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
   meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
           'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
           'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,

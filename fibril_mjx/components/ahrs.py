@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx import quat, rng
+from fibril_mjx import faults, quat, rng
 from fibril_mjx import signal
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
@@ -30,7 +30,7 @@ SOURCES = ('orientation_noise', 'angular_velocity_noise', 'linear_acceleration_n
            'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
 
 
-class AhrsConfigModel(base.SamplingConfig):
+class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig):
   """Validated manifest config of `fibril_sim/ahrs` (field table of SPEC §5.1)."""
   orientation_sensor: str
   gyroscope_sensor: str
@@ -104,6 +104,7 @@ class Params(NamedTuple):
   angular_velocity: inertial.ChannelParams
   linear_acceleration: inertial.ChannelParams
   yaw_rate_bias_stddev_rad_s: jax.Array
+  faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'), doc="""\
@@ -117,7 +118,7 @@ class State(NamedTuple):
   """Per-world state: the named RNG `streams`, the two rate channels
   (`inertial.ChannelState`), the per-episode yaw-rate bias b_ψ (rad/s) and reference yaw of
   `yaw_reference: initial` (rad), the orientation filter `(4,)` and its AR(1) roll/pitch/yaw
-  residual `(3,)`, then the delivery `queue` and the `held` output."""
+  residual `(3,)`, then the delivery `queue`, the `held` output and the `faults.FaultState`."""
   streams: dict
   angular_velocity: inertial.ChannelState
   linear_acceleration: inertial.ChannelState
@@ -127,6 +128,7 @@ class State(NamedTuple):
   orientation_noise: jax.Array
   queue: tp.QueueState
   held: tp.Delivered
+  faults: faults.FaultState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,13 +152,14 @@ class Ahrs(inertial.RateSensor):
   dt: float
   fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
   vary: frozenset = frozenset()
+  fault_plan: faults.FaultPlan = faults.FaultPlan()
 
   def default_params(self) -> Params:
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     orientation = OrientationParams(**{f: f32(getattr(self.cfg, m))
                                        for f, m in ORIENTATION_FIELDS.items()})
     return Params(orientation, *(c.params(self.cfg) for c in self.channels),
-                  f32(self.cfg.yaw_rate_bias_stddev_rad_s))
+                  f32(self.cfg.yaw_rate_bias_stddev_rad_s), faults.default_params(self.cfg))
 
   def param_path(self, field: str):
     for f, m in ORIENTATION_FIELDS.items():
@@ -184,9 +187,10 @@ class Ahrs(inertial.RateSensor):
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32)
     neutral = Sample(orientation=q0, orientation_variance=self._orientation_variance(
         params, jnp.float32(0.0)), **self.neutral_rates(params))
-    queue, held = tp.init(self.transport, neutral)
+    queue, held, fault_state = self.init_transport(neutral)
     return State(streams, w, a, yaw_rate_bias=b, yaw0=jnp.float32(0.0), orientation_filter=q0,
-                 orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held)
+                 orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held,
+                 faults=fault_state)
 
   def _orientation_variance(self, p: Params, t):
     """Roll/pitch/yaw variances; `t` (s) since the first sample for the yaw drift term."""
@@ -257,7 +261,8 @@ class Ahrs(inertial.RateSensor):
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""
     q_mj, gyro, accel = self._read(data.sensordata)
     q = quat.canonical(quat.from_rpy(self._device_rpy(q_mj, s.yaw0)))
-    return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel}
+    return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel,
+            'health': s.faults.health}
 
   def describe(self) -> list[str]:
     return self.describe_timing() + self.describe_sensors() + self.describe_channels()
@@ -282,8 +287,12 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], is_on,
                                           period_s=cfg.period_s, dt=ctx.dt)
                    for ch in ('angular_velocity', 'linear_acceleration'))
+  z3 = jnp.zeros(3, jnp.float32)
+  neutral = Sample(jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
+                   jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
+  plan = faults.build_plan(cfg, neutral, Ahrs.fault_fields, origin=origin)
   return Ahrs(cid, cfg, schedule, transport, sensors, channels, schedule.tick_of(0), ctx.dt,
-              tuple(fields.items()), vary)
+              tuple(fields.items()), vary, plan)
 
 
 CONFIG_MODEL = AhrsConfigModel

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pydantic
 
+from fibril_mjx import faults
 from fibril_mjx import transport as tp
 from fibril_mjx.components import protocol
 from fibril_mjx.errors import ConfigError, ConfigErrors
@@ -177,7 +178,9 @@ class SensorBase(ComponentBase):
   - optionally `track(p, s, data, tick) -> state`: work done every physics tick (e.g. a
     digital filter running at the device's internal rate), before acquisition;
   - a State NamedTuple with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue`
-    and `held`.
+    and `held`;
+  - optionally a static `fault_plan` (with `faults` in Params and State): faults and health
+    of `fibril_mjx.faults`, whose `sense` then runs this cycle (see its docstring).
   """
   roles = frozenset({protocol.SENSOR})
 
@@ -209,6 +212,8 @@ class SensorBase(ComponentBase):
       dues: `{'acquisition': (due, n)}`, shared by all worlds.
       env: outputs of the components sensed before this one (unused by plain sensors).
     """
+    if getattr(self, 'fault_plan', None) is not None:
+      return faults.sense(self, p, s, data, tick, dues, env)
     del env
     due, n = dues['acquisition']
     track = getattr(self, 'track', None)

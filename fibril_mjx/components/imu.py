@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx import quat, rng
+from fibril_mjx import faults, quat, rng
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base, inertial
@@ -57,7 +57,7 @@ def _zero_diagonal(m):
   return m
 
 
-class ImuConfigModel(base.SamplingConfig):
+class ImuConfigModel(base.SamplingConfig, faults.FaultConfig):
   """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
 
   Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
@@ -113,6 +113,7 @@ class Params(NamedTuple):
   `params.angular_velocity.bias` for the manifest field `angular_velocity_bias`."""
   angular_velocity: inertial.ChannelParams
   linear_acceleration: inertial.ChannelParams
+  faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
@@ -128,12 +129,14 @@ class State(NamedTuple):
     streams: named stream keys, `{source: (2,) uint32}`.
     angular_velocity, linear_acceleration: `inertial.ChannelState`.
     queue, held: delivery queue and the delivered output.
+    faults: `faults.FaultState` (health, last packet, counters).
   """
   streams: dict
   angular_velocity: inertial.ChannelState
   linear_acceleration: inertial.ChannelState
   queue: tp.QueueState
   held: tp.Delivered
+  faults: faults.FaultState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +159,13 @@ class Imu(inertial.RateSensor):
   dt: float
   fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
   vary: frozenset = frozenset()
+  fault_plan: faults.FaultPlan = faults.FaultPlan()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
 
   def default_params(self) -> Params:
-    return Params(*(c.params(self.cfg) for c in self.channels))
+    return Params(*(c.params(self.cfg) for c in self.channels), faults.default_params(self.cfg))
 
   def param_path(self, field: str):
     return self.channel_path(field)
@@ -172,8 +176,7 @@ class Imu(inertial.RateSensor):
   def init(self, params: Params, world_key: jax.Array) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     w, a = (c.init(p, streams) for c, p in zip(self.channels, params))
-    queue, held = tp.init(self.transport, Sample(**self.neutral_rates(params)))
-    return State(streams, w, a, queue, held)
+    return State(streams, w, a, *self.init_transport(Sample(**self.neutral_rates(params))))
 
   def _read(self, sensordata):
     g_b, a_b = self.sensors
@@ -215,7 +218,8 @@ class Imu(inertial.RateSensor):
     return {'angular_velocity': gyro, 'linear_acceleration': accel,
             'orientation': self.site_orientation(data),
             'angular_velocity_bias': s.angular_velocity.bias,
-            'linear_acceleration_bias': s.linear_acceleration.bias}
+            'linear_acceleration_bias': s.linear_acceleration.bias,
+            'health': s.faults.health}
 
   def describe(self) -> list[str]:
     return self.describe_timing() + self.describe_sensors() + self.describe_channels()
@@ -259,8 +263,12 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
                              noise_before_filter=cfg.noise_before_filter,
                              filter_rate=cfg.filter_rate)
       for ch in CHANNELS)
+  plan = faults.build_plan(cfg, Sample(*([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
+                                          + [jnp.zeros(3, jnp.int32)] * 2)),
+                           Imu.fault_fields, origin=origin)
   return Imu(cid, cfg, schedule, transport, sensors, channels, int(m.site_bodyid[sid]),
-             tuple(float(v) for v in m.site_quat[sid]), ctx.dt, tuple(fields.items()), vary)
+             tuple(float(v) for v in m.site_quat[sid]), ctx.dt, tuple(fields.items()), vary,
+             plan)
 
 
 CONFIG_MODEL = ImuConfigModel

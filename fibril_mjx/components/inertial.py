@@ -42,7 +42,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx import rng
+from fibril_mjx import faults, rng
 from fibril_mjx import signal
 from fibril_mjx.components import base
 
@@ -262,9 +262,23 @@ def sample_type(name: str, leading: tuple[str, ...] = (), doc: str = ''):
   return cls
 
 
-class RateSensor(base.SensorBase):
+class RateSensor(faults.FaultySensor, base.SensorBase):
   """A sensing component whose `channels` are the angular-velocity and linear-acceleration
-  `Channel`s, with State fields of the same names (`fibril_sim/imu`, `fibril_sim/ahrs`)."""
+  `Channel`s, with State fields of the same names (`fibril_sim/imu`, `fibril_sim/ahrs`), and
+  faults / health (`fibril_mjx.faults`, a `faults` leaf in Params and State) on its rates."""
+  fault_fields = ('angular_velocity', 'linear_acceleration')
+
+  def on_reset(self, p, s, index):
+    """A device reset redraws the per-episode turn-on biases (draw `index` of their streams)."""
+    new = {}
+    for c, cp in zip(self.channels, (p.angular_velocity, p.linear_acceleration)):
+      cs = getattr(s, c.name)
+      if 'bias_turn_on_stddev' in c.on:
+        turn_on = cp.bias_turn_on_stddev * rng.normal(s.streams[f'{c.name}_bias_turn_on'],
+                                                      index, (3,))
+        cs = cs._replace(turn_on=turn_on, bias=cs.bias - cs.turn_on + turn_on)
+      new[c.name] = cs
+    return s._replace(**new)
 
   def channel_path(self, field: str):
     """`(channel, channel field)` of a manifest field of the rate channels, or None."""

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Scaling of the world axis, side by side in one process: devices, shared physics, and the
+ratio to MuJoCo C plus a NumPy sensor model on the same compiled model, worlds and ticks.
+
+Prints (last lines, machine readable):
+
+  devices_speedup_2=            turntable, per-world physics: 2 CPU devices vs 1 (same
+                                worlds and ticks; needs >= 2 cores)
+  shared_physics_speedup_4096=  sensor-only turntable (AHRS), 4096 worlds: shared physics vs
+                                one physics rollout per world
+  c_ratio_turntable_1024=       fibril_mjx world-steps/s (per-world physics, all devices) /
+                                (`mujoco.rollout`, threads = cores, + a vectorized NumPy
+                                sensor model: bias, white noise, quantization on every
+                                sample of every sensor), 1024 worlds
+  c_ratio_turntable_shared_1024=  the same with shared physics
+  c_ratio_wheeled_base_1024=    the wheeled base (contacts, dcmotor wheels, motor components)
+
+Rates are medians of `--repeats` timed rollouts (record=False) after a compiling one; C
+timings include the NumPy sensor model. Other load on the machine moves both sides alike
+only roughly: compare within one run.
+
+  .venv/bin/python bench/scaling.py              # ~10 min on 2 busy cores
+  .venv/bin/python bench/scaling.py --quick      # small sizes (smoke test)
+"""
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def fibril_rate(sim, n, ticks, repeats, **kw):
+  """Median world-steps/s of `sim.rollout(record=False)` (first call compiles, untimed)."""
+  import fibril_mjx as fm
+  import jax
+  p, keys = sim.default_params(n), fm.world_keys(0, n)
+  t0 = time.perf_counter()
+  jax.block_until_ready(sim.rollout(p, keys, ticks, record=False, **kw)[0])
+  compile_s = time.perf_counter() - t0
+  ts = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(sim.rollout(p, keys, ticks, record=False, **kw)[0])
+    ts.append(time.perf_counter() - t0)
+  return n * ticks / statistics.median(ts), compile_s - statistics.median(ts)
+
+
+def c_rate(sim, n, ticks, repeats, threads):
+  """World-steps/s of `mujoco.rollout` (threads) + a vectorized NumPy sensor model on the
+  compiled MuJoCo model of `sim` (with its actuator_script ctrl; other actuators at 0)."""
+  import jax
+  import jax.numpy as jnp
+  import mujoco
+  import numpy as np
+  from mujoco import rollout
+  m = sim.mj_model
+  d = mujoco.MjData(m)
+  mujoco.mj_forward(m, d)
+  spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+  s0 = np.zeros(mujoco.mj_stateSize(m, spec))
+  mujoco.mj_getState(m, d, s0, spec)
+  times = jnp.arange(ticks, dtype=jnp.float32) * sim.dt
+  ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  ctrl = np.broadcast_to(ctrl, (n, ticks, m.nu)).copy()
+  init = np.tile(s0, (n, 1))
+  datas = [mujoco.MjData(m) for _ in range(threads)]
+  rng = np.random.default_rng(0)
+  bias = rng.normal(0, 0.01, (n, 1, m.nsensordata))
+  lsb = 1e-4
+
+  def once():
+    _, sens = rollout.rollout(m, datas, init, ctrl, persistent_pool=True)
+    noisy = sens + bias + 0.01 * rng.standard_normal(sens.shape)
+    return np.round(noisy / lsb) * lsb
+  once()
+  ts = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    once()
+    ts.append(time.perf_counter() - t0)
+  return n * ticks / statistics.median(ts)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  ap.add_argument('--quick', action='store_true')
+  ap.add_argument('--ticks', type=int, default=None, help='default 200 (--quick 20)')
+  ap.add_argument('--repeats', type=int, default=None, help='default 3 (--quick 1)')
+  a = ap.parse_args(argv)
+  from fibril_mjx.worlds import cpu_device_flag
+  cores = cpu_device_flag()
+  import jax
+  import mujoco
+  import fibril_mjx as fm
+  q = a.quick
+  ticks = a.ticks or (20 if q else 200)
+  reps = a.repeats or (1 if q else 3)
+  n1, n4 = (128, 256) if q else (1024, 4096)
+  print(f'jax {jax.__version__}  mujoco {mujoco.__version__}  devices {len(jax.devices())}  '
+        f'cores {cores}  cpu {platform_cpu()}  load {os.getloadavg()[0]:.2f}')
+  turn = fm.load(REPO / 'manifests' / 'ahrs_turntable.yaml')
+  out = {}
+  ndev = len(jax.devices())
+  r1, c1 = fibril_rate(turn, n1, ticks, reps, devices=1, share_physics=False)
+  print(f'turntable {n1} worlds per-world physics, 1 device: {r1:,.0f} world-steps/s '
+        f'(compile {c1:.1f} s; {turn.layout(n1, devices=1).describe()})', flush=True)
+  if ndev >= 2:
+    r2, c2 = fibril_rate(turn, n1, ticks, reps, devices=2, share_physics=False)
+    print(f'turntable {n1} worlds per-world physics, 2 devices: {r2:,.0f} world-steps/s '
+          f'(compile {c2:.1f} s; {turn.layout(n1, devices=2).describe()})', flush=True)
+    out['devices_speedup_2'] = r2 / r1
+  rall = r2 if ndev == 2 else fibril_rate(turn, n1, ticks, reps, share_physics=False)[0]
+  rs, _ = fibril_rate(turn, n1, ticks, reps)
+  cr = c_rate(turn, n1, ticks, reps, cores)
+  print(f'turntable {n1}: fibril per-world {rall:,.0f}, shared {rs:,.0f}; MuJoCo C '
+        f'({cores} threads) + NumPy sensors {cr:,.0f} world-steps/s', flush=True)
+  out[f'c_ratio_turntable_{n1}'] = rall / cr
+  out[f'c_ratio_turntable_shared_{n1}'] = rs / cr
+  ps, _ = fibril_rate(turn, n4, ticks, reps, share_physics=False)
+  ss, _ = fibril_rate(turn, n4, ticks, reps)
+  print(f'turntable {n4}: per-world physics {ps:,.0f}, shared physics {ss:,.0f} '
+        'world-steps/s', flush=True)
+  out[f'shared_physics_speedup_{n4}'] = ss / ps
+  wheel = fm.load(REPO / 'manifests' / 'wheeled_base.yaml')
+  wt = max(10, ticks // 4)
+  rw, cw = fibril_rate(wheel, n1, wt, reps)
+  crw = c_rate(wheel, n1, wt, reps, cores)
+  print(f'wheeled base {n1} x {wt} ticks: fibril {rw:,.0f} (compile {cw:.1f} s; '
+        f'{wheel.layout(n1).describe()}); MuJoCo C + NumPy sensors {crw:,.0f} world-steps/s')
+  out[f'c_ratio_wheeled_base_{n1}'] = rw / crw
+  for k, v in out.items():
+    print(f'{k}={v:.3f}')
+  return 0
+
+
+def platform_cpu():
+  try:
+    for line in open('/proc/cpuinfo'):
+      if line.startswith('model name'):
+        return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  import platform
+  return platform.processor()
+
+
+if __name__ == '__main__':
+  sys.exit(main())
