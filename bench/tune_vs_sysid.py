@@ -285,7 +285,9 @@ def main(argv=None):
       print(f'tune_loss_sysid_{key}={loss_s:.4g}')
       print(f'tune_param_error_fibril_{key}={ef:.4g}')
       print(f'tune_param_error_sysid_{key}={es:.4g}')
-      print(f'tune_time_ratio_{key}={wall_s / wall_f:.3g}', flush=True)
+      print(f'tune_time_ratio_{key}={wall_s / wall_f:.3g}')
+      print(f'tune_poorly_identifiable_{key}=' + ('; '.join(res.collinear) or 'none'),
+            flush=True)
   print('\n| problem | params | fibril_mjx s | sysid s | loss fibril | loss sysid | '
         'rel. error fibril | rel. error sysid |')
   print('| --- | --- | --- | --- | --- | --- | --- | --- |')

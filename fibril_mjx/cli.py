@@ -109,7 +109,7 @@ def _add_validation_commands(sub) -> None:
   v = sub.add_parser('validate', help='virtual test rigs (seed-002 minimum test set) for one '
                      'IMU/AHRS component: checks with plots; exit 1 when a check fails')
   v.add_argument('manifest')
-  v.add_argument('--component', required=True, help='component id (fibril_sim/imu or ahrs)')
+  v.add_argument('--component', required=True, help='component id (fibril_sim/imu, ahrs, magnetometer, barometer, airspeed or rangefinder)')
   v.add_argument('--out', required=True, help='output directory (must not exist)')
   v.add_argument('--static-duration', type=_positive_float, default=100.0,
                  help='seconds of each static record (default 100; longer resolves slower '

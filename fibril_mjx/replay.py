@@ -60,9 +60,11 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   time_s = np.arange(plan.n_ticks + 1) * sim.dt
   np.savez(out / 'trace.npz', time_s=time_s, world_index=worlds, **flat)
   for cid, c in sim.components.items():
-    fn = analysis.for_type(c.type).plot
-    if fn is not None:
-      m = {k.split('.', 1)[1]: v for k, v in cols.items() if k.startswith(cid + '.')}
-      fn(out / f'{cid}.png', cid, time_s, common.group(flat, 'sensor', cid),
-         common.group(flat, 'truth', cid), 0, m, f'replay of world {world} — {cid} ({c.type})')
+    kind = analysis.for_type(c.type)
+    if kind.plot is not None:
+      sensor, truth = common.group(flat, 'sensor', cid), common.group(flat, 'truth', cid)
+      # every metric of the component (a plot may show some the campaign does not keep)
+      m = {} if kind.metrics is None else kind.metrics(sensor, truth)
+      kind.plot(out / f'{cid}.png', cid, time_s, sensor, truth, 0, m,
+                f'replay of world {world} — {cid} ({c.type})')
   return result

@@ -27,10 +27,13 @@ XML = textwrap.dedent("""\
     <mujoco model="profile_rig">
       <option timestep="0.001"/>
       <include file="package://fibril_sim_models/mujoco/actuator_presets.xml"/>
+      <asset><material name="m" rgba="1 1 1 1"/></asset>
       <default><geom contype="0" conaffinity="0"/></default>
       <worldbody>
         <body name="b"><joint name="j" type="hinge" axis="0 0 1"/>
-          <geom type="sphere" size="0.05" mass="1"/><site name="imu"/></body>
+          <geom type="sphere" size="0.05" mass="1"/><site name="imu"/>
+          <site name="down" zaxis="0 0 -1" pos="0 0 0.5"/></body>
+        <geom name="floor" type="plane" size="5 5 0.1" material="m"/>
         <body name="b_mm" pos="1 0 0"><joint name="j_mm" type="hinge" axis="0 1 0"/>
           <geom type="sphere" size="0.05" mass="1"/></body>
       </worldbody>
@@ -44,6 +47,8 @@ XML = textwrap.dedent("""\
         <framequat name="quat" objtype="site" objname="imu"/>
         <gyro name="gyro" site="imu"/>
         <accelerometer name="accel" site="imu"/>
+        <velocimeter name="vel" site="imu"/>
+        <rangefinder name="range" site="down"/>
       </sensor>
     </mujoco>
     """)
@@ -55,6 +60,12 @@ BASE = {
     'fibril_sim/imu': {'gyroscope_sensor': 'gyro', 'accelerometer_sensor': 'accel',
                        'period_s': 0.002},
     'fibril_sim/motor': {'actuator': 'servo', 'application_period_s': 0.002},
+    'fibril_sim/magnetometer': {'site': 'imu', 'earth_field_ut': [0.0, 20.0, -45.0]},
+    'fibril_sim/barometer': {'site': 'imu'},
+    'fibril_sim/airspeed': {'velocity_sensor': 'vel'},
+    'fibril_sim/gnss': {'velocity_sensor': 'vel', 'angular_velocity_sensor': 'gyro',
+                        'origin_latitude_deg': 52.0, 'origin_longitude_deg': 21.0},
+    'fibril_sim/rangefinder': {'rangefinder_sensor': 'range'},
     'fibril_sim/motion_motor': {'joint': 'j_mm', 'position_actuator': 'mm_p',
                                 'velocity_actuator': 'mm_v', 'feedforward_actuator': 'mm_f',
                                 'application_period_s': 0.002},

@@ -228,11 +228,16 @@ def test_jacobian_matches_fd_with_contacts_and_flags_unidentifiable(ball):
   """Through contacts (sliding, then rolling), forward mode = finite differences; a
   parameter the loss cannot see is reported by name."""
   _, _, prob = ball
+  # in contact every tick, sliding at first (MuJoCo C, same model and initial state)
   m = prob.sim.mj_model
   d = mujoco.MjData(m)
-  d.qvel[0] = 1.0
-  mujoco.mj_step(m, d)
-  assert d.ncon > 0
+  d.qpos[:], d.qvel[0] = _settled_ball(), BALL_V0
+  ncon, slip = [], []
+  for _ in range(prob.L):
+    mujoco.mj_step(m, d)
+    ncon.append(d.ncon)
+    slip.append(d.qvel[0] - 0.05 * d.qvel[4])
+  assert min(ncon) > 0 and slip[0] > 0.1, (ncon, slip[:3])
   u0 = prob.u0()
   r = prob.evaluate(u0[None], prob.train)[0][0]
   J = _fd_check(prob, u0, cols=[0, 1, 2], rows=np.arange(r.size), starts=1, rtol=0.05)

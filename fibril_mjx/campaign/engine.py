@@ -34,25 +34,13 @@ from fibril_mjx.simulator import Simulation, load
 from fibril_mjx.transport import with_latency
 
 LATENCY_PARAMS = 'campaign.latency'   # params key: ((latency_s (n,), ticks (n,)), ...)
+SUB_BATCH = 256                       # worlds per vmapped call at most (`Plan.sub_batch`)
 
 
 def latency_ticks(latency_s: np.ndarray, dt: float) -> np.ndarray:
   """`ceil(latency / dt)` per world, with the 1e-9 relative tolerance of `ticks_fraction`."""
   r = np.asarray(latency_s, np.float64) / dt
   return np.ceil(r - 1e-9 * np.maximum(r, 1.0)).astype(np.int32)
-
-
-def padded_size(n: int, n_devices: int = 1) -> int:
-  """Batch size a group subset of `n` worlds runs at: per device, the next power of two >= 2,
-  so that subsets of any size share a few compiled programs and the world axis never pads
-  inside the program (extra lanes repeat worlds and are dropped here).
-
-  Padding inside the program (`worlds.pad`) is avoided because it changed the last bits of
-  the padded batch's real worlds on 2 CPU devices (measured: a chunk of 2 worlds padded to 4
-  vs the same worlds in a chunk of 4), which would break chunk / resume / replay equality.
-  """
-  local = -(-n // n_devices)
-  return n_devices * max(2, 1 << (local - 1).bit_length())
 
 
 def pow2_sub_batch(cap: int | None) -> int | None:
@@ -79,12 +67,34 @@ class _CampaignSimulation(Simulation):
     self._host_model = None
 
   def host_model(self):
-    """`mx` with its arrays on the host (NumPy): `mx` itself is committed to one device, which
-    a program sharded over several devices refuses as an argument; host arrays are placed by
-    the program (replicated, or split with the worlds for per-world fields)."""
+    """`mx` with its arrays on the host (NumPy), the base of a batch's per-world model: only
+    its per-world fields are used (`_model_parts`); `mx` itself is committed to one device,
+    which a program sharded over several devices refuses as an argument."""
     if self._host_model is None:
       self._host_model = jax.tree.map(np.asarray, self.mx)
     return self._host_model
+
+  # A campaign's per-world model is always this simulation's compiled model with some fields
+  # per world. Only those fields enter the programs as arguments; the rest of the model stays
+  # embedded as constants, as in a rollout without `model=`, so XLA folds it. Passing the
+  # whole model as an argument (what `model=` does) measured about 1.4x slower per tick on
+  # the AHRS turntable (bench/README.md, campaign section).
+
+  def _model_parts(self, model, model_axes, n_worlds):
+    fields, _, world = super()._model_parts(model, model_axes, n_worlds)
+    return fields, None, world
+
+  def _constant_model(self, shared):
+    return {**shared, 'model': self.mx}
+
+  def _reset_block(self, shared, world, **kw):
+    return super()._reset_block(self._constant_model(shared), world, **kw)
+
+  def _step_block(self, shared, world, **kw):
+    return super()._step_block(self._constant_model(shared), world, **kw)
+
+  def _run_block(self, shared, world, **kw):
+    return super()._run_block(self._constant_model(shared), world, **kw)
 
   def _transport(self, cid: str, name: str):
     obj = self.components[cid]
@@ -368,30 +378,35 @@ class Plan:
                   None if qoff is None else jnp.asarray(qoff),
                   None if voff is None else jnp.asarray(voff))
 
-  def sub_batch(self, sim, inp: Inputs) -> int | None:
-    """Worlds per vmapped call: the LAPACK-safe size rounded down to a power of two (None
-    when the physics is shared or makes no batched LAPACK call)."""
-    share, _ = sim.physics_sharing(model_fields=inp.model_axes, qpos_offset=inp.qpos_offset,
-                                   qvel_offset=inp.qvel_offset)
-    return None if share else pow2_sub_batch(sim.sub_batch_cap()[0])
+  def sub_batch(self, sim) -> int:
+    """Worlds per vmapped call, the same for every batch of the campaign whatever its size,
+    device count or backend: XLA's CPU code for a batched call depends on its batch size,
+    which can change a world's last bits (measured on the EKF example). At most SUB_BATCH,
+    the chunk size and the LAPACK-safe size, as a power of two."""
+    cap = sim.sub_batch_cap()[0]
+    k = min(SUB_BATCH, 1 << max(1, (self.campaign.chunk_worlds - 1).bit_length()))
+    return k if cap is None else min(k, pow2_sub_batch(cap))
 
   def run_worlds(self, worlds: np.ndarray, samples: dict | None = None, *, trace=False,
                  devices=None):
     """Runs `worlds` (global indices, one static group) and returns `(metric columns,
     flattened trace or None)`; a world's values do not depend on the others in the batch.
 
-    The batch is padded to `padded_size` by repeating worlds (extra lanes dropped), then laid
-    out by the world axis (devices, sub-batches; `Simulation.rollout`).
+    The batch is padded on the host, by repeating worlds (extra lanes dropped), to a multiple
+    of devices x `sub_batch`, then laid out by the world axis (`Simulation.rollout`): every
+    vmapped call of the campaign has the same size and the program pads nothing.
     """
     worlds = np.asarray(worlds, np.int64)
     samples = samples if samples is not None else self.sample(worlds)
     sim = self._group_sim(self.group_key(samples))
     n = len(worlds)
     devs = worlds_axis.resolve_devices(devices)
-    idx = np.arange(padded_size(n, len(devs))) % n
+    k = self.sub_batch(sim)
+    per = len(devs) * k
+    idx = np.arange(-(-n // per) * per) % n
     padded = {p: (v[idx], None if ch is None else ch[idx]) for p, (v, ch) in samples.items()}
     inp = self.inputs(sim, worlds[idx], padded)
-    _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=self.sub_batch(sim, inp))
+    _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=k)
     flat = common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
     cols = self._metrics(sim, flat)
     return cols, (flat if trace else None)

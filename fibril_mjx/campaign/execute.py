@@ -21,6 +21,7 @@ import sys
 import time
 from importlib import metadata
 
+import jax
 import numpy as np
 
 from fibril_mjx.campaign import engine
@@ -54,8 +55,11 @@ def hashes(plan: engine.Plan) -> dict:
 
 def options(plan: engine.Plan) -> dict:
   c = plan.campaign
+  # The device count is part of the options: a world's row is bitwise reproducible at the
+  # same count (estimators with batched linear algebra differ in the last bits across counts).
   return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
-          'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt}
+          'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
+          'devices': len(jax.local_devices())}
 
 
 def _write_atomic(path: pathlib.Path, data: bytes) -> None:
@@ -96,8 +100,15 @@ def _part(out, i) -> pathlib.Path:
   return pathlib.Path(out) / 'parts' / f'part-{i:05d}.parquet'
 
 
-def _ray_chunk(campaign_path, opts, lo, hi):
-  """A Ray task: runs one chunk in a worker (the plan is built once per worker process)."""
+def _ray_chunk(campaign_path, opts, lo, hi, n_devices):
+  """A Ray task: runs one chunk in a worker (the plan is built once per worker process) on
+  as many XLA devices as the driver uses, so that its rows are bitwise the driver's."""
+  from fibril_mjx import worlds
+  worlds.cpu_device_flag(n_devices)   # effective when this worker has not started JAX yet
+  import jax
+  if len(jax.local_devices()) != n_devices:
+    raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s), the driver uses '
+                      f'{n_devices}; rows would not be bitwise equal to a local run')
   key = (campaign_path, tuple(sorted(opts.items())))
   plans = globals().setdefault('_WORKER_PLANS', {})
   if key not in plans:
@@ -207,13 +218,14 @@ def _run_ray(plan, camp, opts, todo, address, finish):
              ignore_reinit_error=True)
   try:
     task = ray.remote(_ray_chunk)
+    n_devices = len(jax.local_devices())
     path = str(camp.file.resolve())
     slots = max(1, int(ray.cluster_resources().get('CPU', 1)))
     pending, queue = {}, list(todo)
     while queue or pending:
       while queue and len(pending) < slots:
         i = queue.pop(0)
-        pending[task.remote(path, opts, *plan.chunks[i])] = i
+        pending[task.remote(path, opts, *plan.chunks[i], n_devices)] = i
       ready, _ = ray.wait(list(pending), num_returns=1)
       for ref in ready:
         finish(pending.pop(ref), ray.get(ref))

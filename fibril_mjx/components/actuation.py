@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import pydantic
 
 from fibril_mjx import transport as tp
 from fibril_mjx.components import base, protocol
+from fibril_mjx.components.base import NonNeg, Positive
+from fibril_mjx.validation import Strict
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.schedule import Schedule, ticks_fraction
 
@@ -367,6 +370,21 @@ def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, repla
   return replace(state, queue, held)
 
 
+class MotorTimingConfig(Strict):
+  """Command transport, application and feedback fields of the motor-type components
+  (`fibril_sim/motor`, `fibril_sim/motion_motor`; SPEC §6.2, §6.3), used by `build_timing`."""
+  command_latency_s: NonNeg = 0.0
+  command_jitter_s: NonNeg = 0.0
+  command_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
+  timeout_s: float = 0.0
+  application_period_s: Positive
+  application_phase_s: NonNeg = 0.0
+  feedback_period_s: Optional[Positive] = None
+  feedback_phase_s: NonNeg = 0.0
+  feedback_latency_s: NonNeg = 0.0
+  feedback_current_per_force: NonNeg = 0.0
+
+
 def build_timing(cfg, ctx, origin):
   """Application and feedback schedules, feedback transport and command link of a motor-type
   component (`application_*`, `feedback_*`, `command_*`, `timeout_s` fields).
@@ -400,6 +418,11 @@ class FeedbackOutput(base.ComponentBase):
   counts command loss / overflow / rejections, timeout instants and feedback overflow (state
   fields `fb_held`, `fb_queue`, `link`, `timeout_count`)."""
   roles = frozenset({protocol.ACTUATOR, protocol.SENSOR})
+
+  @property
+  def schedules(self) -> dict:
+    """Commands applied before physics (`application`), feedback acquired after it."""
+    return {'application': self.application, 'feedback': self.feedback}
 
   def output(self, s) -> tp.Delivered:
     return s.fb_held

@@ -264,9 +264,6 @@ class Ahrs(inertial.RateSensor):
     return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel,
             'health': s.faults.health}
 
-  def describe(self) -> list[str]:
-    return self.describe_timing() + self.describe_sensors() + self.describe_channels()
-
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   """Validates the config (profiles layered) and binds the MuJoCo sensors."""
@@ -279,9 +276,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
                  mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
   )
   origin = base.field_origin(fields, ctx)
-  schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
-  transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
-                                 cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
+  schedule, transport = faults.build_timing(cfg, ctx, origin)
   vary = frozenset(ctx.vary)
   is_on = lambda f: f in vary or base.is_set(cfg, f)  # noqa: E731
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], is_on,

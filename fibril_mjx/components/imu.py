@@ -221,9 +221,6 @@ class Imu(inertial.RateSensor):
             'linear_acceleration_bias': s.linear_acceleration.bias,
             'health': s.faults.health}
 
-  def describe(self) -> list[str]:
-    return self.describe_timing() + self.describe_sensors() + self.describe_channels()
-
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   """Validates the config (profiles layered) and binds the MuJoCo sensors and their site."""
@@ -252,9 +249,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
                       f'{sensors[1].site!r}', cfg.accelerometer_sensor)
   m = ctx.model
   sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, sensors[0].site)
-  schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
-  transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
-                                 cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
+  schedule, transport = faults.build_timing(cfg, ctx, origin)
   vary = frozenset(ctx.vary)
   is_on = lambda f: f in vary or base.is_set(cfg, f)  # noqa: E731
   channels = tuple(

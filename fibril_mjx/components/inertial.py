@@ -315,6 +315,10 @@ class RateSensor(faults.FaultySensor, base.SensorBase):
     return dict(zip(RATE_SAMPLE_FIELDS, (z3, z3, w_c.variance(p.angular_velocity),
                                          a_c.variance(p.linear_acceleration), zb, zb, zi, zi)))
 
+  def describe(self) -> list[str]:
+    return (self.describe_timing() + self.describe_sensors() + self.describe_channels()
+            + [self.fault_plan.describe()])
+
   def describe_channels(self) -> list[str]:
     lines = []
     for c in self.channels:

@@ -32,22 +32,19 @@ enters the implicit velocity update with `kv·gear²`: the integrated damping th
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import mujoco
-import pydantic
 
 from fibril_mjx import rng
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import actuation
 from fibril_mjx.components import base
-from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.schedule import Schedule
-from fibril_mjx.validation import Strict
 
 TYPE = 'fibril_sim/motion_motor'
 SAMPLE_TYPE = 'fibril_sim/motion_motor_feedback/v1'
@@ -64,22 +61,12 @@ FORBIDDEN = {
 }
 
 
-class MotionMotorConfigModel(Strict):
+class MotionMotorConfigModel(actuation.MotorTimingConfig):
   """Validated manifest config of `fibril_sim/motion_motor` (SPEC §6.3)."""
   joint: str
   position_actuator: str
   velocity_actuator: str
   feedforward_actuator: str
-  command_latency_s: NonNeg = 0.0
-  command_jitter_s: NonNeg = 0.0
-  command_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
-  timeout_s: float = 0.0
-  application_period_s: Positive
-  application_phase_s: NonNeg = 0.0
-  feedback_period_s: Optional[Positive] = None
-  feedback_phase_s: NonNeg = 0.0
-  feedback_latency_s: NonNeg = 0.0
-  feedback_current_per_force: NonNeg = 0.0
 
 
 class MotionCommand(NamedTuple):
@@ -174,10 +161,6 @@ class MotionMotor(actuation.FeedbackOutput):
   sample_type = SAMPLE_TYPE
   params_type = Params
 
-
-  @property
-  def schedules(self) -> dict:
-    return {'application': self.application, 'feedback': self.feedback}
 
   @property
   def bindings(self) -> tuple:

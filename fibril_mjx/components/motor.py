@@ -45,9 +45,8 @@ from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import actuation
 from fibril_mjx.components import base
-from fibril_mjx.components.base import NonNeg, Positive
+from fibril_mjx.components.base import Positive
 from fibril_mjx.schedule import Schedule
-from fibril_mjx.validation import Strict
 
 TYPE = 'fibril_sim/motor'
 SAMPLE_TYPE = 'fibril_sim/motor_feedback/v1'
@@ -58,7 +57,7 @@ NONE, POSITION, VELOCITY, EFFORT, DUTY, TRAJECTORY = range(6)
 HOLD = 6   # internal mode: hold a captured position
 
 
-class MotorConfigModel(Strict):
+class MotorConfigModel(actuation.MotorTimingConfig):
   """Validated manifest config of `fibril_sim/motor` (SPEC §6.2 field list)."""
   actuator: str
   logical_units_per_joint_unit: float = 1.0
@@ -69,16 +68,6 @@ class MotorConfigModel(Strict):
   zero_duty_hold: bool = False
   hold_when_uncommanded: bool = False
   safe_command: float = 0.0
-  command_latency_s: NonNeg = 0.0
-  command_jitter_s: NonNeg = 0.0
-  command_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
-  timeout_s: float = 0.0
-  application_period_s: Positive
-  application_phase_s: NonNeg = 0.0
-  feedback_period_s: Optional[Positive] = None
-  feedback_phase_s: NonNeg = 0.0
-  feedback_latency_s: NonNeg = 0.0
-  feedback_current_per_force: NonNeg = 0.0
 
   @pydantic.field_validator('logical_units_per_joint_unit')
   @classmethod
@@ -263,6 +252,10 @@ def trapezoid_sample(pl: Plan, t, amax):
 @dataclasses.dataclass(frozen=True)
 class Motor(actuation.FeedbackOutput):
   """A built `fibril_sim/motor` component (static, hashable)."""
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+
   id: str
   cfg: MotorConfigModel
   binding: actuation.ActuatorBinding
@@ -275,16 +268,7 @@ class Motor(actuation.FeedbackOutput):
   scale_source: str
   fields: tuple = dataclasses.field(compare=False)
 
-  type = TYPE
-  sample_type = SAMPLE_TYPE
-  params_type = Params
-
-
   # ------------------------------------------------------------------ protocol basics
-
-  @property
-  def schedules(self) -> dict:
-    return {'application': self.application, 'feedback': self.feedback}
 
   @property
   def bindings(self) -> tuple:
