@@ -19,7 +19,7 @@ plan: $(STAMP)
 	$(VENV)/bin/fibril-mjx plan manifests/ahrs_turntable.yaml
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) tools/run_tests.py
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
