@@ -106,7 +106,7 @@ def _cmd_fit_profile(args) -> int:
 
 def _add_validation_commands(sub) -> None:
   """`validate` and `fit-profile` (issue 12)."""
-  v = sub.add_parser('validate', help='virtual test rigs (seed-002 minimum test set) for one '
+  v = sub.add_parser('validate', help='virtual test rigs (SPEC §12 minimum test set) for one '
                      'IMU/AHRS component: checks with plots; exit 1 when a check fails')
   v.add_argument('manifest')
   v.add_argument('--component', required=True, help='component id (fibril_sim/imu, ahrs, magnetometer, barometer, airspeed or rangefinder)')

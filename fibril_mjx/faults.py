@@ -1,4 +1,4 @@
-"""Fault injection and health states shared by every sensing component (seed `002_…`,
+"""Fault injection and health states shared by every sensing component (the sensor-modelling guide, SPEC §5,
 "Dropout, stale value i status").
 
 A sensing component opts in with four small pieces (the guide's sensors — magnetometer,

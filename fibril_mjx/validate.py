@@ -1,4 +1,4 @@
-"""`fibril-mjx validate`: the seed-002 minimum test set as virtual test rigs (SPEC §12).
+"""`fibril-mjx validate`: the sensor-modelling guide (SPEC §12) minimum test set as virtual test rigs (SPEC §12).
 
 The tool builds its own MJCF rigs around a copy of one IMU / AHRS component (the resolved
 config of the user's manifest: profiles, instance fields; the user's robot is not needed),

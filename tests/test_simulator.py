@@ -54,7 +54,7 @@ def test_trace_separates_truth_from_sensor(batch8):
   s = batch8['sensor']['ahrs']
   assert s.sample.orientation.shape == (8, TICKS + 1, 4)
   assert set(batch8['truth']['ahrs']) == {'orientation', 'angular_velocity',
-                                          'linear_acceleration'}
+                                          'linear_acceleration', 'health'}
 
 
 def test_worlds_differ_and_same_seed_repeats(sim, batch8):

@@ -1,4 +1,4 @@
-"""`fibril_sim/airspeed` — a pitot-static differential-pressure sensor (seed `002_…`,
+"""`fibril_sim/airspeed` — a pitot-static differential-pressure sensor (the sensor-modelling guide, SPEC §5,
 "Barometr i airspeed"): the probe and transducer, kept apart from the wind model.
 
 The probe axis is the x axis of the site of `velocity_sensor` (a MuJoCo velocimeter: the

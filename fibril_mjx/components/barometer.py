@@ -1,4 +1,4 @@
-"""`fibril_sim/barometer` — static pressure in Pa, not altitude (seed `002_…`, "Barometr i
+"""`fibril_sim/barometer` — static pressure in Pa, not altitude (the sensor-modelling guide, SPEC §5, "Barometr i
 airspeed"): the firmware's pressure → altitude conversion stays under test.
 
 Per acquisition `k` (`Δ = period_s`):

@@ -1,4 +1,4 @@
-"""`fibril_sim/gnss` — a GNSS receiver's navigation solution (seed `002_…`, "Model GNSS",
+"""`fibril_sim/gnss` — a GNSS receiver's navigation solution (the sensor-modelling guide, SPEC §5, "Model GNSS",
 "Covariance i raportowana jakość").
 
 The world frame is east-north-up (x east, y north, z up) around the geodetic origin

@@ -1,4 +1,4 @@
-"""`fibril_sim/magnetometer` — a 3-axis magnetometer on a MuJoCo site (seed `002_…`,
+"""`fibril_sim/magnetometer` — a 3-axis magnetometer on a MuJoCo site (the sensor-modelling guide, SPEC §5,
 "Magnetometr").
 
 Per acquisition `k` (`Δ = period_s`; µT; sensor axes = site axes; `R` = site → world):
