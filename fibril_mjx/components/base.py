@@ -183,11 +183,12 @@ class SensorBase(ComponentBase):
     of `fibril_mjx.faults`, whose `sense` then runs this cycle (see its docstring).
   """
   roles = frozenset({protocol.SENSOR})
+  track = None                    # optional `track(p, s, data, tick) -> state`
 
   def _on(self, name) -> bool:
     """Static switch: a term is in the graph when its value is not the default, or when the
     field is named for per-world variation (`vary`)."""
-    return name in getattr(self, 'vary', ()) or is_set(self.cfg, name)
+    return name in self.vary or is_set(self.cfg, name)   # `vary`: a dataclass field
 
   def default_params(self):
     """Params from the resolved config, float32."""
@@ -212,13 +213,12 @@ class SensorBase(ComponentBase):
       dues: `{'acquisition': (due, n)}`, shared by all worlds.
       env: outputs of the components sensed before this one (unused by plain sensors).
     """
-    if getattr(self, 'fault_plan', None) is not None:
+    if getattr(self, 'fault_plan', None) is not None:   # optional dataclass field
       return faults.sense(self, p, s, data, tick, dues, env)
     del env
     due, n = dues['acquisition']
-    track = getattr(self, 'track', None)
-    if track is not None:
-      s = track(p, s, data, tick)
+    if self.track is not None:
+      s = self.track(p, s, data, tick)
 
     def acquire(st):
       st, sample = self.acquire(p, st, data, tick, n)
