@@ -17,6 +17,7 @@ like `fibril-mjx`, one XLA CPU device per core.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pathlib
 import shutil
@@ -27,9 +28,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fibril_mjx.worlds import cpu_device_flag  # noqa: E402
+from fibril_mjx.worlds import cpu_flags  # noqa: E402
 
-cpu_device_flag()   # before JAX initializes: one CPU device per core, as fibril-mjx does
+cpu_flags()   # before JAX initializes: one CPU device per core, as fibril-mjx does
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -67,7 +68,7 @@ def sensor_only(plan, inputs):
   """The same worlds with their sensor / transport values but nominal MJCF fields and initial
   state: nothing per world reaches the physics, so it is shared (computed once per chunk)."""
   for sim, inp, _ in inputs:
-    inp = engine.Inputs(inp.params, inp.keys, None, (), None, None)
+    inp = dataclasses.replace(inp, model=None, qpos_offset=None, qvel_offset=None)
     _, tr = inp.rollout(sim, plan.n_ticks)
     plan._metrics(sim, common.flatten(jax.tree.map(np.asarray, tr)))
 

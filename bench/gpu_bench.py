@@ -26,8 +26,8 @@ def main(argv=None):
   ap.add_argument('--budget-s', type=float, default=420.0,
                   help='skip the remaining sizes once this much time is spent')
   a = ap.parse_args(argv)
-  from fibril_mjx.worlds import cpu_device_flag
-  cores = cpu_device_flag()
+  from fibril_mjx.worlds import cpu_flags
+  cores = cpu_flags()
   import jax
   import fibril_mjx as fm
   from fibril_mjx import worlds

@@ -9,6 +9,7 @@ stalled program raises `WorldsStalled` (watchdog) instead of hanging. Last line:
 
   .venv/bin/python bench/no_hang.py            # 3 models x 1024/4096/16384 worlds, 3 ticks
   .venv/bin/python bench/no_hang.py --quick    # wheeled base + turntable at 1024/4096, 2 ticks
+  .venv/bin/python bench/no_hang.py --models humanoid --worlds 16384   # one model, one size
 """
 
 import argparse
@@ -34,10 +35,12 @@ def main(argv=None):
   ap.add_argument('--worlds', type=int, nargs='+', default=None)
   ap.add_argument('--ticks', type=int, default=None)
   ap.add_argument('--quick', action='store_true')
+  ap.add_argument('--models', nargs='+', choices=('wheeled_base', 'turntable', 'humanoid'),
+                  default=None, help='run only these models (default: all three)')
   ap.add_argument('--stall-s', type=float, default=120.0)
   a = ap.parse_args(argv)
-  from fibril_mjx.worlds import cpu_device_flag
-  cpu_device_flag()
+  from fibril_mjx.worlds import cpu_flags
+  cpu_flags()
   import jax
   import fibril_mjx as fm
   from fibril_mjx import worlds
@@ -48,6 +51,10 @@ def main(argv=None):
             'turntable': REPO / 'manifests' / 'ahrs_turntable.yaml'}
   if not a.quick:
     models['humanoid'] = humanoid_manifest(tmp)
+  if a.models:
+    models = {k: v for k, v in models.items() if k in a.models}
+    if 'humanoid' in a.models and 'humanoid' not in models:
+      models['humanoid'] = humanoid_manifest(tmp)
   print(f'jax {jax.__version__}  devices {len(jax.devices())}  worlds {a.worlds}  ticks {a.ticks}')
   ok = total = 0
   for name, path in models.items():

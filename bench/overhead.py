@@ -171,8 +171,8 @@ def main(argv=None):
   if args.watchdog_s > 0:
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
   sys.path.insert(0, str(REPO))
-  from fibril_mjx.worlds import cpu_device_flag
-  cpu_device_flag()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
+  from fibril_mjx.worlds import cpu_flags
+  cpu_flags()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
 
   import jax
   cache = os.environ.get(CACHE_ENV)

@@ -107,9 +107,12 @@ def _cmd_fit_profile(args) -> int:
 def _add_validation_commands(sub) -> None:
   """`validate` and `fit-profile` (issue 12)."""
   v = sub.add_parser('validate', help='virtual test rigs (SPEC §12 minimum test set) for one '
-                     'IMU/AHRS component: checks with plots; exit 1 when a check fails')
+                     'sensor component (IMU, AHRS, magnetometer, barometer, airspeed, '
+                     'rangefinder, GNSS): checks with plots; exit 1 when a check fails')
   v.add_argument('manifest')
-  v.add_argument('--component', required=True, help='component id (fibril_sim/imu, ahrs, magnetometer, barometer, airspeed or rangefinder)')
+  v.add_argument('--component', required=True,
+                 help='component id (of type fibril_sim/imu, ahrs, magnetometer, barometer, '
+                 'airspeed, rangefinder or gnss)')
   v.add_argument('--out', required=True, help='output directory (must not exist)')
   v.add_argument('--static-duration', type=_positive_float, default=100.0,
                  help='seconds of each static record (default 100; longer resolves slower '
@@ -226,6 +229,10 @@ def _add_tune_command(sub) -> None:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='fibril-mjx', description=__doc__)
+  parser.add_argument('--cpu-isa', choices=('avx', 'native'), default='avx',
+                      help='XLA CPU code generation: avx (default; no FMA, so a world\'s results '
+                      'are bitwise identical in any batch, chunk or device count) or native '
+                      '(the host\'s full ISA; layouts agree to float rounding)')
   sub = parser.add_subparsers(dest='command', required=True)
   p = sub.add_parser('plan', help='print the resolved plan of a manifest')
   p.add_argument('manifest')
@@ -261,9 +268,9 @@ def main(argv=None) -> int:
   _add_validation_commands(sub)
   _add_tune_command(sub)
   args = parser.parse_args(argv)
-  from fibril_mjx.worlds import cpu_device_flag
-  # One XLA CPU device per core (or --devices N), before JAX initializes its backends.
-  cpu_device_flag(getattr(args, 'devices', None))
+  from fibril_mjx.worlds import cpu_flags
+  # One XLA CPU device per core (or --devices N), no FMA (--cpu-isa), before JAX initializes.
+  cpu_flags(getattr(args, 'devices', None), bitwise=args.cpu_isa == 'avx')
   _setup_jax()
   from fibril_mjx.errors import FibrilError
   try:

@@ -60,7 +60,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx import quat
+from fibril_mjx import quat, smallmat
+from fibril_mjx.smallmat import matmul as mm
 
 
 class EkfParams(NamedTuple):
@@ -171,8 +172,8 @@ def _process_noise(params, dt, rate_map):
   """
   n2 = params.gyro_noise_density ** 2
   k2 = params.gyro_bias_random_walk ** 2
-  q_aa = rate_map @ jnp.diag(n2 * dt + k2 * dt ** 3 / 3.0) @ rate_map.T
-  q_ab = -rate_map @ jnp.diag(k2 * dt ** 2 / 2.0)
+  q_aa = mm(rate_map * (n2 * dt + k2 * dt ** 3 / 3.0), rate_map.T)   # M diag(·) Mᵀ
+  q_ab = -rate_map * (k2 * dt ** 2 / 2.0)                              # −M diag(·)
   q_bb = jnp.diag(k2 * dt)
   return jnp.block([[q_aa, q_ab], [q_ab.T, q_bb]])
 
@@ -223,12 +224,12 @@ def accel_accepted(params, accel):
 
 def _kalman_update(cov, h_jac, innovation, r):
   """Joseph-form update. Returns the error-state correction `(6,)` and covariance."""
-  s = h_jac @ cov @ h_jac.T + r
-  pht = cov @ h_jac.T
-  gain = jnp.linalg.solve(s, pht.T).T  # K = P Hᵀ S⁻¹ (S symmetric)
-  i_kh = jnp.eye(cov.shape[0], dtype=cov.dtype) - gain @ h_jac
-  cov = i_kh @ cov @ i_kh.T + gain @ r @ gain.T
-  return gain @ innovation, 0.5 * (cov + cov.T)
+  pht = mm(cov, h_jac.T)
+  s = mm(h_jac, pht) + r
+  gain = mm(pht, smallmat.inv3(s))      # K = P Hᵀ S⁻¹
+  i_kh = jnp.eye(cov.shape[0], dtype=cov.dtype) - mm(gain, h_jac)
+  cov = mm(mm(i_kh, cov), i_kh.T) + mm(mm(gain, r), gain.T)
+  return smallmat.matvec(gain, innovation), 0.5 * (cov + cov.T)
 
 
 def tilt_from_accel(accel, yaw=0.0):
@@ -324,7 +325,7 @@ def quat_measurement(params: EkfParams, q):
   h = g * jnp.stack(
       [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z])
   g_skew = _skew(jnp.stack([jnp.zeros_like(g), jnp.zeros_like(g), g]))
-  h_jac = jnp.concatenate([quat.to_matrix(q).T @ g_skew, jnp.zeros((3, 3), h.dtype)], axis=1)
+  h_jac = jnp.concatenate([mm(quat.to_matrix(q).T, g_skew), jnp.zeros((3, 3), h.dtype)], axis=1)
   return h, h_jac
 
 
@@ -350,7 +351,7 @@ def quat_ekf_predict(params: EkfParams, state: QuatEkfState, gyro, dt) -> QuatEk
   eye = jnp.eye(3, dtype=omega.dtype)
   rot = quat.to_matrix(state.q)
   phi = jnp.block([[eye, -dt * rot], [jnp.zeros((3, 3), omega.dtype), eye]])
-  cov = phi @ state.cov @ phi.T + _process_noise(params, dt, rot)
+  cov = mm(mm(phi, state.cov), phi.T) + _process_noise(params, dt, rot)
   return state._replace(q=q, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
                         gyro_prev_valid=jnp.bool_(True))
 
@@ -549,11 +550,11 @@ def rpy_ekf_predict(params: EkfParams, state: RpyEkfState, gyro, dt) -> RpyEkfSt
   """
   omega = gyro - state.gyro_bias
   e = euler_rate_matrix(state.rpy)
-  rpy = _wrap_rpy(state.rpy + dt * (e @ omega))
+  rpy = _wrap_rpy(state.rpy + dt * smallmat.matvec(e, omega))
   eye = jnp.eye(3, dtype=omega.dtype)
   f = jnp.block([[eye + dt * _euler_rate_jacobian(state.rpy, omega), -dt * e],
                  [jnp.zeros((3, 3), omega.dtype), eye]])
-  cov = f @ state.cov @ f.T + _process_noise(params, dt, e)
+  cov = mm(mm(f, state.cov), f.T) + _process_noise(params, dt, e)
   return state._replace(rpy=rpy, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
                         gyro_prev_valid=jnp.bool_(True))
 

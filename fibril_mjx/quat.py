@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from fibril_mjx import smallmat
+
 
 def multiply(p, q):
   """Hamilton product `p ⊗ q`.
@@ -102,7 +104,7 @@ def to_matrix(q):
 
 def rotate(q, v):
   """`R(q) v` for vectors `v` `(..., 3)`."""
-  return jnp.einsum('...ij,...j->...i', to_matrix(q), v)
+  return smallmat.matvec(to_matrix(q), v)
 
 
 def wrap_angle(a):

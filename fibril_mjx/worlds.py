@@ -10,8 +10,8 @@ Layout of one program over `n` worlds (`Layout`):
 * **devices** — the worlds are split evenly over `D` devices (`jax.shard_map` over a 1-D mesh
   named `worlds`; `check_vma=False` because MJX's solver trips the replication check).
   On a CPU host, `fibril-mjx` exposes one XLA device per core
-  (`--xla_force_host_platform_device_count`, see `cpu_device_flag`); from Python, set
-  `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX initializes.
+  (`--xla_force_host_platform_device_count`, see `cpu_flags`); from Python, call
+  `fibril_mjx.worlds.cpu_flags()` (or set `XLA_FLAGS`) before JAX initializes.
 * **sub-batches** — on each device the worlds are reshaped to `(m, k)` and `lax.map` runs the
   vmapped single-world code over the `m` sub-batches of `k` worlds. `k` is chosen so that no
   batched LAPACK call of the step (Cholesky of the mass matrix and of the Newton Hessian,
@@ -23,8 +23,10 @@ Layout of one program over `n` worlds (`Layout`):
   the kernel runs inline and cannot wait on the pool (`lapack_safe_sub_batch`).
 * **padding** — the world count is padded to `D·m·k` with copies of world 0 (dropped from the
   results); `k ≥ 2` always, because XLA compiles a batch of exactly one world to different
-  (scalar) code whose results can differ in the last bit. So world `w`'s outputs are bitwise
-  identical whatever the batch, chunk or device count it runs in.
+  (scalar) code whose results can differ in the last bit. With `cpu_flags` (no FMA
+  contraction) and the lane-independent small-matrix products of `fibril_mjx.smallmat`, world
+  `w`'s outputs are bitwise identical whatever the batch, chunk, sub-batch or device count it
+  runs in.
 
 Host chunks (`chunks`) only bound memory; `Watchdog` turns a program that stops making
 progress (no CPU time for `stall_s`) into a `WorldsStalled` error naming the model and world
@@ -36,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import platform
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -57,22 +60,42 @@ class WorldsStalled(FibrilError):
 
 # ---------------------------------------------------------------- devices
 
-def cpu_device_flag(n: int | None = None, environ=os.environ) -> int:
-  """Asks XLA for `n` CPU devices (default: one per usable core) unless XLA_FLAGS already
-  sets a count. Must run before JAX initializes its backends. Returns the count in effect."""
+ISA_KEY = '--xla_cpu_max_isa'
+BITWISE_ISA = 'AVX'   # the widest x86 ISA without FMA
+
+
+def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ) -> int:
+  """Sets the XLA CPU flags `fibril-mjx` runs with; must run before JAX initializes.
+
+  * **devices**: asks XLA for `n` CPU devices (default: one per usable core) unless XLA_FLAGS
+    already sets a count (an explicit `n` replaces it).
+  * **bitwise** (x86 only): caps XLA's CPU code generation at AVX (`--xla_cpu_max_isa=AVX`)
+    unless XLA_FLAGS already sets an ISA. XLA always lets LLVM fuse a multiply and an add into
+    one FMA instruction where the ISA has it, and whether it does depends on how the
+    surrounding loop was fused and vectorized — which changes with the batch size, the
+    number of sub-batches and the device count. Without FMA every world's arithmetic is the
+    same operations in the same order in any layout, so its results are bitwise identical
+    whatever batch, chunk or device count it runs in (measured cost on this project's
+    models: 0–10 %, within run-to-run noise). `bitwise=False` (CLI `--cpu-isa native`) keeps
+    the host's full ISA; results then agree only to float rounding across layouts.
+
+  Returns the device count in effect.
+  """
   flags = environ.get('XLA_FLAGS', '')
   key = '--xla_force_host_platform_device_count'
-  if key in flags:
-    if n is not None:
-      flags = ' '.join(f for f in flags.split() if not f.startswith(key))
-    else:
-      return int(flags.split(key + '=')[1].split()[0])
-  if n is None:
-    try:
-      n = len(os.sched_getaffinity(0))
-    except AttributeError:
-      n = os.cpu_count() or 1
-  environ['XLA_FLAGS'] = (flags + f' {key}={int(n)}').strip()
+  if key in flags and n is None:
+    n = int(flags.split(key + '=')[1].split()[0])
+  else:
+    flags = ' '.join(f for f in flags.split() if not f.startswith(key))
+    if n is None:
+      try:
+        n = len(os.sched_getaffinity(0))
+      except AttributeError:
+        n = os.cpu_count() or 1
+    flags = (flags + f' {key}={int(n)}').strip()
+  if bitwise and ISA_KEY not in flags and platform.machine().lower() in ('x86_64', 'amd64'):
+    flags = f'{flags} {ISA_KEY}={BITWISE_ISA}'.strip()
+  environ['XLA_FLAGS'] = flags
   return int(n)
 
 
@@ -237,6 +260,16 @@ def program(block: Callable, lay: Layout, devices: Sequence) -> Callable:
     sh, wo = local(shared, pad(world, lay))
     return sh, unpad(wo, lay.n_worlds)
   return run
+
+
+def unpin(tree):
+  """Arrays committed to one device (e.g. `Simulation.mx`, made by `mjx.put_model`) as host
+  arrays, so a program over several devices can place them; everything else unchanged."""
+  def one(x):
+    if isinstance(x, jax.Array) and x.committed and len(x.sharding.device_set) == 1:
+      return np.asarray(x)
+    return x
+  return jax.tree.map(one, tree)
 
 
 def is_traced(tree) -> bool:

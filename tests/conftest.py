@@ -1,11 +1,17 @@
 """Shared fixtures: a tiny rig model and manifest writers (keeps MJX compiles short)."""
 
+import os
 import pathlib
 from typing import Any, NamedTuple
 import textwrap
 
 import pytest
 import yaml
+
+# The tests run with the CLI's code generation (no FMA: `fibril_mjx.worlds.cpu_flags`), one
+# device unless a test asks for more; XLA reads the flags when JAX first initializes.
+if 'xla_cpu_max_isa' not in os.environ.get('XLA_FLAGS', '') and os.uname().machine == 'x86_64':
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_max_isa=AVX').strip()
 
 RIG_XML = textwrap.dedent("""\
     <mujoco model="rig">

@@ -68,17 +68,25 @@ def test_lapack_safe_sub_batch_follows_the_jaxlib_split_rule():
   assert worlds.lapack_safe_sub_batch(lambda x: x * 2, a)[0] is None
 
 
-def test_cpu_device_flag_sets_xla_flags_once():
+def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
+  monkeypatch.setattr(worlds.platform, 'machine', lambda: 'x86_64')
   env = {}
-  assert worlds.cpu_device_flag(3, env) == 3
-  assert env['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3'
-  assert worlds.cpu_device_flag(None, env) == 3           # already set: kept
-  env = {'XLA_FLAGS': '--foo --xla_force_host_platform_device_count=4'}
-  assert worlds.cpu_device_flag(2, env) == 2 and env['XLA_FLAGS'].count('device_count') == 1
-  assert worlds.cpu_device_flag(None, {}) >= 1
+  assert worlds.cpu_flags(3, environ=env) == 3
+  assert env['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX'
+  assert worlds.cpu_flags(None, environ=env) == 3           # already set: kept
+  assert env['XLA_FLAGS'].count('max_isa') == 1
+  env = {'XLA_FLAGS': '--foo --xla_force_host_platform_device_count=4 --xla_cpu_max_isa=AVX2'}
+  assert worlds.cpu_flags(2, environ=env) == 2 and env['XLA_FLAGS'].count('device_count') == 1
+  assert '--xla_cpu_max_isa=AVX2' in env['XLA_FLAGS'] and 'isa=AVX ' not in env['XLA_FLAGS']
+  env = {}
+  worlds.cpu_flags(2, bitwise=False, environ=env)
+  assert 'max_isa' not in env['XLA_FLAGS']
+  monkeypatch.setattr(worlds.platform, 'machine', lambda: 'aarch64')
+  env = {}
+  worlds.cpu_flags(2, environ=env)
+  assert 'max_isa' not in env['XLA_FLAGS']                 # an x86 flag only
+  assert worlds.cpu_flags(None, environ={}) >= 1
 
-
-# ------------------------------------------------------------------ determinism
 
 def test_remainder_chunk_of_one_world_is_bitwise_equal_cli(rig, tmp_path):
   """`fibril-mjx run --worlds 1025` with `--chunk-worlds 1024` (a remainder chunk of one world)
@@ -119,6 +127,14 @@ def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
                             share_physics=share)[1] for d in (1, 2)]
         for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
           np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+      # a model pinned to device 0 (sim.mx), with a per-world field, on both devices
+      damp = np.tile(np.asarray(sim.mx.dof_damping), (9, 1)) * np.linspace(1, 2, 9)[:, None]
+      mx = sim.mx.replace(dof_damping=jax.device_put(damp, jax.devices()[0]))
+      outs = [sim.rollout(sim.default_params(9), keys, {TICKS}, devices=d, model=mx,
+                          model_axes={{'dof_damping': 0}}, share_physics=False)[1]
+              for d in (1, 2)]
+      for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
       print('DEVICES_OK', sim.layout(9, devices=2).describe())
       """)
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
@@ -127,6 +143,45 @@ def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
                      timeout=900, cwd=str(tmp_path))
   assert 'DEVICES_OK' in r.stdout, r.stdout + r.stderr
   assert '2 device(s)' in r.stdout
+
+
+def test_estimator_world_is_bitwise_equal_in_any_layout(tmp_path):
+  """The IMU + attitude-EKF example (matrix products, a 3×3 solve, trig): world `w` gives the
+  same bits in a batch of 9 on one device, in lanes reversed, on 2 devices in sub-batches of 2
+  (with padding), and alone. Needs the CLI's XLA CPU flags (`worlds.cpu_flags`: no FMA), set
+  before JAX initializes, so it runs in a subprocess."""
+  code = textwrap.dedent(f"""
+      import jax, numpy as np, fibril_mjx
+      from fibril_mjx import worlds
+      assert len(jax.devices()) == 2, jax.devices()
+      sim = fibril_mjx.load({str(REPO / 'manifests' / 'imu_ekf.yaml')!r})
+      n, ticks = 9, 120
+      keys, p = fibril_mjx.world_keys(0, n), sim.default_params(n)
+      def run(idx, **kw):
+        pick = lambda x: x[np.asarray(idx)]
+        _, tr = sim.rollout(jax.tree.map(pick, p), keys[np.asarray(idx)], ticks,
+                            share_physics=False, **kw)
+        return jax.tree.map(np.asarray, tr)
+      base = run(range(n), devices=1)
+      rev = jax.tree.map(lambda x: x[::-1], run(range(n)[::-1], devices=1))
+      two = run(range(n), devices=2, sub_batch=2)
+      alone = run([8], devices=1)
+      for other in (rev, two):
+        for x, y in zip(jax.tree.leaves(base), jax.tree.leaves(other)):
+          np.testing.assert_array_equal(x, y)
+      for x, y in zip(jax.tree.leaves(base), jax.tree.leaves(alone)):
+        np.testing.assert_array_equal(x[8], y[0])
+      q = base['sensor']['ekf_quat'].sample.orientation
+      assert np.all(np.isfinite(q)) and np.ptp(q[:, -1], axis=0).max() > 0   # worlds differ
+      print('LAYOUTS_OK', sim.layout(n, devices=2, sub_batch=2).describe())
+      """)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  worlds.cpu_flags(2, environ=env)
+  r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                     timeout=900, cwd=str(tmp_path))
+  assert 'LAYOUTS_OK' in r.stdout, r.stdout + r.stderr[-3000:]
+  assert '2 device(s) x 3 sub-batch(es) of 2 (+3 padding)' in r.stdout
 
 
 # ------------------------------------------------------------------ shared physics
