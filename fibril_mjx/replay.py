@@ -51,7 +51,8 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   out.mkdir(parents=True, exist_ok=True)
   metrics = {k: (bool(v[0]) if v.dtype == bool else float(v[0])) for k, v in cols.items()}
   result = {'world': world, 'campaign': str(campaign_dir), 'sampled': {
-      k: float(v[0]) for k, v in sampled.items()}, 'metrics': metrics}
+      k: str(v[0]) if v.dtype.kind in 'UO' else float(v[0]) for k, v in sampled.items()},
+      'metrics': metrics}
   if row is not None:
     result['equal_to_campaign_row'] = all(
         np.array_equal(np.asarray(row[k]), np.asarray(v[0])) for k, v in cols.items())

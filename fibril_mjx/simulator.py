@@ -10,7 +10,10 @@ sensors and estimators after it, in manifest order.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -22,13 +25,38 @@ from fibril_mjx import command_script
 from fibril_mjx import dcmotor
 from fibril_mjx import rng
 from fibril_mjx import schedule
+from fibril_mjx import transport
 from fibril_mjx import worlds
 from fibril_mjx._mjx import mjx
 from fibril_mjx.build import DCMOTOR_PARAMS
 from fibril_mjx.components import protocol
-from fibril_mjx.errors import FibrilError
+from fibril_mjx.errors import FibrilError, did_you_mean
 from fibril_mjx.manifest import read_manifest
 
+# Transport latencies that may differ per world (`Simulation.reset(latency=)`): the manifest
+# field → (the component's `Transport` attribute, the path of its queue in the state).
+LATENCY_FIELDS = {'latency_s': ('transport', ('queue',)),
+                  'command_latency_s': ('link.transport', ('link', 'queue')),
+                  'feedback_latency_s': ('fb_transport', ('fb_queue',))}
+
+
+def latency_ticks(latency_s: float, dt: float) -> int:
+  """A latency in whole ticks, rounded up as the manifest's transports round it
+  (`schedule.ticks_fraction`: exact within 1e-9 relative)."""
+  return int(math.ceil(schedule.ticks_fraction(float(latency_s), dt)))
+
+
+def _attr_path(obj, dotted: str):
+  for a in dotted.split('.'):
+    obj = getattr(obj, a, None)
+  return obj
+
+
+def _replace_path(state, path: tuple, fn):
+  """`state` (nested NamedTuples) with `fn` applied at `path`."""
+  if not path:
+    return fn(state)
+  return state._replace(**{path[0]: _replace_path(getattr(state, path[0]), path[1:], fn)})
 
 
 class SimState(NamedTuple):
@@ -69,6 +97,10 @@ def _split_state(st: SimState, share: bool) -> tuple[dict, dict]:
 
 def _join_state(shared: dict, world: dict) -> SimState:
   return SimState(**shared, **world)
+
+
+def _call_unpinned(prog, shared, world):
+  return prog(worlds.unpin(shared), worlds.unpin(world))
 
 
 def _is_shared(state: SimState) -> bool:
@@ -170,6 +202,78 @@ class Simulation:
     """
     return {cid: c.null_command() for cid, c in self._actuators}
 
+  def latency_fields(self) -> dict:
+    """`{component id: (latency field, ...)}`: the transport latencies that `reset` and
+    `rollout` take per world (`latency=`), e.g. `{'ahrs': ('latency_s',)}`."""
+    out = {}
+    for cid, c in self.components.items():
+      names = tuple(n for n, (attr, _) in LATENCY_FIELDS.items()
+                    if isinstance(_attr_path(c, attr), transport.Transport))
+      if names:
+        out[cid] = names
+    return out
+
+  def latency_inputs(self, latency: dict | None, n_worlds: int) -> dict | None:
+    """Validates per-world latencies and rounds them to whole ticks on the host.
+
+    Args:
+      latency: `{component id: {latency field: seconds, () or (nworld,)}}` (see `reset`).
+
+    Returns:
+      `{component id: {field: (latency_s float32 (nworld,), delay_ticks int32 (nworld,))}}`,
+      or None without latencies.
+
+    Raises:
+      FibrilError: an unknown component or field, a traced value, a negative or non-finite
+        value, one above the built latency (which sized the queue), or one that is not a
+        whole number of ticks under `quantization: strict`.
+    """
+    if not latency:
+      return None
+    if worlds.is_traced(latency):
+      raise FibrilError('latency=: per-world latencies are host values (rounded to whole ticks '
+                        'on the host), not traced arrays')
+    known = self.latency_fields()
+    out = {}
+    for cid, per in latency.items():
+      if cid not in known:
+        why = 'has no transport latency' if cid in self.components else 'no component of that id'
+        raise FibrilError(f'latency: component {cid!r}: {why}'
+                          + did_you_mean(cid, list(known)) + f' (components with one: '
+                          f'{", ".join(known) or "none"})')
+      if not isinstance(per, Mapping):
+        raise FibrilError(f'latency[{cid!r}]: must be a mapping of latency field to per-world '
+                          f"seconds, e.g. {{'{known[cid][0]}': values}}")
+      c, out[cid] = self.components[cid], {}
+      for name, values in per.items():
+        where = f'latency[{cid!r}][{name!r}]'
+        if name not in known[cid]:
+          raise FibrilError(f'{where}: not a transport latency of {c.type} '
+                            f'({", ".join(known[cid])})' + did_you_mean(name, known[cid]))
+        v = np.asarray(values, np.float64)
+        if v.shape not in ((), (n_worlds,)):
+          raise FibrilError(f'{where}: expected one value or ({n_worlds},) per world, got '
+                            f'shape {v.shape}')
+        v = np.broadcast_to(v, (n_worlds,))
+        tr = _attr_path(c, LATENCY_FIELDS[name][0])
+        if not np.all(np.isfinite(v) & (v >= 0)):
+          raise FibrilError(f'{where}: latencies must be finite and >= 0 s')
+        if np.max(v) > tr.latency_s * (1 + 1e-9):
+          raise FibrilError(f'{where}: {np.max(v):g} s exceeds the built {name} '
+                            f'{tr.latency_s:g} s, which sized the queue ({tr.capacity} slots); '
+                            'build with the largest latency of the batch (manifest or '
+                            'overrides=)')
+        uniq, inv = np.unique(v, return_inverse=True)
+        ticks = np.array([latency_ticks(x, self.dt) for x in uniq], np.int32)[inv.reshape(-1)]
+        quant = dict(c.fields).get('quantization')
+        if quant is not None and quant.value == 'strict':
+          off = [x for x in uniq if schedule.ticks_fraction(x, self.dt).denominator != 1]
+          if off:
+            raise FibrilError(f'{where}: {off[0]:g} s: quantization strict requires an integer '
+                              f'multiple of dt = {self.dt:g} s')
+        out[cid][name] = (jnp.asarray(v, jnp.float32), jnp.asarray(ticks, jnp.int32))
+    return out
+
   # ---------------------------------------------------------------- single world
 
   def _clocks0(self):
@@ -185,7 +289,8 @@ class Simulation:
       env[cid] = c.output(comps[cid])
     return comps
 
-  def _world_reset(self, mx, params, world_key, tick, dues, qpos_offset=None, qvel_offset=None):
+  def _world_reset(self, mx, params, world_key, tick, dues, qpos_offset=None, qvel_offset=None,
+                   latency=None):
     data = self._data0
     if qpos_offset is not None:   # per-world initial state (added before the first forward)
       data = data.replace(qpos=data.qpos + qpos_offset)
@@ -193,6 +298,10 @@ class Simulation:
       data = data.replace(qvel=data.qvel + qvel_offset)
     data = mjx.forward(mx, data)
     comps = {cid: c.init(params[cid], world_key) for cid, c in self.components.items()}
+    for cid, per in (latency or {}).items():   # this world's latencies, before anything is sent
+      for name, (lat_s, ticks) in per.items():
+        comps[cid] = _replace_path(comps[cid], LATENCY_FIELDS[name][1],
+                                   lambda q, s=lat_s, t=ticks: transport.with_latency(q, s, t))
     dc = ()
     if self.dcmotor is not None:
       dc = dcmotor.init(self.dcmotor, params[DCMOTOR_PARAMS], mx, data)
@@ -215,9 +324,17 @@ class Simulation:
     return data, ctrl, dc, self._sense(params, comps, data, tick + 1, post)
 
   def _world_finite(self, data, comps):
-    """True while one world's physics and component state are finite (a traced check)."""
+    """True while one world's physics and component state are finite (a traced check).
+
+    Delivered data (`transport.QueueState` in flight, `transport.Delivered` held) is left
+    out: a device may send NaN — a `nan` fault, a motor's `normalized_output` without a
+    forcerange — and that is data for the consumer, not a diverged world.
+    """
+    data_types = (transport.QueueState, transport.Delivered)
+    internal = jax.tree.leaves(comps, is_leaf=lambda x: isinstance(x, data_types))
     leaves = [data.qpos, data.qvel, data.act] + [
-        x for x in jax.tree.leaves(comps) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+        x for x in internal if not isinstance(x, data_types)
+        and jnp.issubdtype(jnp.result_type(x), jnp.floating)]
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves if jnp.size(x)]))
 
   def _outputs(self, data, comps):
@@ -239,19 +356,19 @@ class Simulation:
     return dues, new
 
   def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
-                   model_fields=(), share=False):
+                   model_fields=(), share=False, latency=None):
     """Reset of a batch of worlds (vmapped single-world reset). With `share` the physics is
     computed once (no world axis) and only the components are per world; `model_fields` are
-    the fields of `mx` with a leading world axis."""
+    the fields of `mx` with a leading world axis; `latency` as from `latency_inputs`."""
     mx = self.mx if mx is None else mx
     tick = jnp.int32(0)
     dues, clocks = self._advance_clocks(self._clocks0(), tick, False)
     phys = None if share else 0
     data, ctrl, dc, comps = jax.vmap(
         self._world_reset, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, None, None,
-                                    0, 0),
+                                    0, 0, 0),
         out_axes=(phys, phys, phys, 0))(mx, params, world_keys, tick, dues, qpos_offset,
-                                        qvel_offset)
+                                        qvel_offset, latency)
     finite = jax.vmap(self._world_finite, in_axes=(phys, 0))(data, comps)
     return SimState(tick, clocks, data, ctrl, dc, comps,
                     jnp.where(finite, -1, 0).astype(jnp.int32))
@@ -383,17 +500,26 @@ class Simulation:
     if prog is None:
       block = getattr(self, f'_{kind}_block')
       prog = jax.jit(worlds.program(functools.partial(block, **static), lay, devices))
+      if lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
+        prog = functools.partial(_call_unpinned, prog)
       self._programs[key] = prog
     return prog
 
+  def _join_model(self, shared_model, world_model):
+    """A block's model: without a shared part (`model=` a mapping of per-world fields) the
+    compiled model is embedded as constants under the per-world fields."""
+    if shared_model is None and world_model:
+      return self.mx.replace(**world_model)
+    return worlds.join_model(shared_model, world_model)
+
   def _reset_block(self, shared, world, *, model_fields, share):
-    mx = worlds.join_model(shared['model'], world['model'])
+    mx = self._join_model(shared['model'], world['model'])
     st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
-                           model_fields, share)
+                           model_fields, share, world['latency'])
     return _split_state(st, share)
 
   def _step_block(self, shared, world, *, model_fields, share):
-    mx = worlds.join_model(shared['model'], world['model'])
+    mx = self._join_model(shared['model'], world['model'])
     st = _join_state(shared['state'], world['state'])
     st, out = self._step_batch(mx, world['params'], st, world['commands'], model_fields)
     sh, wo = _split_state(st, share)
@@ -401,7 +527,7 @@ class Simulation:
 
   def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
                  observe_truth):
-    mx = worlds.join_model(shared['model'], world['model'])
+    mx = self._join_model(shared['model'], world['model'])
     st = _join_state(shared['state'], world['state'])
     cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
     (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
@@ -410,7 +536,27 @@ class Simulation:
     outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
     return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
 
+  def _model_field_names(self, model, model_axes) -> tuple:
+    if isinstance(model, Mapping):
+      return tuple(sorted(model))
+    return worlds.model_fields(model_axes)
+
+  def _full_model(self, model):
+    """An `mjx.Model` for the traced (caller-owned) path."""
+    return self.mx.replace(**model) if isinstance(model, Mapping) else model
+
   def _model_parts(self, model, model_axes, n_worlds):
+    if isinstance(model, Mapping):   # per-world fields; the rest stays compiled in
+      fields = tuple(sorted(model))
+      if model_axes is not None and worlds.model_fields(model_axes) != fields:
+        raise FibrilError('model_axes: with model= a mapping of per-world fields, the world '
+                          'axis is on exactly those fields (leave model_axes out)')
+      for f in fields:
+        if not hasattr(self.mx, f):
+          names = [x.name for x in dataclasses.fields(self.mx)]
+          raise FibrilError(f'model: mjx.Model has no field {f!r}' + did_you_mean(f, names))
+      _, world = worlds.split_model(self.mx.replace(**model), fields, n_worlds)
+      return fields, None, world
     fields = worlds.model_fields(model_axes)
     if fields and model is None:
       raise FibrilError('model_axes given without model=: pass the mjx.Model whose fields '
@@ -421,8 +567,9 @@ class Simulation:
   # ---------------------------------------------------------------- public API
 
   def reset(self, params: dict, world_keys: jax.Array, *, model=None, model_axes=None,
-            qpos_offset=None, qvel_offset=None, share_physics: bool = False, devices=None,
-            sub_batch: int | None = None) -> SimState:
+            qpos_offset=None, qvel_offset=None, latency: dict | None = None,
+            share_physics: bool = False, devices=None, sub_batch: int | None = None
+            ) -> SimState:
     """Resets a batch of worlds; runs `mjx.forward` and the tick-0 acquisitions.
 
     Args:
@@ -431,13 +578,22 @@ class Simulation:
       model: optional `mjx.Model` to use instead of `sim.mx` (e.g. `sim.mx.replace(...)` to
         differentiate wrt or vary MJCF physical fields); traced as an argument. By default the
         compiled model is embedded as constants, which XLA can fold (measured about 7 %
-        faster on the CPU for the demo turntable).
+        faster on the CPU for the demo turntable). Or a mapping `{field: (nworld, ...)}` of
+        per-world fields only (e.g. `{'body_mass': m}`): every other field stays embedded as
+        constants (the cheaper way to vary MJCF fields per world; no `model_axes` needed).
       model_axes: fields of `model` that carry a leading world axis, per world: `{'dof_damping':
         0, 'body_mass': 0}` or a set of names (e.g. `dof_damping (nworld, nv)`,
         `geom_friction (nworld, ngeom, 3)`, `actuator_gainprm (nworld, nu, 10)`). They are
         vmapped, sub-batched, chunked and sharded with the worlds.
       qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` added to the model's initial
         `qpos` / `qvel` before the first `mjx.forward` (per-world initial state).
+      latency: per-world transport latencies `{component id: {field: seconds}}`, each value
+        a scalar or `(nworld,)`, for the fields of `latency_fields()` (`latency_s` of a
+        sensor, `command_latency_s` / `feedback_latency_s` of an actuator). Each world's
+        delivery queue starts with its own latency, rounded up to whole ticks on the host
+        exactly as a manifest value is, so a world equals one built with that latency in
+        the manifest. Values are at most the built latency (the manifest's, which sized the
+        queue): build with the largest of the batch. Host values only (not differentiable).
       share_physics: compute the physics once for all worlds when `physics_sharing` allows it
         (`rollout` decides this itself); the returned state's `data` then has no world axis.
       devices: None (every local device), a count, or a sequence of devices; worlds are
@@ -450,17 +606,18 @@ class Simulation:
     self.check_params(params)
     n = world_keys.shape[0]
     fields, shared_model, world_model = self._model_parts(model, model_axes, n)
+    lat = self.latency_inputs(latency, n)
     share = share_physics and self.physics_sharing(
         model_fields=fields, qpos_offset=qpos_offset, qvel_offset=qvel_offset)[0]
     if worlds.is_traced((params, world_keys, model, qpos_offset, qvel_offset)):
-      return self._reset_batch(model, params, world_keys, qpos_offset, qvel_offset, fields,
-                               share)
+      return self._reset_batch(self._full_model(model), params, world_keys, qpos_offset,
+                               qvel_offset, fields, share, lat)
     devs = worlds.resolve_devices(devices)
     lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
     prog = self._program('reset', lay, devs, model_fields=fields, share=share)
     sh, wo = prog({'model': shared_model},
                   {'params': params, 'keys': world_keys, 'model': world_model,
-                   'qpos': qpos_offset, 'qvel': qvel_offset})
+                   'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat})
     return _join_state(sh, wo)
 
   def outputs(self, state: SimState) -> dict:
@@ -481,7 +638,7 @@ class Simulation:
     n = state.diverged.shape[0]
     fields, shared_model, world_model = self._model_parts(model, model_axes, n)
     if worlds.is_traced((params, state, commands, model)):
-      return self._step_batch(model, params, state, commands, fields)
+      return self._step_batch(self._full_model(model), params, state, commands, fields)
     share = _is_shared(state)
     devs = worlds.resolve_devices(devices)
     lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
@@ -511,8 +668,9 @@ class Simulation:
       `record`); with a controller, `((state, controller_state), outputs)`.
     """
     if worlds.is_traced((params, state, commands, controller_state, model)):
-      fields = worlds.model_fields(model_axes)
-      (state, carry), outs = self._run_batch(model, params, state, controller_state, commands,
+      fields = self._model_field_names(model, model_axes)
+      (state, carry), outs = self._run_batch(self._full_model(model), params, state,
+                                             controller_state, commands,
                                              n_ticks, record, controller, observe_truth,
                                              fields)
     else:
@@ -547,8 +705,8 @@ class Simulation:
               commands: dict | None = None, controller: Callable | None = None,
               controller_init: Any = None, observe_truth: bool = False, model=None,
               model_axes=None, qpos_offset=None, qvel_offset=None,
-              share_physics: bool = True, devices=None, sub_batch: int | None = None,
-              stall_s: float | None = None):
+              latency: dict | None = None, share_physics: bool = True, devices=None,
+              sub_batch: int | None = None, stall_s: float | None = None):
     """Reset then `n_ticks` steps of every world, in one program per host chunk.
 
     The world axis (`fibril_mjx.worlds`): worlds are sharded over `devices` (default every
@@ -565,8 +723,11 @@ class Simulation:
         (see `run`).
       model, model_axes: a per-world `mjx.Model`, e.g.
         `rollout(params, keys, T, model=sim.mx.replace(dof_damping=d), model_axes={'dof_damping':
-        0})` with `d` of shape `(nworld, nv)` (see `reset`).
+        0})` with `d` of shape `(nworld, nv)`, or `model={'dof_damping': d}` with the rest of
+        the model compiled in (see `reset`).
       qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` per-world initial state.
+      latency: per-world transport latencies `{component id: {field: seconds}}` (see
+        `reset`).
       share_physics: when `physics_sharing` allows it (sensor-only Monte Carlo), run the
         physics once and broadcast its data to every world's components; False forces one
         physics rollout per world. Shared and per-world sensor outputs agree to float
@@ -580,7 +741,10 @@ class Simulation:
       which a world became non-finite (-1: never).
     """
     n = world_keys.shape[0]
-    fields = worlds.model_fields(model_axes)
+    fields = self._model_field_names(model, model_axes)
+    self.latency_inputs(latency, n)   # validated once, before anything runs
+    lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}
+           for cid, per in (latency or {}).items()}
     share, _ = self.physics_sharing(commands=commands, controller=controller,
                                     model_fields=fields, qpos_offset=qpos_offset,
                                     qvel_offset=qvel_offset, share_physics=share_physics)
@@ -590,7 +754,9 @@ class Simulation:
       sl = lambda t: jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
       p, keys = sl(params), world_keys[lo:hi]
       m = model
-      if fields:
+      if fields and isinstance(model, Mapping):
+        m = {f: model[f][lo:hi] for f in fields}
+      elif fields:
         m = model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
       cmds = jax.tree.map(lambda x: jnp.swapaxes(x[:, lo:hi], 0, 1), commands)
       carry = None
@@ -598,8 +764,8 @@ class Simulation:
         carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)),
                              controller_init)
       st = self.reset(p, keys, model=m, model_axes=fields, qpos_offset=sl(qpos_offset),
-                      qvel_offset=sl(qvel_offset), share_physics=share, devices=devs,
-                      sub_batch=sub_batch)
+                      qvel_offset=sl(qvel_offset), latency=sl(lat) or None,
+                      share_physics=share, devices=devs, sub_batch=sub_batch)
       out0 = self.outputs(st) if record else None
       st, carry, outs = self._run_world_major(
           p, st, n_ticks, record, commands=cmds, controller=controller, controller_state=carry,

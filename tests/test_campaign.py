@@ -268,3 +268,212 @@ def test_sigkilled_run_resumed_yields_the_uninterrupted_rows(reference, rig, tmp
   for k in rows:
     np.testing.assert_array_equal(got[k], rows[k], err_msg=k)
   assert not list((out / 'parts').glob('.*'))   # no temporary files left behind
+
+
+# ------------------------------------------------------------------------ profiles per world
+
+IMU = {'id': 'imu', 'type': 'fibril_sim/imu',
+       'config': {'profiles': {'device': 'icm42688p_nominal'}, 'gyroscope_sensor': 'gyro',
+                  'accelerometer_sensor': 'accel'}}
+PROFILES = ['icm42688p_nominal', 'bmi088_nominal']
+
+
+def _plain_trace(manifest, worlds, seed, n_ticks, sub_batch, **kw):
+  """A plain `fibril_mjx.load` rollout of `worlds` (global indices), laid out as the campaign
+  lays out a batch (padded on the host by repeating worlds, the same sub-batch)."""
+  import jax
+  import jax.numpy as jnp
+  import fibril_mjx
+  from fibril_mjx import worlds as worlds_axis
+  from fibril_mjx.analysis import common
+  sim = fibril_mjx.load(manifest)
+  n = len(worlds)
+  per = len(worlds_axis.resolve_devices(None)) * sub_batch
+  idx = np.arange(-(-n // per) * per) % n
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(
+      jnp.asarray(np.asarray(worlds)[idx], jnp.uint32))
+  _, tr = sim.rollout(sim.default_params(len(idx)), keys, n_ticks, sub_batch=sub_batch, **kw)
+  return common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
+
+
+@pytest.fixture(scope='module')
+def imu_rig(tmp_path_factory):
+  d = tmp_path_factory.mktemp('imu_campaign')
+  write_rig(d, [IMU])
+  return d
+
+
+def test_profile_choice_per_world_equals_a_plain_load(imu_rig, tmp_path):
+  path = write_campaign(imu_rig, 'profiles.yaml', worlds=6, chunk_worlds=6, duration_s=0.04,
+                        vary={'imu.profiles.device': {'dist': 'choice', 'values': PROFILES}},
+                        metrics=None, criteria={
+                            'rate': {'metric': 'imu.angular_velocity_error_rms_rad_s',
+                                     'max': 0.002}})
+  out = tmp_path / 'out'
+  execute.run(path, out, progress=False)
+  rows = execute.read_rows(out)
+  chosen = rows['imu.profiles.device']
+  assert set(chosen) == set(PROFILES)           # the profile id per world, as a string
+  plan = engine.Plan(spec.read(path))
+  assert len(plan.group_sims) == 1              # a plan builds a group when it runs one
+  for k, pid in enumerate(PROFILES):
+    worlds = np.nonzero(chosen == pid)[0]
+    samples = plan.sample(worlds)
+    cols, flat = plan.run_worlds(worlds, samples, trace=True)
+    sim = plan.group_sims[(k,)]
+    assert sim.components['imu'].cfg.period_s == {'icm42688p_nominal': 0.002,
+                                                  'bmi088_nominal': 0.0025}[pid]
+    manifest = write_rig(tmp_path / pid, [{**IMU, 'config': {
+        **IMU['config'], 'profiles': {'device': pid}}}])
+    ref = _plain_trace(manifest, worlds, 3, plan.n_ticks, plan.sub_batch(sim))
+    assert set(ref) == set(flat)
+    for name in flat:
+      np.testing.assert_array_equal(flat[name], ref[name], err_msg=f'{pid}: {name}')
+    for m, v in cols.items():
+      np.testing.assert_array_equal(rows[m][worlds], v, err_msg=m)
+  summary = json.loads((out / 'summary.json').read_text())
+  per = summary['by_choice']['imu.profiles.device']
+  assert set(per) == set(PROFILES)
+  for pid in PROFILES:
+    sel = chosen == pid
+    assert per[pid]['worlds'] == int(sel.sum())
+    assert per[pid]['failures'] == int((~rows['pass'][sel]).sum())
+  assert 'by choice' in (out / 'summary.txt').read_text()
+
+
+@pytest.mark.parametrize('values, message', [
+    (['icm42688p_nominal', 'bmi088_nomimal'],
+     "vary.imu.profiles.device.values[1] = 'bmi088_nomimal': unknown profile (did you mean "
+     "'bmi088_nominal'?); device profiles for fibril_sim/imu: bmi088_nominal, "
+     "icm42688p_nominal"),
+    (['r6093u_nominal'],
+     "vary.imu.profiles.device.values[0] = 'r6093u_nominal': profile 'r6093u_nominal' is for "
+     "fibril_sim/ahrs, not fibril_sim/imu (component 'imu')"),
+    (['r6093u_empirical'], "is for fibril_sim/ahrs, not fibril_sim/imu"),
+])
+def test_bad_profile_choice_is_one_line(imu_rig, capsys, tmp_path, values, message):
+  path = write_campaign(imu_rig, 'bad_profiles.yaml', metrics=None, criteria={},
+                        vary={'imu.profiles.device': {'dist': 'choice', 'values': values}})
+  rc, lines = _cli_errors(capsys, ['campaign', str(path), '--out', str(tmp_path / 'o')])
+  assert rc == 2 and len(lines) == 1, lines
+  assert message in lines[0] and str(path) in lines[0]
+
+
+def test_profile_layer_and_dist_rules(imu_rig, capsys, tmp_path):
+  for vary, message in (
+      ({'imu.profiles.devise': {'dist': 'choice', 'values': PROFILES}},
+       "unknown profile layer (did you mean 'device'?)"),
+      ({'imu.profiles.device': {'dist': 'uniform', 'low': 0, 'high': 1}},
+       'only dist: choice is allowed'),
+      ({'imu.profiles': {'dist': 'choice', 'values': ['bmi088_nominal']}},
+       "each choice must be a mapping of profile layer to profile id")):
+    path = write_campaign(imu_rig, 'bad_profiles.yaml', metrics=None, criteria={}, vary=vary)
+    rc, lines = _cli_errors(capsys, ['campaign', str(path), '--out', str(tmp_path / 'o')])
+    assert rc == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+# ------------------------------------------------------------------------ scenario
+
+STILL_YAW = [{'actuator': 'yaw_motor', 'amplitude': 0.0},
+             {'actuator': 'tilt_motor', 'waveform': 'square', 'amplitude': 2.0,
+              'frequency_hz': 5.0}]
+
+
+def test_scenario_replaces_the_manifest_drive(rig, tmp_path):
+  base = write_campaign(rig, 'nominal.yaml', vary={}, worlds=2, chunk_worlds=2)
+  path = write_campaign(rig, 'scenario.yaml', vary={}, worlds=2, chunk_worlds=2,
+                        scenario={'actuator_script': STILL_YAW})
+  flats = {}
+  for name, p in (('nominal', base), ('scenario', path)):
+    plan = engine.Plan(spec.read(p))
+    _, flats[name] = plan.run_worlds(np.arange(2), trace=True)
+  sim = plan.sim
+  assert sim.actuator_script.amplitude == (0.0, 2.0)
+  w_nom, w_sc = (flats[k]['truth/ahrs/angular_velocity'] for k in ('nominal', 'scenario'))
+  # yaw held at rest: no yaw rate reaches the IMU; the square tilt drive swings the tilt fast
+  assert np.abs(w_nom[..., 2]).max() > 0.05 and np.abs(w_sc[..., 2]).max() < 1e-6
+  assert np.abs(w_sc[..., 1]).max() > 1.5 * np.abs(w_nom[..., 1]).max()
+  # the same as the manifest written with that drive
+  manifest = write_rig(tmp_path / 'm', [ahrs_entry(period_s=0.004)], script=STILL_YAW)
+  ref = _plain_trace(manifest, np.arange(2), 3, plan.n_ticks, plan.sub_batch(sim))
+  for name in ref:
+    np.testing.assert_array_equal(flats['scenario'][name], ref[name], err_msg=name)
+
+
+@pytest.mark.parametrize('scenario, message', [
+    ({'actuator_scripts': []},
+     "scenario.actuator_scripts = []: unknown key; expected actuator_script or command_script "
+     "(did you mean 'actuator_script'?)"),
+    ({'actuator_script': [{'actuator': 'yaw_motor', 'amplitude': 'big'}]},
+     "scenario.actuator_script[0].amplitude = 'big'"),
+    ({'actuator_script': [{'actuator': 'yaw_motr', 'amplitude': 1.0}]},
+     "scenario.actuator_script[0].actuator = 'yaw_motr': no MuJoCo actuator of that name "
+     "(did you mean 'yaw_motor'?)"),
+    ({'command_script': [{'component': 'ahrs', 'kind': 'value'}]},
+     "scenario.command_script[0].component = 'ahrs': 'ahrs' is a fibril_sim/ahrs, not an "
+     "actuator component"),
+])
+def test_bad_scenario_is_one_line(rig, capsys, tmp_path, scenario, message):
+  path = write_campaign(rig, 'bad_scenario.yaml', vary={}, scenario=scenario)
+  rc, lines = _cli_errors(capsys, ['campaign', str(path), '--out', str(tmp_path / 'o')])
+  assert rc == 2 and len(lines) == 1, lines
+  assert message in lines[0] and str(path) in lines[0], lines[0]
+
+
+# ------------------------------------------------------------------------ per-world latency
+
+def test_per_world_latency_equals_the_manifest_latency_bitwise(tmp_path):
+  """`Simulation.rollout(latency=)`, the public input the campaign uses, against builds with
+  each latency in the manifest (with jitter: the seconds path of the queue too)."""
+  import fibril_mjx
+  from fibril_mjx.errors import FibrilError as Err
+  lat = np.array([0.0, 0.004, 0.0121, 0.004])
+  worlds = np.arange(len(lat))
+  entry = lambda v: ahrs_entry(period_s=0.004, latency_s=v, jitter_s=0.001)  # noqa: E731
+  big = fibril_mjx.load(write_rig(tmp_path / 'max', [entry(float(lat.max()))]))
+  assert big.latency_fields() == {'ahrs': ('latency_s',)}
+  got = _plain_trace(big.manifest.path, worlds, 5, 30, 2,
+                     latency={'ahrs': {'latency_s': lat}})
+  for v in np.unique(lat):
+    ref = _plain_trace(write_rig(tmp_path / f'{v:g}', [entry(float(v))]), worlds, 5, 30, 2)
+    sel = lat == v
+    for name in ref:
+      np.testing.assert_array_equal(got[name][sel], ref[name][sel], err_msg=f'{v}: {name}')
+  delay = got['sensor/ahrs/arrival_tick'] - got['sensor/ahrs/sample_tick']
+  new = got['sensor/ahrs/new_data'].astype(bool)
+  assert delay[0][new[0]].max() < delay[3][new[3]].min()   # 0 s vs 12.1 ms (± jitter)
+  keys = fibril_mjx.world_keys(0, 2)
+  p = big.default_params(2)
+  with pytest.raises(Err, match=r"exceeds the built latency_s 0.0121 s, which sized the queue"):
+    big.reset(p, keys, latency={'ahrs': {'latency_s': [0.0, 0.02]}})
+  with pytest.raises(Err, match=r"component 'ahr': no component of that id \(did you mean "
+                                r"'ahrs'\?\)"):
+    big.reset(p, keys, latency={'ahr': {'latency_s': 0.0}})
+  with pytest.raises(Err, match=r"not a transport latency of fibril_sim/ahrs \(latency_s\) "
+                                r"\(did you mean 'latency_s'\?\)"):
+    big.reset(p, keys, latency={'ahrs': {'latency': 0.0}})
+  with pytest.raises(Err, match='finite and >= 0'):
+    big.reset(p, keys, latency={'ahrs': {'latency_s': [-0.001, 0.0]}})
+
+
+def test_per_world_model_fields_as_a_mapping(rig):
+  """`rollout(model={field: (nworld, ...)})` (what the campaign passes: the rest of the model
+  stays compiled in) agrees with a whole per-world `mjx.Model` (`model_axes`), and is checked."""
+  import jax
+  import jax.numpy as jnp
+  import fibril_mjx
+  from fibril_mjx.errors import FibrilError as Err
+  sim = fibril_mjx.load(rig / 'manifest.yaml')
+  damping = np.array([[0.05, 0.2], [3.0, 0.01]], np.float32)
+  keys, p = fibril_mjx.world_keys(0, 2), sim.default_params(2)
+  a, _ = sim.rollout(p, keys, 30, model={'dof_damping': damping}, record=False)
+  host = jax.tree.map(np.asarray, sim.mx)   # an argument may go to any device
+  b, _ = sim.rollout(p, keys, 30, model=host.replace(dof_damping=jnp.asarray(damping)),
+                     model_axes={'dof_damping': 0}, record=False)
+  np.testing.assert_allclose(np.asarray(a.data.qvel), np.asarray(b.data.qvel), rtol=1e-5,
+                             atol=1e-6)
+  assert abs(float(a.data.qvel[1, 0])) < abs(float(a.data.qvel[0, 0]))   # more yaw damping
+  with pytest.raises(Err, match=r"no field 'dof_dampin' \(did you mean 'dof_damping'\?\)"):
+    sim.rollout(p, keys, 2, model={'dof_dampin': damping})
+  with pytest.raises(Err, match='leading world axis'):
+    sim.rollout(p, keys, 2, model={'dof_damping': damping[:1]})

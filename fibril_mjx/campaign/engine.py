@@ -4,18 +4,25 @@
 campaign: the validated campaign, its resolved fields, one `Simulation` per static group
 (loaded once, compiled once per batch shape), and `run_chunk(lo, hi)` → one row per world.
 
-Worlds run through the simulator's world axis (`Simulation.rollout`, `fibril_mjx.worlds`):
-per-world MJCF fields as a per-world `mjx.Model` (`model_axes`), initial-state offsets as
-`qpos_offset` / `qvel_offset`, device sharding, LAPACK-safe sub-batches, the one-world guard,
-and shared physics when only sensor / transport fields vary. The one thing the simulator does
-not take per world — a transport latency, which must be in the queue before the tick-0
-sample is sent — rides in the params under `LATENCY_PARAMS` and is written into each
-component's queue by `_CampaignSimulation._sense` (`transport.with_latency`, idempotent).
+A static group is a build of the manifest with its static choices applied: component and MJCF
+static fields as `overrides`, profile selections and the campaign's `scenario:` (open-loop
+drives) on the parsed manifest (`manifest_variant`), every varied Params field compiled in
+(`vary`), and each varied latency at its largest value of the campaign (which sizes the
+queues).
+
+Worlds run through the simulator's public world axis (`Simulation.rollout`,
+`fibril_mjx.worlds`): per-world MJCF fields as `model={field: (nworld, ...)}` (the rest of the
+model stays compiled in as constants), initial-state offsets as `qpos_offset` /
+`qvel_offset`, transport latencies as `latency=`, device sharding, LAPACK-safe sub-batches,
+the one-world guard, and shared physics when only sensor / transport fields vary.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import hashlib
+import json
 import math
 import operator
 
@@ -24,23 +31,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx import analysis
+from fibril_mjx import build
 from fibril_mjx import worlds as worlds_axis
 from fibril_mjx.analysis import common
 from fibril_mjx.build import DCMOTOR_PARAMS
 from fibril_mjx.campaign import fields as fl
 from fibril_mjx.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
-from fibril_mjx.simulator import Simulation, load
-from fibril_mjx.transport import with_latency
+from fibril_mjx.manifest import read_manifest
+from fibril_mjx.simulator import Simulation, latency_ticks as _ticks
 
-LATENCY_PARAMS = 'campaign.latency'   # params key: ((latency_s (n,), ticks (n,)), ...)
 SUB_BATCH = 256                       # worlds per vmapped call at most (`Plan.sub_batch`)
 
 
 def latency_ticks(latency_s: np.ndarray, dt: float) -> np.ndarray:
-  """`ceil(latency / dt)` per world, with the 1e-9 relative tolerance of `ticks_fraction`."""
-  r = np.asarray(latency_s, np.float64) / dt
-  return np.ceil(r - 1e-9 * np.maximum(r, 1.0)).astype(np.int32)
+  """Each latency in whole ticks, rounded up as the manifest's transports round it."""
+  v = np.asarray(latency_s, np.float64)
+  return np.array([_ticks(x, dt) for x in v.reshape(-1)], np.int32).reshape(v.shape)
 
 
 def pow2_sub_batch(cap: int | None) -> int | None:
@@ -49,106 +56,66 @@ def pow2_sub_batch(cap: int | None) -> int | None:
   return None if cap is None else max(2, 1 << (int(cap).bit_length() - 1))
 
 
-# ------------------------------------------------------------------------------- simulation
+# ------------------------------------------------------------------------------- manifests
 
-class _CampaignSimulation(Simulation):
-  """A `Simulation` whose components also take a per-world transport latency.
+def manifest_variant(manifest, profiles: dict, scenario: dict | None):
+  """`manifest` with component profile selections replaced and the scenario's drives.
 
-  `latencies`: `((component id, latency field), ...)`, static; their per-world values are
-  `params[LATENCY_PARAMS]` `((latency_s (nworld,), delay_ticks (nworld,)), ...)`. They are
-  written into the queues before each sensing pass — at reset that is before the tick-0
-  sample is sent, which is when a latency must be in place; afterwards it rewrites the same
-  values.
+  Args:
+    profiles: `{component id: {layer: profile id or None}}` — layers replaced (None: no
+      profile in that layer); the other layers of the component's `profiles:` stay.
+    scenario: `{'actuator_script' | 'command_script': entries}` replacing the manifest's.
+
+  The variant's `sha256` (the compiled-code key of `build.Built`) covers the changes.
   """
-
-  def __init__(self, built, latencies: tuple):
-    super().__init__(built)
-    self.latencies = latencies
-    self._host_model = None
-
-  def host_model(self):
-    """`mx` with its arrays on the host (NumPy), the base of a batch's per-world model: only
-    its per-world fields are used (`_model_parts`); `mx` itself is committed to one device,
-    which a program sharded over several devices refuses as an argument."""
-    if self._host_model is None:
-      self._host_model = jax.tree.map(np.asarray, self.mx)
-    return self._host_model
-
-  # A campaign's per-world model is always this simulation's compiled model with some fields
-  # per world. Only those fields enter the programs as arguments; the rest of the model stays
-  # embedded as constants, as in a rollout without `model=`, so XLA folds it. Passing the
-  # whole model as an argument (what `model=` does) measured about 1.4x slower per tick on
-  # the AHRS turntable (bench/README.md, campaign section).
-
-  def _model_parts(self, model, model_axes, n_worlds):
-    fields, _, world = super()._model_parts(model, model_axes, n_worlds)
-    return fields, None, world
-
-  def _constant_model(self, shared):
-    return {**shared, 'model': self.mx}
-
-  def _reset_block(self, shared, world, **kw):
-    return super()._reset_block(self._constant_model(shared), world, **kw)
-
-  def _step_block(self, shared, world, **kw):
-    return super()._step_block(self._constant_model(shared), world, **kw)
-
-  def _run_block(self, shared, world, **kw):
-    return super()._run_block(self._constant_model(shared), world, **kw)
-
-  def _transport(self, cid: str, name: str):
-    obj = self.components[cid]
-    for a in fl.LATENCY_FIELDS[name][0].split('.'):
-      obj = getattr(obj, a)
-    return obj
-
-  def default_params(self, n_worlds: int | None = None) -> dict:
-    """As `Simulation.default_params`, plus each varied latency at its built value (the
-    largest of the campaign, which sized the queue)."""
-    p = super().default_params()
-    if self.latencies:
-      trs = [self._transport(cid, name) for cid, name in self.latencies]
-      p[LATENCY_PARAMS] = tuple((jnp.float32(t.latency_s), jnp.int32(t.latency_ticks))
-                                for t in trs)
-    if n_worlds is None:
-      return p
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
-
-  def _sense(self, params, comps, data, tick, dues):
-    if self.latencies:
-      comps = dict(comps)
-      for (cid, name), (lat_s, lat_t) in zip(self.latencies, params[LATENCY_PARAMS]):
-        path = fl.LATENCY_FIELDS[name][1]
-        comps[cid] = _replace_path(comps[cid], path, lambda q: with_latency(q, lat_s, lat_t))
-    return super()._sense(params, comps, data, tick, dues)
+  if not profiles and not scenario:
+    return manifest
+  comps = []
+  for e in manifest.model.components:
+    if e.id not in profiles:
+      comps.append(e)
+      continue
+    sel = {**(e.config.get('profiles') or {}), **profiles[e.id]}
+    sel = {k: v for k, v in sel.items() if v is not None}
+    comps.append(e.model_copy(update={'config': {**e.config, 'profiles': sel}}))
+  update = {'components': comps, **{k: list(v) for k, v in (scenario or {}).items()}}
+  change = json.dumps({'profiles': profiles, 'scenario': {
+      k: [x.model_dump() for x in v] for k, v in (scenario or {}).items()}}, sort_keys=True)
+  sha = hashlib.sha256((manifest.sha256 + change).encode()).hexdigest()
+  return dataclasses.replace(manifest, model=manifest.model.model_copy(update=update),
+                             sha256=sha)
 
 
-def _replace_path(obj, path, fn):
-  if not path:
-    return fn(obj)
-  return obj._replace(**{path[0]: _replace_path(getattr(obj, path[0]), path[1:], fn)})
+def _scenario_error(e: ConfigError, manifest, campaign_file) -> ConfigError:
+  """A build error in a drive the scenario replaced, pointed at the campaign file."""
+  if e.file == str(manifest.path) and e.path.split('[')[0] in sp.SCENARIO_KEYS:
+    return ConfigError(str(campaign_file), f'scenario.{e.path}', e.rule, e.value)
+  return e
 
 
+@dataclasses.dataclass(frozen=True)
 class Inputs:
   """One batch's per-world inputs to `Simulation.rollout` (built on the host).
 
   Attributes:
-    params: `{id: Params}` (+ `LATENCY_PARAMS`), leaves `(nworld, ...)`.
+    params: `{id: Params}`, leaves `(nworld, ...)`.
     keys: `(nworld, 2)` world keys `fold_in(PRNGKey(seed), w)`.
-    model, model_axes: per-world `mjx.Model` and its per-world field names (None / ()).
+    model: `{mjx.Model field: (nworld, ...)}` per-world MJCF fields, or None.
     qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` or None.
+    latency: `{component id: {latency field: (nworld,) s}}`, or None.
   """
-
-  def __init__(self, params, keys, model, model_axes, qpos_offset, qvel_offset):
-    self.params, self.keys = params, keys
-    self.model, self.model_axes = model, model_axes
-    self.qpos_offset, self.qvel_offset = qpos_offset, qvel_offset
+  params: dict
+  keys: jax.Array
+  model: dict | None
+  qpos_offset: jax.Array | None
+  qvel_offset: jax.Array | None
+  latency: dict | None
 
   def rollout(self, sim, n_ticks: int, **kw):
     """`sim.rollout` of these worlds (full trace)."""
     return sim.rollout(self.params, self.keys, n_ticks, model=self.model,
-                       model_axes=self.model_axes or None, qpos_offset=self.qpos_offset,
-                       qvel_offset=self.qvel_offset, **kw)
+                       qpos_offset=self.qpos_offset, qvel_offset=self.qvel_offset,
+                       latency=self.latency, **kw)
 
 
 # ------------------------------------------------------------------------------- metrics
@@ -225,14 +192,14 @@ class Plan:
     self.campaign = c = campaign
     file = str(c.file)
     self._vary = {}
-    self.group_sims = {}   # {static choice indices: _CampaignSimulation}
+    self.group_sims = {}   # {static choice indices: Simulation}
     # Nominal build first (for names), then with every Params field compiled in.
-    nominal = load(c.manifest)
+    nominal = self._build(None, {})
     self.fields = fl.resolve(nominal, c.vary, file)
     for f in self.fields:
       if f.kind == 'param':
         self._vary.setdefault(f.component, []).append(f.name)
-    self.static = [f for f in self.fields if f.kind == 'static']
+    self.static = [f for f in self.fields if f.kind in ('static', 'profile')]
     self.latency_fields = [f for f in self.fields if f.kind == 'latency']
     self.latency_max = {}
     all_worlds = np.arange(c.worlds)
@@ -249,13 +216,25 @@ class Plan:
 
   # ---------------------------------------------------------------- groups
 
+  def _build(self, overrides, profiles, vary=None) -> Simulation:
+    """The campaign's manifest with `overrides`, profile selections and its scenario."""
+    c = self.campaign
+    man = read_manifest(c.manifest, overrides=overrides)
+    var = manifest_variant(man, profiles, c.scenario)
+    try:
+      return Simulation(build.build(var, vary=vary))
+    except ConfigError as e:
+      raise _scenario_error(e, man, c.file) from None
+
   def _group_sim(self, key: tuple):
     if key in self.group_sims:
       return self.group_sims[key]
-    comps, mjcf = [], []
+    comps, mjcf, profiles = [], [], {}
     for f, idx in zip(self.static, key):
       value = f.static_value(f.dist.params['values'][idx])
-      if f.component is not None:
+      if f.kind == 'profile':
+        profiles.setdefault(f.component, {}).update(fl.profile_selection(f, value))
+      elif f.component is not None:
         comps.append({'component': f.component, 'field': f.name, 'value': value})
       else:
         element, name = f.target.split(':', 1)
@@ -265,14 +244,12 @@ class Plan:
                     'value': self.latency_max[f.path]})
     overrides = {'components': comps, 'mjcf': mjcf} if comps or mjcf else None
     try:
-      sim = load(self.campaign.manifest, overrides, vary=self._vary)
+      sim = self._build(overrides, profiles, self._vary)
     except ConfigError as e:
       if e.file == 'overrides':
         raise FibrilError(f'{self.campaign.file}: vary: a static choice or latency is invalid '
                           f'for the manifest: {e.rule} ({e.path} = {e.value!r})') from None
       raise
-    sim = _CampaignSimulation(sim.built, tuple((f.component, f.name)
-                                               for f in self.latency_fields))
     self.group_sims[key] = sim
     return sim
 
@@ -323,11 +300,8 @@ class Plan:
     cols = {}
     for f in self.fields:
       v, choice = samples[f.path]
-      if f.kind == 'static':
-        vals = f.dist.params['values']
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
-        cols[f.path] = (np.array([float(x) for x in v]) if numeric
-                        else np.asarray(choice, np.int64))
+      if f.kind in ('static', 'profile'):
+        cols[f.path] = fl.choice_column(f, choice)
         continue
       flat = v.reshape(len(v), -1)
       for k, name in enumerate(f.columns):
@@ -366,17 +340,13 @@ class Plan:
         mxv[f.target][(slice(None),) + f.index] = v
       elif f.kind == 'initial':
         (qoff if f.target == 'qpos' else voff)[:, f.index] += v.astype(np.float32)
-    if self.latency_fields:
-      params[LATENCY_PARAMS] = tuple(
-          (jnp.asarray(samples[f.path][0], jnp.float32),
-           jnp.asarray(latency_ticks(samples[f.path][0], sim.dt)))
-          for f in self.latency_fields)
+    latency = {}
+    for f in self.latency_fields:
+      latency.setdefault(f.component, {})[f.name] = samples[f.path][0]
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(self.campaign.seed), i))(
         jnp.asarray(worlds, jnp.uint32))
-    model = sim.host_model().replace(**mxv) if mxv else None
-    return Inputs(params, keys, model, tuple(targets),
-                  None if qoff is None else jnp.asarray(qoff),
-                  None if voff is None else jnp.asarray(voff))
+    return Inputs(params, keys, mxv or None, None if qoff is None else jnp.asarray(qoff),
+                  None if voff is None else jnp.asarray(voff), latency or None)
 
   def sub_batch(self, sim) -> int:
     """Worlds per vmapped call, the same for every batch of the campaign whatever its size,
@@ -464,9 +434,8 @@ def _probe_metrics(plan: Plan, cid: str) -> list[str]:
   cache = getattr(plan, '_probe', None)
   if cache is None:
     sim = plan.sim
-    st = jax.eval_shape(sim._reset_batch, None, sim.default_params(2),
-                        jax.random.split(jax.random.PRNGKey(0), 2))
-    out = jax.eval_shape(jax.vmap(sim._outputs), st.data, st.components)
+    out = jax.eval_shape(lambda p, k: sim.outputs(sim.reset(p, k)), sim.default_params(2),
+                         jax.random.split(jax.random.PRNGKey(0), 2))
     fake = jax.tree.map(lambda s: np.zeros((s.shape[0], 3) + s.shape[1:], s.dtype), out)
     flat = common.flatten(fake)
     cache = {}

@@ -49,7 +49,7 @@ def hashes(plan: engine.Plan) -> dict:
       versions[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
       versions[name] = None
-  return {'campaign': plan.campaign.sha256, 'manifest': man.sha256,
+  return {'campaign': plan.campaign.sha256, 'manifest': _sha(plan.campaign.manifest),
           'model': _sha(man.model_path), 'profiles': profiles.hexdigest(), 'packages': versions}
 
 
@@ -104,7 +104,7 @@ def _ray_chunk(campaign_path, opts, lo, hi, n_devices):
   """A Ray task: runs one chunk in a worker (the plan is built once per worker process) on
   as many XLA devices as the driver uses, so that its rows are bitwise the driver's."""
   from fibril_mjx import worlds
-  worlds.cpu_device_flag(n_devices)   # effective when this worker has not started JAX yet
+  worlds.cpu_flags(n_devices)   # effective when this worker has not started JAX yet
   import jax
   if len(jax.local_devices()) != n_devices:
     raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s), the driver uses '
@@ -152,6 +152,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                       'params': {k: list(v) for k, v in f.dist.params.items()},
                       'relative': f.dist.relative, 'columns': f.columns}
                      for f in plan.fields],
+          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
+                       for k, v in (camp.scenario or {}).items()},
           'metrics': plan.metrics,
           'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
                        for c in camp.criteria],

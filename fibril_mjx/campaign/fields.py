@@ -7,6 +7,10 @@ Field paths:
   `command_latency_s`, `feedback_latency_s` vary per world as a latency in ticks (the queue
   is sized for the campaign's largest); any other field (period, phase, quantization, ...) is
   static: `dist: choice` only, and worlds are grouped by their choices (one compile each).
+- `ID.profiles.LAYER` (`device`, `empirical`, `transport`) — the component's profile of that
+  layer, a profile id (or null: none) per choice; `ID.profiles` — its whole `profiles:`
+  mapping per choice (`{device: ..., empirical: ...}`). Static (`dist: choice`): each
+  choice is a build of the manifest with that selection.
 - `ELEMENT:NAME.ATTRIBUTE` — a MJCF attribute as in `parameter_overlays`: body `mass`,
   `inertia`; geom `friction`; joint `damping`, `armature`, `frictionloss`, `stiffness`;
   actuator `gainprm`, `biasprm`, `gear` (the first k entries for a per-axis list of k), and
@@ -37,11 +41,9 @@ from fibril_mjx import rng
 from fibril_mjx.build import DCMOTOR_PARAMS
 from fibril_mjx.campaign.spec import Distribution
 from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.manifest import LAYERS
 
 STREAM = 'fibril_campaign'
-LATENCY_FIELDS = {'latency_s': ('transport', ('queue',)),
-                  'command_latency_s': ('link.transport', ('link', 'queue')),
-                  'feedback_latency_s': ('fb_transport', ('fb_queue',))}
 # (element, attribute) -> (mjx.Model field, index kind)
 MJCF_FIELDS = {
     ('body', 'mass'): ('body_mass', 'id'),
@@ -68,10 +70,12 @@ class Field:
   """A resolved `vary:` entry.
 
   Attributes:
-    path: the field path; kind: `param`, `latency`, `static`, `mjcf`, `dcmotor`, `initial`.
+    path: the field path; kind: `param`, `latency`, `static`, `profile`, `mjcf`, `dcmotor`,
+      `initial`.
     dist: its distribution; shape: one world's value shape (`()` or `(k,)`).
     nominal: the manifest's value `(shape)` float64 (for `relative` and the report).
-    component, name: component id and manifest field (component kinds).
+    component, name: component id and manifest field (component kinds); for `profile` the
+      layer (None: the whole `profiles:` mapping).
     target: `mjx.Model` field (`mjcf`), DcMotorParams field (`dcmotor`), `qpos`/`qvel`
       (`initial`); index: where in it (host-side index tuple into the leaf).
   """
@@ -142,18 +146,15 @@ def _resolve_component(sim, params, d, file) -> Field:
     raise _err(file, d, 'no component of that id (ID.FIELD, ELEMENT:NAME.ATTRIBUTE or '
                'initial:qpos.JOINT)' + did_you_mean(cid, list(sim.components)))
   c = sim.components[cid]
+  if name == 'profiles' or name.startswith('profiles.'):
+    return _resolve_profiles(sim, d, cid, name.partition('.')[2] or None, file)
   known = [n for n, _ in c.fields]
   if c.param_path(name) is not None:
     nominal = np.asarray(c.get_param(params[cid], name), np.float64)
     return Field(d.path, 'param', d, _shape_for(file, d, nominal.shape), nominal, cid, name)
-  if name in LATENCY_FIELDS:
-    attr = LATENCY_FIELDS[name][0]
-    obj = c
-    for a in attr.split('.'):
-      obj = getattr(obj, a, None)
-    if obj is not None:
-      return Field(d.path, 'latency', d, _shape_for(file, d, ()),
-                   np.asarray(dict(c.fields)[name].value, np.float64), cid, name)
+  if name in sim.latency_fields().get(cid, ()):
+    return Field(d.path, 'latency', d, _shape_for(file, d, ()),
+                 np.asarray(dict(c.fields)[name].value, np.float64), cid, name)
   if name in known:
     if d.dist != 'choice':
       raise _err(file, d, f'{name} is static config of {c.type} (one compiled program per '
@@ -161,6 +162,75 @@ def _resolve_component(sim, params, d, file) -> Field:
     nominal = np.asarray(dict(c.fields)[name].value, dtype=object)
     return Field(d.path, 'static', d, (), nominal, cid, name)
   raise _err(file, d, f'not a field of {c.type}' + did_you_mean(name, known))
+
+
+def _resolve_profiles(sim, d, cid, layer, file) -> Field:
+  """`ID.profiles.LAYER` / `ID.profiles`: every choice names profiles of the catalog, of that
+  layer (kind) and for the component's type."""
+  c = sim.components[cid]
+  if d.dist != 'choice':
+    raise _err(file, d, 'a profile selection is static config (one compiled program per '
+               'choice): only dist: choice is allowed', d.dist, '.dist')
+  if layer is not None and layer not in LAYERS:
+    raise _err(file, d, 'unknown profile layer' + did_you_mean(layer, LAYERS)
+               + f'; layers: {", ".join(LAYERS)}', layer)
+  catalog = sim.manifest.catalog.profiles
+  for i, v in enumerate(d.params['values']):
+    sub = f'.values[{i}]'
+    if layer is None and not isinstance(v, dict):
+      raise _err(file, d, "each choice must be a mapping of profile layer to profile id, as "
+                 "a component's profiles:", v, sub)
+    for lay, pid in ({layer: v} if layer is not None else v).items():
+      if lay not in LAYERS:
+        raise _err(file, d, 'unknown profile layer' + did_you_mean(lay, LAYERS)
+                   + f'; layers: {", ".join(LAYERS)}', lay, sub)
+      if pid is None:
+        continue
+      avail = sorted(q.id for q in catalog.values()
+                     if q.kind == lay and c.type in q.component_types)
+      listing = f'{lay} profiles for {c.type}: {", ".join(avail) or "(none)"}'
+      if not isinstance(pid, str):
+        raise _err(file, d, f'must be a profile id (or null: none); {listing}', pid, sub)
+      p = catalog.get(pid)
+      if p is None:
+        raise _err(file, d, 'unknown profile' + did_you_mean(pid, avail or list(catalog))
+                   + f'; {listing}', pid, sub)
+      if c.type not in p.component_types:
+        raise _err(file, d, f'profile {pid!r} is for {", ".join(p.component_types)}, not '
+                   f'{c.type} (component {cid!r}); {listing}', pid, sub)
+      if p.kind != lay:
+        raise _err(file, d, f'profile {pid!r} is a {p.kind} profile, not {lay}; {listing}',
+                   pid, sub)
+  entry = next(e for e in sim.manifest.model.components if e.id == cid)
+  selected = dict(entry.config.get('profiles') or {})
+  nominal = selected if layer is None else selected.get(layer)
+  return Field(d.path, 'profile', d, (), np.asarray(nominal, dtype=object), cid, layer)
+
+
+def profile_selection(f: Field, value) -> dict:
+  """`{layer: profile id or None}` that a choice of a `profile` field selects; with the whole
+  mapping, layers it leaves out are cleared."""
+  if f.name is not None:
+    return {f.name: value}
+  return {lay: value.get(lay) for lay in LAYERS}
+
+
+def choice_label(value) -> str:
+  """A choice as text (a profile id, `device=a, empirical=b`, a number, a list)."""
+  if isinstance(value, dict):
+    return ', '.join(f'{k}={v}' for k, v in value.items()) or '(none)'
+  return 'none' if value is None else str(value)
+
+
+def choice_column(f: Field, choice: np.ndarray) -> np.ndarray:
+  """A static field's Parquet column: its value when every choice is a number or a string
+  (profile ids, modes), else its label for a profile mapping, else the choice index."""
+  vals = f.dist.params['values']
+  if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+    return np.array([float(vals[c]) for c in choice])
+  if f.kind == 'profile' or all(isinstance(x, str) for x in vals):
+    return np.array([choice_label(vals[c]) for c in choice], dtype=object).astype(str)
+  return np.asarray(choice, np.int64)
 
 
 def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
@@ -288,7 +358,7 @@ def sample(f: Field, seed: int, worlds: np.ndarray):
     w = np.asarray(d.weights if d.weights else [1.0] * len(vals), np.float64)
     cum = np.cumsum(w) / w.sum()
     choice = np.minimum(np.searchsorted(cum, u[:, 0], side='right'), len(vals) - 1)
-    if f.kind == 'static':
+    if f.kind in ('static', 'profile'):
       x = np.empty(len(worlds), dtype=object)
       for i, c in enumerate(choice):
         x[i] = vals[c]

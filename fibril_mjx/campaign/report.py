@@ -1,5 +1,7 @@
 """The campaign report: failure probabilities with Wilson intervals, metric quantiles,
-Spearman sensitivity rankings, passing vs failing worlds, plots, worst worlds."""
+Spearman sensitivity rankings, pass / fail and metric medians per choice of every
+`dist: choice` field (profiles, static modes), passing vs failing worlds, plots, worst
+worlds."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 from scipy import stats
 
 from fibril_mjx.campaign import execute as runmod
+from fibril_mjx.campaign.fields import choice_label
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
 Z95 = 1.959963984540054
@@ -34,11 +37,55 @@ def spearman(x, y) -> float:
   return float(stats.spearmanr(x[ok], y[ok]).statistic)
 
 
+def _numeric(col) -> bool:
+  return np.asarray(col).dtype.kind in 'fiub'
+
+
+def _choice_labels(f: dict, col: np.ndarray) -> np.ndarray:
+  """A choice field's column as text: its values, or for an index column the choices."""
+  vals = f['params']['values']
+  numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
+  if _numeric(col) and not numeric:
+    return np.array([choice_label(vals[int(i)]) for i in col], dtype=object)
+  return np.array([f'{x:g}' if isinstance(x, float) else str(x) for x in col.tolist()],
+                  dtype=object)
+
+
+def by_choice(rows: dict, meta: dict) -> dict:
+  """`{field path: {choice: {worlds, failures, failure_probability, wilson95, median}}}` for
+  every one-column `dist: choice` field: the comparison a rank correlation cannot make for
+  categories (profiles, modes)."""
+  ok = rows['pass'].astype(bool) if 'pass' in rows else None
+  out = {}
+  for f in meta['fields']:
+    if f['dist'] != 'choice' or len(f['columns']) != 1:
+      continue
+    labels = _choice_labels(f, np.asarray(rows[f['columns'][0]]))
+    entry = {}
+    for lab in dict.fromkeys(labels.tolist()):
+      sel = labels == lab
+      n = int(sel.sum())
+      e = {'worlds': n}
+      if ok is not None:
+        k = int((~ok[sel]).sum())
+        e.update(failures=k, failure_probability=k / n, wilson95=list(wilson(k, n)))
+      med = {}
+      for m in meta['metrics']:
+        v = np.asarray(rows[m], np.float64)[sel]
+        v = v[np.isfinite(v)]
+        med[m] = float(np.median(v)) if v.size else None
+      e['median'] = med
+      entry[lab] = e
+    out[f['path']] = dict(sorted(entry.items()))
+  return out
+
+
 def analyse(rows: dict, meta: dict) -> dict:
-  sampled = [c for f in meta['fields'] for c in (f['columns'] if f['kind'] != 'static'
-                                                  else [f['path']])]
+  sampled = [c for f in meta['fields'] for c in (f['columns'] if f['kind'] not in (
+      'static', 'profile') else [f['path']]) if _numeric(rows[c])]
   n = len(rows['world'])
-  out = {'worlds': n, 'criteria': {}, 'metrics': {}, 'sensitivity': {}, 'pass_vs_fail': {}}
+  out = {'worlds': n, 'criteria': {}, 'metrics': {}, 'sensitivity': {}, 'pass_vs_fail': {},
+         'by_choice': by_choice(rows, meta)}
   for cr in meta['criteria']:
     ok = rows[f'pass.{cr["name"]}'].astype(bool)
     k = int(n - ok.sum())
@@ -121,6 +168,17 @@ def write(out, plan, meta) -> dict:
   for m, ranking in res['sensitivity'].items():
     top = ', '.join(f'{c} {r:+.2f}' for c, r in ranking[:5]) or '(nothing varied)'
     lines.append(f'  {m}: {top}')
+  if res['by_choice']:
+    lines += ['', 'by choice — worlds, failure probability (95 % Wilson interval), metric '
+              'medians']
+    for path, entry in res['by_choice'].items():
+      lines.append(f'  {path}')
+      for lab, e in entry.items():
+        fail = ('' if 'failures' not in e else f'fail {e["failure_probability"]:.4f} '
+                f'[{e["wilson95"][0]:.4f}, {e["wilson95"][1]:.4f}]; ')
+        med = ', '.join(f'{m} {"nan" if v is None else format(v, ".4g")}'
+                        for m, v in e['median'].items())
+        lines.append(f'    {lab:<28} {e["worlds"]} worlds; {fail}{med}')
   if res['pass_vs_fail']:
     lines += ['', 'passing vs failing worlds — median pass / median fail (Spearman with '
               'failure)']

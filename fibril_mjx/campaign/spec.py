@@ -25,7 +25,9 @@ DISTRIBUTIONS = {
 }
 OPTIONAL = {'relative', 'weights'}
 TOP_KEYS = ('fibril_campaign', 'manifest', 'worlds', 'seed', 'duration_s', 'chunk_worlds',
-            'vary', 'metrics', 'criteria')
+            'scenario', 'vary', 'metrics', 'criteria')
+# `scenario:` keys: the manifest's open-loop drives, replaced entry list by entry list
+SCENARIO_KEYS = ('actuator_script', 'command_script')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Campaign:
   chunk_worlds: int
   vary: tuple[Distribution, ...]
   metrics: tuple | None        # names kept (None: every component metric)
+  scenario: dict | None        # {'actuator_script' | 'command_script': (validated entries)}
   user_metrics: tuple[Metric, ...]
   criteria: tuple[Criterion, ...]
 
@@ -193,6 +196,39 @@ def _check_metric_expr(file, path, expr, errors):
       return
 
 
+def _check_scenario(file, raw, errors) -> dict | None:
+  """`scenario:` — `actuator_script:` and/or `command_script:` entry lists in the manifest's
+  own vocabulary, each replacing the manifest's list (an empty list: no such drive)."""
+  from fibril_mjx.manifest import CommandScriptEntry, ScriptEntry
+  from fibril_mjx.validation import validate
+  if raw is None:
+    return None
+  if not isinstance(raw, dict) or not raw:
+    errors.append(ConfigError(file, 'scenario', 'must be a mapping with actuator_script: and/or '
+                              'command_script: (entry lists as in the manifest)', raw))
+    return None
+  models = dict(zip(SCENARIO_KEYS, (ScriptEntry, CommandScriptEntry)))
+  out = {}
+  for key, entries in raw.items():
+    if key not in models:
+      errors.append(ConfigError(file, f'scenario.{key}', 'unknown key; expected '
+                                + ' or '.join(SCENARIO_KEYS) + did_you_mean(key, SCENARIO_KEYS),
+                                entries))
+      continue
+    if not isinstance(entries, list):
+      errors.append(ConfigError(file, f'scenario.{key}', 'must be a list of entries as in the '
+                                f"manifest's {key}", entries))
+      continue
+    ok = []
+    for i, e in enumerate(entries):
+      try:
+        ok.append(validate(models[key], e, file=file, prefix=f'scenario.{key}[{i}]'))
+      except ConfigErrors as exc:
+        errors.extend(exc.errors)
+    out[key] = tuple(ok)
+  return out
+
+
 def read(path, *, worlds: int | None = None, duration_s: float | None = None,
          chunk_worlds: int | None = None) -> Campaign:
   """Reads and validates a campaign file; command-line values replace the file's.
@@ -239,6 +275,7 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
   if not (_num(dur) and dur > 0):
     errors.append(ConfigError(file, 'duration_s', 'must be a number > 0 (seconds)', dur))
 
+  scenario = _check_scenario(file, data.get('scenario'), errors)
   vary = []
   raw_vary = data.get('vary', {})
   if not isinstance(raw_vary, dict):
@@ -297,4 +334,5 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
     raise ConfigErrors(errors)
   return Campaign(path, hashlib.sha256(path.read_bytes()).hexdigest(), manifest, n_worlds,
                   int(seed), float(dur), chunk, tuple(vary),
-                  tuple(names) if names is not None else None, tuple(user), tuple(criteria))
+                  tuple(names) if names is not None else None, scenario, tuple(user),
+                  tuple(criteria))
