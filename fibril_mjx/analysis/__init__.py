@@ -38,13 +38,18 @@ def for_type(type_name: str) -> Analysis:
 
 
 def _register_builtin():
-  from fibril_mjx.analysis import (ahrs, attitude_ekf, imu, motion_motor, motor,
+  from fibril_mjx.analysis import (ahrs, airspeed, attitude_ekf, barometer, gnss, imu,
+                                   magnetometer, motion_motor, motor, rangefinder,
                                    scalar_actuator)
   for type_name, module in (('fibril_sim/ahrs', ahrs), ('fibril_sim/imu', imu),
                             ('fibril_sim/motor', motor),
                             ('fibril_sim/motion_motor', motion_motor),
                             ('fibril_sim/scalar_actuator', scalar_actuator),
-                            ('fibril_mjx/attitude_ekf', attitude_ekf)):
+                            ('fibril_mjx/attitude_ekf', attitude_ekf),
+                            ('fibril_sim/magnetometer', magnetometer),
+                            ('fibril_sim/barometer', barometer),
+                            ('fibril_sim/airspeed', airspeed), ('fibril_sim/gnss', gnss),
+                            ('fibril_sim/rangefinder', rangefinder)):
     register(type_name, metrics=module.host_metrics, plot=module.plot)
 
 

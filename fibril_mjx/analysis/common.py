@@ -113,12 +113,18 @@ def rate_error_metrics(sensor: dict, truth: dict) -> dict:
 
 
 def hist_across_worlds(ax, values, xlabel: str) -> None:
-  """Histogram of a per-world metric on `ax`."""
-  values = np.asarray(values)
-  ax.hist(values, bins=min(40, max(5, len(values) // 4)), color='tab:purple')
+  """Histogram of a per-world metric on `ax`, over its finite values (a message instead when
+  there is none: NaN and diverged worlds are left out)."""
+  values = np.asarray(values, np.float64)
+  values = values[np.isfinite(values)]
+  if values.size:
+    ax.hist(values, bins=min(40, max(5, values.size // 4)), color='tab:purple')
+    ax.set_title(f'error distribution across {values.size} worlds', fontsize=9)
+  else:
+    ax.text(0.5, 0.5, 'no finite per-world value (diverged worlds are left out)',
+            ha='center', va='center', transform=ax.transAxes)
   ax.set_xlabel(xlabel)
   ax.set_ylabel('worlds')
-  ax.set_title(f'error distribution across {len(values)} worlds')
 
 
 def save(fig, path, title: str) -> None:
@@ -129,3 +135,83 @@ def save(fig, path, title: str) -> None:
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
+
+# ----------------------------------------------- navigation sensors (magnetometer … GNSS)
+# Which delivered samples count, masked statistics, and the measured-vs-truth plot.
+
+HEALTHY = 0          # fibril_mjx.faults.HEALTHY
+COLOURS = ('tab:red', 'tab:blue', 'tab:green')
+
+
+def usable(sensor: dict, *values) -> np.ndarray:
+  """`(nworld, T)` bool: delivered, healthy samples whose `values` `(nworld, T, ...)` are all
+  finite."""
+  ok = sensor['new_data'].astype(bool)
+  if 'health' in sensor:
+    ok = ok & (sensor['health'] == HEALTHY)
+  for v in values:
+    v = np.asarray(v, np.float64)
+    ok = ok & np.all(np.isfinite(v.reshape(v.shape[:2] + (-1,))), axis=-1)
+  return ok
+
+
+def masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """Per-world mean `(nworld,)` of `x` `(nworld, T)` over `mask` (NaN where it is empty)."""
+  count = mask.sum(axis=1)
+  total = np.where(mask, np.nan_to_num(np.asarray(x, np.float64)), 0.0).sum(axis=1)
+  return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def masked_rms(err2: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """Per-world √(mean of `err2` over `mask`), NaN where the mask is empty."""
+  return np.sqrt(masked_mean(err2, mask))
+
+
+def fraction(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+  """Per-world `part.sum() / whole.sum()` over ticks (NaN with no sample)."""
+  n = whole.sum(axis=1)
+  return np.where(n > 0, (part & whole).sum(axis=1) / np.maximum(n, 1), np.nan)
+
+
+def plot_worlds(world: int, nworld: int, n: int = 3) -> list[int]:
+  """The plotted worlds: `world` (the first kept one) and the next ones, at most `n`."""
+  return [w for w in range(world, nworld)][:n] or ([0] if nworld else [])
+
+
+def nav_plot(path, time_s, sensor: dict, world: int, panels: list, hist: tuple,
+             title: str) -> None:
+  """Measured (dots, at their sample ticks) vs truth (line) over time for a few worlds, one
+  panel per quantity, and the per-world error histogram. Non-finite values are not drawn.
+
+  Args:
+    panels: `[(panel title, y label, truth (nworld, T) or None, measured (nworld, T),
+      usable mask (nworld, T)), ...]`.
+    hist: `(x label, per-world values)`.
+  """
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(11, 2.4 * len(panels) + 3.0),
+                           squeeze=False)
+  axes = axes[:, 0]
+  nworld = sensor['new_data'].shape[0]
+  st = np.clip(sensor['sample_tick'], 0, len(time_s) - 1)
+  for ax, (ptitle, ylabel, truth, measured, mask) in zip(axes, panels):
+    for w, c in zip(plot_worlds(world, nworld), COLOURS):
+      if truth is not None:
+        y = np.asarray(truth[w], np.float64)
+        ax.plot(time_s[:len(y)], np.where(np.isfinite(y), y, np.nan), '-', color=c, lw=0.8,
+                alpha=0.7)
+      m = mask[w]
+      if m.any():
+        ax.plot(time_s[st[w][m]], np.asarray(measured[w], np.float64)[m], '.', ms=2.5,
+                color=c, label=f'world {w}')
+    ax.set_title(ptitle, fontsize=9)
+    ax.set_ylabel(ylabel)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(loc='upper right', fontsize=7)
+  axes[len(panels) - 1].set_xlabel('time [s]  (lines: truth, dots: delivered samples)')
+  xlabel, values = hist
+  hist_across_worlds(axes[-1], values, xlabel)
+  save(fig, path, title)

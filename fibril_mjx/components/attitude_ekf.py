@@ -10,6 +10,10 @@ against truth:
   (accelerometer, with gating) step over `dt = (sample_tick − previous sample_tick)·dt_physics`
   — the time between the samples actually processed, so lost samples and several samples
   released in one tick (only the latest is visible) lengthen the step instead of breaking it;
+  a delivered sample with a non-finite angular velocity or acceleration (a device sending NaN
+  or Inf, `faults` type `nan`) is discarded as a driver would and counted (`discarded`); the
+  next finite sample's step spans the gap. Samples with an invalid status but finite numbers
+  are processed (the component does not read `health`);
 - **initialization** at the first delivered sample (`initial_attitude`): `accelerometer` —
   roll/pitch from that sample's specific force, yaw `initial_rpy_rad[2]`; `truth` — the true
   site attitude at the tick the sample arrives; `fixed` — `initial_rpy_rad`. Then the rotation
@@ -121,12 +125,14 @@ class State(NamedTuple):
     updates: int32 processed IMU samples.
     rejected: int32 accelerometer updates skipped by the hard gate.
     held: the output, `Delivered` of `Sample`.
+    discarded: int32 delivered samples skipped because a value was not finite.
   """
   est: Any
   last_tick: jax.Array
   updates: jax.Array
   rejected: jax.Array
   held: tp.Delivered
+  discarded: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +209,7 @@ class AttitudeEkf(base.ComponentBase):
     start = self._start(params, jnp.array([0.0, 0.0, 1.0], jnp.float32),
                         jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32))
     z = jnp.int32(0)
-    return State(start, jnp.int32(-1), z, z, held)
+    return State(start, jnp.int32(-1), z, z, held, z)
 
   def update(self, p: Params, s: State, imu_out: tp.Delivered, tick, q_true=None) -> State:
     """Processes the IMU's delivered output of `tick` (a step only when `new_data`).
@@ -217,10 +223,16 @@ class AttitudeEkf(base.ComponentBase):
     Returns:
       The new state (its `held` is the component output).
     """
-    new = imu_out.new_data
     smp = imu_out.sample
+    finite = jnp.all(jnp.isfinite(smp.angular_velocity)) & jnp.all(
+        jnp.isfinite(smp.linear_acceleration))
+    new = imu_out.new_data & finite
+    discarded = imu_out.new_data & ~finite
     first = s.last_tick < 0
-    gyro, accel = smp.angular_velocity, smp.linear_acceleration
+    # a discarded sample never reaches the arithmetic (no NaN in the untaken branch either,
+    # so gradients stay finite)
+    gyro = jnp.where(finite, smp.angular_velocity, 0.0)
+    accel = jnp.where(finite, smp.linear_acceleration, jnp.array([0.0, 0.0, 1.0], gyro.dtype))
     estm = jax.tree.map(lambda a, b: jnp.where(first, a, b), self._start(p, accel, q_true),
                         s.est)
     dt = jnp.where(first, 0, imu_out.sample_tick - s.last_tick).astype(gyro.dtype) * self.dt
@@ -236,7 +248,8 @@ class AttitudeEkf(base.ComponentBase):
                         pick(jnp.asarray(tick, jnp.int32), h.arrival_tick), h.valid | new)
     return State(jax.tree.map(lambda a, b: jnp.where(new | ~first, a, b), estm, s.est),
                  pick(imu_out.sample_tick, s.last_tick), s.updates + new.astype(jnp.int32),
-                 s.rejected + rejected.astype(jnp.int32), held)
+                 s.rejected + rejected.astype(jnp.int32), held,
+                 s.discarded + discarded.astype(jnp.int32))
 
   def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
     """One tick after physics: update from the IMU's output of this tick (`env[imu]`)."""
@@ -249,7 +262,7 @@ class AttitudeEkf(base.ComponentBase):
     return s.held
 
   def status(self, s: State) -> dict:
-    return {'accel_rejected': s.rejected}
+    return {'accel_rejected': s.rejected, 'samples_discarded': s.discarded}
 
   def truth(self, s: State, data) -> dict:
     """True attitude of the IMU site at this tick, `(4,)`, `w >= 0`."""
