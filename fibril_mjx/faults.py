@@ -454,6 +454,13 @@ class FaultySensor:
   subclass sets `fault_plan`, `fault_fields` and has `faults` in Params and State."""
   fault_fields: tuple = ()
 
+  def default_params(self):
+    """Params from the resolved config, float32, for a flat `params_type` whose last field is
+    `faults` (a sensor with nested or derived Params overrides this)."""
+    names = self.params_type._fields[:-1]
+    return self.params_type(*(jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in names),
+                            default_params(self.cfg))
+
   def on_reset(self, p, s, index):
     """Re-initialized state after a device reset (default: unchanged)."""
     del p, index

@@ -31,6 +31,7 @@ output LSB, float32 rounding); each check states its basis in the summary.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -1103,12 +1104,9 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
                    static_duration_s=static_duration_s, worlds=worlds, seed=seed,
                    perturb=perturb, progress=progress, t0=t0)
   dev = device_from_config(component, ctype, cfg)
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
-                                      else None))
-  fig_dir = tmp
-  try:
+  with _staged_output(out) as tmp:
+    fig_dir = tmp
     rigs = tmp / 'rigs'
-    rigs.mkdir()
     # ---- static rig: long records, segments keep memory flat.
     xml, doc = static_rig(dev, perturb)
     sim = fibril_mjx.load(_write_rig(rigs, 'static', xml, doc))
@@ -1140,15 +1138,30 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
     progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
-    (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
-    (tmp / 'summary.txt').write_text(render(summary))
+    _write_summary(tmp, summary)
+  return summary
+
+
+@contextlib.contextmanager
+def _staged_output(out: pathlib.Path):
+  """A temporary directory beside `out` (with `rigs/`) that replaces `out` when the block
+  completes and is removed when it raises: a reader never sees half a result."""
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
+                                      else None))
+  try:
+    (tmp / 'rigs').mkdir()
+    yield tmp
     if out.exists():
       shutil.rmtree(out)
     os.replace(tmp, out)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
-  return summary
+
+
+def _write_summary(tmp: pathlib.Path, summary: dict) -> None:
+  (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
+  (tmp / 'summary.txt').write_text(render(summary))
 
 
 def _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed, wall):
@@ -1321,11 +1334,8 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
   import fibril_mjx
   out = pathlib.Path(out)
   field = NAV_TYPES[ctype][0]
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
-                                      else None))
-  try:
+  with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
-    rigs.mkdir()
     xml, doc, h = nav_rig(ctype, cfg, perturb)
     sim = fibril_mjx.load(_write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
@@ -1351,14 +1361,7 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
     dev = types.SimpleNamespace(type=ctype, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
-    (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
-    (tmp / 'summary.txt').write_text(render(summary))
-    if out.exists():
-      shutil.rmtree(out)
-    os.replace(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+    _write_summary(tmp, summary)
   return summary
 
 
@@ -1834,11 +1837,8 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
   import fibril_mjx
   from fibril_mjx import geodesy
   out = pathlib.Path(out)
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
-                                      else None))
-  try:
+  with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
-    rigs.mkdir()
     xml, doc = gnss_rig(cfg, perturb)
     sim = fibril_mjx.load(_write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
@@ -1862,12 +1862,5 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
     dev = types.SimpleNamespace(type=GNSS_TYPE, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
-    (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
-    (tmp / 'summary.txt').write_text(render(summary))
-    if out.exists():
-      shutil.rmtree(out)
-    os.replace(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+    _write_summary(tmp, summary)
   return summary

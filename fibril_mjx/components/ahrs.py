@@ -21,7 +21,6 @@ from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base, inertial
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/ahrs'
 SAMPLE_TYPE = 'fibril_sim/ahrs_sample/v1'
@@ -142,17 +141,9 @@ class Ahrs(inertial.RateSensor):
   type = TYPE
   sample_type = SAMPLE_TYPE
 
-  id: str
-  cfg: AhrsConfigModel
-  schedule: Schedule
-  transport: tp.Transport
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
   first_tick: int   # tick of the first acquisition
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
-  vary: frozenset = frozenset()
-  fault_plan: faults.FaultPlan = faults.FaultPlan()
 
   def default_params(self) -> Params:
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
@@ -267,27 +258,23 @@ class Ahrs(inertial.RateSensor):
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   """Validates the config (profiles layered) and binds the MuJoCo sensors."""
-  cfg, fields = base.resolve_config(AhrsConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
+  sb = base.SensorBuild(AhrsConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg = sb.cfg
   sensors = (
       ctx.sensor('orientation_sensor', cfg.orientation_sensor, mujoco.mjtSensor.mjSENS_FRAMEQUAT, 4),
       ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3),
       ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
                  mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
   )
-  origin = base.field_origin(fields, ctx)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
-  vary = frozenset(ctx.vary)
-  is_on = lambda f: f in vary or base.is_set(cfg, f)  # noqa: E731
-  channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], is_on,
+  schedule, _ = sb.timing()
+  channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on,
                                           period_s=cfg.period_s, dt=ctx.dt)
                    for ch in ('angular_velocity', 'linear_acceleration'))
   z3 = jnp.zeros(3, jnp.float32)
   neutral = Sample(jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
                    jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
-  plan = faults.build_plan(cfg, neutral, Ahrs.fault_fields, origin=origin)
-  return Ahrs(cid, cfg, schedule, transport, sensors, channels, schedule.tick_of(0), ctx.dt,
-              tuple(fields.items()), vary, plan)
+  return sb.make(Ahrs, neutral, sensors=sensors, channels=channels,
+                 first_tick=schedule.tick_of(0))
 
 
 CONFIG_MODEL = AhrsConfigModel

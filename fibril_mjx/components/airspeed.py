@@ -27,13 +27,12 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
-from fibril_mjx import faults, rng
+from fibril_mjx import faults, rng, smallmat
 from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/airspeed'
 SAMPLE_TYPE = 'fibril_sim/airspeed_sample/v1'
@@ -92,31 +91,17 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Airspeed(faults.FaultySensor, base.SensorBase):
-  """A built `fibril_sim/airspeed` (static, hashable); `site_id` is the probe's site."""
-  id: str
-  cfg: AirspeedConfigModel
-  schedule: Schedule
-  transport: tp.Transport
+class Airspeed(base.FaultySensorFields):
+  """A built `fibril_sim/airspeed` (static, hashable; `cfg` an `AirspeedConfigModel`, the
+  common fields of `base.FaultySensorFields`); `site_id` is the probe's site."""
   velocity: SensorBinding
   site_id: int
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
   fault_fields = ('differential_pressure_pa',)
-
-  def default_params(self) -> Params:
-    vals = [jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields[:-1]]
-    return Params(*vals, faults.default_params(self.cfg))
-
-  def uses(self, field: str) -> bool:
-    return field in ('wind_m_s', 'air_density_kg_m3', 'faults') or (
-        self.param_path(field) is not None and self._on(field))
+  always_used = ('wind_m_s', 'air_density_kg_m3')
 
   def variance(self, p: Params):
     v = jnp.float32(0.0)
@@ -137,7 +122,7 @@ class Airspeed(faults.FaultySensor, base.SensorBase):
     """Air-relative velocity of the probe in site axes `(3,)` m/s."""
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
-    return v - data.site_xmat[self.site_id].T @ p.wind_m_s
+    return v - smallmat.matvec(data.site_xmat[self.site_id].T, p.wind_m_s)
 
   def ideal(self, p: Params, data):
     """Ideal differential pressure ½ρu|u| (Pa) along the probe axis."""
@@ -179,28 +164,21 @@ class Airspeed(faults.FaultySensor, base.SensorBase):
     return {**super().status(s), 'clip_count': s.clip_count}
 
   def describe(self) -> list[str]:
-    terms = [f for f in ('response_time_s', 'offset_pa', 'noise_stddev_pa', 'range_pa',
-                         'resolution_pa') if self._on(f)]
     b = self.velocity
-    return self.describe_timing() + [
+    return self.describe_terms([
         f'probe: x axis of site {b.site!r} ({b.name}, velocimeter, adr {b.adr}); wind (world) '
-        f'{list(self.cfg.wind_m_s)} m/s, density {self.cfg.air_density_kg_m3:g} kg/m³',
-        f'terms on: {", ".join(terms) or "none"}', self.fault_plan.describe()]
+        f'{list(self.cfg.wind_m_s)} m/s, density {self.cfg.air_density_kg_m3:g} kg/m³'],
+        ('response_time_s', 'offset_pa', 'noise_stddev_pa', 'range_pa', 'resolution_pa'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
-  cfg, fields = base.resolve_config(AirspeedConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
-  velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
+  sb = base.SensorBuild(AirspeedConfigModel, TYPE, cid, raw, ctx, catalog)
+  velocity = ctx.sensor('velocity_sensor', sb.cfg.velocity_sensor,
                         mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
   z = jnp.float32(0.0)
-  neutral = Sample(z, z, jnp.bool_(False), jnp.int32(0))
-  plan = faults.build_plan(cfg, neutral, Airspeed.fault_fields, origin=origin)
-  return Airspeed(cid, cfg, schedule, transport, velocity, int(sid), plan, ctx.dt,
-                  tuple(fields.items()), frozenset(ctx.vary))
+  return sb.make(Airspeed, Sample(z, z, jnp.bool_(False), jnp.int32(0)), velocity=velocity,
+                 site_id=int(sid))
 
 
 CONFIG_MODEL = AirspeedConfigModel

@@ -30,14 +30,13 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
-from fibril_mjx import faults, rng
+from fibril_mjx import faults, rng, smallmat
 from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/barometer'
 SAMPLE_TYPE = 'fibril_sim/barometer_sample/v1'
@@ -137,38 +136,24 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Barometer(faults.FaultySensor, base.SensorBase):
-  """A built `fibril_sim/barometer` (static, hashable).
+class Barometer(base.FaultySensorFields):
+  """A built `fibril_sim/barometer` (static, hashable; `cfg` a `BarometerConfigModel`, the
+  common fields of `base.FaultySensorFields`).
 
   Attributes:
     site_id: the site whose height is measured; throttle_ctrl: `ctrl` index of the throttle
     actuator (−1 none); velocity: the velocimeter binding (or None) and its site id.
   """
-  id: str
-  cfg: BarometerConfigModel
-  schedule: Schedule
-  transport: tp.Transport
   site_id: int
   throttle_ctrl: int
   velocity: SensorBinding | None
   velocity_site: int
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
   fault_fields = ('pressure_pa',)
-
-  def default_params(self) -> Params:
-    vals = [jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields[:-1]]
-    return Params(*vals, faults.default_params(self.cfg))
-
-  def uses(self, field: str) -> bool:
-    always = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k', 'faults')
-    return field in always or (self.param_path(field) is not None and self._on(field))
+  always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 
   def _temperature_on(self) -> bool:
     return self._on('temperature_coefficient_pa_per_k')
@@ -208,7 +193,7 @@ class Barometer(faults.FaultySensor, base.SensorBase):
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
     rot = data.site_xmat[self.velocity_site]
-    return jnp.linalg.norm(v - rot.T @ p.wind_m_s)
+    return jnp.linalg.norm(v - smallmat.matvec(rot.T, p.wind_m_s))
 
   def ideal(self, p: Params, data):
     """`(pressure Pa, ISA temperature K)` at the site's height."""
@@ -270,20 +255,18 @@ class Barometer(faults.FaultySensor, base.SensorBase):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    terms = [f for f in BarometerConfigModel.model_fields if f.endswith(('_pa', '_k'))
-             and f in Params._fields and self._on(f)]
-    return self.describe_timing() + [
+    return self.describe_terms([
         f'site {c.site!r}: ISA pressure (P0 {c.sea_level_pressure_pa:g} Pa, T0 '
         f'{c.sea_level_temperature_k:g} K), height offset {c.altitude_offset_m:g} m',
         f'throttle table on {c.throttle_actuator or "none"}; airspeed table via '
-        f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}',
-        f'terms on: {", ".join(terms) or "none"}', self.fault_plan.describe()]
+        f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}'],
+        [f for f in BarometerConfigModel.model_fields
+         if f.endswith(('_pa', '_k')) and f in Params._fields])
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
-  cfg, fields = base.resolve_config(BarometerConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
+  sb = base.SensorBuild(BarometerConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
   m = ctx.model
   for pts, vals in (('throttle_bias_points', 'throttle_bias_pa'),
                     ('airspeed_bias_points_m_s', 'airspeed_bias_pa')):
@@ -296,7 +279,6 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
              *origin('pressure_max_pa'), f'must be > pressure_min_pa = {cfg.pressure_min_pa:g} '
              '(or 0: no upper limit)', cfg.pressure_max_pa)
   sid = faults.bind_site(ctx, cfg.site, origin)
-  vary = frozenset(ctx.vary)
   base.check(cfg.bias_correlation_time_s > 0 or not (
       cfg.bias_instability_stddev_pa > 0 or 'bias_instability_stddev_pa' in vary),
       *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_pa > 0 '
@@ -336,12 +318,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
     base.check(bool(cfg.airspeed_bias_points_m_s), *origin('airspeed_bias_points_m_s'),
                'must list the airspeeds of the bias table when velocity_sensor is set',
                list(cfg.airspeed_bias_points_m_s))
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
   z = jnp.float32(0.0)
-  neutral = Sample(z, z, z, jnp.bool_(False), jnp.int32(0))
-  plan = faults.build_plan(cfg, neutral, Barometer.fault_fields, origin=origin)
-  return Barometer(cid, cfg, schedule, transport, sid, throttle, velocity, int(vsite), plan,
-                   ctx.dt, tuple(fields.items()), vary)
+  return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)), site_id=sid,
+                 throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite))
 
 
 CONFIG_MODEL = BarometerConfigModel

@@ -1,8 +1,10 @@
 """What every component shares: config validation with profile layers, the sensing cycle
-(`SensorBase`). The contract itself is written in `protocol.py`."""
+(`SensorBase`), the static fields and build prologue of a sensor (`SensorFields`,
+`FaultySensorFields`, `SensorBuild`). The contract itself is written in `protocol.py`."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 import jax
@@ -14,6 +16,7 @@ from fibril_mjx import transport as tp
 from fibril_mjx.components import protocol
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.manifest import Catalog, FieldValue, layer_config, overlay_fields
+from fibril_mjx.schedule import Schedule
 from fibril_mjx.validation import Strict, validate
 
 NonNeg = Annotated[float, pydantic.Field(ge=0)]
@@ -181,9 +184,16 @@ class SensorBase(ComponentBase):
     and `held`;
   - optionally a static `fault_plan` (with `faults` in Params and State): faults and health
     of `fibril_mjx.faults`, whose `sense` then runs this cycle (see its docstring).
+
+  The common fields need not be written out: a subclass of `SensorFields` (or, with faults,
+  `FaultySensorFields`) inherits them keyword-only and declares only its own, and its `build`
+  can use `SensorBuild` (config → provenance → timing → fault plan → instance) and
+  `describe_terms` (the plan lines every sensor ends with). Params fields that reach the graph
+  whatever their value (environment constants, range limits) are listed in `always_used`.
   """
   roles = frozenset({protocol.SENSOR})
   track = None                    # optional `track(p, s, data, tick) -> state`
+  always_used = ()                # Params fields in the graph whatever their value
 
   def _on(self, name) -> bool:
     """Static switch: a term is in the graph when its value is not the default, or when the
@@ -196,7 +206,8 @@ class SensorBase(ComponentBase):
                               for f in self.params_type._fields))
 
   def uses(self, field: str) -> bool:
-    return self.param_path(field) is not None and self._on(field)
+    return field in self.always_used or (self.param_path(field) is not None
+                                         and self._on(field))
 
   @property
   def schedules(self) -> dict:
@@ -245,3 +256,76 @@ class SensorBase(ComponentBase):
     return [f'sample type {self.sample_type}',
             f'schedule: {self.schedule.describe()}',
             f'transport: {self.transport.describe()}']
+
+  def describe_terms(self, lines, terms) -> list[str]:
+    """The usual `describe`: timing, the sensor's own `lines`, the fields of `terms` that are
+    switched on (`_on`), then the fault plan (when there is one)."""
+    on = [f for f in terms if self._on(f)]
+    out = self.describe_timing() + list(lines) + [f'terms on: {", ".join(on) or "none"}']
+    plan = getattr(self, 'fault_plan', None)
+    return out + ([plan.describe()] if plan is not None else [])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SensorFields(SensorBase):
+  """`SensorBase` with its common static fields declared once, keyword-only: a subclass
+  (`@dataclasses.dataclass(frozen=True)`) declares only its own fields, which stay
+  positional. Hash and equality come from every field but `fields` (plan metadata)."""
+  id: str
+  cfg: Any                       # the validated config model
+  schedule: Schedule
+  transport: tp.Transport
+  dt: float
+  fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
+  vary: frozenset = frozenset()  # manifest fields compiled in even at their default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FaultySensorFields(faults.FaultySensor, SensorFields):
+  """`SensorFields` plus the static `fault_plan` of `fibril_mjx.faults` (Params and State
+  then carry `faults`); the subclass sets `fault_fields`."""
+  fault_plan: faults.FaultPlan = faults.FaultPlan()
+
+  def uses(self, field: str) -> bool:
+    return field == 'faults' or super().uses(field)
+
+
+class SensorBuild:
+  """The build prologue every sensor shares, then its construction.
+
+  `SensorBuild(model, type, cid, raw, ctx, catalog)` layers and validates the config
+  (`resolve_config`) and gives `cfg`, `fields` (field → FieldValue), `origin` (field →
+  (file, path), `field_origin`), `vary` and `is_on`; after the sensor's own checks and
+  bindings, `make(cls, neutral, **own)` builds the timing (`schedule`, `transport`, also
+  available earlier through `timing()`), the fault plan from a neutral sample (none when
+  `neutral` is None) and the instance, its common fields by keyword.
+  """
+
+  def __init__(self, model: type[Strict], component_type: str, cid: str, raw, ctx, catalog,
+               *, forbidden: dict[str, str] | None = None):
+    self.cid, self.ctx = cid, ctx
+    self.cfg, self.fields = resolve_config(model, component_type, raw, catalog=catalog,
+                                           file=ctx.file, path=ctx.path, forbidden=forbidden)
+    self.origin = field_origin(self.fields, ctx)
+    self.vary = frozenset(ctx.vary)
+    self._timing = None
+
+  def is_on(self, name: str) -> bool:
+    """Build-time `SensorBase._on`: the field is named in `vary` or set off its default."""
+    return name in self.vary or is_set(self.cfg, name)
+
+  def timing(self):
+    """`(Schedule, Transport)` of the config (built once)."""
+    if self._timing is None:
+      self._timing = faults.build_timing(self.cfg, self.ctx, self.origin)
+    return self._timing
+
+  def make(self, cls, neutral=None, *, weak: bool = False, **own):
+    """`cls(**own, <common fields>)`; with `neutral`, also `fault_plan` from
+    `faults.build_plan(cfg, neutral, cls.fault_fields, weak=weak)`."""
+    schedule, transport = self.timing()
+    if neutral is not None:
+      own['fault_plan'] = faults.build_plan(self.cfg, neutral, cls.fault_fields,
+                                            origin=self.origin, weak=weak)
+    return cls(id=self.cid, cfg=self.cfg, schedule=schedule, transport=transport,
+               dt=self.ctx.dt, fields=tuple(self.fields.items()), vary=self.vary, **own)

@@ -45,14 +45,13 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx import faults, geodesy, rng
+from fibril_mjx import faults, geodesy, rng, smallmat
 from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/gnss'
 SAMPLE_TYPE = 'fibril_sim/gnss_sample/v1'
@@ -161,38 +160,24 @@ def _neutral(origin: geodesy.Origin) -> Sample:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gnss(faults.FaultySensor, base.SensorBase):
-  """A built `fibril_sim/gnss` (static, hashable).
+class Gnss(base.FaultySensorFields):
+  """A built `fibril_sim/gnss` (static, hashable; `cfg` a `GnssConfigModel`, the common
+  fields of `base.FaultySensorFields`).
 
   Attributes:
     velocity, angular_velocity: bound velocimeter and gyro (None without a lever arm).
     site_id: the reference site; origin: the geodetic origin (`fibril_mjx.geodesy.Origin`).
   """
-  id: str
-  cfg: GnssConfigModel
-  schedule: Schedule
-  transport: tp.Transport
   velocity: SensorBinding
   angular_velocity: SensorBinding | None
   site_id: int
   origin: geodesy.Origin
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
   fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
-
-  def default_params(self) -> Params:
-    vals = [jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields[:-1]]
-    return Params(*vals, faults.default_params(self.cfg))
-
-  def uses(self, field: str) -> bool:
-    return field in ('hdop', 'vdop', 'no_fix_accuracy_m', 'faults') or (
-        self.param_path(field) is not None and self._on(field))
+  always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')
 
   def _outages(self) -> bool:
     return bool(self.cfg.outage_start_s)
@@ -213,10 +198,10 @@ class Gnss(faults.FaultySensor, base.SensorBase):
     v = data.sensordata[b.adr:b.adr + 3]
     pos = data.site_xpos[self.site_id]
     if self._on('lever_arm_m'):
-      pos = pos + rot @ lever_arm
+      pos = pos + smallmat.matvec(rot, lever_arm)
       g = self.angular_velocity
       v = v + jnp.cross(data.sensordata[g.adr:g.adr + 3], lever_arm)
-    return pos, rot @ v
+    return pos, smallmat.matvec(rot, v)
 
   def has_fix(self, p: Params, t):
     if not self._outages():
@@ -289,23 +274,19 @@ class Gnss(faults.FaultySensor, base.SensorBase):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    terms = [f for f in ('lever_arm_m', 'horizontal_error_stddev_m', 'vertical_error_stddev_m',
-                         'horizontal_velocity_noise_stddev_m_s',
-                         'vertical_velocity_noise_stddev_m_s', 'common_mode_horizontal_stddev_m',
-                         'common_mode_vertical_stddev_m') if self._on(f)]
-    return self.describe_timing() + [
+    return self.describe_terms([
         f'antenna: site {self.velocity.site!r} + lever arm {list(c.lever_arm_m)} m; origin '
         f'{c.origin_latitude_deg:.7f}°, {c.origin_longitude_deg:.7f}°, {c.origin_height_m:g} m',
         f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s; common-mode '
-        f'stream: {c.common_mode_stream or "none"}',
-        f'terms on: {", ".join(terms) or "none"}', self.fault_plan.describe()]
+        f'stream: {c.common_mode_stream or "none"}'],
+        ('lever_arm_m', 'horizontal_error_stddev_m', 'vertical_error_stddev_m',
+         'horizontal_velocity_noise_stddev_m_s', 'vertical_velocity_noise_stddev_m_s',
+         'common_mode_horizontal_stddev_m', 'common_mode_vertical_stddev_m'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
-  cfg, fields = base.resolve_config(GnssConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
-  vary = frozenset(ctx.vary)
+  sb = base.SensorBuild(GnssConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
   a, b = cfg.outage_start_s, cfg.outage_end_s
   base.check(len(a) == len(b), *origin('outage_end_s'), f'needs one end per entry of '
              f'outage_start_s ({len(a)})', list(b))
@@ -342,11 +323,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
   geo = geodesy.Origin.build(cfg.origin_latitude_deg, cfg.origin_longitude_deg,
                              cfg.origin_height_m)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
-  plan = faults.build_plan(cfg, _neutral(geo), Gnss.fault_fields, origin=origin,
-                           weak=bool(cfg.outage_start_s))
-  return Gnss(cid, cfg, schedule, transport, velocity, gyro, int(sid), geo, plan, ctx.dt,
-              tuple(fields.items()), vary)
+  return sb.make(Gnss, _neutral(geo), weak=bool(cfg.outage_start_s), velocity=velocity,
+                 angular_velocity=gyro, site_id=int(sid), origin=geo)
 
 
 CONFIG_MODEL = GnssConfigModel

@@ -36,7 +36,6 @@ from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base, inertial
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.errors import ConfigError, ConfigErrors
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/imu'
 SAMPLE_TYPE = 'fibril_sim/imu_sample/v1'
@@ -148,18 +147,10 @@ class Imu(inertial.RateSensor):
     site_body: body id of the sensors' site; `site_quat` its orientation in that body
       (`[w, x, y, z]`), for the true site attitude.
   """
-  id: str
-  cfg: ImuConfigModel
-  schedule: Schedule
-  transport: tp.Transport
   sensors: tuple[SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
   site_body: int
   site_quat: tuple
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
-  vary: frozenset = frozenset()
-  fault_plan: faults.FaultPlan = faults.FaultPlan()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -224,9 +215,8 @@ class Imu(inertial.RateSensor):
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   """Validates the config (profiles layered) and binds the MuJoCo sensors and their site."""
-  cfg, fields = base.resolve_config(ImuConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
+  sb = base.SensorBuild(ImuConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin = sb.cfg, sb.origin
   errors = []
   for ch in CHANNELS:
     sig_f, tau_f = f'{ch}_bias_instability_stddev', f'{ch}_bias_correlation_time_s'
@@ -249,21 +239,17 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
                       f'{sensors[1].site!r}', cfg.accelerometer_sensor)
   m = ctx.model
   sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, sensors[0].site)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
-  vary = frozenset(ctx.vary)
-  is_on = lambda f: f in vary or base.is_set(cfg, f)  # noqa: E731
   channels = tuple(
-      inertial.Channel.build(ch, {f: f'{ch}_{f}' for f in CHANNEL_FIELDS}, is_on,
+      inertial.Channel.build(ch, {f: f'{ch}_{f}' for f in CHANNEL_FIELDS}, sb.is_on,
                              period_s=cfg.period_s, dt=ctx.dt,
                              noise_before_filter=cfg.noise_before_filter,
                              filter_rate=cfg.filter_rate)
       for ch in CHANNELS)
-  plan = faults.build_plan(cfg, Sample(*([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
-                                          + [jnp.zeros(3, jnp.int32)] * 2)),
-                           Imu.fault_fields, origin=origin)
-  return Imu(cid, cfg, schedule, transport, sensors, channels, int(m.site_bodyid[sid]),
-             tuple(float(v) for v in m.site_quat[sid]), ctx.dt, tuple(fields.items()), vary,
-             plan)
+  neutral = Sample(*([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
+                     + [jnp.zeros(3, jnp.int32)] * 2))
+  return sb.make(Imu, neutral, sensors=sensors, channels=channels,
+                 site_body=int(m.site_bodyid[sid]),
+                 site_quat=tuple(float(v) for v in m.site_quat[sid]))
 
 
 CONFIG_MODEL = ImuConfigModel

@@ -42,7 +42,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx import faults, rng
+from fibril_mjx import faults, rng, smallmat
 from fibril_mjx import signal
 from fibril_mjx.components import base
 
@@ -173,7 +173,7 @@ class Channel:
   def _gain(self, p: ChannelParams, x):
     if 'misalignment' in self.on:
       scale = p.scale if p.scale is not None else jnp.ones(3, x.dtype)
-      return (jnp.diag(scale) + p.misalignment) @ x   # I + diag(s − 1) + M
+      return smallmat.matvec(jnp.diag(scale) + p.misalignment, x)   # I + diag(s − 1) + M
     if 'scale' in self.on:
       return p.scale * x
     return x
@@ -262,10 +262,11 @@ def sample_type(name: str, leading: tuple[str, ...] = (), doc: str = ''):
   return cls
 
 
-class RateSensor(faults.FaultySensor, base.SensorBase):
+class RateSensor(base.FaultySensorFields):
   """A sensing component whose `channels` are the angular-velocity and linear-acceleration
   `Channel`s, with State fields of the same names (`fibril_sim/imu`, `fibril_sim/ahrs`), and
-  faults / health (`fibril_mjx.faults`, a `faults` leaf in Params and State) on its rates."""
+  faults / health (`fibril_mjx.faults`, a `faults` leaf in Params and State) on its rates.
+  The common static fields come from `base.FaultySensorFields`."""
   fault_fields = ('angular_velocity', 'linear_acceleration')
 
   def on_reset(self, p, s, index):

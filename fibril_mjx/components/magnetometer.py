@@ -39,14 +39,13 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from fibril_mjx import faults, rng
+from fibril_mjx import faults, rng, smallmat
 from fibril_mjx import signal as sig
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, NonNeg3, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/magnetometer'
 SAMPLE_TYPE = 'fibril_sim/magnetometer_sample/v1'
@@ -141,22 +140,15 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Magnetometer(faults.FaultySensor, base.SensorBase):
-  """A built `fibril_sim/magnetometer` (static, hashable).
+class Magnetometer(base.FaultySensorFields):
+  """A built `fibril_sim/magnetometer` (static, hashable; `cfg` a `MagnetometerConfigModel`,
+  the common fields of `base.FaultySensorFields`).
 
   Attributes:
     site_id: MuJoCo site id; current_ids: components whose feedback `current` is read.
   """
-  id: str
-  cfg: MagnetometerConfigModel
-  schedule: Schedule
-  transport: tp.Transport
   site_id: int
   current_ids: tuple[str, ...]
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -179,9 +171,7 @@ class Magnetometer(faults.FaultySensor, base.SensorBase):
     return (field,) if field in Params._fields else None
 
   def uses(self, field: str) -> bool:
-    if self.param_path(field) == ('earth_field_ut',) or field == 'faults':
-      return True
-    return self.param_path(field) is not None and self._on(field)
+    return self.param_path(field) == ('earth_field_ut',) or super().uses(field)
 
   def variance(self, p: Params):
     v = jnp.zeros(3, jnp.float32)
@@ -237,13 +227,13 @@ class Magnetometer(faults.FaultySensor, base.SensorBase):
       common = sig.ar1(s.common, rng.normal(s.streams['external_field'], n, (3,)), phi, 1.0,
                        first)
       b_world = b_world + p.common_mode_stddev_ut * common
-    m = rot.T @ b_world
+    m = smallmat.matvec(rot.T, b_world)
     if self._on('soft_iron'):
-      m = p.soft_iron @ m
+      m = smallmat.matvec(p.soft_iron, m)
     if self._on('hard_iron_ut'):
       m = m + p.hard_iron_ut
     if self.current_ids:
-      m = m + s.current @ p.current_coefficients_ut_per_a
+      m = m + smallmat.matvec(p.current_coefficients_ut_per_a.T, s.current)
     m = m + s.turn_on
     gm = s.gm
     if self._on('bias_instability_stddev_ut'):
@@ -263,7 +253,7 @@ class Magnetometer(faults.FaultySensor, base.SensorBase):
     """Ideal Earth field in sensor axes (no disturbance or errors), the true yaw of the site
     (rad, about world z, of its x axis), the lagged currents, the bias state, the health."""
     rot = data.site_xmat[self.site_id]
-    return {'magnetic_field_ut': rot.T @ s.earth_field,
+    return {'magnetic_field_ut': smallmat.matvec(rot.T, s.earth_field),
             'yaw_rad': jnp.arctan2(rot[1, 0], rot[0, 0]),
             'bias_ut': s.turn_on + s.gm, 'current_a': s.current, 'health': s.faults.health}
 
@@ -272,15 +262,14 @@ class Magnetometer(faults.FaultySensor, base.SensorBase):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    terms = [f for f in ('hard_iron_ut', 'soft_iron', 'current_lag_s', 'noise_stddev_ut',
-                         'bias_turn_on_stddev_ut', 'bias_instability_stddev_ut',
-                         'common_mode_stddev_ut', 'range_ut', 'resolution_ut') if self._on(f)]
-    return self.describe_timing() + [
+    return self.describe_terms([
         f'site {c.site!r} (id {self.site_id}); Earth field (world, µT) '
         f'{[round(float(v), 3) for v in earth_field(c)]}',
         f'currents from: {", ".join(self.current_ids) or "none"}',
-        f'common-mode stream: {c.common_mode_stream or "none"}',
-        f'terms on: {", ".join(terms) or "none"}', self.fault_plan.describe()]
+        f'common-mode stream: {c.common_mode_stream or "none"}'],
+        ('hard_iron_ut', 'soft_iron', 'current_lag_s', 'noise_stddev_ut',
+         'bias_turn_on_stddev_ut', 'bias_instability_stddev_ut', 'common_mode_stddev_ut',
+         'range_ut', 'resolution_ut'))
 
 
 def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str, index: int):
@@ -302,9 +291,8 @@ def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str,
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
-  cfg, fields = base.resolve_config(MagnetometerConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
+  sb = base.SensorBuild(MagnetometerConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
   dii = (cfg.declination_deg, cfg.inclination_deg, cfg.intensity_ut)
   if cfg.earth_field_ut is not None and any(v is not None for v in dii):
     raise ConfigError(*origin('earth_field_ut'), 'give earth_field_ut or declination_deg/'
@@ -319,7 +307,6 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   sid = faults.bind_site(ctx, cfg.site, origin)
   for j, name in enumerate(cfg.current_components):
     earlier_feedback(ctx, cid, name, origin, 'current_components', j)
-  vary = frozenset(ctx.vary)
   base.check(cfg.bias_correlation_time_s > 0 or not (
       any(cfg.bias_instability_stddev_ut) or 'bias_instability_stddev_ut' in vary),
       *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_ut > 0 '
@@ -333,12 +320,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
              'common_mode_stddev_ut > 0', cfg.common_mode_stream)
   faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
                              ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
   z3 = jnp.zeros(3, jnp.float32)
-  neutral = Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0))
-  plan = faults.build_plan(cfg, neutral, Magnetometer.fault_fields, origin=origin)
-  return Magnetometer(cid, cfg, schedule, transport, sid, tuple(cfg.current_components), plan,
-                      ctx.dt, tuple(fields.items()), vary)
+  return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)), site_id=sid,
+                 current_ids=tuple(cfg.current_components))
 
 
 CONFIG_MODEL = MagnetometerConfigModel

@@ -31,7 +31,6 @@ from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.schedule import Schedule
 
 TYPE = 'fibril_sim/rangefinder'
 SAMPLE_TYPE = 'fibril_sim/range_sample/v1'
@@ -86,31 +85,17 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Rangefinder(faults.FaultySensor, base.SensorBase):
-  """A built `fibril_sim/rangefinder` (static, hashable)."""
-  id: str
-  cfg: RangefinderConfigModel
-  schedule: Schedule
-  transport: tp.Transport
+class Rangefinder(base.FaultySensorFields):
+  """A built `fibril_sim/rangefinder` (static, hashable; `cfg` a `RangefinderConfigModel`,
+  the common fields of `base.FaultySensorFields`)."""
   sensor: SensorBinding
   site_id: int
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
   fault_fields = ('distance_m',)
-
-  def default_params(self) -> Params:
-    vals = [jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in Params._fields[:-1]]
-    return Params(*vals, faults.default_params(self.cfg))
-
-  def uses(self, field: str) -> bool:
-    return field in ('min_range_m', 'max_range_m', 'faults') or (self.param_path(field) is not None
-                                                  and self._on(field))
+  always_used = ('min_range_m', 'max_range_m')
 
   def init(self, p: Params, world_key) -> State:
     streams = faults.stream_keys(world_key, self.id, SOURCES)
@@ -163,30 +148,24 @@ class Rangefinder(faults.FaultySensor, base.SensorBase):
   def describe(self) -> list[str]:
     c = self.cfg
     b = self.sensor
-    terms = [f for f in ('noise_stddev_m', 'noise_fraction', 'incidence_noise_gain',
-                         'max_incidence_deg', 'resolution_m') if self._on(f)]
-    return self.describe_timing() + [
+    return self.describe_terms([
         f'beam: z axis of site {b.site!r} ({b.name}, rangefinder, adr {b.adr}); range '
-        f'{c.min_range_m:g} … {c.max_range_m:g} m',
-        f'terms on: {", ".join(terms) or "none"}', self.fault_plan.describe()]
+        f'{c.min_range_m:g} … {c.max_range_m:g} m'],
+        ('noise_stddev_m', 'noise_fraction', 'incidence_noise_gain', 'max_incidence_deg',
+         'resolution_m'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:
-  cfg, fields = base.resolve_config(RangefinderConfigModel, TYPE, raw, catalog=catalog,
-                                    file=ctx.file, path=ctx.path)
-  origin = base.field_origin(fields, ctx)
-  base.check(cfg.max_range_m > cfg.min_range_m, *origin('max_range_m'),
+  sb = base.SensorBuild(RangefinderConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg = sb.cfg
+  base.check(cfg.max_range_m > cfg.min_range_m, *sb.origin('max_range_m'),
              f'must be > min_range_m = {cfg.min_range_m:g}', cfg.max_range_m)
   sensor = ctx.sensor('rangefinder_sensor', cfg.rangefinder_sensor,
                       mujoco.mjtSensor.mjSENS_RANGEFINDER, 1)
-  m = ctx.model
-  sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, sensor.site)
-  schedule, transport = faults.build_timing(cfg, ctx, origin)
+  sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, sensor.site)
   z = jnp.float32(0.0)
-  neutral = Sample(z, jnp.bool_(False), z, jnp.int32(0))
-  plan = faults.build_plan(cfg, neutral, Rangefinder.fault_fields, origin=origin)
-  return Rangefinder(cid, cfg, schedule, transport, sensor, int(sid), plan, ctx.dt,
-                     tuple(fields.items()), frozenset(ctx.vary))
+  return sb.make(Rangefinder, Sample(z, jnp.bool_(False), z, jnp.int32(0)), sensor=sensor,
+                 site_id=int(sid))
 
 
 CONFIG_MODEL = RangefinderConfigModel
