@@ -124,8 +124,8 @@ def main():
   plan = engine.Plan(camp)
   n_ticks = plan.n_ticks
   sim0 = plan.sim
-  share, why = sim0.physics_sharing(model_fields=tuple(
-      f.target for f in plan.fields if f.kind == 'mjcf'))
+  share, why = sim0.physics_sharing(model_fields=tuple(sorted(
+      {f.target for f in plan.fields if f.kind == 'mjcf'})))
   inputs = prepared(plan, worlds)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix='bench_campaign'))
   try:

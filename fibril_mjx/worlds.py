@@ -75,8 +75,8 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ)
     surrounding loop was fused and vectorized — which changes with the batch size, the
     number of sub-batches and the device count. Without FMA every world's arithmetic is the
     same operations in the same order in any layout, so its results are bitwise identical
-    whatever batch, chunk or device count it runs in (measured cost on this project's
-    models: 0–10 %, within run-to-run noise). `bitwise=False` (CLI `--cpu-isa native`) keeps
+    whatever batch, chunk or device count it runs in (measured cost: within noise on the
+    wheeled base and the IMU + EKF example, 18–30 % on the turntable; bench/README.md). `bitwise=False` (CLI `--cpu-isa native`) keeps
     the host's full ISA; results then agree only to float rounding across layouts.
 
   Returns the device count in effect.
