@@ -30,6 +30,7 @@ from tqdm import tqdm
 from fibril_mjx import __version__, analysis
 from fibril_mjx.analysis import common
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.worlds import cpu_isa
 
 
 def _jsonable(v):
@@ -261,6 +262,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
         'params': 'every world uses the resolved field values above (no randomization)',
         'devices': [str(d) for d in devs], 'layout': lay0.describe(), 'chunk_worlds': chunk,
         'physics_impl': sim.impl, 'physics_sharing': share_reason,
+        'cpu_isa': cpu_isa(),
     }
 
     (tmp / 'summary.txt').write_text('\n'.join(lines) + '\n')

@@ -99,6 +99,14 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ)
   return int(n)
 
 
+def cpu_isa(environ=os.environ) -> str:
+  """The XLA CPU ISA cap in effect (`'AVX'` under `cpu_flags`), or `'native'` without one."""
+  for flag in environ.get('XLA_FLAGS', '').split():
+    if flag.startswith(ISA_KEY + '='):
+      return flag.split('=', 1)[1]
+  return 'native'
+
+
 def resolve_devices(devices=None) -> tuple:
   """`devices`: None (every local device), an int (the first N), or a sequence of devices."""
   local = jax.local_devices()

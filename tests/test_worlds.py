@@ -73,6 +73,7 @@ def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
   env = {}
   assert worlds.cpu_flags(3, environ=env) == 3
   assert env['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX'
+  assert worlds.cpu_isa(env) == 'AVX' and worlds.cpu_isa({}) == 'native'
   assert worlds.cpu_flags(None, environ=env) == 3           # already set: kept
   assert env['XLA_FLAGS'].count('max_isa') == 1
   env = {'XLA_FLAGS': '--foo --xla_force_host_platform_device_count=4 --xla_cpu_max_isa=AVX2'}

@@ -24,6 +24,7 @@ from importlib import metadata
 import jax
 import numpy as np
 
+from fibril_mjx import worlds
 from fibril_mjx.campaign import engine
 from fibril_mjx.campaign import spec as sp
 from fibril_mjx.errors import FibrilError
@@ -55,11 +56,12 @@ def hashes(plan: engine.Plan) -> dict:
 
 def options(plan: engine.Plan) -> dict:
   c = plan.campaign
-  # The device count is part of the options: a world's row is bitwise reproducible at the
-  # same count (estimators with batched linear algebra differ in the last bits across counts).
+  # The device count and the XLA CPU code generation are part of the options: with the ISA
+  # of `worlds.cpu_flags` (no FMA) a row is bitwise the same at any device count; with
+  # `--cpu-isa native` only at the same count, and the two code generations differ.
   return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
           'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
-          'devices': len(jax.local_devices())}
+          'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa()}
 
 
 def _write_atomic(path: pathlib.Path, data: bytes) -> None:
@@ -100,15 +102,17 @@ def _part(out, i) -> pathlib.Path:
   return pathlib.Path(out) / 'parts' / f'part-{i:05d}.parquet'
 
 
-def _ray_chunk(campaign_path, opts, lo, hi, n_devices):
+def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
   """A Ray task: runs one chunk in a worker (the plan is built once per worker process) on
-  as many XLA devices as the driver uses, so that its rows are bitwise the driver's."""
-  from fibril_mjx import worlds
-  worlds.cpu_flags(n_devices)   # effective when this worker has not started JAX yet
+  as many XLA devices and the same CPU code generation as the driver, so that its rows are
+  bitwise the driver's."""
+  # effective when this worker has not started JAX yet
+  worlds.cpu_flags(n_devices, bitwise=cpu_isa != 'native')
   import jax
-  if len(jax.local_devices()) != n_devices:
-    raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s), the driver uses '
-                      f'{n_devices}; rows would not be bitwise equal to a local run')
+  if len(jax.local_devices()) != n_devices or worlds.cpu_isa() != cpu_isa:
+    raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s) and CPU ISA '
+                      f'{worlds.cpu_isa()}, the driver uses {n_devices} and {cpu_isa}; rows '
+                      'would not be bitwise equal to a local run')
   key = (campaign_path, tuple(sorted(opts.items())))
   plans = globals().setdefault('_WORKER_PLANS', {})
   if key not in plans:
@@ -227,7 +231,7 @@ def _run_ray(plan, camp, opts, todo, address, finish):
     while queue or pending:
       while queue and len(pending) < slots:
         i = queue.pop(0)
-        pending[task.remote(path, opts, *plan.chunks[i], n_devices)] = i
+        pending[task.remote(path, opts, *plan.chunks[i], n_devices, worlds.cpu_isa())] = i
       ready, _ = ray.wait(list(pending), num_returns=1)
       for ref in ready:
         finish(pending.pop(ref), ray.get(ref))
