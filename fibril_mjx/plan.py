@@ -98,14 +98,23 @@ def _dcmotor_lines(d: dict) -> list[str]:
 
 
 def world_axis_lines(sim) -> list[str]:
-  """The physics implementation, whether worlds share one physics trajectory, and the
-  LAPACK-safe sub-batch (`fibril_mjx.worlds`)."""
+  """The physics implementation, whether worlds share one physics trajectory, the
+  LAPACK-safe sub-batch and, on a CPU, the code generation (`fibril_mjx.worlds`)."""
+  import jax
   from fibril_mjx import worlds
   share, why = sim.physics_sharing()
   cap, cap_why = sim.sub_batch_cap()
-  return [f'physics: {worlds.describe_impl(sim.impl)}',
-          f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
-                                       '--no-share-physics to disable)' if share else ''),
-          'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'
-                            if cap else f'one sub-batch per device ({cap_why})')
-          + f'; {len(worlds.resolve_devices())} local device(s)']
+  lines = [f'physics: {worlds.describe_impl(sim.impl)}',
+           f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
+                                        '--no-share-physics to disable)' if share else ''),
+           'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'
+                             if cap else f'one sub-batch per device ({cap_why})')
+           + f'; {len(worlds.resolve_devices())} local device(s)']
+  if jax.default_backend() == 'cpu':
+    isa = worlds.cpu_isa()
+    lines.append('CPU code generation: ' + (
+        "native ISA (FMA): a world's last bits may depend on its batch layout"
+        if isa == 'native' else
+        f"{isa} (no FMA): a world's results are bitwise identical in any batch, chunk or "
+        'device count'))
+  return lines

@@ -324,6 +324,9 @@ def test_plan_shows_impl_sharing_and_sub_batch(rig):
   text = plan.render(sim)
   assert 'physics: MJX-JAX' in text and 'physics sharing: shared' in text
   assert 'sub-batch' in text
+  isa = worlds.cpu_isa()     # the tests run with the CLI's code generation (conftest, x86)
+  want = 'native ISA (FMA)' if isa == 'native' else f'{isa} (no FMA)'
+  assert f'CPU code generation: {want}' in text, text
 
 
 @pytest.mark.slow
