@@ -27,10 +27,11 @@ WORLDS, SECONDS = 6, 40.0
 def recordings(tmp_path_factory):
   import fibril_mjx
   from fibril_mjx import validate
+  from fibril_mjx.validate import common
   d = tmp_path_factory.mktemp('fit')
-  dev = validate.device_from_config('imu', 'fibril_sim/imu', {'period_s': PERIOD})
-  xml, doc = validate.static_rig(dev, dict(TRUE))
-  sim = fibril_mjx.load(validate._write_rig(d, 'static', xml, doc))
+  dev = validate.inertial.device_from_config('imu', 'fibril_sim/imu', {'period_s': PERIOD})
+  xml, doc = validate.inertial.static_rig(dev, dict(TRUE))
+  sim = fibril_mjx.load(common._write_rig(d, 'static', xml, doc))
   n = int(SECONDS / PERIOD)
   _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(7, WORLDS), n)
   static = []

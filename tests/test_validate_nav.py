@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from fibril_mjx import cli, validate
+from fibril_mjx.validate import gnss as vgnss
 
 STATIC_S, WORLDS = 10.0, 8
 XML = ('<mujoco><asset><material name="g" rgba="1 1 1 1"/></asset><worldbody>'
@@ -50,7 +51,7 @@ def _run(tmp, ctype, **kw):
 def test_shipped_profile_passes_static_noise(tmp_path, ctype):
   s = _run(tmp_path, ctype)
   assert s['passed'], validate.render(s)
-  field = validate.NAV_TYPES[ctype][0]
+  field = validate.nav.NAV_TYPES[ctype][0]
   names = {c['name']: c for c in s['checks']}
   assert names[f'static_noise.{field}']['passed'] is True
   assert names[f'static_noise_whiteness.{field}']['passed'] is True
@@ -158,17 +159,17 @@ def test_gnss_checks_fail_on_a_doubled_or_halved_configuration(synthetic, field,
   cfg = dict(CFG)
   if field:
     cfg[field] = CFG[field] * factor
-  checks = [validate.gnss_position_noise_check('horizontal', synthetic['position_error_m'][..., :2],
+  checks = [vgnss.gnss_position_noise_check('horizontal', synthetic['position_error_m'][..., :2],
                                                cfg, 1.0),
-            validate.gnss_position_noise_check('vertical', synthetic['position_error_m'][..., 2:],
+            vgnss.gnss_position_noise_check('vertical', synthetic['position_error_m'][..., 2:],
                                                cfg, 1.0),
-            validate.gnss_correlation_check('horizontal', synthetic['position_error_m'][..., :2],
+            vgnss.gnss_correlation_check('horizontal', synthetic['position_error_m'][..., :2],
                                             cfg, 1.0),
-            validate.gnss_correlation_check('vertical', synthetic['position_error_m'][..., 2:],
+            vgnss.gnss_correlation_check('vertical', synthetic['position_error_m'][..., 2:],
                                             cfg, 1.0)]
-  checks += validate.gnss_velocity_checks(synthetic['velocity_error_m_s'],
+  checks += vgnss.gnss_velocity_checks(synthetic['velocity_error_m_s'],
                                           synthetic['position_error_m'], cfg)
-  checks += validate.gnss_accuracy_checks(synthetic, cfg, 1.0)
+  checks += vgnss.gnss_accuracy_checks(synthetic, cfg, 1.0)
   failed = {c.name for c in checks if c.passed is False}
   assert failed == fails, [(c.name, c.measured, c.configured, c.tolerance) for c in checks]
 
@@ -179,7 +180,7 @@ def test_gnss_accuracy_consistency_fails_when_the_reported_sigma_is_off(syntheti
   field = {'horizontal': 'horizontal_accuracy_m', 'vertical': 'vertical_accuracy_m',
            'speed': 'speed_accuracy_m_s'}[part]
   sol = dict(synthetic, **{field: synthetic[field] * scale})
-  failed = {c.name for c in validate.gnss_accuracy_checks(sol, CFG, 1.0) if c.passed is False}
+  failed = {c.name for c in vgnss.gnss_accuracy_checks(sol, CFG, 1.0) if c.passed is False}
   assert failed == {'accuracy_reported', f'accuracy_consistency.{part}'}
 
 
@@ -189,7 +190,7 @@ def test_gnss_velocity_derived_from_position_fails_independence():
   e = s['position_error_m']
   ev = s['velocity_error_m_s'].copy()
   ev[:, 1:] += 0.2 * np.diff(e, axis=1)       # a receiver whose velocity follows its position
-  failed = {c.name for c in validate.gnss_velocity_checks(ev, e, CFG) if c.passed is False}
+  failed = {c.name for c in vgnss.gnss_velocity_checks(ev, e, CFG) if c.passed is False}
   assert 'velocity_noise.independence' in failed
 
 
@@ -197,7 +198,7 @@ def _fix_solutions(cfg, n=60, worlds=2):
   """Solutions of the outage copy as the SPEC §5 model says: fix outside the rig outage +
   reacquisition, the held last fix with the no-fix quality inside."""
   period = cfg['period_s']
-  a, b = validate.gnss_outage_window(period)
+  a, b = vgnss.gnss_outage_window(period)
   t = np.arange(n) * period
   none = (t >= a) & (t < b + cfg['reacquisition_s'])
   sol = {'sample_tick': np.broadcast_to(np.arange(n) * 10.0, (worlds, n)).copy()}
@@ -223,14 +224,14 @@ def test_gnss_fix_consistency_catches_each_inconsistency():
   good = _fix_solutions(cfg)
   dt = 0.02
   noise = {'fix_type': np.full((2, 60), 3.0)}          # the outage-free copy: all fixed
-  assert validate.gnss_fix_check(noise, good, cfg, dt).passed
-  assert validate.gnss_fix_check(good, good, cfg, dt).passed is False   # no-fix, no outage
-  a, _ = validate.gnss_outage_window(0.2)
+  assert vgnss.gnss_fix_check(noise, good, cfg, dt).passed
+  assert vgnss.gnss_fix_check(good, good, cfg, dt).passed is False   # no-fix, no outage
+  a, _ = vgnss.gnss_outage_window(0.2)
   inside = int(a / 0.2) + 2                   # a solution inside the outage
   for field, value in (('horizontal_accuracy_m', 2.0),   # a no-fix with a fix's accuracy
                        ('fix_type', 3.0), ('satellites', 12.0), ('latitude_e7', 1.0)):
     bad = {k: v.copy() for k, v in good.items()}
     bad[field][0, inside] = value
-    assert validate.gnss_fix_check(noise, bad, cfg, dt).passed is False, field
+    assert vgnss.gnss_fix_check(noise, bad, cfg, dt).passed is False, field
   early = _fix_solutions(dict(cfg, reacquisition_s=0.4))    # reacquires too early
-  assert validate.gnss_fix_check(noise, early, cfg, dt).passed is False
+  assert vgnss.gnss_fix_check(noise, early, cfg, dt).passed is False
