@@ -39,15 +39,9 @@ from fibril_mjx.campaign import fields as fl
 from fibril_mjx.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
 from fibril_mjx.manifest import read_manifest
-from fibril_mjx.simulator import Simulation, latency_ticks as _ticks
+from fibril_mjx.simulator import Simulation
 
 SUB_BATCH = 256                       # worlds per vmapped call at most (`Plan.sub_batch`)
-
-
-def latency_ticks(latency_s: np.ndarray, dt: float) -> np.ndarray:
-  """Each latency in whole ticks, rounded up as the manifest's transports round it."""
-  v = np.asarray(latency_s, np.float64)
-  return np.array([_ticks(x, dt) for x in v.reshape(-1)], np.int32).reshape(v.shape)
 
 
 def pow2_sub_batch(cap: int | None) -> int | None:
