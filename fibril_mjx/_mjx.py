@@ -6,9 +6,16 @@ MJX 3.17.0's `forward` returns early when the model has no constraint rows
 `sensor_acc`: accelerometer, force, torque, framelinacc and frameangacc readings then stay at
 whatever `put_data` gave them (e.g. the reset state), while MuJoCo C's `mj_forward` always
 evaluates them. `mjx` below is `mujoco.mjx` with `forward` and `step` completed by that missing
-call (after the early return `qacc = qacc_smooth`, which is what C's sensors see as well); every
-other attribute is the module's own. The integrator dispatch of `step` mirrors
-`mujoco/mjx/_src/forward.py:step` of the pinned version.
+call (after the early return `qacc = qacc_smooth`, which is what C's sensors see as well), plus
+`integrate`, the second half of a step; every other attribute is the module's own. The
+integrator dispatch of `integrate` mirrors `mujoco/mjx/_src/forward.py:step` of the pinned
+version.
+
+A step is `forward` then `integrate`. fibril_mjx acquires its samples between the two (SPEC §4,
+"a sample describes the state at its stamp"): after `forward`, `sensordata` and every derived
+quantity describe the state `x_k` with the controls of tick k; after `integrate`, `qpos`,
+`qvel`, `act` and `time` are those of `x_{k+1}` while `sensordata` still describes `x_k` — which
+is why reading sensors after `mjx.step` is one tick stale.
 """
 
 import contextlib
@@ -29,9 +36,10 @@ def forward(m, d):
   return d
 
 
-def step(m, d):
-  """`mjx.step` with `forward` above (sensors of the state at the start of the step, as C)."""
-  d = forward(m, d)
+def integrate(m, d):
+  """The integration half of `mjx.step`: `d` is the output of `forward(m, d)`; returns the
+  data of the next state (`qpos`, `qvel`, `act`, `time` advanced; the rest still describes
+  the state `forward` saw)."""
   if m.opt.integrator == _Integrator.EULER:
     return _forward.euler(m, d)
   if m.opt.integrator == _Integrator.RK4:
@@ -41,9 +49,15 @@ def step(m, d):
   raise NotImplementedError(f'integrator {m.opt.integrator} not implemented.')
 
 
+def step(m, d):
+  """`mjx.step` with `forward` above (sensors of the state at the start of the step, as C)."""
+  return integrate(m, forward(m, d))
+
+
 class _Mjx:
-  """`mujoco.mjx` with the `forward` / `step` above."""
+  """`mujoco.mjx` with the `forward` / `integrate` / `step` above."""
   forward = staticmethod(forward)
+  integrate = staticmethod(integrate)
   step = staticmethod(step)
 
   def __getattr__(self, name):

@@ -2,6 +2,14 @@
 batch edge — `vmap` over worlds, `lax.scan` over ticks — laid out on devices, sub-batches and
 host chunks by `fibril_mjx.worlds`.
 
+One tick k (SPEC §4): the commands issued at tick k enter the actuators' transports, the
+actuators write `ctrl` at their application instants, `mjx.forward` evaluates the state `x_k`
+with those controls (positions, velocities, accelerations, `sensordata`), and the sensors,
+feedback and estimators acquire and deliver the tick's samples from it; the next tick starts by
+integrating `x_k` to `x_{k+1}` (`mjx.step` = forward + integrate, split in two). So a sample
+stamped tick k describes `x_k` — what MuJoCo C's `mj_forward` gives at that state — and each
+tick costs one forward. `reset` runs tick 0; `step` runs one more tick.
+
 The tick counter and the schedules are shared by all worlds (they depend on static config
 only), so an acquisition instant is a real branch under `vmap`, not a select. Components are
 driven by their declared roles (`components/protocol.py`): actuators before physics,
@@ -65,11 +73,13 @@ class SimState(NamedTuple):
   Attributes:
     tick: int32 scalar, shared by all worlds (tick k is time k·dt).
     clocks: `{component id: {schedule name: ScheduleState}}`, shared by all worlds.
-    data: `mjx.Data`, leaves `(nworld, ...)` — or without the world axis when the physics is
-      shared by all worlds (`Simulation.physics_sharing`).
-    ctrl: `(nworld, nu)` controls in the compiled model's layout (what actuators write);
-      `(nu,)` with shared physics.
-    dcmotor: dcmotor activations `(nworld, ...)` when the model has dcmotor actuators, else ().
+    data: `mjx.Data` after the forward of tick `tick` (the state `x_tick` with the tick's
+      controls; its `sensordata` is that of `x_tick`), leaves `(nworld, ...)` — or without the
+      world axis when the physics is shared by all worlds (`Simulation.physics_sharing`).
+    ctrl: `(nworld, nu)` controls in the compiled model's layout (what actuators wrote at
+      tick `tick`); `(nu,)` with shared physics.
+    dcmotor: `dcmotor.Pending` `(nworld, ...)` (the activations after the next integration,
+      and what it needs) when the model has dcmotor actuators, else ().
     components: `{component id: state}`, leaves `(nworld, ...)`.
     diverged: `(nworld,)` int32, the first tick at which the world's physics or component
       state was non-finite, -1 while it is finite (MJX neither stops nor resets such a world;
@@ -139,7 +149,7 @@ class Simulation:
                           if protocol.SENSOR in c.roles or protocol.ESTIMATOR in c.roles)
     self._actuators = tuple((cid, c) for cid, c in self.components.items()
                             if protocol.ACTUATOR in c.roles)
-    self._physics_step = mjx.step
+    self._physics_forward, self._physics_integrate = mjx.forward, mjx.integrate
     if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
       import mujoco
       from mujoco import mjx as mjx_native
@@ -147,7 +157,9 @@ class Simulation:
       d = mujoco.MjData(built.physics_model)
       mujoco.mj_forward(built.physics_model, d)
       self._data0 = mjx_native.put_data(built.physics_model, d, impl='warp')
-      self._physics_step = mjx_native.step
+      # MJX-Warp has no separate integration; its step recomputes the forward (2 per tick)
+      self._physics_forward = mjx_native.forward
+      self._physics_integrate = lambda m, d: mjx_native.step(m, d)
     self._programs: dict = {}
     self._sub_batch: tuple | None = None
 
@@ -289,14 +301,16 @@ class Simulation:
       env[cid] = c.output(comps[cid])
     return comps
 
-  def _world_reset(self, mx, params, world_key, tick, dues, qpos_offset=None, qvel_offset=None,
-                   latency=None):
+  def _world_reset(self, mx, params, world_key, commands, tick, pre, post, qpos_offset=None,
+                   qvel_offset=None, latency=None):
+    """Tick 0 of one world: initial state, components, then the tick's application,
+    forward and acquisitions (`_world_tick`)."""
     data = self._data0
     if qpos_offset is not None:   # per-world initial state (added before the first forward)
       data = data.replace(qpos=data.qpos + qpos_offset)
     if qvel_offset is not None:
       data = data.replace(qvel=data.qvel + qvel_offset)
-    data = mjx.forward(mx, data)
+    data = mjx.forward(mx, data)   # what actuators and dcmotors start from
     comps = {cid: c.init(params[cid], world_key) for cid, c in self.components.items()}
     for cid, per in (latency or {}).items():   # this world's latencies, before anything is sent
       for name, (lat_s, ticks) in per.items():
@@ -308,20 +322,32 @@ class Simulation:
     ctrl = self._ctrl0
     for cid, c in self._actuators:   # what an actuator holds before its first application
       comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
-    return data, ctrl, dc, self._sense(params, comps, data, tick, dues)
+    return self._world_tick(mx, params, data, ctrl, dc, comps, commands, tick, pre, post)
 
-  def _world_step(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
-    """Tick `tick` → `tick + 1` of one world (SPEC §4 order)."""
+  def _world_tick(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
+    """Tick `tick` of one world at its state `x_tick` (SPEC §4): application of the tick's
+    controls, `forward` (every stage and `sensordata` of `x_tick` with those controls), then
+    the acquisitions and deliveries of the tick. `dc` is the dcmotor activation; returned as
+    the `dcmotor.Pending` the next integration needs."""
     ctrl = self.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * self.dt)
     comps = dict(comps)
     for cid, c in self._actuators:
       comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
                                    pre[cid])
     if self.dcmotor is None:
-      data = self._physics_step(mx, data.replace(ctrl=ctrl))
+      data = self._physics_forward(mx, data.replace(ctrl=ctrl))
     else:
-      data, dc = dcmotor.step(self.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
-    return data, ctrl, dc, self._sense(params, comps, data, tick + 1, post)
+      data, dc = dcmotor.forward(self.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
+    return data, ctrl, dc, self._sense(params, comps, data, tick, post)
+
+  def _world_step(self, mx, params, data, ctrl, dc, comps, commands, tick, pre, post):
+    """Tick `tick - 1` → `tick` of one world: integrate `x_{tick-1}` (whose forward the last
+    tick computed) to `x_tick`, then tick `tick` (`_world_tick`)."""
+    if self.dcmotor is None:
+      data = self._physics_integrate(mx, data)
+    else:
+      data, dc = dcmotor.integrate(self.dcmotor, mx, data, dc)
+    return self._world_tick(mx, params, data, ctrl, dc, comps, commands, tick, pre, post)
 
   def _world_finite(self, data, comps):
     """True while one world's physics and component state are finite (a traced check).
@@ -356,22 +382,33 @@ class Simulation:
     return dues, new
 
   def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
-                   model_fields=(), share=False, latency=None):
-    """Reset of a batch of worlds (vmapped single-world reset). With `share` the physics is
-    computed once (no world axis) and only the components are per world; `model_fields` are
-    the fields of `mx` with a leading world axis; `latency` as from `latency_inputs`."""
+                   model_fields=(), share=False, latency=None, commands=None):
+    """Reset of a batch of worlds (vmapped single-world reset), through tick 0's application,
+    forward and acquisitions. With `share` the physics is computed once (no world axis) and
+    only the components are per world; `model_fields` are the fields of `mx` with a leading
+    world axis; `latency` as from `latency_inputs`; `commands` those issued at tick 0."""
     mx = self.mx if mx is None else mx
     tick = jnp.int32(0)
-    dues, clocks = self._advance_clocks(self._clocks0(), tick, False)
+    n_worlds = world_keys.shape[0]
+    clocks, commands, pre, post = self._tick_inputs(self._clocks0(), commands, n_worlds, tick)
     phys = None if share else 0
     data, ctrl, dc, comps = jax.vmap(
-        self._world_reset, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, None, None,
-                                    0, 0, 0),
-        out_axes=(phys, phys, phys, 0))(mx, params, world_keys, tick, dues, qpos_offset,
-                                        qvel_offset, latency)
+        self._world_reset, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, 0, None,
+                                    None, None, 0, 0, 0),
+        out_axes=(phys, phys, phys, 0))(mx, params, world_keys, commands, tick, pre, post,
+                                        qpos_offset, qvel_offset, latency)
     finite = jax.vmap(self._world_finite, in_axes=(phys, 0))(data, comps)
     return SimState(tick, clocks, data, ctrl, dc, comps,
                     jnp.where(finite, -1, 0).astype(jnp.int32))
+
+  def _tick_inputs(self, clocks, commands, n_worlds, tick):
+    """The shared inputs of tick `tick`: `(clocks after it, commands, pre-physics dues,
+    acquisition dues)`; the commands are given, else scripted, else null."""
+    script_dues, clocks = self._advance_script(clocks, tick)
+    commands = self._fill_commands(commands, n_worlds, tick, script_dues)
+    pre, clocks = self._advance_clocks(clocks, tick, True)
+    post, clocks = self._advance_clocks(clocks, tick, False)
+    return clocks, commands, pre, post
 
   def _fill_commands(self, commands, n_worlds, tick, script_dues):
     """Commands of every actuator component: given, else scripted (manifest
@@ -392,23 +429,23 @@ class Simulation:
     return dues, {**clocks, command_script.KEY: new}
 
   def _step_batch(self, mx, params, state: SimState, commands=None, model_fields=()):
+    """One tick of a batch: `state` at tick k → tick k + 1 with the `commands` issued at
+    tick k + 1; returns `(state, outputs of tick k + 1)`."""
     mx = self.mx if mx is None else mx
     share = _is_shared(state)
     phys = None if share else 0
     n_worlds = state.diverged.shape[0]
-    script_dues, clocks = self._advance_script(state.clocks, state.tick)
-    commands = self._fill_commands(commands, n_worlds, state.tick, script_dues)
-    pre, clocks = self._advance_clocks(clocks, state.tick, True)
-    post, clocks = self._advance_clocks(clocks, state.tick + 1, False)
+    tick = state.tick + 1
+    clocks, commands, pre, post = self._tick_inputs(state.clocks, commands, n_worlds, tick)
     data, ctrl, dc, comps = jax.vmap(
         self._world_step, in_axes=(worlds.model_in_axes(mx, model_fields), 0, phys, phys, phys,
                                    0, 0, None, None, None),
         out_axes=(phys, phys, phys, 0))(
             mx, params, state.data, state.ctrl, state.dcmotor, state.components, commands,
-            state.tick, pre, post)
+            tick, pre, post)
     finite = jax.vmap(self._world_finite, in_axes=(phys, 0))(data, comps)
-    diverged = jnp.where((state.diverged < 0) & ~finite, state.tick + 1, state.diverged)
-    state = SimState(state.tick + 1, clocks, data, ctrl, dc, comps, diverged)
+    diverged = jnp.where((state.diverged < 0) & ~finite, tick, state.diverged)
+    state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
     return state, jax.vmap(self._outputs, in_axes=(phys, 0))(data, comps)
 
   def _observe(self, outputs, observe_truth):
@@ -515,7 +552,7 @@ class Simulation:
   def _reset_block(self, shared, world, *, model_fields, share):
     mx = self._join_model(shared['model'], world['model'])
     st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
-                           model_fields, share, world['latency'])
+                           model_fields, share, world['latency'], world['commands'])
     return _split_state(st, share)
 
   def _step_block(self, shared, world, *, model_fields, share):
@@ -535,6 +572,23 @@ class Simulation:
     sh, wo = _split_state(st, share)
     outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
     return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
+
+  def _split_trace(self, commands, lo: int, hi: int):
+    """A rollout's open-loop trace `{id: (n_ticks, nworld, ...)}` for worlds `lo:hi`, as the
+    tick-0 commands for `reset` `(k, ...)` and the world-major commands of ticks 1 … n_ticks
+    for `run` `(k, n_ticks, ...)` (tick n_ticks issues nothing: the null command)."""
+    if not commands:
+      return None, None
+    null = self.null_commands()
+    first, rest = {}, {}
+    for cid, cmd in commands.items():
+      first[cid] = jax.tree.map(lambda x: x[0, lo:hi], cmd)
+      rest[cid] = jax.tree.map(
+          lambda x, z: jnp.swapaxes(jnp.concatenate(
+              [x[1:, lo:hi], jnp.broadcast_to(jnp.asarray(z, x.dtype),
+                                              (1, hi - lo) + x.shape[2:])]), 0, 1),
+          cmd, null[cid])
+    return first, rest
 
   def _model_field_names(self, model, model_axes) -> tuple:
     if isinstance(model, Mapping):
@@ -566,15 +620,18 @@ class Simulation:
 
   # ---------------------------------------------------------------- public API
 
-  def reset(self, params: dict, world_keys: jax.Array, *, model=None, model_axes=None,
-            qpos_offset=None, qvel_offset=None, latency: dict | None = None,
-            share_physics: bool = False, devices=None, sub_batch: int | None = None
-            ) -> SimState:
-    """Resets a batch of worlds; runs `mjx.forward` and the tick-0 acquisitions.
+  def reset(self, params: dict, world_keys: jax.Array, *, commands: dict | None = None,
+            model=None, model_axes=None, qpos_offset=None, qvel_offset=None,
+            latency: dict | None = None, share_physics: bool = False, devices=None,
+            sub_batch: int | None = None) -> SimState:
+    """Resets a batch of worlds and runs tick 0: the tick-0 application, `mjx.forward` of the
+    initial state with those controls, and the tick-0 acquisitions (`outputs(state)`).
 
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
       world_keys: `(nworld, 2)` from `fibril_mjx.world_keys(seed, nworld, first_world)`.
+      commands: `{actuator component id: command pytree with leading (nworld,)}` issued at
+        tick 0 (a missing component gets its scripted or null command, as in `step`).
       model: optional `mjx.Model` to use instead of `sim.mx` (e.g. `sim.mx.replace(...)` to
         differentiate wrt or vary MJCF physical fields); traced as an argument. By default the
         compiled model is embedded as constants, which XLA can fold (measured about 7 %
@@ -609,15 +666,16 @@ class Simulation:
     lat = self.latency_inputs(latency, n)
     share = share_physics and self.physics_sharing(
         model_fields=fields, qpos_offset=qpos_offset, qvel_offset=qvel_offset)[0]
-    if worlds.is_traced((params, world_keys, model, qpos_offset, qvel_offset)):
+    if worlds.is_traced((params, world_keys, commands, model, qpos_offset, qvel_offset)):
       return self._reset_batch(self._full_model(model), params, world_keys, qpos_offset,
-                               qvel_offset, fields, share, lat)
+                               qvel_offset, fields, share, lat, commands)
     devs = worlds.resolve_devices(devices)
     lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
     prog = self._program('reset', lay, devs, model_fields=fields, share=share)
     sh, wo = prog({'model': shared_model},
                   {'params': params, 'keys': world_keys, 'model': world_model,
-                   'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat})
+                   'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat,
+                   'commands': commands})
     return _join_state(sh, wo)
 
   def outputs(self, state: SimState) -> dict:
@@ -628,11 +686,13 @@ class Simulation:
   def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
            model_axes=None, devices=None, sub_batch: int | None = None
            ) -> tuple[SimState, dict]:
-    """Advances every world one tick; returns the new state and its outputs.
+    """Advances every world one tick (`state.tick` → `state.tick + 1`); returns the new state
+    and the outputs of the new tick.
 
     Args:
-      commands: `{actuator component id: command pytree with leading (nworld,)}`; a missing
-        component gets its null command (nothing issued).
+      commands: `{actuator component id: command pytree with leading (nworld,)}` issued at
+        the new tick `state.tick + 1`; a missing component gets its scripted command
+        (manifest `command_script`), else its null command (nothing issued).
       model, model_axes, devices, sub_batch: as in `reset`.
     """
     n = state.diverged.shape[0]
@@ -656,16 +716,19 @@ class Simulation:
     """`n_ticks` steps in one `lax.scan` (`model`, `model_axes`, `devices`, `sub_batch` as in
     `reset`).
 
-    Commands come from one of:
-      * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`;
+    Ticks `state.tick + 1 … state.tick + n_ticks`. Commands come from one of:
+      * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, entry i
+        issued at tick `state.tick + 1 + i`;
       * `controller(obs, carry) -> (commands, carry)`: a single-world JAX policy (vmapped
-        here) that sees the delivered sensor/feedback outputs of the previous tick
-        (`obs['sensor'][id]`), and truth only with `observe_truth=True`;
-      * neither: null commands.
+        here) called after each tick with that tick's delivered sensor/feedback outputs
+        (`obs['sensor'][id]`: a latency-0 sample describes the state of that tick), and truth
+        only with `observe_truth=True`; its commands are issued at the next tick;
+      * neither: scripted (`command_script`) or null commands.
 
     Returns:
-      `(state, outputs)` with outputs stacked `(n_ticks, nworld, ...)` (None unless
-      `record`); with a controller, `((state, controller_state), outputs)`.
+      `(state, outputs)` with outputs of ticks `state.tick + 1 …` stacked `(n_ticks, nworld,
+      ...)` (None unless `record`); with a controller, `((state, controller_state),
+      outputs)`.
     """
     if worlds.is_traced((params, state, commands, controller_state, model)):
       fields = self._model_field_names(model, model_axes)
@@ -718,9 +781,11 @@ class Simulation:
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
       world_keys: `(nworld, 2)`.
-      commands: open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, or
+      commands: open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, entry k
+        issued at tick k (tick `n_ticks` issues nothing), or
       controller: a single-world controller with a single-world `controller_init` carry
-        (see `run`).
+        (see `run`): it sees the outputs of tick k and issues the commands of tick k + 1
+        (tick 0 gets the scripted or null commands).
       model, model_axes: a per-world `mjx.Model`, e.g.
         `rollout(params, keys, T, model=sim.mx.replace(dof_damping=d), model_axes={'dof_damping':
         0})` with `d` of shape `(nworld, nv)`, or `model={'dof_damping': d}` with the rest of
@@ -758,12 +823,13 @@ class Simulation:
         m = {f: model[f][lo:hi] for f in fields}
       elif fields:
         m = model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
-      cmds = jax.tree.map(lambda x: jnp.swapaxes(x[:, lo:hi], 0, 1), commands)
+      cmds0, cmds = self._split_trace(commands, lo, hi)
       carry = None
       if controller is not None:
         carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)),
                              controller_init)
-      st = self.reset(p, keys, model=m, model_axes=fields, qpos_offset=sl(qpos_offset),
+      st = self.reset(p, keys, commands=cmds0, model=m, model_axes=fields,
+                      qpos_offset=sl(qpos_offset),
                       qvel_offset=sl(qvel_offset), latency=sl(lat) or None,
                       share_physics=share, devices=devs, sub_batch=sub_batch)
       out0 = self.outputs(st) if record else None

@@ -394,7 +394,10 @@ class DataSet:
     recordings: the `Recording`s.
     windows: per recording, the number of windows.
     data0: per recording, the initial `mjx.Data` (one world).
-    commands: per window `{cid: command pytree (L, 1, ...)}` or None.
+    commands: per window `{cid: command pytree (L, 1, ...)}` (ticks `w·L + 1 … (w+1)·L`) or
+      None.
+    commands0: per recording the tick-0 commands `{cid: command pytree (1, ...)}` (issued at
+      the reset) or None.
     maps: per window, per loss term, `(local tick index (M,), recorded (M, D), weight (M, D),
       sample time (M,))` — filled after the first forward pass.
   """
@@ -402,6 +405,7 @@ class DataSet:
   windows: list
   data0: list
   commands: list
+  commands0: list
   maps: list = dataclasses.field(default_factory=list)
 
 
@@ -463,7 +467,7 @@ class Problem:
       self.L = max(1, int(round(w / self.dt)))
     L = self.L
     import mujoco  # noqa: F401
-    data0s, windows, cmds = [], [], []
+    data0s, windows, cmds, cmds0 = [], [], [], []
     m = self.sim.mj_model
     for r, end in zip(recs, ends):
       n = int(math.ceil((end / self.dt + 2) / L))
@@ -478,15 +482,18 @@ class Problem:
         d0 = d0.replace(qpos=jnp.asarray(qpos, d0.qpos.dtype),
                         qvel=jnp.asarray(qvel, d0.qvel.dtype))
       data0s.append(d0)
-      cmds.extend(self._window_commands(r, n, L))
-    return DataSet(recs, windows, data0s, cmds)
+      first, per_window = self._window_commands(r, n, L)
+      cmds0.append(first)
+      cmds.extend(per_window)
+    return DataSet(recs, windows, data0s, cmds, cmds0)
 
   def _window_commands(self, r, n, L):
-    """Per-tick commands of the recording's actuator components, cut into windows."""
+    """Per-tick commands of the recording's actuator components: `(the tick-0 commands
+    (issued at the reset), per window those of its ticks w·L + 1 … (w+1)·L)`."""
     if not r.commands:
-      return [None] * n
+      return None, [None] * n
     nulls = self.sim.null_commands()
-    T = n * L
+    T = n * L + 1
     full = {}
     for cid, fields in r.commands.items():
       if cid not in nulls:
@@ -506,11 +513,13 @@ class Problem:
         raise ConfigError(r.path, f'command/{cid}/{sorted(unknown)[0]}',
                           f'not a field of the command (fields: {", ".join(null._fields)})')
       full[cid] = (type(null), leaves)
+    first = {cid: typ(**{k: jnp.asarray(v[0:1]) for k, v in leaves.items()})
+             for cid, (typ, leaves) in full.items()}
     out = []
     for w in range(n):
-      out.append({cid: typ(**{k: jnp.asarray(v[w * L:(w + 1) * L, None]) for k, v in
+      out.append({cid: typ(**{k: jnp.asarray(v[w * L + 1:(w + 1) * L + 1, None]) for k, v in
                               leaves.items()}) for cid, (typ, leaves) in full.items()})
-    return out
+    return first, out
 
   # -------------------------------------------------------------- traced programs
 
@@ -541,11 +550,11 @@ class Problem:
         params[DCMOTOR_PARAMS] = dp._replace(**{name: leaf.at[0, di].set(x.astype(leaf.dtype))})
     return mx, params
 
-  def _reset1(self, u, data0):
+  def _reset1(self, u, data0, cmds0):
     mx, params = self._apply(u)
     s = copy.copy(self.sim)
     s._data0 = data0
-    return s._reset_batch(mx, params, self._keys)
+    return s._reset_batch(mx, params, self._keys, commands=cmds0)
 
   def _advance1(self, u, state, cmds):
     """One window of one start: `(state at its end, {term: (L, D) samples}, {term: (new_data
@@ -570,7 +579,7 @@ class Problem:
     return jnp.concatenate(out)
 
   def _compile(self):
-    reset = jax.vmap(self._reset1, in_axes=(0, None))
+    reset = jax.vmap(self._reset1, in_axes=(0, None, None))
     adv = jax.vmap(self._advance1, in_axes=(0, 0, None))
     jac1 = jax.jacfwd(self._window_resid)
     jac = jax.vmap(jax.vmap(jac1, in_axes=(None, 0, 0, 0)), in_axes=(0, 0, None, None))
@@ -593,8 +602,8 @@ class Problem:
     starts, fields, timing = [], {t: [] for t in self.spec.loss}, {t: [] for t in self.spec.loss}
     k = 0
     with sig.straight_through():
-      for r, n, d0 in zip(ds.recordings, ds.windows, ds.data0):
-        st = self._reset(U, d0)
+      for r, n, d0, c0 in zip(ds.recordings, ds.windows, ds.data0, ds.commands0):
+        st = self._reset(U, d0, c0)
         for _ in range(n):
           starts.append(st)
           st, f, tm = self._adv(U, st, ds.commands[k])

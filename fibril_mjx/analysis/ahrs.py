@@ -8,13 +8,12 @@ from fibril_mjx.analysis import common
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
-  """Per world: RMS orientation error (deg) of delivered samples vs truth at their sample
-  tick, and the rate errors of `common.rate_error_metrics`."""
-  new = sensor['new_data']
-  count = np.maximum(new.sum(axis=1), 1)
-  ang = np.degrees(common.angle_rad(sensor['orientation'],
-                                    common.at_sample_tick(sensor, truth['orientation'])))
-  return {'orientation_error_rms_deg': np.sqrt((ang ** 2 * new).sum(1) / count),
+  """Per world: RMS orientation error (deg) of delivered, healthy, finite samples vs truth at
+  their sample tick (NaN for a world with none), and the rate errors of
+  `common.rate_error_metrics`."""
+  q = np.asarray(sensor['orientation'], np.float64)
+  ang = np.degrees(common.angle_rad(q, common.at_sample_tick(sensor, truth['orientation'])))
+  return {'orientation_error_rms_deg': common.masked_rms(ang ** 2, common.usable(sensor, q)),
           **common.rate_error_metrics(sensor, truth)}
 
 

@@ -29,23 +29,27 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per-world attitude error of the estimate vs the true site attitude at each update's
   sample tick (NumPy, float64).
 
+  Over delivered, finite estimates (`common.usable`); NaN for a world with none.
+
   Returns:
     `{metric: (nworld,)}`: RMS and final attitude error (deg, includes yaw drift), RMS and
     final tilt error (deg, roll/pitch only), number of updates.
   """
   new = sensor['new_data'].astype(bool)
   st = np.clip(sensor['sample_tick'], 0, None)
+  q = np.asarray(sensor['orientation'], np.float64)
   q_true = np.take_along_axis(truth['orientation'], st[..., None], axis=1)
-  att = np.degrees(attitude_error_rad(sensor['orientation'], q_true))
-  tilt = np.degrees(tilt_error_rad(sensor['orientation'], q_true))
-  count = np.maximum(new.sum(axis=1), 1)
+  att = np.degrees(attitude_error_rad(q, q_true))
+  tilt = np.degrees(tilt_error_rad(q, q_true))
+  ok = common.usable(sensor, q)
   idx = np.arange(new.shape[1])
-  last = np.max(np.where(new, idx, 0), axis=1)   # last update (tick 0 if none)
-  pick = lambda a: np.take_along_axis(a, last[:, None], axis=1)[:, 0]  # noqa: E731
+  last = np.max(np.where(ok, idx, 0), axis=1)   # last usable update
+  pick = lambda a: np.where(ok.any(axis=1),   # noqa: E731
+                            np.take_along_axis(a, last[:, None], axis=1)[:, 0], np.nan)
   return {
-      'attitude_error_rms_deg': np.sqrt((att ** 2 * new).sum(1) / count),
+      'attitude_error_rms_deg': common.masked_rms(att ** 2, ok),
       'attitude_error_final_deg': pick(att),
-      'tilt_error_rms_deg': np.sqrt((tilt ** 2 * new).sum(1) / count),
+      'tilt_error_rms_deg': common.masked_rms(tilt ** 2, ok),
       'tilt_error_final_deg': pick(tilt),
       'updates': new.sum(axis=1),
   }

@@ -100,14 +100,15 @@ def at_sample_tick(sensor: dict, a: np.ndarray) -> np.ndarray:
 
 
 def rate_error_metrics(sensor: dict, truth: dict) -> dict:
-  """Per-world RMS error (float64) of the delivered angular velocity (rad/s) and specific
-  force (m/s²) vs truth at their sample ticks, and the delivered sample count."""
+  """Per-world RMS error (float64, per axis) of the delivered angular velocity (rad/s) and
+  specific force (m/s²) vs truth at their sample ticks, over delivered, healthy samples whose
+  value is finite (`usable`; NaN for a world with none), and the delivered sample count."""
   new = sensor['new_data']
-  count = np.maximum(new.sum(axis=1), 1)
   out = {}
   for f, unit in (('angular_velocity', 'rad_s'), ('linear_acceleration', 'm_s2')):
-    e = np.sum((sensor[f].astype(np.float64) - at_sample_tick(sensor, truth[f])) ** 2, axis=-1)
-    out[f'{f}_error_rms_{unit}'] = np.sqrt((e * new).sum(1) / count / 3)
+    x = sensor[f].astype(np.float64)
+    e = np.sum((x - at_sample_tick(sensor, truth[f])) ** 2, axis=-1) / 3
+    out[f'{f}_error_rms_{unit}'] = masked_rms(e, usable(sensor, x))
   out['delivered'] = new.sum(axis=1)
   return out
 

@@ -9,20 +9,19 @@ from fibril_mjx.analysis import common
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per world: RMS position tracking error while active, RMS of applied − commanded effort
-  (the actuatorfrcrange clamp shows here), delivered feedback count, mean |current|."""
+  (the actuatorfrcrange clamp shows here), delivered feedback count, mean |current| of
+  delivered, finite feedback. NaN for a world with no active tick / no usable sample."""
   active = truth['active'].astype(bool)
-  n = np.maximum(active.sum(axis=1), 1)
-  track = np.sqrt((truth['tracking_error'] ** 2 * active).sum(axis=1) / n)
-  # the effort applied during step k→k+1 is reported with state k+1; law is of tick k
-  eff = truth['applied_effort'][:, 1:] - truth['commanded_effort'][:, :-1]
-  act_e = active[:, :-1]
-  n_e = np.maximum(act_e.sum(axis=1), 1)
+  track = np.asarray(truth['tracking_error'], np.float64)
+  # tick k's applied effort is MuJoCo's at x_k with the controls the law wrote at tick k
+  eff = (np.asarray(truth['applied_effort'], np.float64)
+         - np.asarray(truth['commanded_effort'], np.float64))
+  cur = np.asarray(sensor['current'], np.float64)
   new = sensor['new_data'].astype(bool)
-  return {'tracking_error_rms': track,
-          'effort_minus_command_rms': np.sqrt((eff ** 2 * act_e).sum(axis=1) / n_e),
+  return {'tracking_error_rms': common.masked_rms(track ** 2, active & np.isfinite(track)),
+          'effort_minus_command_rms': common.masked_rms(eff ** 2, active & np.isfinite(eff)),
           'feedback_delivered': new.sum(axis=1),
-          'current_mean_abs': (np.abs(sensor['current']) * new).sum(axis=1)
-          / np.maximum(new.sum(axis=1), 1)}
+          'current_mean_abs': common.masked_mean(np.abs(cur), common.usable(sensor, cur))}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):

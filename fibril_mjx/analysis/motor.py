@@ -10,16 +10,20 @@ from fibril_mjx.analysis import common
 def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per world: RMS tracking error of the bound input's semantic (setpoint − truth, logical
   units), RMS error of delivered feedback position vs truth at its sample tick, delivered
-  feedback count, mean |current| of delivered feedback."""
+  feedback count, mean |current| of delivered feedback. Feedback statistics are over
+  delivered samples with a finite value (`common.usable`; NaN for a world with none); the
+  tracking error over the ticks where it is finite."""
   new = sensor['new_data'].astype(bool)
   st = np.clip(sensor['sample_tick'], 0, None)
-  pos_truth = np.take_along_axis(truth['position'], st, axis=1)
-  count = np.maximum(new.sum(axis=1), 1)
-  return {'tracking_error_rms': np.sqrt(np.mean(truth['tracking_error'] ** 2, axis=1)),
-          'feedback_position_error_rms': np.sqrt(((sensor['position'] - pos_truth) ** 2
-                                                  * new).sum(axis=1) / count),
+  pos = np.asarray(sensor['position'], np.float64)
+  cur = np.asarray(sensor['current'], np.float64)
+  pos_truth = np.take_along_axis(np.asarray(truth['position'], np.float64), st, axis=1)
+  track = np.asarray(truth['tracking_error'], np.float64)
+  return {'tracking_error_rms': common.masked_rms(track ** 2, np.isfinite(track)),
+          'feedback_position_error_rms': common.masked_rms((pos - pos_truth) ** 2,
+                                                           common.usable(sensor, pos)),
           'feedback_delivered': new.sum(axis=1),
-          'current_mean_abs': (np.abs(sensor['current']) * new).sum(axis=1) / count}
+          'current_mean_abs': common.masked_mean(np.abs(cur), common.usable(sensor, cur))}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):

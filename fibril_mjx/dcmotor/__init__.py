@@ -16,9 +16,9 @@ MuJoCo 3.17 compiles `<dcmotor>` into an actuator with `dyntype/gaintype/biastyp
 Everything is single-world; batch with `jax.vmap` at the edge.
 """
 
-from fibril_mjx.dcmotor.mjx_step import step
+from fibril_mjx.dcmotor.mjx_step import Pending, forward, integrate, step
 from fibril_mjx.dcmotor.model import DcMotorParams, act_from_state, init
 from fibril_mjx.dcmotor.twin import UnsupportedDcMotor, default_params, describe, prepare
 
-__all__ = ['DcMotorParams', 'UnsupportedDcMotor', 'act_from_state', 'default_params', 'describe',
-           'init', 'prepare', 'step']
+__all__ = ['DcMotorParams', 'Pending', 'UnsupportedDcMotor', 'act_from_state', 'default_params',
+           'describe', 'forward', 'init', 'integrate', 'prepare', 'step']

@@ -1,4 +1,5 @@
-"""`step`: one physics step of the twin model, with the dcmotor forces evaluated in JAX.
+"""`step` (= `forward` then `integrate`): one physics step of the twin model, with the dcmotor
+forces evaluated in JAX. The simulator acquires samples between the two halves (SPEC §4).
 
 This module reaches into MJX internals: the private stages of `mujoco.mjx._src` (`forward`:
 `fwd_position`, `fwd_velocity`, `fwd_actuation`, `fwd_acceleration`, `euler`, `_advance`;
@@ -12,7 +13,7 @@ against mujoco-mjx 3.17.0; re-check on a mujoco-mjx upgrade.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,9 +64,22 @@ def _twin_ctrl(dset: DcMotorSet, ctrl: jax.Array, force: jax.Array) -> jax.Array
   return out
 
 
-def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Array,
-         state: DcMotorState) -> tuple[Any, DcMotorState]:
-  """One physics step replacing `mjx.step(mx, dx)`.
+class Pending(NamedTuple):
+  """What the integration half of a tick needs from its forward half.
+
+  Attributes:
+    state: dcmotor activations after this tick's integration (`DcMotorState`).
+    act_dot: their time derivatives (`DcMotorState` layout), mirrored into the twin's act_dot.
+    dfdv: `(n,)` d(force)/d(actuator velocity) of each dcmotor (implicitfast's qDeriv).
+  """
+  state: Any
+  act_dot: Any
+  dfdv: jax.Array
+
+
+def forward(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Array,
+            state: DcMotorState) -> tuple[Any, Pending]:
+  """The forward half of a physics step replacing `mjx.forward(mx, dx)`.
 
   Args:
     dset, params: from `prepare` / `default_params`.
@@ -75,8 +89,9 @@ def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Ar
     state: dcmotor activations at tick k.
 
   Returns:
-    `(dx_next, state_next)`. `dx_next.actuator_force[actuator_id]` is the dcmotor force as
-    MuJoCo C reports it; twin `act` entries that mirror a dcmotor hold its activation.
+    `(dx, pending)`: `dx` with every stage (and `sensordata`) of the state at tick k;
+    `dx.actuator_force[actuator_id]` is the dcmotor force as MuJoCo C reports it. `pending`
+    goes to `integrate`.
   """
   d = _mjx_forward.fwd_position(mx, dx)
   d = _mjx_sensor.sensor_pos(mx, d)
@@ -91,7 +106,7 @@ def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Ar
                                        state)
 
   d = d.replace(ctrl=_twin_ctrl(dset, ctrl, force))
-  slots = [(i, a) for i, a in enumerate(dset.twin_act_dc) if a >= 0]
+  slots = _slots(dset)
   if slots:
     dc_i = np.array([i for i, _ in slots])
     adr = np.array([a for _, a in slots])
@@ -107,18 +122,41 @@ def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Ar
   # MJX's forward skips sensor_acc without constraint rows; MuJoCo C always evaluates it
   # (see fibril_mjx/_mjx.py).
   d = _mjx_sensor.sensor_acc(mx, d)
+  return d, Pending(nxt, act_dot, dfdv)
 
+
+def integrate(dset: DcMotorSet, mx: Any, d: Any, pending: Pending) -> tuple[Any, DcMotorState]:
+  """The integration half: `d` from `forward`; returns `(dx_next, state_next)` (twin `act`
+  entries that mirror a dcmotor hold its activation)."""
+  ids = np.asarray(dset.actuator_id, dtype=int)
   if dset.integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
     moment_dc = d._impl.actuator_moment[ids]
-    d = _implicit(mx, d, moment_dc, dfdv)
+    d = _implicit(mx, d, moment_dc, pending.dfdv)
   else:
     d = _mjx_forward.euler(mx, d)
 
+  nxt, act_dot = pending.state, pending.act_dot
+  slots = _slots(dset)
   if slots:
     # mirror the dcmotor activation (the motor's only state) in the twin act / act_dot
+    dc_i = np.array([i for i, _ in slots])
+    adr = np.array([a for _, a in slots])
     kinds = [SLOTS[max(range(len(SLOTS)), key=lambda k: dset.slots[i][k])] for i in dc_i]
     vals = jnp.stack([getattr(nxt, k)[i] for k, i in zip(kinds, dc_i)])
     dots = jnp.stack([getattr(act_dot, k)[i] for k, i in zip(kinds, dc_i)])
     d = d.replace(act=d.act.at[adr].set(vals.astype(d.act.dtype)),
                   act_dot=d.act_dot.at[adr].set(dots.astype(d.act_dot.dtype)))
   return d, nxt
+
+
+def _slots(dset: DcMotorSet) -> list[tuple[int, int]]:
+  """`(dcmotor index, twin act address)` of the dcmotors whose activation the twin mirrors."""
+  return [(i, a) for i, a in enumerate(dset.twin_act_dc) if a >= 0]
+
+
+def step(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Array,
+         state: DcMotorState) -> tuple[Any, DcMotorState]:
+  """One physics step replacing `mjx.step(mx, dx)`: `forward` then `integrate` (arguments as
+  in `forward`); returns `(dx_next, state_next)`."""
+  d, pending = forward(dset, params, mx, dx, ctrl, state)
+  return integrate(dset, mx, d, pending)
