@@ -25,10 +25,16 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_export_mcap(args) -> int:
+  import warnings
   from fibril_mjx import mcap_export
-  mcap_export.export_mcap(args.run_dir, args.out, worlds=mcap_export.parse_worlds(args.worlds),
-                          overwrite=args.overwrite)
-  print(f'wrote {args.out}')
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always', mcap_export.UnmappedComponentWarning)
+    counts = mcap_export.export_mcap(args.run_dir, args.out,
+                                     worlds=mcap_export.parse_worlds(args.worlds),
+                                     overwrite=args.overwrite)
+  for w in caught:
+    print(f'warning: {w.message}', file=sys.stderr)
+  print(f'wrote {args.out} ({sum(counts.values())} messages on {len(counts)} topics)')
   return 0
 
 
