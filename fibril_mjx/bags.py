@@ -399,15 +399,15 @@ def read_bag(path, topics, *, types: dict | None = None, origin: str = '--topics
       i = int(np.argmax(bad)) + 1
       raise ConfigError(bag, _where(e.topic, f'header.stamp (message {i})'),
                         f'must be {"strictly increasing" if strict else "non-decreasing"} in '
-                        f'receive order (previous {(st[i - 1] - t0) * 1e-9!r} s)',
-                        (st[i] - t0) * 1e-9)
+                        f'receive order (previous {float(st[i - 1] - t0) * 1e-9!r} s)',
+                        float(st[i] - t0) * 1e-9)
     if e.group == SENSOR:
       late = rx < st
       if np.any(late):
         i = int(np.argmax(late))
         raise ConfigError(bag, _where(e.topic, f'header.stamp (message {i})'),
-                          f'later than its receive time {(rx[i] - t0) * 1e-9!r} s (header '
-                          'stamps and the bag on different clocks?)', (st[i] - t0) * 1e-9)
+                          f'later than its receive time {float(rx[i] - t0) * 1e-9!r} s (header '
+                          'stamps and the bag on different clocks?)', float(st[i] - t0) * 1e-9)
     ctx = Ctx(e, types.get(e.cid))
     rows = []
     for i, (_, m) in enumerate(msgs):

@@ -408,14 +408,15 @@ def test_ros1_bag_and_commands(tmp_path):
 def _mag_bag(path, values_t, stamps_ns, msgtype='sensor_msgs/msg/MagneticField'):
   T = TS2.types
   msgs = []
-  for v, s in zip(values_t, stamps_ns):
+  rx0 = int(max(stamps_ns)) + 1000        # receive times increase, whatever the stamps do
+  for i, (v, s) in enumerate(zip(values_t, stamps_ns)):
     if msgtype == 'std_msgs/msg/String':
       m = T[msgtype](data='x')
     else:
       m = T[msgtype](header=_header(TS2, int(s), 'mag'),
                      magnetic_field=T['geometry_msgs/msg/Vector3'](x=v, y=0.0, z=0.0),
                      magnetic_field_covariance=np.zeros(9))
-    msgs.append((int(s) + 1000, m))
+    msgs.append((rx0 + 1000 * i, m))
   return write_ros2(path, {'/mag': (msgtype, msgs)})
 
 
@@ -438,7 +439,7 @@ def test_one_line_errors(tmp_path, capsys):
                       topics='mag=/mag')
   with pytest.raises(FibrilError, match=r'good: a ROS bag needs a topic mapping'):
     rc.read_recording(good)
-  with pytest.raises(ConfigError, match=r"--topics: = 'mag': expected ID=TOPIC"):
+  with pytest.raises(ConfigError, match=r"--topics = 'mag': expected ID=TOPIC"):
     bags.parse_topics('mag')
   # the command line: exit 2, one line
   assert cli.main(['fit-profile', '--type', 'fibril_sim/imu', '--component', 'mag',
