@@ -165,6 +165,13 @@ def test_round_trip_per_sensor_type(run, cid):
       np.testing.assert_allclose(got[f], want, rtol=0, atol=1e-12)
 
 
+def test_cli_names_the_unmapped_component(run, tmp_path, capsys):
+  d, _, _, _ = run
+  assert cli.main(['export-mcap', str(d), '--worlds', '9', '--out', str(tmp_path / 'x.mcap')]) == 0
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith('warning: ') and "component 'other'" in err[0]
+
+
 def test_export_has_every_sensor_message(run):
   _, _, out, counts = run
   with open(out, 'rb') as f:
