@@ -454,10 +454,12 @@ def read_bag(path, topics, *, types: dict | None = None, origin: str = '--topics
     if e.group == SENSOR:
       prev['fields'][rc.ARRIVAL_TIME] = np.maximum(prev['fields'][rc.ARRIVAL_TIME],
                                                    (rx - t0).astype(np.float64) * 1e-9)
+  mapped: dict[str, list] = {}
+  for e in entries:
+    mapped.setdefault(f'{e.group}/{e.cid}', []).append(
+        e.topic + (f'#{e.select}' if e.select else ''))
   rec = rc.Recording({}, meta={
-      'source': f'ROS bag {path.name}', 'bag': bag,
-      'topics': {f'{e.group}/{e.cid}': e.topic + (f'#{e.select}' if e.select else '')
-                 for e in entries},
+      'source': f'ROS bag {path.name}', 'bag': bag, 'topics': mapped,
       'time_origin_ns': int(t0),
       'units': 'sample-type units (rad/s, m/s^2, uT, Pa, K, m); times in s from the first '
                'message'}, path=bag)
