@@ -25,10 +25,16 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_export_mcap(args) -> int:
+  import warnings
   from fibril_mjx import mcap_export
-  mcap_export.export_mcap(args.run_dir, args.out, worlds=mcap_export.parse_worlds(args.worlds),
-                          overwrite=args.overwrite)
-  print(f'wrote {args.out}')
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always', mcap_export.UnmappedComponentWarning)
+    counts = mcap_export.export_mcap(args.run_dir, args.out,
+                                     worlds=mcap_export.parse_worlds(args.worlds),
+                                     overwrite=args.overwrite)
+  for w in caught:
+    print(f'warning: {w.message}', file=sys.stderr)
+  print(f'wrote {args.out} ({sum(counts.values())} messages on {len(counts)} topics)')
   return 0
 
 
@@ -97,7 +103,7 @@ def _cmd_fit_profile(args) -> int:
   res = fit_profile.fit_profile(component_type=args.type, component=args.component,
                                 out=args.out, profile_id=args.id, static=args.static,
                                 six=args.six_orientation, timing=args.timing, csv_map=csv_map,
-                                overwrite=args.overwrite)
+                                topics=args.topics, overwrite=args.overwrite)
   for k, v in res['fields'].items():
     print(f'{k}: {v}')
   print(f'wrote {args.out} and its evidence beside it')
@@ -134,6 +140,9 @@ def _add_validation_commands(sub) -> None:
                  help='recordings resting on each of the six faces (bias, scale, cross-axis)')
   f.add_argument('--timing', nargs='+', default=[], help='recordings for period/latency/loss')
   f.add_argument('--csv-map', default=None, help='YAML column mapping for .csv recordings')
+  f.add_argument('--topics', default=None, metavar='ID=TOPIC[,ID=TOPIC]',
+                 help='for ROS bags (rosbag2 directory or .mcap/.db3, ROS 1 .bag): which topic '
+                 'holds which component, e.g. imu=/imu/data')
   f.add_argument('--out', required=True, help='profile YAML to write')
   f.add_argument('--id', default=None, help='profile id (default: the file stem)')
   f.add_argument('--overwrite', action='store_true')

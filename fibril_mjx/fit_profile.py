@@ -1,7 +1,7 @@
 """`fibril-mjx fit-profile`: an empirical profile estimated from recordings of a real unit.
 
-Inputs are recordings (`fibril_mjx.recording`: `.npz` / `.parquet`, or CSV with a column
-mapping) of one `fibril_sim/imu` or `fibril_sim/ahrs` component, by role:
+Inputs are recordings (`fibril_mjx.recording`: `.npz` / `.parquet`, CSV with a column
+mapping, or ROS bags with `--topics ID=TOPIC`, `fibril_mjx.bags`) of one `fibril_sim/imu` or `fibril_sim/ahrs` component, by role:
 
 - **static** logs (unit at rest): noise terms. IMU: white noise density N, random walk K and
   an optional first-order Gauss–Markov bias (σ, τ_c) from a weighted least-squares fit of the
@@ -40,9 +40,17 @@ HELDOUT = 0.3
 K_SIGMA = 4.0
 
 
-def load(path, csv_map=None):
-  """A recording from `.npz` / `.parquet`, or `.csv` with a column mapping (dict)."""
+def load(path, csv_map=None, topics=None, component_type=None, component=None):
+  """A recording from `.npz` / `.parquet`, `.csv` with a column mapping (dict), or a ROS bag
+  with a topic mapping (`fibril_mjx.bags`)."""
+  from fibril_mjx import bags
   path = pathlib.Path(path)
+  if bags.is_bag(path):
+    if topics is None:
+      raise FibrilError(f'{path}: a ROS bag needs --topics ID=TOPIC[,ID=TOPIC] (e.g. '
+                        'imu=/imu/data)')
+    types = {component: component_type} if component else None
+    return rc.read_recording(path, topics=topics, types=types)
   if path.suffix == '.csv':
     if csv_map is None:
       raise FibrilError(f'{path}: a CSV recording needs --csv-map (column mapping YAML)')
@@ -396,7 +404,8 @@ def _round(v):
 
 
 def fit_profile(*, component_type: str, component: str, out, profile_id: str | None = None,
-                static=(), six=(), timing=(), csv_map=None, overwrite=False) -> dict:
+                static=(), six=(), timing=(), csv_map=None, topics=None,
+                overwrite=False) -> dict:
   """Fits and writes `out` (profile YAML), `<stem>_transport.yaml` (with timing logs),
   `<stem>_evidence.md`, `<stem>_fit.json` and plots beside it.
 
@@ -405,6 +414,7 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
     component: component id of the samples in the recordings.
     static, six, timing: recording paths by role.
     csv_map: `(mapping dict, mapping file name)` for CSV inputs.
+    topics: topic mapping for ROS bag inputs (`'imu=/imu/data'`, `fibril_mjx.bags`).
 
   Returns:
     `fit.json` content.
@@ -426,7 +436,7 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
       if f.exists():
         raise FibrilError(f'{f}: exists (use --overwrite)')
   out.parent.mkdir(parents=True, exist_ok=True)
-  recs = {role: [load(p, csv_map) for p in paths]
+  recs = {role: [load(p, csv_map, topics, component_type, component) for p in paths]
           for role, paths in (('static', static), ('six', six), ('timing', timing))}
   for role, lst in recs.items():
     for r in lst:

@@ -1,68 +1,114 @@
 """Export a run directory (`fibril-mjx run ... --out DIR`) as ROS 2 messages in an MCAP file.
 
-Messages are CDR-encoded by `mcap-ros2-support` from the standard ROS 2 message definitions
-below; nothing here encodes bytes. One namespace per world (`/world_0003/...`, the global world
-index), one message per delivered sample (`new_data`), truth on separate `.../truth/...` topics
-at every tick. Header stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP
-log time is its arrival (`arrival_tick · dt`), the instant a consumer would receive it; times
-start at 0 (simulation time).
+Message classes, definitions (the MCAP schemas, `ros2msg` encoding) and the CDR encoding come
+from the `rosbags` typestore of ROS 2 Jazzy (`TYPESTORE`); nothing here writes a message
+definition or encodes bytes. The file is an MCAP with the `ros2` profile, as `ros2 bag record
+-s mcap` writes it: Foxglove, `ros2 bag play` and `rosbags` open it as it is.
 
-A component's messages follow from the fields of its samples (so new component types with the
-same fields export without changes):
+One namespace per world (`/world_0003/...`, the global world index), one message per
+delivered sample (`new_data`), truth on separate `.../truth/...` topics at every tick. Header
+stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log time is its arrival
+(`arrival_tick · dt`), the instant a consumer would receive it; times start at 0 (simulation
+time). The MCAP message sequence is the sample's `sequence`.
 
-| sample fields | topic | message |
+Which messages a component writes is a small registry, `component type → converter`
+(`CONVERTERS`, `register`); a converter turns one delivered sample into `(topic suffix,
+message)` pairs:
+
+| component type | topic | message |
 | --- | --- | --- |
-| `angular_velocity`, `linear_acceleration` (+ `orientation`, `*_variance`) | `<id>/imu` | `sensor_msgs/msg/Imu` |
-| `position`, `velocity`, `applied_effort` | `<id>/joint_states` | `sensor_msgs/msg/JointState` (name = component id, effort = applied effort) |
-| `orientation` (no rates: an estimator) | `<id>/orientation` | `geometry_msgs/msg/QuaternionStamped` |
-| `gyro_bias` | `<id>/gyro_bias` | `geometry_msgs/msg/Vector3Stamped` |
+| `fibril_sim/imu`, `fibril_sim/ahrs` | `<id>/imu` | `sensor_msgs/msg/Imu` |
+| `fibril_sim/magnetometer` | `<id>/magnetic_field` | `sensor_msgs/msg/MagneticField` (T) |
+| `fibril_sim/barometer` | `<id>/pressure`, `<id>/temperature` | `sensor_msgs/msg/FluidPressure` (Pa), `sensor_msgs/msg/Temperature` (°C) |
+| `fibril_sim/airspeed` | `<id>/differential_pressure` | `sensor_msgs/msg/FluidPressure`: the pitot − static differential pressure (Pa) |
+| `fibril_sim/gnss` | `<id>/fix`, `<id>/velocity` | `sensor_msgs/msg/NavSatFix`, `geometry_msgs/msg/TwistWithCovarianceStamped` (ENU) |
+| `fibril_sim/rangefinder` | `<id>/range` | `sensor_msgs/msg/Range` |
+| `fibril_sim/motor` (and any type with `position`, `velocity`, `applied_effort`) | `<id>/joint_states` | `sensor_msgs/msg/JointState` (name = component id, effort = applied effort) |
+| `fibril_mjx/attitude_ekf` (and any type with `orientation` but no rates) | `<id>/orientation`, `<id>/gyro_bias` | `geometry_msgs/msg/QuaternionStamped`, `geometry_msgs/msg/Vector3Stamped` |
 
-Imu covariances are diagonal, from the sample variances (`orientation_variance` is roll, pitch,
-yaw); a sample without orientation has `orientation_covariance[0] = -1` as ROS 2 specifies;
-a sample without variances leaves its covariance all zero ("unknown"). Truth Imu messages carry
-zero covariances. Quaternions are converted from `[w, x, y, z]` to ROS `(x, y, z, w)`.
+A type without a registered converter is exported by its fields when they are those of a row
+above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
+JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
+(`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
+sensor type registers its own mapping:
+
+```python
+from fibril_mjx import mcap_export
+
+@mcap_export.register('fibril_sim/thermometer')
+def _thermometer(s, header, ctx):        # s: {field: value of this sample}
+  T = mcap_export.TYPES
+  return [('temperature', T['sensor_msgs/msg/Temperature'](
+      header=header, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
+```
+
+`ctx` (`Context`) carries the component id, its resolved config fields (`ctx.field(name)`, from
+the run's meta.json) and the world namespace.
+
+Conventions: covariances are diagonal, from the sample variances (Imu `orientation_variance`
+is roll, pitch, yaw); an Imu without orientation has `orientation_covariance[0] = -1` as ROS 2
+specifies; a sample without variances leaves its covariance all zero ("unknown"); truth
+messages carry zero covariances. Quaternions go from `[w, x, y, z]` to ROS `(x, y, z, w)`.
+MagneticField is in tesla (the sample's µT × 1e-6, variance µT² × 1e-12). Airspeed: ROS 2 has
+no differential-pressure or airspeed message, so the pitot's sample (a pressure difference,
+Pa) goes out as `FluidPressure` on its own `differential_pressure` topic, not converted to a
+speed. GNSS: `NavSatFix.status` is `STATUS_FIX` with a fix (`fix_type ≥ 2`) and
+`STATUS_NO_FIX` otherwise (service GPS), latitude / longitude in degrees from the 1e-7
+integers, altitude the ellipsoidal height, `position_covariance` diag(σh², σh², σv²) in ENU
+from the delivered accuracies (`COVARIANCE_TYPE_DIAGONAL_KNOWN`); the velocity is ENU with
+linear covariance diag(σvh², σvh², σvv²) (σvh the delivered speed accuracy, σvv the configured
+vertical velocity noise) and the angular diagonal −1 (not measured). Range follows REP 117 as
+the ROS 2 message documents it: `range` +inf for no return / beyond `max_range`, −inf below
+`min_range` (the sample's own ±inf), `radiation_type` INFRARED, `min_range` / `max_range` the
+configured limits, `field_of_view` 0 (a single beam), `variance` the sample variance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
-from typing import Iterator
+import warnings
+from typing import Callable, Iterator
 
 import numpy as np
+from rosbags.typesys import Stores, get_typestore
 
 from fibril_mjx.errors import FibrilError
 
-# Standard ROS 2 (Humble and later) message definitions in the concatenated form rosbag2
-# writes to MCAP schemas; mcap-ros2-support builds its CDR encoder from them.
-_SEP = '\n' + '=' * 80 + '\n'
-_HEADER = ('MSG: std_msgs/Header\nbuiltin_interfaces/Time stamp\nstring frame_id' + _SEP
-           + 'MSG: builtin_interfaces/Time\nint32 sec\nuint32 nanosec')
-_VECTOR3 = 'MSG: geometry_msgs/Vector3\nfloat64 x\nfloat64 y\nfloat64 z'
-_QUATERNION = 'MSG: geometry_msgs/Quaternion\nfloat64 x 0\nfloat64 y 0\nfloat64 z 0\nfloat64 w 1'
-MSGDEFS = {
-    'sensor_msgs/msg/Imu': (
-        'std_msgs/Header header\ngeometry_msgs/Quaternion orientation\n'
-        'float64[9] orientation_covariance\ngeometry_msgs/Vector3 angular_velocity\n'
-        'float64[9] angular_velocity_covariance\ngeometry_msgs/Vector3 linear_acceleration\n'
-        'float64[9] linear_acceleration_covariance' + _SEP + _HEADER + _SEP + _QUATERNION
-        + _SEP + _VECTOR3),
-    'sensor_msgs/msg/JointState': (
-        'std_msgs/Header header\nstring[] name\nfloat64[] position\nfloat64[] velocity\n'
-        'float64[] effort' + _SEP + _HEADER),
-    'geometry_msgs/msg/QuaternionStamped': (
-        'std_msgs/Header header\ngeometry_msgs/Quaternion quaternion' + _SEP + _HEADER + _SEP
-        + _QUATERNION),
-    'geometry_msgs/msg/Vector3Stamped': (
-        'std_msgs/Header header\ngeometry_msgs/Vector3 vector' + _SEP + _HEADER + _SEP
-        + _VECTOR3),
-}
+TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+TYPES = TYPESTORE.types   # `{'sensor_msgs/msg/Imu': message class, ...}`
 
-IMU, JOINT, ORIENTATION, BIAS = ('imu', 'joint_states', 'orientation', 'gyro_bias')
-DATATYPE = {IMU: 'sensor_msgs/msg/Imu', JOINT: 'sensor_msgs/msg/JointState',
-            ORIENTATION: 'geometry_msgs/msg/QuaternionStamped',
-            BIAS: 'geometry_msgs/msg/Vector3Stamped'}
+
+class UnmappedComponentWarning(UserWarning):
+  """A component whose samples map to no ROS 2 message (named, not skipped silently)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a converter may need besides the sample: the component id, its resolved config
+  (`{field: value}` from meta.json) and the world namespace (`/world_0003`)."""
+  cid: str
+  config: dict
+  namespace: str
+
+  def field(self, name, default=None):
+    return self.config.get(name, default)
+
+
+# converter(sample: {field: value}, header: std_msgs/msg/Header, ctx) -> [(suffix, message)]
+Converter = Callable[[dict, object, Context], list]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def register(component_type: str) -> Callable[[Converter], Converter]:
+  """Decorator: `converter` writes the messages of every component of `component_type`
+  (replacing an earlier registration)."""
+  def deco(fn: Converter) -> Converter:
+    CONVERTERS[component_type] = fn
+    return fn
+  return deco
 
 
 def parse_worlds(text: str | None) -> list[int] | None:
@@ -79,70 +125,164 @@ def parse_worlds(text: str | None) -> list[int] | None:
   return out
 
 
-def topic_kinds(fields: set[str]) -> list[str]:
-  """The message kinds (`IMU`, `JOINT`, `ORIENTATION`, `BIAS`) a component's fields map to."""
-  kinds = []
-  if {'angular_velocity', 'linear_acceleration'} <= fields:
-    kinds.append(IMU)
-  elif 'orientation' in fields:
-    kinds.append(ORIENTATION)
-  if {'position', 'velocity', 'applied_effort'} <= fields:
-    kinds.append(JOINT)
-  if 'gyro_bias' in fields:
-    kinds.append(BIAS)
-  return kinds
+# ----------------------------------------------------------------------- message pieces
 
 
-def _stamp(ns: int) -> dict:
-  return {'sec': int(ns // 1_000_000_000), 'nanosec': int(ns % 1_000_000_000)}
+def header(stamp_ns: int, frame_id: str):
+  T = TYPES
+  return T['std_msgs/msg/Header'](
+      stamp=T['builtin_interfaces/msg/Time'](sec=int(stamp_ns // 1_000_000_000),
+                                             nanosec=int(stamp_ns % 1_000_000_000)),
+      frame_id=frame_id)
 
 
-def _xyz(v) -> dict:
-  return {'x': float(v[0]), 'y': float(v[1]), 'z': float(v[2])}
+def vector3(v):
+  return TYPES['geometry_msgs/msg/Vector3'](x=float(v[0]), y=float(v[1]), z=float(v[2]))
 
 
-def _quat(q_wxyz) -> dict:
-  return {'x': float(q_wxyz[1]), 'y': float(q_wxyz[2]), 'z': float(q_wxyz[3]),
-          'w': float(q_wxyz[0])}
+def quaternion(q_wxyz):
+  return TYPES['geometry_msgs/msg/Quaternion'](x=float(q_wxyz[1]), y=float(q_wxyz[2]),
+                                               z=float(q_wxyz[3]), w=float(q_wxyz[0]))
 
 
-def _diag(var) -> list[float]:
-  out = [0.0] * 9
+def diag_covariance(var, n=3, scale=1.0) -> np.ndarray:
+  """Row-major `(n·n,)` float64 with `var · scale` on the diagonal (zeros: unknown)."""
+  out = np.zeros(n * n, np.float64)
   if var is not None:
-    out[0], out[4], out[8] = (float(v) for v in var)
+    out[::n + 1] = np.asarray(var, np.float64) * scale
   return out
 
 
-def _message(kind: str, f: dict, t: int, header: dict, name: str) -> dict:
-  """One message of `kind` from the fields `f` (arrays `(T, ...)`) at tick index `t`."""
-  get = lambda k: None if k not in f else f[k][t]
-  if kind == IMU:
-    if 'orientation' in f:
-      orientation, o_cov = _quat(f['orientation'][t]), _diag(get('orientation_variance'))
-    else:
-      orientation, o_cov = {'x': 0.0, 'y': 0.0, 'z': 0.0, 'w': 0.0}, [-1.0] + [0.0] * 8
-    return {'header': header, 'orientation': orientation, 'orientation_covariance': o_cov,
-            'angular_velocity': _xyz(f['angular_velocity'][t]),
-            'angular_velocity_covariance': _diag(get('angular_velocity_variance')),
-            'linear_acceleration': _xyz(f['linear_acceleration'][t]),
-            'linear_acceleration_covariance': _diag(get('linear_acceleration_variance'))}
-  if kind == JOINT:
-    return {'header': header, 'name': [name], 'position': [float(f['position'][t])],
-            'velocity': [float(f['velocity'][t])], 'effort': [float(f['applied_effort'][t])]}
-  if kind == ORIENTATION:
-    return {'header': header, 'quaternion': _quat(f['orientation'][t])}
-  if kind == BIAS:
-    return {'header': header, 'vector': _xyz(f['gyro_bias'][t])}
-  raise ValueError(kind)
+def _imu(s, hdr, ctx, *, truth=False):
+  if 'orientation' in s:
+    q = quaternion(s['orientation'])
+    q_cov = diag_covariance(None if truth else s.get('orientation_variance'))
+  else:
+    q = TYPES['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0, w=0.0)
+    q_cov = diag_covariance(None)
+    q_cov[0] = -1.0                     # ROS 2: no orientation estimate
+  return [('imu', TYPES['sensor_msgs/msg/Imu'](
+      header=hdr, orientation=q, orientation_covariance=q_cov,
+      angular_velocity=vector3(s['angular_velocity']),
+      angular_velocity_covariance=diag_covariance(
+          None if truth else s.get('angular_velocity_variance')),
+      linear_acceleration=vector3(s['linear_acceleration']),
+      linear_acceleration_covariance=diag_covariance(
+          None if truth else s.get('linear_acceleration_variance'))))]
 
 
-def _group(z, prefix: str) -> dict[str, dict[str, np.ndarray]]:
+def _joint(s, hdr, ctx):
+  f64 = lambda k: np.array([float(s[k])], np.float64)
+  return [('joint_states', TYPES['sensor_msgs/msg/JointState'](
+      header=hdr, name=[ctx.cid], position=f64('position'), velocity=f64('velocity'),
+      effort=f64('applied_effort')))]
+
+
+def _orientation(s, hdr, ctx):
+  return [('orientation', TYPES['geometry_msgs/msg/QuaternionStamped'](
+      header=hdr, quaternion=quaternion(s['orientation'])))]
+
+
+def _gyro_bias(s, hdr, ctx):
+  return [('gyro_bias', TYPES['geometry_msgs/msg/Vector3Stamped'](
+      header=hdr, vector=vector3(s['gyro_bias'])))]
+
+
+def by_fields(s, hdr, ctx) -> list:
+  """The field-based mapping (types without a converter; truth): rates → Imu, else orientation
+  → QuaternionStamped; position/velocity/applied effort → JointState; gyro bias →
+  Vector3Stamped. Empty when none applies."""
+  out = []
+  if 'angular_velocity' in s and 'linear_acceleration' in s:
+    out += _imu(s, hdr, ctx)
+  elif 'orientation' in s:
+    out += _orientation(s, hdr, ctx)
+  if {'position', 'velocity', 'applied_effort'} <= set(s):
+    out += _joint(s, hdr, ctx)
+  if 'gyro_bias' in s:
+    out += _gyro_bias(s, hdr, ctx)
+  return out
+
+
+def field_mappable(fields: set) -> bool:
+  """Whether `by_fields` writes anything for samples with these fields."""
+  return bool(({'angular_velocity', 'linear_acceleration'} <= fields) or 'orientation' in fields
+              or {'position', 'velocity', 'applied_effort'} <= fields or 'gyro_bias' in fields)
+
+
+register('fibril_sim/imu')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
+register('fibril_sim/ahrs')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
+register('fibril_sim/motor')(_joint)
+register('fibril_mjx/attitude_ekf')(lambda s, hdr, ctx: _orientation(s, hdr, ctx)
+                                    + _gyro_bias(s, hdr, ctx))
+
+
+@register('fibril_sim/magnetometer')
+def _magnetometer(s, hdr, ctx):
+  return [('magnetic_field', TYPES['sensor_msgs/msg/MagneticField'](
+      header=hdr, magnetic_field=vector3(np.asarray(s['magnetic_field_ut'], np.float64) * 1e-6),
+      magnetic_field_covariance=diag_covariance(s['variance'], scale=1e-12)))]
+
+
+@register('fibril_sim/barometer')
+def _barometer(s, hdr, ctx):
+  T = TYPES
+  return [('pressure', T['sensor_msgs/msg/FluidPressure'](
+              header=hdr, fluid_pressure=float(s['pressure_pa']), variance=float(s['variance']))),
+          ('temperature', T['sensor_msgs/msg/Temperature'](
+              header=hdr, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
+
+
+@register('fibril_sim/airspeed')
+def _airspeed(s, hdr, ctx):
+  return [('differential_pressure', TYPES['sensor_msgs/msg/FluidPressure'](
+      header=hdr, fluid_pressure=float(s['differential_pressure_pa']),
+      variance=float(s['variance'])))]
+
+
+@register('fibril_sim/gnss')
+def _gnss(s, hdr, ctx):
+  T = TYPES
+  fix = T['sensor_msgs/msg/NavSatFix']
+  st = T['sensor_msgs/msg/NavSatStatus']
+  status = st(status=st.STATUS_FIX if int(s['fix_type']) >= 2 else st.STATUS_NO_FIX,
+              service=st.SERVICE_GPS)
+  h, v = float(s['horizontal_accuracy_m']), float(s['vertical_accuracy_m'])
+  sv = float(s['speed_accuracy_m_s'])
+  svv = float(ctx.field('vertical_velocity_noise_stddev_m_s', sv) or sv)
+  twist_cov = np.zeros(36, np.float64)
+  twist_cov[[0, 7, 14]] = sv ** 2, sv ** 2, svv ** 2
+  twist_cov[[21, 28, 35]] = -1.0       # angular velocity: not measured
+  return [('fix', fix(header=hdr, status=status, latitude=int(s['latitude_e7']) * 1e-7,
+                      longitude=int(s['longitude_e7']) * 1e-7, altitude=float(s['height_m']),
+                      position_covariance=diag_covariance([h * h, h * h, v * v]),
+                      position_covariance_type=fix.COVARIANCE_TYPE_DIAGONAL_KNOWN)),
+          ('velocity', T['geometry_msgs/msg/TwistWithCovarianceStamped'](
+              header=hdr, twist=T['geometry_msgs/msg/TwistWithCovariance'](
+                  twist=T['geometry_msgs/msg/Twist'](
+                      linear=vector3(s['velocity_enu_m_s']), angular=vector3((0, 0, 0))),
+                  covariance=twist_cov)))]
+
+
+@register('fibril_sim/rangefinder')
+def _rangefinder(s, hdr, ctx):
+  r = TYPES['sensor_msgs/msg/Range']
+  return [('range', r(header=hdr, radiation_type=r.INFRARED, field_of_view=0.0,
+                      min_range=float(ctx.field('min_range_m', 0.0)),
+                      max_range=float(ctx.field('max_range_m', float('inf'))),
+                      range=float(s['distance_m']), variance=float(s['variance'])))]
+
+
+# ----------------------------------------------------------------------- the run
+
+
+def _group(arrays, prefix: str) -> dict[str, dict[str, np.ndarray]]:
   """`{'sensor/imu/x': a}` → `{'imu': {'x': a}}` for one prefix."""
   out: dict[str, dict[str, np.ndarray]] = {}
-  for key in z.files:
+  for key in arrays:
     parts = key.split('/')
     if len(parts) == 3 and parts[0] == prefix:
-      out.setdefault(parts[1], {})[parts[2]] = z[key]
+      out.setdefault(parts[1], {})[parts[2]] = arrays[key]
   return out
 
 
@@ -166,20 +306,32 @@ def read_run(run_dir) -> tuple[dict, dict]:
   return arrays, meta
 
 
-def messages(run_dir, worlds: list[int] | None = None
-             ) -> Iterator[tuple[str, str, int, int, int, dict]]:
+_BOOK = ('new_data', 'valid', 'sequence', 'sample_tick', 'arrival_tick')
+
+
+def _converter(ctype: str | None, sample_fields: set) -> Converter | None:
+  if ctype in CONVERTERS:
+    return CONVERTERS[ctype]
+  return by_fields if field_mappable(sample_fields) else None
+
+
+def _config(meta, cid) -> dict:
+  c = (meta.get('components') or {}).get(cid) or {}
+  return {k: (v.get('value') if isinstance(v, dict) else v)
+          for k, v in (c.get('fields') or {}).items()}
+
+
+def messages(run_dir, worlds: list[int] | None = None, *, unmapped: list | None = None
+             ) -> Iterator[tuple[str, str, int, int, int, object]]:
   """The messages of an export, in time order.
 
+  Args:
+    unmapped: if given, the ids of components with no message mapping are appended to it.
+
   Yields:
-    `(topic, datatype, log_time_ns, publish_time_ns, sequence, message dict)`.
+    `(topic, ROS 2 type name, log_time_ns, publish_time_ns, sequence, message object)`.
   """
   arrays, meta = read_run(run_dir)
-
-  class _Z:  # the grouping helper reads `.files` and items
-    files = list(arrays)
-    def __getitem__(self, k):
-      return arrays[k]
-  z = _Z()
   dt_ns = int(round(float(meta['dt_s']) * 1e9))
   traced = [int(w) for w in arrays['world_index']]
   if worlds is None:
@@ -188,47 +340,68 @@ def messages(run_dir, worlds: list[int] | None = None
     if w not in traced:
       raise FibrilError(f'{run_dir}: world {w} is not in trace.npz; traced worlds: '
                         f'{", ".join(map(str, traced))}')
-  sensor, truth = _group(z, 'sensor'), _group(z, 'truth')
+  sensor, truth = _group(arrays, 'sensor'), _group(arrays, 'truth')
+  types = {cid: (c or {}).get('type') for cid, c in (meta.get('components') or {}).items()}
   n_ticks = arrays['time_s'].shape[0]
+  convs = {}
+  for cid, fields in sensor.items():
+    convs[cid] = _converter(types.get(cid), set(fields) - set(_BOOK))
+    if convs[cid] is None:
+      if unmapped is not None:
+        unmapped.append(cid)
+      warnings.warn(f'{run_dir}: component {cid!r} ({types.get(cid) or "unknown type"}, '
+                    f'fields {", ".join(sorted(set(fields) - set(_BOOK)))}) has no ROS 2 '
+                    'message mapping: not exported', UnmappedComponentWarning, stacklevel=2)
   out = []
   for w in worlds:
     row, ns = traced.index(w), namespace(w)
     for cid, fields in sensor.items():
-      f = {k: v[row] for k, v in fields.items()}
-      kinds = topic_kinds(set(f))
-      if not kinds:
+      conv = convs[cid]
+      if conv is None:
         continue
+      ctx = Context(cid, _config(meta, cid), ns)
+      f = {k: v[row] for k, v in fields.items()}
+      names = [k for k in f if k not in _BOOK]
       for t in np.flatnonzero(f['new_data'] & f['valid']):
         stamp_ns = int(f['sample_tick'][t]) * dt_ns
         log_ns = int(f['arrival_tick'][t]) * dt_ns
-        frame = f'{ns[1:]}/world' if ORIENTATION in kinds else f'{ns[1:]}/{cid}'
-        header = {'stamp': _stamp(stamp_ns), 'frame_id': frame}
-        for kind in kinds:
-          out.append((log_ns, f'{ns}/{cid}/{kind}', DATATYPE[kind], stamp_ns,
-                      int(f['sequence'][t]), _message(kind, f, t, header, cid)))
+        s = {k: f[k][t] for k in names}
+        frame = f'{ns[1:]}/world' if 'orientation' in s and 'angular_velocity' not in s \
+            else f'{ns[1:]}/{cid}'
+        for suffix, msg in conv(s, header(stamp_ns, frame), ctx):
+          out.append((log_ns, f'{ns}/{cid}/{suffix}', msg.__msgtype__, stamp_ns,
+                      int(f['sequence'][t]), msg))
     for cid, fields in truth.items():
       f = {k: v[row] for k, v in fields.items()}
-      kinds = [k for k in topic_kinds(set(f)) if k != BIAS]
+      if not field_mappable(set(f) - {'gyro_bias'}):
+        continue
+      ctx = Context(cid, {}, ns)
+      frame = f'{ns[1:]}/world' if 'orientation' in f and 'angular_velocity' not in f \
+          else f'{ns[1:]}/{cid}'
       for t in range(n_ticks):
         t_ns = t * dt_ns
-        frame = f'{ns[1:]}/world' if ORIENTATION in kinds else f'{ns[1:]}/{cid}'
-        header = {'stamp': _stamp(t_ns), 'frame_id': frame}
-        for kind in kinds:
-          msg = _message(kind, f, t, header, cid)
-          if kind == IMU:  # exact values: no covariance
-            msg['angular_velocity_covariance'] = [0.0] * 9
-            msg['linear_acceleration_covariance'] = [0.0] * 9
-            if 'orientation' in f:
-              msg['orientation_covariance'] = [0.0] * 9
-          out.append((t_ns, f'{ns}/{cid}/truth/{kind}', DATATYPE[kind], t_ns, t, msg))
+        s = {k: f[k][t] for k in f if k != 'gyro_bias'}
+        hdr = header(t_ns, frame)
+        msgs = (_imu(s, hdr, ctx, truth=True) if 'angular_velocity' in s
+                and 'linear_acceleration' in s else
+                _orientation(s, hdr, ctx) if 'orientation' in s else [])
+        if {'position', 'velocity', 'applied_effort'} <= set(s):
+          msgs += _joint(s, hdr, ctx)
+        for suffix, msg in msgs:
+          out.append((t_ns, f'{ns}/{cid}/truth/{suffix}', msg.__msgtype__, t_ns, t, msg))
   out.sort(key=lambda m: (m[0], m[1]))
   for log_ns, topic, datatype, publish_ns, seq, msg in out:
     yield topic, datatype, log_ns, log_ns, seq, msg
 
 
+def schema_text(datatype: str) -> str:
+  """The `ros2msg` definition of a type (with its dependencies), from the typestore."""
+  return TYPESTORE.generate_msgdef(datatype, ros_version=2)[0]
+
+
 def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: bool = False
                 ) -> dict[str, int]:
-  """Writes the run's messages to `out` (an `.mcap` file) with `mcap-ros2-support`.
+  """Writes the run's messages to `out` (an `.mcap` file, ROS 2 profile, CDR).
 
   Args:
     run_dir: a `fibril-mjx run` output directory (trace.npz, meta.json).
@@ -237,9 +410,11 @@ def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: boo
     overwrite: replace an existing `out`.
 
   Returns:
-    `{topic: message count}`.
+    `{topic: message count}`. Components without a mapping raise an
+    `UnmappedComponentWarning` naming them.
   """
-  from mcap_ros2.writer import Writer
+  from mcap.writer import Writer
+  import fibril_mjx
   out = pathlib.Path(out)
   if out.exists() and not overwrite:
     raise FibrilError(f'{out}: already exists (use --overwrite to replace it)')
@@ -250,17 +425,23 @@ def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: boo
   try:
     with open(tmp, 'wb') as fh:
       writer = Writer(fh)
-      schemas = {}
+      writer.start(profile='ros2', library=f'fibril_mjx {fibril_mjx.__version__} (rosbags)')
+      schemas: dict[str, int] = {}
+      channels: dict[str, int] = {}
       writer.add_metadata('fibril_run', {
           k: json.dumps(meta.get(k)) for k in ('fibril_mjx', 'manifest', 'manifest_sha256',
                                                'seed', 'worlds', 'dt_s', 'ticks')})
       writer.add_metadata('fibril_components', {
           cid: c.get('type', '') for cid, c in (meta.get('components') or {}).items()})
       for topic, datatype, log_ns, pub_ns, seq, msg in msgs:
-        if datatype not in schemas:
-          schemas[datatype] = writer.register_msgdef(datatype, MSGDEFS[datatype])
-        writer.write_message(topic, schemas[datatype], msg, log_time=log_ns,
-                             publish_time=pub_ns, sequence=seq & 0xFFFFFFFF)
+        if topic not in channels:
+          if datatype not in schemas:
+            schemas[datatype] = writer.register_schema(
+                datatype, 'ros2msg', schema_text(datatype).encode())
+          channels[topic] = writer.register_channel(topic, 'cdr', schemas[datatype])
+        data = bytes(TYPESTORE.serialize_cdr(msg, datatype))
+        writer.add_message(channels[topic], log_time=log_ns, data=data, publish_time=pub_ns,
+                           sequence=seq & 0xFFFFFFFF)
         counts[topic] = counts.get(topic, 0) + 1
       writer.finish()
     os.replace(tmp, out)

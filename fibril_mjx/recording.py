@@ -1,6 +1,8 @@
 """Recordings: logs of real or simulated devices in one file, for fitting and tuning.
 
-A recording is one `.npz` (NumPy) or `.parquet` (needs `pyarrow`) file of named arrays:
+A recording is one `.npz` (NumPy) or `.parquet` (needs `pyarrow`) file of named arrays (a ROS
+bag with a topic mapping reads as the same thing: `read_recording(bag, topics=...)`,
+`fibril_mjx.bags`):
 
 | key | shape | meaning |
 | --- | --- | --- |
@@ -87,9 +89,16 @@ def _err(file, key, rule, value=ConfigError._MISSING):
   return ConfigError(str(file), key, rule, value)
 
 
+# Sample fields whose type defines ±inf (fibril_sim/range_sample/v1: +inf no return / beyond
+# range, −inf below the minimum range, as REP 117 has it); NaN is still rejected.
+INFINITY_ALLOWED = ('distance_m',)
+
+
 def _check_finite(file, key, a):
   if a.dtype.kind in 'fc':
     bad = ~np.isfinite(a)
+    if key.startswith('sensor/') and key.rsplit('/', 1)[-1] in INFINITY_ALLOWED:
+      bad = np.isnan(a)
     if np.any(bad):
       idx = np.argwhere(bad)[0]
       raise _err(file, key, f'must be finite (NaN/inf at index {tuple(int(i) for i in idx)})',
@@ -233,9 +242,23 @@ def _json_default(o):
   return str(o)
 
 
-def read_recording(path) -> Recording:
-  """Reads and validates a recording (`.npz` or `.parquet`); one-line errors on bad input."""
+def read_recording(path, *, topics=None, types: dict | None = None) -> Recording:
+  """Reads and validates a recording; one-line errors on bad input.
+
+  Args:
+    path: a `.npz` or `.parquet` recording, or a ROS bag (a rosbag2 directory, a `.mcap` /
+      `.db3` file or a ROS 1 `.bag`; `fibril_mjx.bags`).
+    topics: for a bag, the topic mapping (`'imu=/imu/data,...'` or `{id: topic}`); required
+      for bags, ignored otherwise.
+    types: for a bag, optional `{component id: component type}` (`fibril_mjx.bags.read_bag`).
+  """
+  from fibril_mjx import bags
   path = pathlib.Path(path)
+  if bags.is_bag(path):
+    if topics is None:
+      raise FibrilError(f'{path}: a ROS bag needs a topic mapping (--topics ID=TOPIC[,ID=TOPIC], '
+                        'or topics: {ID: TOPIC} in a tune file)')
+    return bags.read_bag(path, topics, types=types)
   if not path.is_file():
     raise FibrilError(f'{path}: recording not found')
   if path.suffix == '.npz':

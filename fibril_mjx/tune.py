@@ -6,7 +6,8 @@ The tune file (YAML):
 ```yaml
 fibril_tune: 1
 manifest: ../ahrs_turntable.yaml        # relative to this file
-train: [recordings/train_0.npz]          # .npz / .parquet, or {csv: log.csv, mapping: {...}}
+train: [recordings/train_0.npz]          # .npz / .parquet, {csv: log.csv, mapping: {...}},
+                                         # or a ROS bag {bag: run_0/, topics: {ahrs: /imu/data}}
 heldout: [recordings/heldout_0.npz]
 parameters:
   - {mjcf: joint:yaw.damping, bounds: [0.01, 1.0], log: true}
@@ -196,9 +197,21 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       elif isinstance(it, dict) and 'csv' in it:
         out.append({'csv': str(base / it['csv']), 'mapping': it.get('mapping'),
                     'where': f'{key}[{i}]'})
+      elif isinstance(it, dict) and 'bag' in it:
+        unknown = set(it) - {'bag', 'topics'}
+        if unknown:
+          raise ConfigError(f, f'{key}[{i}].{sorted(unknown)[0]}', 'unknown key (a bag entry '
+                            'has bag: PATH and topics: {ID: TOPIC})')
+        if not it.get('topics'):
+          raise ConfigError(f, f'{key}[{i}].topics', 'required for a bag: {ID: TOPIC}, e.g. '
+                            '{imu: /imu/data}')
+        from fibril_mjx import bags
+        bags.parse_topics(it['topics'], f'{f}: {key}[{i}].topics')
+        out.append({'bag': str(base / it['bag']), 'topics': it['topics'],
+                    'where': f'{key}[{i}]'})
       else:
-        raise ConfigError(f, f'{key}[{i}]', 'a recording path or {csv: FILE, mapping: {...}}',
-                          it)
+        raise ConfigError(f, f'{key}[{i}]', 'a recording path, {csv: FILE, mapping: {...}} or '
+                          '{bag: PATH, topics: {ID: TOPIC}}', it)
     return out
 
   win = raw.get('windows') or {}
@@ -239,7 +252,11 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       overlay_id=str(raw.get('overlay_id', 'tuned')))
 
 
-def _load_recording(item, file):
+def _load_recording(item, file, types=None):
+  if isinstance(item, dict) and 'bag' in item:
+    from fibril_mjx import bags
+    return bags.read_bag(item['bag'], item['topics'], types=types,
+                         origin=f'{file}: {item["where"]}.topics')
   if isinstance(item, dict):
     if not item.get('mapping'):
       raise ConfigError(file, f'{item["where"]}.mapping', 'required for a CSV recording')
@@ -451,7 +468,8 @@ class Problem:
   # -------------------------------------------------------------- recordings → windows
 
   def _dataset(self, items, which) -> DataSet:
-    recs = [_load_recording(it, self.spec.path) for it in items]
+    types = {cid: c.type for cid, c in self.sim.components.items()}
+    recs = [_load_recording(it, self.spec.path, types) for it in items]
     for r in recs:
       for t in self.spec.loss:
         s = r.sensor(t.component)
@@ -999,7 +1017,14 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
 
 
 def _sha256(path) -> str:
+  """SHA-256 of a file, or of a directory (a rosbag2 bag): its files' relative names and
+  contents in sorted order."""
   h = hashlib.sha256()
+  p = pathlib.Path(path)
+  if p.is_dir():
+    for f in sorted(q for q in p.rglob('*') if q.is_file()):
+      h.update(str(f.relative_to(p)).encode() + b'\0' + bytes.fromhex(_sha256(f)))
+    return h.hexdigest()
   with open(path, 'rb') as fh:
     for chunk in iter(lambda: fh.read(1 << 20), b''):
       h.update(chunk)
@@ -1048,7 +1073,7 @@ def overlay_dict(res: TuneResult) -> dict:
   def recs(items):
     out = []
     for it in items:
-      pth = it['csv'] if isinstance(it, dict) else it
+      pth = (it.get('csv') or it.get('bag')) if isinstance(it, dict) else it
       out.append({'file': str(pth), 'sha256': _sha256(pth)})
     return out
 
