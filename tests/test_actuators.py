@@ -152,7 +152,7 @@ def scalar_reference(issued, value):
   """timeout → deadband → resolution → saturation at instants (phase 1 tick, period 2)."""
   lat, timeout_ticks = 3, 15
   held, last_rel, pending = None, None, []
-  applied = np.empty(T)
+  applied = np.empty(T + 1)
 
   def process(v):
     if abs(v) < SC['deadband']:
@@ -161,8 +161,8 @@ def scalar_reference(issued, value):
     return min(max(v, SC['saturation_min']), SC['saturation_max'])
   cur = process(SC['safe_value'])
   rejected = 0
-  for k in range(T):
-    if issued[k]:
+  for k in range(T + 1):              # tick T: nothing issued
+    if k < T and issued[k]:
       pending.append((k + lat, float(value[k])))
     for r, v in [p for p in pending if p[0] <= k]:
       pending.remove((r, v))
@@ -182,7 +182,7 @@ def test_scalar_path_matches_reference(run, sim):
   ref, rejected = scalar_reference(*reversed(raw['sc']))
   got = tr['truth']['sc']['applied']
   np.testing.assert_allclose(got[:, 0], 0.3, atol=1e-6)   # tick 0: the processed safe value
-  np.testing.assert_allclose(got[:, 1:], np.broadcast_to(ref, (W, T)), atol=1e-6)
+  np.testing.assert_allclose(got, np.broadcast_to(ref, (W, T + 1)), atol=1e-6)
   # the order is observable: 0.125 → 0 (deadband first), 0.9 → 0.77 (saturation last)
   assert 0.77 in np.round(ref, 6) and -0.55 in np.round(ref, 6)
   assert np.any(tr['truth']['sc']['timed_out'][0])
@@ -219,8 +219,8 @@ def position_reference(events, q):
   vmax, amax = MP['command_velocity_limit'] / s, MP['trajectory_acceleration_limit'] / s
   zero, held, mode = 0.0, None, None
   sp, hold, traj = q[0], None, None
-  sps, zeros = np.empty(T), np.empty(T)
-  for k in range(T):
+  sps, zeros = np.empty(T + 1), np.empty(T + 1)
+  for k in range(T + 1):
     ev = events.get(k - lat)
     if ev is not None:
       name, v = ev
@@ -264,17 +264,17 @@ def test_position_input_paths_match_reference(run, sim):
   q = t['joint_position'][0].astype(np.float64)
   sp, zero = position_reference(MP_EVENTS, q)
   s = MP['logical_units_per_joint_unit']
-  np.testing.assert_allclose(t['setpoint'][:, 1:], np.broadcast_to((sp - zero) * s, (W, T)),
+  np.testing.assert_allclose(t['setpoint'], np.broadcast_to((sp - zero) * s, (W, T + 1)),
                              atol=2e-5)
-  # feedback position is logical with the reset zero: (q - zero)·s
+  # feedback position is logical with the reset zero: (q - zero)·s, both of the tick it was
+  # acquired at
   fb = tr['sensor']['mp']
   new = fb.new_data[0]
   st = fb.sample_tick[0][new]
-  zero_at = np.concatenate([[0.0], zero])[st]      # the zero of the tick before acquisition
   assert new.sum() == T // 2 + 1                    # feedback every application period
-  np.testing.assert_allclose(fb.sample.position[0][new], (q[st] - zero_at) * s, atol=2e-5)
+  np.testing.assert_allclose(fb.sample.position[0][new], (q[st] - zero[st]) * s, atol=2e-5)
   # the reset (released at tick 162) makes the joint position of that tick read 1.0
-  assert abs(t['position'][0, 163] - (1.0 + (q[163] - q[162]) * s)) < 2e-5
+  assert abs(t['position'][0, 162] - 1.0) < 2e-5
   st = sim.components['mp'].status(jax.tree.map(lambda x: x[0], final.components['mp']))
   assert int(st['command_rejected']) == 1               # the effort command
   # the trapezoid reaches the target (logical 2.0 after the reset) and stops there
@@ -310,8 +310,8 @@ def test_trapezoid_respects_limits_when_retargeted():
 def test_velocity_input_limits_duty_rejection_and_timeout(run, sim):
   raw, tr, final = run
   lat, timeout_ticks = 1, 10
-  held, last_rel, ref, stale = None, None, np.empty(T), np.zeros(T, bool)
-  for k in range(T):
+  held, last_rel, ref, stale = None, None, np.empty(T + 1), np.zeros(T + 1, bool)
+  for k in range(T + 1):
     ev = MV_EVENTS.get(k - lat)
     if ev is not None and ev[0] in ('velocity', 'duty') and math.isfinite(ev[1]):
       held, last_rel = ev, k
@@ -323,11 +323,11 @@ def test_velocity_input_limits_duty_rejection_and_timeout(run, sim):
     else:
       v = held[1]
     ref[k] = np.clip(v, -MV['command_velocity_limit'], MV['command_velocity_limit'])
-  np.testing.assert_allclose(tr['truth']['mv']['setpoint'][:, 1:], np.broadcast_to(ref, (W, T)),
+  np.testing.assert_allclose(tr['truth']['mv']['setpoint'], np.broadcast_to(ref, (W, T + 1)),
                              atol=1e-6)
   st = sim.components['mv'].status(jax.tree.map(lambda x: x[0], final.components['mv']))
   assert int(st['command_rejected']) == 2          # effort kind, NaN velocity
-  np.testing.assert_array_equal(tr['truth']['mv']['timed_out'][0, 1:], stale)
+  np.testing.assert_array_equal(tr['truth']['mv']['timed_out'][0], stale)
   assert int(st['timeout_instants']) == stale.sum()
   assert stale[82:151].all() and not stale[151:162].any()   # rejected commands do not feed
                                                             # the watchdog
@@ -343,8 +343,8 @@ def test_effort_is_power_conjugate_and_current_is_per_motor(run, sim):
   assert sim.mj_model.actuator('a_eff').gear[0] == ME_GEAR
   assert comp.cfg.logical_units_per_joint_unit == ME_S        # radius
   ev = _effort_events()
-  ref = np.empty(T)
-  for k in range(T):
+  ref = np.empty(T + 1)
+  for k in range(T + 1):
     if k in ev:
       name, v = ev[k]
       ref[k] = v if name == 'effort' else np.clip(v, -1, 1) * ME['duty_effort_scale']
@@ -353,19 +353,19 @@ def test_effort_is_power_conjugate_and_current_is_per_motor(run, sim):
     else:
       ref[k] = ref[k - 1]
   t = tr['truth']['me']
-  # qfrc_actuator of step k (reported with state k+1) in logical units: exactly the command
-  np.testing.assert_allclose(t['applied_effort'][:, 1:], np.broadcast_to(ref, (W, T)),
-                             atol=2e-5)
+  # qfrc_actuator of tick k (MuJoCo's at x_k with the tick's ctrl) in logical units: exactly
+  # the command
+  np.testing.assert_allclose(t['applied_effort'], np.broadcast_to(ref, (W, T + 1)), atol=2e-5)
   fb = tr['sensor']['me'].sample
-  np.testing.assert_allclose(fb.applied_effort[0, 1:], ref, atol=2e-5)
+  np.testing.assert_allclose(fb.applied_effort[0], ref, atol=2e-5)
   # joint effort = logical effort · s, so logical power = joint power
-  q_dot = tr['truth']['me']['velocity'][0, 1:] / ME_S
+  q_dot = tr['truth']['me']['velocity'][0] / ME_S
   joint_effort = ref * ME_S
-  np.testing.assert_allclose(fb.applied_effort[0, 1:] * fb.velocity[0, 1:],
-                             joint_effort * q_dot, atol=1e-5)
+  np.testing.assert_allclose(fb.applied_effort[0] * fb.velocity[0], joint_effort * q_dot,
+                             atol=1e-5)
   # per-motor current from the motor-side force (before the assembly gear), 2 motors
   force = ref * ME_S / ME_GEAR
-  np.testing.assert_allclose(fb.current[0, 1:], ME['feedback_current_per_force'] * force / 2,
+  np.testing.assert_allclose(fb.current[0], ME['feedback_current_per_force'] * force / 2,
                              atol=2e-5)
 
 
@@ -381,9 +381,9 @@ def test_motion_motor_qfrc_is_the_impedance_law(run, sim):
   c = _motion_commands()
   t = tr['truth']['mm']
   q, qd = t['position'][0].astype(np.float64), t['velocity'][0].astype(np.float64)
-  held, last, ref = None, None, np.empty(T)
-  for k in range(T):
-    if c['issued'][k]:
+  held, last, ref = None, None, np.empty(T + 1)
+  for k in range(T + 1):
+    if k < T and c['issued'][k]:
       vals = [c[f][k] for f in ('position', 'velocity', 'kp', 'kd', 'effort_ff')]
       if np.all(np.isfinite(vals)) and c['kp'][k] >= 0 and c['kd'][k] >= 0:
         held, last = dict(zip(('p', 'v', 'kp', 'kd', 'ff'), vals), enable=c['enable'][k]), k
@@ -392,12 +392,11 @@ def test_motion_motor_qfrc_is_the_impedance_law(run, sim):
     if active:
       f = held['kp'] * (held['p'] - q[k]) + held['kd'] * (held['v'] - qd[k]) + held['ff']
     ref[k] = np.clip(f, -3.0, 3.0)
-  np.testing.assert_allclose(t['applied_effort'][:, 1:], np.broadcast_to(ref, (W, T)),
-                             atol=1e-4)
+  np.testing.assert_allclose(t['applied_effort'], np.broadcast_to(ref, (W, T + 1)), atol=1e-4)
   assert np.any(np.abs(ref) == 3.0)                           # actuatorfrcrange clamps the sum
   fb = tr['sensor']['mm'].sample
-  np.testing.assert_allclose(fb.applied_effort[0, 1:], ref, atol=1e-4)
-  np.testing.assert_allclose(fb.current[0, 1:], MM['feedback_current_per_force'] * ref / MM_GEAR,
+  np.testing.assert_allclose(fb.applied_effort[0], ref, atol=1e-4)
+  np.testing.assert_allclose(fb.current[0], MM['feedback_current_per_force'] * ref / MM_GEAR,
                              atol=1e-4)
   st = comp.status(jax.tree.map(lambda x: x[0], final.components['mm']))
   assert int(st['command_rejected']) == 3
@@ -543,29 +542,41 @@ def _hold_commands():
 
 @pytest.fixture(scope='module')
 def hold_run(hold_sim):
-  """Steps tick by tick so that the motion motor's joint can be kicked between packets."""
+  """Steps tick by tick so that the motion motor's joint can be kicked between packets.
+
+  Tick k's commands (`_hold_commands()[.][k]`) are issued at tick k: `reset` takes tick 0's,
+  the step to tick k takes tick k's (tick T2 issues nothing). `rows` holds each tick's joint
+  state `x_k`, `tr` its outputs, ticks 0 … T2."""
   sim = hold_sim
   hold, traj, to, mm = _hold_commands()
   keys = fibril_mjx.world_keys(0, W)
   p = sim.default_params(W)
-  st = sim.reset(p, keys)
   b = sim.components['mm'].channels[0]
-  rows = {'q': [], 'qd': []}
-  outs = [sim.outputs(st)]
-  for k in range(T2):
-    if k == KICK:
-      d = st.data
-      st = st._replace(data=d.replace(qpos=d.qpos.at[:, b.qposadr].add(KICK_DQ),
-                                      qvel=d.qvel.at[:, b.dofadr].add(KICK_DQD)))
-    rows['q'].append(np.asarray(st.data.qpos[0, b.qposadr], np.float64))
-    rows['qd'].append(np.asarray(st.data.qvel[0, b.dofadr], np.float64))
-    full = lambda x: jnp.full((W,), x)  # noqa: E731
+  full = lambda x: jnp.full((W,), x)  # noqa: E731
+
+  def commands(k):
+    if k >= T2:
+      return None
     cmds = {cid: mo.command(*seq[k]) for cid, seq in (('hold', hold), ('traj', traj),
                                                       ('to', to))}
     cmds = jax.tree.map(full, cmds)
     cmds['mm'] = mmo.command(*(full(mm[f][k]) for f in ('position', 'velocity', 'kp', 'kd',
                                                           'effort_ff')))
-    st, out = sim.step(p, st, cmds)
+    return cmds
+  st = sim.reset(p, keys, commands=commands(0))
+  rows = {'q': [], 'qd': []}
+  outs = []
+  for k in range(T2 + 1):
+    if k == KICK:   # the integration from x_{k-1} to x_k starts from a kicked state
+      d = st.data
+      st = st._replace(data=d.replace(qpos=d.qpos.at[:, b.qposadr].add(KICK_DQ),
+                                      qvel=d.qvel.at[:, b.dofadr].add(KICK_DQD)))
+    if k:
+      st, out = sim.step(p, st, commands(k))
+    else:
+      out = sim.outputs(st)
+    rows['q'].append(np.asarray(st.data.qpos[0, b.qposadr], np.float64))
+    rows['qd'].append(np.asarray(st.data.qvel[0, b.dofadr], np.float64))
     outs.append(out)
   tr = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs], axis=1), *outs)
   return {k: np.array(v) for k, v in rows.items()}, tr, st
@@ -595,9 +606,9 @@ def test_motion_motor_law_holds_every_tick_between_packets(hold_sim, hold_run):
     law_at = (c['kp'] * (c['position'] - q[at]) + c['kd'] * (c['velocity'] - qd[at])
               + c['effort_ff'])
     old[k] = law_at + g * g * (q[at] - q[k]) + g * g * (qd[at] - qd[k])
-  applied = tr['truth']['mm']['applied_effort'][0, 1:]
+  applied = tr['truth']['mm']['applied_effort'][0, :T2]
   np.testing.assert_allclose(applied, ref, atol=2e-4, rtol=1e-5)
-  np.testing.assert_allclose(tr['truth']['mm']['commanded_effort'][0, 1:], ref, atol=2e-4,
+  np.testing.assert_allclose(tr['truth']['mm']['commanded_effort'][0, :T2], ref, atol=2e-4,
                              rtol=1e-5)
   # the kick changes the restoring torque by about −kp·Δq − kd·Δq̇, which the held unit
   # setpoints would not: the test can tell the two apart
@@ -617,9 +628,9 @@ def test_hold_when_uncommanded_holds_the_first_instant_position(hold_run):
   t = tr['truth']['hold']
   q0 = t['joint_position'][0, 0]
   assert abs(q0 - 0.4) < 1e-6
-  np.testing.assert_allclose(t['setpoint'][:, 1:81], q0, atol=1e-6)
+  np.testing.assert_allclose(t['setpoint'][:, :80], q0, atol=1e-6)
   assert abs(q0 - HOLD_SAFE) > 0.2
-  np.testing.assert_allclose(t['setpoint'][:, 82:], 0.1, atol=1e-6)
+  np.testing.assert_allclose(t['setpoint'][:, 81:], 0.1, atol=1e-6)
   # the servo holds there against gravity (MJCF kp 30): only a small steady sag
   assert np.max(np.abs(t['joint_position'][0, 1:81] - q0)) < 0.05
 
@@ -639,7 +650,7 @@ def test_trajectory_without_acceleration_limit_is_velocity_limited(hold_run):
     if k % 2 == 0 and target is not None:
       sp += np.clip(target - sp, -vmax * dt_app, vmax * dt_app)
     ref[k] = sp
-  np.testing.assert_allclose(tr['truth']['traj']['setpoint'][0, 1:], ref, atol=1e-5)
+  np.testing.assert_allclose(tr['truth']['traj']['setpoint'][0, :T2], ref, atol=1e-5)
   steps = np.diff(ref[::2])
   assert np.isclose(np.max(np.abs(steps)), vmax * dt_app)      # saturated: velocity-limited
   assert np.isclose(ref[109], 0.5) and ref[110] < ref[109]      # reached, then reversed at once
@@ -654,11 +665,11 @@ def test_timeout_on_position_input_applies_the_safe_position(hold_sim, hold_run)
   _, _, to, _ = _hold_commands()
   s = TO['logical_units_per_joint_unit']
   t = tr['truth']['to']
-  stale = np.array([k - TO_LAST > 10 for k in range(T2)])
-  held = np.array([to[min(k, TO_LAST)][1] for k in range(T2)])
+  stale = np.array([k - TO_LAST > 10 for k in range(T2 + 1)])   # ticks 0 … T2
+  held = np.array([to[min(k, TO_LAST)][1] for k in range(T2 + 1)])
   ref = np.where(stale, TO['safe_command'], held)
-  np.testing.assert_array_equal(t['timed_out'][0, 1:], stale)
-  np.testing.assert_allclose(t['setpoint'][0, 1:], ref, atol=1e-6)
+  np.testing.assert_array_equal(t['timed_out'][0], stale)
+  np.testing.assert_allclose(t['setpoint'][0], ref, atol=1e-6)
   np.testing.assert_allclose(t['joint_position'][0, -1], TO['safe_command'] / s, atol=0.02)
   comp = hold_sim.components['to']
   st = comp.status(jax.tree.map(lambda x: x[0], final.components['to']))

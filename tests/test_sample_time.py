@@ -247,9 +247,12 @@ def test_truth_and_estimator_truth_at_the_stamp(run):
 def test_first_samples_are_not_duplicated(run):
   """Tick 0 and tick 1 describe different states (before the fix both carried x_0)."""
   _, trace, ref = run
-  w = trace['sensor']['shoulder'].sample.velocity
-  assert w[0] == pytest.approx(0.0, abs=1e-7) and abs(w[1]) > 1e-4
-  assert w[1] == pytest.approx(ref['qvel'][1], rel=1e-3)
+  for cid in ('imu', 'ahrs'):   # released from rest: 0 at tick 0, moving at tick 1
+    w = np.asarray(trace['sensor'][cid].sample.angular_velocity, np.float64)
+    assert np.max(np.abs(w[0])) < 1e-6 and np.max(np.abs(w[1])) > 1e-3, cid
+    np.testing.assert_allclose(w[1], ref['gyro'][1], rtol=1e-3, atol=1e-6)
+  v = trace['sensor']['shoulder'].sample.velocity
+  assert v[0] == pytest.approx(0.0, abs=1e-7) and v[1] == pytest.approx(ref['qvel'][1], rel=1e-3)
 
 
 HINGE = textwrap.dedent("""\
