@@ -8,7 +8,8 @@ flow i kamera").
   sizes changed per world (`model_fields`) are *not* seen by the rays (the build-time sizes are
   used).
 - `Scene.cast`: `mjx.ray` (distance, geom id; −1 / −1 when nothing is hit), vmappable over
-  rays; geoms with alpha 0 are not hit (MJX's rule).
+  rays, plus cylinders in closed form (MJX 3.17's ray skips them); geoms with alpha 0 are not
+  hit (MJX's rule); height fields are never hit.
 - `Scene.normal`: the outward unit surface normal at a hit point, in closed form for planes,
   spheres, capsules, ellipsoids, cylinders and boxes; for meshes and height fields it returns
   the reversed ray direction (normal incidence assumed: stated in each sensor's README section).
@@ -67,8 +68,31 @@ class Scene:
 
   def cast(self, data, pnt, vec, bodyexclude=-1):
     """`(distance, geom id)` of the ray `pnt + s·vec` (`vec` a unit vector; −1 when nothing is
-    hit). `bodyexclude`: a static body id or sequence of them."""
-    return mjx.ray(self.ns, data, pnt, vec, bodyexclude=bodyexclude)
+    hit). `bodyexclude`: a static body id or sequence of them. MJX 3.17's `ray` skips
+    cylinders; they are intersected here in closed form (same filters: excluded bodies,
+    invisible geoms). Height fields are not hit."""
+    dist, gid = mjx.ray(self.ns, data, pnt, vec, bodyexclude=bodyexclude)
+    ids = self._cylinders(bodyexclude)
+    if ids.size == 0:
+      return dist, gid
+    xmat, xpos = data.geom_xmat[ids], data.geom_xpos[ids]
+    size = jnp.asarray(self.ns.geom_size[ids], jnp.float32)
+    lp = jnp.einsum('gji,gj->gi', xmat, pnt - xpos)
+    lv = jnp.einsum('gji,j->gi', xmat, vec)
+    t = jax.vmap(_ray_cylinder)(size[:, 0], size[:, 1], lp, lv)
+    k = jnp.argmin(t)
+    closer = jnp.isfinite(t[k]) & ((dist < 0) | (t[k] < dist))
+    return (jnp.where(closer, t[k], dist),
+            jnp.where(closer, jnp.asarray(ids, jnp.int32)[k], gid))
+
+  def _cylinders(self, bodyexclude) -> np.ndarray:
+    ns = self.ns
+    keep = ns.geom_type == int(mujoco.mjtGeom.mjGEOM_CYLINDER)
+    for b in np.atleast_1d(bodyexclude):
+      keep &= ns.geom_bodyid != b
+    keep &= (ns.geom_matid != -1) | (ns.geom_rgba[:, 3] != 0)
+    keep &= (ns.geom_matid == -1) | (ns.mat_rgba[ns.geom_matid, 3] != 0)
+    return np.flatnonzero(keep)
 
   def group_of(self, gid):
     """Geom group (0–5) of a hit geom id (0 for no hit)."""
@@ -96,11 +120,34 @@ class Scene:
     cyl = jnp.where(on_cap, jnp.sign(p[2]) * e(2), jnp.array([p[0], p[1], 0.0]))
     T = mujoco.mjtGeom
     local = jnp.select(
-        [gtype == T.mjGEOM_PLANE, gtype == T.mjGEOM_SPHERE, gtype == T.mjGEOM_CAPSULE,
-         gtype == T.mjGEOM_ELLIPSOID, gtype == T.mjGEOM_CYLINDER, gtype == T.mjGEOM_BOX],
+        [gtype == int(t) for t in (T.mjGEOM_PLANE, T.mjGEOM_SPHERE, T.mjGEOM_CAPSULE,
+                                   T.mjGEOM_ELLIPSOID, T.mjGEOM_CYLINDER, T.mjGEOM_BOX)],
         [e(2), p, cap, ell, cyl, box], xmat.T @ -vec)
     n = xmat @ (local / jnp.maximum(jnp.linalg.norm(local), 1e-12))
     return jnp.where(gid >= 0, n, -vec)
+
+
+def _ray_cylinder(r, h, p, v):
+  """Smallest t ≥ 0 with p + t·v on the cylinder x² + y² = r², |z| ≤ h (side or caps), or inf."""
+  inf = jnp.float32(jnp.inf)
+  a = v[0] ** 2 + v[1] ** 2
+  b = 2 * (p[0] * v[0] + p[1] * v[1])
+  c = p[0] ** 2 + p[1] ** 2 - r ** 2
+  disc = b * b - 4 * a * c
+  sq = jnp.sqrt(jnp.maximum(disc, 0.0))
+  a_s = jnp.where(a > 1e-12, a, 1.0)
+  ts = []
+  for sgn in (-1.0, 1.0):
+    t = (-b + sgn * sq) / (2 * a_s)
+    ok = (a > 1e-12) & (disc >= 0) & (t >= 0) & (jnp.abs(p[2] + t * v[2]) <= h)
+    ts.append(jnp.where(ok, t, inf))
+  vz = jnp.where(jnp.abs(v[2]) > 1e-12, v[2], 1.0)
+  for sgn in (-1.0, 1.0):
+    t = (sgn * h - p[2]) / vz
+    x, y = p[0] + t * v[0], p[1] + t * v[1]
+    ok = (jnp.abs(v[2]) > 1e-12) & (t >= 0) & (x * x + y * y <= r * r)
+    ts.append(jnp.where(ok, t, inf))
+  return jnp.min(jnp.stack(ts))
 
 
 def site_bodies(model: mujoco.MjModel, site_id: int) -> tuple[int, int]:
