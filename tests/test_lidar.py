@@ -56,6 +56,15 @@ def reference_geometry(m, d, sweep=0.0):
   return [np.array(x) for x in zip(*out)]
 
 
+def ideal(c, data):
+  """The component's ideal geometry of one scan, as its truth reports it after an acquisition."""
+  def f(x):
+    p = c.default_params()
+    st, _ = c.acquire(p, c.init(p, jax.random.PRNGKey(0)), x, 0, 0)
+    return c.truth(st, x)
+  return jax.tree.map(np.asarray, jax.jit(f)(data))
+
+
 def test_ideal_ranges_and_incidence_match_mujoco_c_ray(m):
   c = make()
   rng = np.random.default_rng(2)
@@ -64,16 +73,14 @@ def test_ideal_ranges_and_incidence_match_mujoco_c_ray(m):
     d = eh.state(m, pos=(0.3 * rng.normal(), 0.3 * rng.normal(), 1.0),
                  quat=eh.random_quat(rng, 0.25))
     s = eh.acquire(c, eh.put(m, d))
-    tr = jax.tree.map(np.asarray, jax.jit(lambda x: c.truth(c.init(c.default_params(),
-                                                                    jax.random.PRNGKey(0)), x))(
-        eh.put(m, d)))
+    tr = ideal(c, eh.put(m, d))
     dist, cos, grp = reference_geometry(m, d)
     hit = dist >= 0
     np.testing.assert_array_equal(tr['range_m'] >= 0, hit)
     np.testing.assert_allclose(tr['range_m'][hit], dist[hit], rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(np.cos(tr['incidence_rad'][hit]), cos[hit], atol=2e-4)
     ok = hit & (dist <= 30.0)
-    np.testing.assert_array_equal(s.valid, ok)
+    np.testing.assert_array_equal(s.beam_valid, ok)
     np.testing.assert_allclose(s.range_m[ok], dist[ok], rtol=2e-5, atol=2e-5)
     assert np.all(s.range_m[~ok] == np.inf)
     hit_groups |= set(grp[hit].tolist())
@@ -85,8 +92,7 @@ def test_sweep_skews_the_scan_of_a_moving_sensor(m):
   c = make(sweep_time_s=sweep)
   d = eh.state(m, quat=eh.random_quat(np.random.default_rng(8), 0.1), vel=(3.0, 1.0, 0.2),
                omega=(0.1, 0.2, 4.0))
-  tr = jax.jit(lambda x: c.truth(c.init(c.default_params(), jax.random.PRNGKey(0)), x))(
-      eh.put(m, d))
+  tr = ideal(c, eh.put(m, d))
   got = np.asarray(tr['range_m'])
   dist, _, _ = reference_geometry(m, d, sweep)
   still, _, _ = reference_geometry(m, d, 0.0)
@@ -121,7 +127,7 @@ def test_noise_resolution_and_limits_match_reference(m):
     near = ~far & (x < 2.1)
     ref = np.where(far, np.inf, np.where(near, -np.inf, x))
     fin = np.isfinite(ref)
-    np.testing.assert_array_equal(s.valid, fin)
+    np.testing.assert_array_equal(s.beam_valid, fin)
     np.testing.assert_array_equal(s.range_m[~fin], ref[~fin])
     # a float32 value on a rounding boundary may land on the neighbouring step
     err = np.abs(s.range_m[fin] - ref[fin])
@@ -143,7 +149,7 @@ def test_no_return_rate_follows_incidence_range_and_reflectivity(m):
                                              * (r_ref / np.maximum(dist, 1e-6)) ** 2), 0.0)
   prob = np.where(cos >= math.cos(math.radians(80.0)), prob, 0.0)
   prob = np.where(dist <= 30.0, prob, 0.0)
-  frac = out.sample.valid[out.new_data].mean(axis=0)
+  frac = out.sample.beam_valid[out.new_data].mean(axis=0)
   k = out.new_data.sum()
   tol = 5 * np.sqrt(prob * (1 - prob) / k) + 1e-9
   assert np.all(np.abs(frac - prob) <= tol)

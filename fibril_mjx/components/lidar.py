@@ -22,7 +22,7 @@ Per beam: d = MuJoCo's ray distance (−1 no hit), g the hit geom's group, θ th
     return   = hit ∧ u < P_return ∧ θ ≤ max_incidence_deg        (u uniform, stream `return`)
     σ        = noise_stddev_m + noise_fraction·d
     r        = Q(d + σ·w)                      (w normal, stream `noise`; Q: resolution_m)
-    valid    = return ∧ min_range_m ≤ r ≤ max_range_m
+    beam_valid = return ∧ min_range_m ≤ r ≤ max_range_m
 
 Invalid beams read +inf (no return, beyond range) or −inf (below min range), as ROS REP 117.
 Not modelled: multi-echo, multipath, beam divergence (one ray per beam), fog/dust, ambient
@@ -92,12 +92,12 @@ class Sample(NamedTuple):
 
   Attributes:
     range_m: (N,) measured range; +inf no return / beyond max, −inf below min.
-    valid: (N,) bool.
+    beam_valid: (N,) bool (not `valid`: that name is the delivery's, `transport.Delivered`).
     beam_time_s: (N,) firing time of each beam after the scan's sample tick.
     health: int32.
   """
   range_m: jax.Array
-  valid: jax.Array
+  beam_valid: jax.Array
   beam_time_s: jax.Array
   health: jax.Array
 
@@ -107,6 +107,7 @@ class State(NamedTuple):
   queue: tp.QueueState
   held: tp.Delivered
   faults: faults.FaultState
+  ideal: tuple         # (distance (N,), cos incidence (N,)) of the latest scan
 
 
 def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +150,8 @@ class Lidar(base.FaultySensorFields):
   def init(self, p: Params, world_key) -> State:
     streams = faults.stream_keys(world_key, self.id, SOURCES)
     queue, held, fs = self.init_transport(self.neutral())
-    return State(streams, queue, held, fs)
+    z = jnp.zeros((self.n_beams,), jnp.float32)
+    return State(streams, queue, held, fs, (z - 1.0, z + 1.0))
 
   def rays(self, data):
     """World origins and unit directions `(N, 3)` of the beams (pose extrapolated per beam)."""
@@ -207,12 +209,13 @@ class Lidar(base.FaultySensorFields):
     x = jnp.where(far, jnp.inf, jnp.where(near, -jnp.inf, x))
     sample = Sample(x.astype(jnp.float32), ~(far | near),
                     jnp.asarray(np.array(self.offsets), jnp.float32), jnp.int32(faults.HEALTHY))
-    return s, sample
+    return s._replace(ideal=(d, cos)), sample
 
   def truth(self, s: State, data) -> dict:
-    """Ideal per-beam distance (−1 no hit) and incidence angle (rad) of this tick's scan
-    pattern (with the sweep extrapolation), the site position."""
-    d, _, cos = self.geometry(data)
+    """Ideal per-beam distance (−1 no hit) and incidence angle (rad) of the latest scan (with
+    the sweep extrapolation; kept from its acquisition, so at a sample's `sample_tick` it is
+    that scan's: the rays are not cast again every tick), the site position."""
+    d, cos = s.ideal
     return {'range_m': d, 'incidence_rad': jnp.arccos(jnp.clip(cos, -1.0, 1.0)),
             'position_m': data.site_xpos[self.site_id], 'health': s.faults.health}
 
