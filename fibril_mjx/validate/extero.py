@@ -1,0 +1,211 @@
+"""`fibril_sim/optical_flow` in `fibril-mjx validate`: two rigs over a flat textured ground
+(gravity off, no contacts), the sensor looking straight down from height h (the middle of its
+range, at most 1 m):
+
+| check | rig | compares |
+| --- | --- | --- |
+| `flow_scale` | translation: a slide joint driven at constant speed v (a stiff velocity servo) | mean of flow_rad / integration_time (x) vs −v/h |
+| `flow_noise` | the same | std of flow_rad (x) about each world's mean vs σ = noise_stddev_rad + noise_per_m_rad·h |
+| `quality` | the same | delivered quality vs round(255 · illumination · texture · blur factor) |
+| `saturation_quality` | rotation: a hinge through the sensor about its x axis, rate ω_pk·sin(2πft), ω_pk = 1.5·max_angular_rate | quality 0 on frames whose rate stays above the limit, > 0 on frames whose rate stays below 0.9 × it |
+| `rotation_flow` | the same | flow_rad (y) / integration_time vs the frame's mean rate ω_x (flow = (−ω_y, ω_x) at zero speed) on tracked, unsaturated frames |
+
+Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 allowance.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import textwrap
+import time
+import types
+
+import numpy as np
+
+from fibril_mjx.validate.common import (K_SIGMA, Check, _by_sequence, _collect, _fmt,
+                                        _staged_output, _summary, _write_rig, _write_summary)
+
+FLOW_TYPE = 'fibril_sim/optical_flow'
+FIELDS = ('flow_rad', 'body_rate_rad', 'integration_time_s', 'quality')
+SKIP = 5
+
+
+def _height(cfg) -> float:
+  lo, hi = float(cfg.get('min_range_m', 0.0)), float(cfg['max_range_m'])
+  return min(1.0, 0.5 * (lo + hi))
+
+
+def flow_rig(cfg: dict, overrides: dict, kind: str, rate: float = 0.0, freq: float = 0.0):
+  """`(xml, manifest dict)` of the translation (`kind='slide'`, speed `rate` m/s) or the
+  rotation rig (`kind='hinge'`, peak rate `rate` rad/s at `freq` Hz)."""
+  h = _height(cfg)
+  joint = ('<joint name="drive" type="slide" axis="1 0 0"/>' if kind == 'slide' else
+           '<joint name="drive" type="hinge" axis="1 0 0"/>')
+  dt = min(0.001, float(cfg['period_s']) / 4)
+  xml = textwrap.dedent(f"""\
+      <mujoco model="fibril_validate_flow_{kind}">
+        <option timestep="{dt!r}" gravity="0 0 0" integrator="implicitfast"/>
+        <asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>
+        <worldbody>
+          <geom name="ground" type="plane" size="500 500 0.1" material="ground" group="0"/>
+          <body name="carriage" pos="0 0 {h!r}">
+            {joint}
+            <geom type="box" size="0.02 0.02 0.005" mass="1" contype="0" conaffinity="0"
+                  rgba="0 0 0 0"/>
+            <site name="s_flow" zaxis="0 0 -1"/>
+          </body>
+        </worldbody>
+        <actuator><velocity name="drive" joint="drive" kv="100000"/></actuator>
+      </mujoco>
+      """)
+  c = dict(cfg, **overrides)
+  c = {k: v for k, v in c.items() if k != 'faults'}
+  c['site'] = 's_flow'
+  c['latency_s'], c['jitter_s'], c['loss_probability'] = 0.0, 0.0, 0.0
+  script = {'actuator': 'drive', 'waveform': 'sine', 'offset': rate if kind == 'slide' else 0.0,
+            'amplitude': 0.0 if kind == 'slide' else rate, 'frequency_hz': freq or 1.0}
+  doc = {'fibril_manifest': 1, 'model': f'{kind}.xml', 'actuator_script': [script],
+         'components': [{'id': 'dut', 'type': FLOW_TYPE, 'config': c}]}
+  return xml, doc, h, dt
+
+
+def _run(sim, worlds, seed, dur, period):
+  import fibril_mjx
+  n_acq = int(round(dur / period))
+  ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
+  seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
+  n_seg = int(math.ceil(ticks / seg))
+  data = _collect(sim, sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds),
+                  n_seg * seg, seg, FIELDS)['dut']
+  return {f: _by_sequence(data, f, n_acq) for f in FIELDS}, data
+
+
+def _site_x(xml) -> np.ndarray:
+  """World direction of the rig site's x axis (MuJoCo's frame from `zaxis`)."""
+  import mujoco
+  m = mujoco.MjModel.from_xml_string(xml)
+  d = mujoco.MjData(m)
+  mujoco.mj_kinematics(m, d)
+  return d.site_xmat[0].reshape(3, 3)[:, 0].copy()
+
+
+def _translation_checks(cfg, z, h, v, vx) -> list[Check]:
+  """`vx`: the carriage speed along the sensor's x axis (m/s)."""
+  flow = z['flow_rad'][:, SKIP:, 0]
+  T = z['integration_time_s'][:, SKIP:]
+  q = z['quality'][:, SKIP:]
+  ok = np.isfinite(flow) & np.isfinite(T) & (T > 0)
+  rate = np.where(ok, flow / np.where(ok, T, 1.0), np.nan)
+  n = int(ok.sum())
+  sigma = float(cfg.get('noise_stddev_rad', 0.0)) + float(cfg.get('noise_per_m_rad', 0.0)) * h
+  t_mean = float(np.nanmean(T))
+  want = -vx / h
+  meas = float(np.nanmean(rate))
+  tol = K_SIGMA * sigma / t_mean / math.sqrt(max(n, 1)) + 1e-4 * abs(want) + 1e-6
+  res = flow - np.nanmean(flow, axis=1, keepdims=True)
+  dof = n - flow.shape[0]
+  std = float(np.sqrt(np.nansum(res ** 2) / max(dof, 1)))
+  tol_s = K_SIGMA * sigma / math.sqrt(2 * max(dof, 1)) + 1e-6
+  ill = float(cfg.get('illumination', 1.0))
+  tex = float((cfg.get('group_texture') or [1.0] * 6)[0])
+  blur = 1.0
+  if float(cfg.get('exposure_s', 0.0)) > 0:
+    beta = abs(want) * float(cfg['exposure_s']) * cfg['resolution_px'] / math.radians(
+        cfg['fov_deg'])
+    blur = 1.0 / (1.0 + (beta / float(cfg.get('blur_half_quality_px', 1.0))) ** 2)
+  q_want = round(255.0 * ill * tex * blur)
+  q_meas = q[np.isfinite(q)]
+  return [
+      Check('flow_scale', f'mean flow rate (x), translation at {v:g} m/s, {h:g} m above ground',
+            meas, want, tol, f'−v/h; {K_SIGMA:g}·σ/(T·√N), N = {n} frames, + 1e-4 relative '
+            '(float32)', abs(meas - want) <= tol),
+      Check('flow_noise', 'std of flow_rad (x) about each world\'s mean', std, sigma, tol_s,
+            f'σ = noise_stddev_rad + noise_per_m_rad·h; {K_SIGMA:g}·σ/√(2N), N = {dof}',
+            abs(std - sigma) <= tol_s if sigma > 0 else std <= 1e-6),
+      Check('quality', 'delivered quality (translation rig)', [float(q_meas.min()),
+                                                               float(q_meas.max())],
+            q_want, 1, 'round(255·illumination·texture·1/(1 + (β/blur_half_quality_px)²)), '
+            'β = |ḟ|·exposure_s·resolution_px/fov; ±1 for rounding',
+            bool(np.all(np.abs(q_meas - q_want) <= 1))),
+  ]
+
+
+def _rotation_checks(cfg, z, data, dt, w_pk, freq, period) -> list[Check]:
+  limit = float(cfg['max_angular_rate_rad_s'])
+  q = z['quality'][:, SKIP:]
+  T = z['integration_time_s'][:, SKIP:]
+  gyro = z['body_rate_rad'][:, SKIP:, 0]
+  flow = z['flow_rad'][:, SKIP:, 1]
+  # each frame's ticks from the integration times; the commanded rate over them, one tick of
+  # margin either side (the servo and the sensor's view of it lag by about a tick)
+  del data
+  ticks_per = np.round(T / dt)
+  end = np.round(np.cumsum(np.nan_to_num(z['integration_time_s']), axis=1)[:, SKIP:] / dt) - 1
+  above, below = [], []
+  for w in range(q.shape[0]):
+    for k in range(q.shape[1]):
+      if not np.isfinite(q[w, k]):
+        continue
+      idx = np.arange(end[w, k] - ticks_per[w, k], end[w, k] + 2)
+      r = np.abs(w_pk * np.sin(2 * math.pi * freq * idx * dt))
+      if r.min() > 1.1 * limit:
+        above.append(q[w, k])
+      elif r.max() < 0.9 * limit:
+        below.append((q[w, k], flow[w, k] / T[w, k], gyro[w, k] / T[w, k]))
+  above = np.array(above)
+  ok_a = above.size > 0 and bool(np.all(above == 0))
+  qb = np.array([b[0] for b in below])
+  ok_b = qb.size > 0 and bool(np.all(qb > 0))
+  sat = float(cfg['max_flow_rate_rad_s'])
+  sel = [b for b in below if b[0] > 0 and abs(b[2]) < 0.95 * sat]
+  f = np.array([b[1] for b in sel])
+  g = np.array([b[2] for b in sel])
+  sigma = float(cfg.get('noise_stddev_rad', 0.0)) + float(cfg.get('noise_per_m_rad', 0.0)) * \
+      _height(cfg)
+  err = f - g
+  tol = K_SIGMA * sigma / period + 1e-3 * np.abs(g) + 1e-4
+  return [
+      Check('saturation_quality', f'quality on frames above {1.1 * limit:g} rad/s / below '
+            f'{0.9 * limit:g} rad/s (rotation rig, peak {w_pk:g} rad/s)',
+            {'above_max': float(above.max()) if above.size else None,
+             'below_min': float(qb.min()) if qb.size else None},
+            {'above': 0, 'below': '> 0'}, 0,
+            f'{above.size} frames above, {qb.size} below the configured max_angular_rate_rad_s',
+            ok_a and ok_b),
+      Check('rotation_flow', 'flow rate (y) − body rate (x) on tracked frames below saturation',
+            float(np.max(np.abs(err))) if err.size else None, 0.0,
+            _fmt(float(np.max(tol))) if err.size else None,
+            f'flow = (−ω_y, ω_x) at zero speed; per frame {K_SIGMA:g}·σ/T + 1e-3 relative',
+            err.size > 0 and bool(np.all(np.abs(err) <= tol))),
+  ]
+
+
+def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
+             progress, t0) -> dict:
+  """`validate` for `fibril_sim/optical_flow`: the translation and rotation rigs."""
+  import fibril_mjx
+  out = pathlib.Path(out)
+  period = float(cfg['period_s'])
+  dur = min(static_duration_s, 20.0)
+  with _staged_output(out) as tmp:
+    rigs = tmp / 'rigs'
+    h = _height(cfg)
+    v = 0.5 * float(cfg['max_flow_rate_rad_s']) * h
+    xml, doc, h, dt = flow_rig(cfg, perturb, 'slide', v)
+    sim = fibril_mjx.load(_write_rig(rigs, 'slide', xml, doc))
+    progress(f'translation rig: {worlds} worlds x {dur:g} s at {v:g} m/s, {h:g} m')
+    z, _ = _run(sim, worlds, seed, dur, period)
+    checks = _translation_checks(cfg, z, h, v, v * float(_site_x(xml)[0]))
+    w_pk = 1.5 * float(cfg['max_angular_rate_rad_s'])
+    freq = w_pk / (2 * math.pi * 0.3)       # ±0.3 rad of tilt: the ground stays in range
+    xml, doc, _, dt = flow_rig(cfg, perturb, 'hinge', w_pk, freq)
+    sim = fibril_mjx.load(_write_rig(rigs, 'hinge', xml, doc))
+    progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
+    z, data = _run(sim, worlds, seed + 1, min(dur, 5.0), period)
+    checks += _rotation_checks(cfg, z, data, dt, w_pk, freq, period)
+    dev = types.SimpleNamespace(type=FLOW_TYPE, config=cfg)
+    summary = _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed,
+                       time.time() - t0)
+    _write_summary(tmp, summary)
+  return summary
