@@ -1,4 +1,4 @@
-"""`fibril_sim/optical_flow` in `fibril-mjx validate`: two rigs over a flat textured ground
+"""`fibril_sim/optical_flow` and `fibril_sim/lidar` in `fibril-mjx validate`. Optical flow: two rigs over a flat textured ground
 (gravity off, no contacts), the sensor looking straight down from height h (the middle of its
 range, at most 1 m):
 
@@ -10,6 +10,12 @@ range, at most 1 m):
 | `saturation_quality` | rotation: a hinge through the sensor about its x axis, rate ω_pk·sin(2πft), ω_pk = 1.5·max_angular_rate | quality 0 on frames whose rate stays above the limit, > 0 on frames whose rate stays below 0.9 × it |
 | `rotation_flow` | the same | flow_rad (y) / integration_time vs the frame's mean rate ω_x (flow = (−ω_y, ω_x) at zero speed) on tracked, unsaturated frames |
 
+`fibril_sim/lidar`: one static rig, the site at h above the ground with its pattern replaced by
+a vertical fan of 8 beams from straight down to 20° below the horizon (incidence 0 … 70°,
+range h/sin|ε|): `lidar_return_rate` (valid fraction per beam vs the configured return
+probability, binomial tolerance), `lidar_range_noise` (std about each world's mean vs
+√(σ(d)² + q²/12)) and `lidar_range_bias` (mean vs the geometric range).
+
 Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 allowance.
 """
 
@@ -20,6 +26,7 @@ import pathlib
 import textwrap
 import time
 import types
+import warnings
 
 import numpy as np
 
@@ -207,5 +214,128 @@ def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
     dev = types.SimpleNamespace(type=FLOW_TYPE, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed,
                        time.time() - t0)
+    _write_summary(tmp, summary)
+  return summary
+
+
+# ----------------------------------------------------------------------------- lidar
+
+LIDAR_TYPE = 'fibril_sim/lidar'
+LIDAR_BEAMS = 8
+LIDAR_EL = (-90.0, -20.0)     # elevation fan in the vertical plane: incidence 0 … 70 deg
+
+
+def lidar_rig(cfg: dict, overrides: dict):
+  """Static rig: the lidar site at height h above a ground plane (geom group 0), its beam
+  pattern replaced by a fan of `LIDAR_BEAMS` elevations in `LIDAR_EL` (incidence 90° − |ε|,
+  range h/sin|ε|); sweep, transport and faults removed. Returns `(xml, manifest, h)`."""
+  lo = float(cfg.get('min_range_m', 0.0))
+  h = max(1.0, 1.5 * lo)
+  dt = min(0.002, float(cfg['period_s']) / 2)
+  xml = textwrap.dedent(f"""\
+      <mujoco model="fibril_validate_lidar_static">
+        <option timestep="{dt!r}" gravity="0 0 0"/>
+        <asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>
+        <worldbody>
+          <geom name="ground" type="plane" size="500 500 0.1" material="ground" group="0"/>
+          <body name="bench" pos="0 0 {h!r}">
+            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
+            <geom type="box" size="0.02 0.02 0.01" mass="1" contype="0" conaffinity="0"
+                  rgba="0 0 0 0"/>
+            <site name="s_lidar"/>
+          </body>
+        </worldbody>
+      </mujoco>
+      """)
+  c = dict(cfg, **overrides)
+  c = {k: v for k, v in c.items() if k != 'faults'}
+  c.update(site='s_lidar', horizontal_samples=1, horizontal_min_deg=0.0, horizontal_max_deg=0.0,
+           vertical_samples=LIDAR_BEAMS, vertical_min_deg=LIDAR_EL[0],
+           vertical_max_deg=LIDAR_EL[1], sweep_time_s=0.0, latency_s=0.0, jitter_s=0.0,
+           loss_probability=0.0)
+  doc = {'fibril_manifest': 1, 'model': 'static.xml',
+         'components': [{'id': 'dut', 'type': LIDAR_TYPE, 'config': c}]}
+  return xml, doc, h
+
+
+def _lidar_checks(cfg, r, ok, h) -> list[Check]:
+  """Per beam: range std about each world's mean and mean − geometric range over valid
+  samples; valid fraction vs the configured return probability."""
+  el = np.radians(np.linspace(*LIDAR_EL, LIDAR_BEAMS))
+  d = h / np.sin(-el)
+  cos = np.sin(-el)
+  g = lambda k, v=0.0: float(cfg.get(k, v))  # noqa: E731
+  sigma = g('noise_stddev_m') + g('noise_fraction') * d
+  q = g('resolution_m')
+  expected = np.sqrt(sigma ** 2 + q * q / 12)
+  p = np.full(LIDAR_BEAMS, 1.0 - g('dropout_probability'))
+  refl = float((cfg.get('group_reflectivity') or [1.0] * 6)[0])
+  if refl != 1.0 or g('reference_range_m') > 0:
+    s = cos * refl
+    if g('reference_range_m') > 0:
+      s = s * (g('reference_range_m') / d) ** 2
+    p = p * np.minimum(1.0, s)
+  p = np.where(cos >= math.cos(math.radians(g('max_incidence_deg', 90.0))) - 1e-9, p, 0.0)
+  margin = 4 * expected + q
+  clear = (d - margin > g('min_range_m')) & (d + margin < float(cfg['max_range_m']))
+  p_lim = np.where(d > float(cfg['max_range_m']), 0.0, p)
+  n = ok.shape[0] * ok.shape[1]
+  frac = ok.reshape(-1, LIDAR_BEAMS).mean(axis=0)
+  tol_p = K_SIGMA * np.sqrt(p_lim * (1 - p_lim) / n) + 1e-9
+  sel = clear | (p_lim == 0)
+  ok_p = bool(np.all(np.abs(frac - p_lim)[sel] <= tol_p[sel]))
+  rv = np.where(ok, r, np.nan)
+  res = rv - np.nanmean(rv, axis=1, keepdims=True)
+  nv = np.sum(np.isfinite(res), axis=(0, 1))
+  dof = np.maximum(nv - ok.shape[0], 1)
+  std = np.sqrt(np.nansum(res ** 2, axis=(0, 1)) / dof)
+  tol_s = K_SIGMA * expected / np.sqrt(2 * dof)
+  use = clear & (nv > 10 * ok.shape[0])
+  quant = np.all(sigma < 0.5 * q) and q > 0
+  ok_s = None if quant or not use.any() else bool(np.all(np.abs(std - expected)[use]
+                                                          <= tol_s[use]))
+  mean = np.nanmean(rv, axis=(0, 1))
+  tol_m = K_SIGMA * expected / np.sqrt(np.maximum(nv, 1)) + (0.5 * q if quant else 0) + 1e-5 * d
+  ok_m = bool(np.all(np.abs(mean - d)[use] <= tol_m[use])) if use.any() else None
+  inc = np.degrees(np.arccos(cos))
+  return [
+      Check('lidar_return_rate', f'valid fraction per beam at incidence {_fmt(inc)} deg, '
+            f'range {_fmt(d)} m', frac, p_lim, tol_p,
+            f'(1 − dropout)·min(1, ρ_0·cos θ·(r_ref/d)²), 0 beyond max_incidence_deg / range; '
+            f'{K_SIGMA:g}·√(P(1−P)/N), N = {n} scans (beams within 4σ of a range limit skipped)',
+            ok_p),
+      Check('lidar_range_noise', 'std of range − per-world mean per beam', std, expected, tol_s,
+            f'√(σ² + q²/12), σ = noise_stddev_m + noise_fraction·d; {K_SIGMA:g}·σ/√(2N)', ok_s,
+            note='quantization-dominated: not resolvable' if quant else ''),
+      Check('lidar_range_bias', 'mean range per beam vs the geometric range h/sin|ε|', mean, d,
+            tol_m, f'{K_SIGMA:g}·σ/√N (+ q/2 when quantization-dominated) + float32', ok_m),
+  ]
+
+
+def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
+              progress, t0) -> dict:
+  """`validate` for `fibril_sim/lidar`: the static fan rig."""
+  import fibril_mjx
+  out = pathlib.Path(out)
+  period = float(cfg['period_s'])
+  with _staged_output(out) as tmp:
+    xml, doc, h = lidar_rig(cfg, perturb)
+    sim = fibril_mjx.load(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    n_acq = int(round(static_duration_s / period))
+    progress(f'lidar static fan rig: {worlds} worlds x {n_acq} scans, {h:g} m above ground')
+    ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
+    seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
+    data = _collect(sim, sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds),
+                    int(math.ceil(ticks / seg)) * seg, seg, ('range_m', 'beam_valid'))['dut']
+    r = _by_sequence(data, 'range_m', n_acq)
+    ok = _by_sequence(data, 'beam_valid', n_acq)
+    keep = np.all(np.isfinite(ok), axis=-1)
+    r, ok = r[:, keep.all(axis=0)], ok[:, keep.all(axis=0)].astype(bool)
+    with warnings.catch_warnings():     # a beam that never returns has no mean
+      warnings.simplefilter('ignore', RuntimeWarning)
+      checks = _lidar_checks(cfg, r, ok, h)
+    dev = types.SimpleNamespace(type=LIDAR_TYPE, config=cfg)
+    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
+                       worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
   return summary
