@@ -3,7 +3,9 @@ PMW3901-class flow profile passes its translation (flow scale −v/h, noise, qua
 rotation (saturation, rotational flow) checks, and a device whose noise and angular-rate limit
 differ from the configuration fails the noise and saturation checks, naming them; a lidar
 configuration passes its static fan rig (return rate vs incidence and range, range noise and
-bias) and a perturbed noise and dropout fail. Short records (4 worlds x 3 s): the tolerances
+bias) and a perturbed noise and dropout fail; a camera configuration passes its static
+landmark grid (reprojection against a float64 OpenCV-model projection, pixel noise, row
+times, visibility) and a perturbed focal length and noise fail. Short records (4 worlds x 3 s): the tolerances
 are standard errors of those sample sizes."""
 
 import json
@@ -79,3 +81,29 @@ def test_lidar_config_passes_and_perturbed_noise_and_dropout_fail(lidar_manifest
   s = _validate(lidar_manifest, 'perturbed', 'noise_stddev_m=0.04', 'dropout_probability=0.3')
   assert {'lidar_return_rate', 'lidar_range_noise'} <= set(s['failed']), s['failed']
   assert 'lidar_range_bias' not in s['failed']
+
+
+CAMERA = {'site': 's', 'landmarks': ['s'], 'period_s': 0.02, 'width_px': 640, 'height_px': 480,
+          'fx_px': 460.0, 'fy_px': 455.0, 'cx_px': 319.5, 'cy_px': 239.5,
+          'distortion': [-0.28, 0.08, 0.001, -0.0005, -0.01], 'shutter': 'rolling',
+          'readout_time_s': 0.015, 'exposure_s': 0.004, 'pixel_noise_stddev_px': 0.3}
+
+
+@pytest.fixture(scope='module')
+def camera_manifest(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('camera')
+  (tmp / 'm.xml').write_text(XML)
+  doc = {'fibril_manifest': 1, 'model': 'm.xml',
+         'components': [{'id': 'dut', 'type': 'fibril_sim/camera', 'config': CAMERA}]}
+  (tmp / 'm.yaml').write_text(yaml.safe_dump(doc))
+  return tmp
+
+
+def test_camera_config_passes_and_perturbed_focal_length_and_noise_fail(camera_manifest):
+  s = _validate(camera_manifest, 'nominal')
+  assert s['passed'], s['checks']
+  assert {c['name'] for c in s['checks']} == {'camera_reprojection', 'camera_pixel_noise',
+                                              'camera_row_time', 'camera_visibility'}
+  s = _validate(camera_manifest, 'perturbed', 'fx_px=462', 'pixel_noise_stddev_px=0.4')
+  assert {'camera_reprojection', 'camera_pixel_noise'} <= set(s['failed']), s['failed']
+  assert 'camera_row_time' not in s['failed']

@@ -1,4 +1,4 @@
-"""`fibril_sim/optical_flow` and `fibril_sim/lidar` in `fibril-mjx validate`. Optical flow: two rigs over a flat textured ground
+"""`fibril_sim/optical_flow`, `fibril_sim/lidar` and `fibril_sim/camera` in `fibril-mjx validate`. Optical flow: two rigs over a flat textured ground
 (gravity off, no contacts), the sensor looking straight down from height h (the middle of its
 range, at most 1 m):
 
@@ -15,6 +15,12 @@ a vertical fan of 8 beams from straight down to 20° below the horizon (incidenc
 range h/sin|ε|): `lidar_return_rate` (valid fraction per beam vs the configured return
 probability, binomial tolerance), `lidar_range_noise` (std about each world's mean vs
 √(σ(d)² + q²/12)) and `lidar_range_bias` (mean vs the geometric range).
+
+`fibril_sim/camera`: one static rig, the camera looking at a 5 × 5 grid of landmark sites 5 m
+ahead (on the undistorted rays of pixels spanning 10–90 % of the image) and one behind it:
+`camera_reprojection` (mean pixel vs a float64 OpenCV-model projection of the configured
+intrinsics and distortion), `camera_pixel_noise`, `camera_row_time` (v·readout/height +
+exposure/2) and `camera_visibility`.
 
 Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 allowance.
 """
@@ -335,6 +341,131 @@ def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, 
       warnings.simplefilter('ignore', RuntimeWarning)
       checks = _lidar_checks(cfg, r, ok, h)
     dev = types.SimpleNamespace(type=LIDAR_TYPE, config=cfg)
+    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
+                       worlds, seed, time.time() - t0)
+    _write_summary(tmp, summary)
+  return summary
+
+
+# ---------------------------------------------------------------------------- camera
+
+CAMERA_TYPE = 'fibril_sim/camera'
+GRID = 5                      # GRID x GRID landmarks spanning 10 … 90 % of the image
+DEPTH = 5.0                   # m, the landmark plane in front of the camera
+
+
+def camera_rig(cfg: dict, overrides: dict):
+  """Static rig: the camera at the origin looking along world +x (OpenCV axes: image x = −y,
+  image y = −z), a GRID × GRID plane of landmark sites DEPTH m ahead placed on the undistorted
+  pinhole rays of a pixel grid, one landmark behind the camera. Returns `(xml, manifest,
+  landmark world points (n, 3))`."""
+  fx, fy, cx, cy = (float(cfg[k]) for k in ('fx_px', 'fy_px', 'cx_px', 'cy_px'))
+  us = np.linspace(0.1, 0.9, GRID) * cfg['width_px']
+  vs = np.linspace(0.1, 0.9, GRID) * cfg['height_px']
+  pts = [(DEPTH, -(u - cx) / fx * DEPTH, -(v - cy) / fy * DEPTH) for v in vs for u in us]
+  pts.append((-DEPTH, 0.0, 0.0))
+  sites = ''.join(f'    <site name="lm{i}" pos="{float(x)!r} {float(y)!r} {float(z)!r}"/>\n'
+                  for i, (x, y, z) in enumerate(pts))
+  dt = min(0.002, float(cfg['period_s']) / 2)
+  xml = (textwrap.dedent(f"""\
+      <mujoco model="fibril_validate_camera_static">
+        <option timestep="{dt!r}" gravity="0 0 0"/>
+        <asset><material name="m" rgba="0.5 0.5 0.5 1"/></asset>
+        <worldbody>
+          <body name="bench">
+            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
+            <geom type="box" size="0.02 0.02 0.02" mass="1" contype="0" conaffinity="0"
+                  material="m"/>
+            <site name="s_cam" xyaxes="0 -1 0 0 0 -1"/>
+          </body>
+      """) + sites + '  </worldbody>\n</mujoco>\n')
+  c = dict(cfg, **overrides)
+  c = {k: v for k, v in c.items() if k != 'faults'}
+  c.update(site='s_cam', landmarks=[f'lm{i}' for i in range(len(pts))], latency_s=0.0,
+           jitter_s=0.0, loss_probability=0.0)
+  doc = {'fibril_manifest': 1, 'model': 'static.xml',
+         'components': [{'id': 'dut', 'type': CAMERA_TYPE, 'config': c}]}
+  return xml, doc, np.array(pts)
+
+
+def _camera_reference(cfg, pts):
+  """Float64 pixel coordinates and in-front flags of the rig's landmarks (OpenCV's model)."""
+  xc = np.stack([-pts[:, 1], -pts[:, 2], pts[:, 0]], -1)
+  z = xc[:, 2]
+  x, y = xc[:, 0] / z, xc[:, 1] / z
+  k1, k2, p1, p2, k3 = (float(v) for v in cfg.get('distortion') or [0.0] * 5)
+  r2 = x * x + y * y
+  rad = 1 + k1 * r2 + k2 * r2 ** 2 + k3 * r2 ** 3
+  xd = x * rad + 2 * p1 * x * y + p2 * (r2 + 2 * x * x)
+  yd = y * rad + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y
+  uv = np.stack([float(cfg['fx_px']) * xd + float(cfg['cx_px']),
+                 float(cfg['fy_px']) * yd + float(cfg['cy_px'])], -1)
+  inside = ((uv[:, 0] >= -0.5) & (uv[:, 0] <= cfg['width_px'] - 0.5) & (uv[:, 1] >= -0.5)
+            & (uv[:, 1] <= cfg['height_px'] - 0.5))
+  mono = 1 + 3 * k1 * r2 + 5 * k2 * r2 ** 2 + 7 * k3 * r2 ** 3 > 0
+  return uv, (z > float(cfg.get('min_depth_m', 0.01))) & inside & mono
+
+
+def _camera_checks(cfg, uv, vis, rt, pts) -> list[Check]:
+  ref, want_vis = _camera_reference(cfg, pts)
+  sigma = float(cfg.get('pixel_noise_stddev_px', 0.0))
+  front = want_vis
+  m = uv[:, :, front]                                   # (W, F, L, 2)
+  n = int(np.isfinite(m[..., 0]).sum() / max(front.sum(), 1))
+  mean = np.nanmean(m, axis=(0, 1))
+  err = np.max(np.abs(mean - ref[front]))
+  tol = K_SIGMA * sigma / math.sqrt(max(n, 1)) + 2e-3
+  res = m - np.nanmean(m, axis=1, keepdims=True)
+  dof = max(int(np.isfinite(res).sum()) - m.shape[0] * m.shape[2] * 2, 1)
+  std = float(np.sqrt(np.nansum(res ** 2) / dof))
+  tol_s = K_SIGMA * sigma / math.sqrt(2 * dof) + 1e-4
+  rolling = cfg.get('shutter') == 'rolling'
+  line = float(cfg.get('readout_time_s', 0.0)) / cfg['height_px'] if rolling else 0.0
+  rt_want = np.clip(ref[front, 1], 0, cfg['height_px'] - 1) * line + \
+      0.5 * float(cfg.get('exposure_s', 0.0))
+  rt_err = float(np.nanmax(np.abs(rt[:, :, front] - rt_want)))
+  rt_tol = 2e-3 * line + 1e-8
+  got_vis = np.all(vis, axis=(0, 1)) if vis.size else vis
+  return [
+      Check('camera_reprojection', f'max |mean pixel − float64 projection| over {front.sum()} '
+            'landmarks (OpenCV pinhole + Brown–Conrady)', err, 0.0, tol,
+            f'{K_SIGMA:g}·σ_px/√N, N = {n} frames, + 2e-3 px (float32)', err <= tol),
+      Check('camera_pixel_noise', 'std of pixel coordinates about each world\'s mean', std, sigma,
+            tol_s, f'{K_SIGMA:g}·σ/√(2N), N = {dof}',
+            abs(std - sigma) <= tol_s if sigma > 0 else std <= 1e-4),
+      Check('camera_row_time', 'max |row_time_s − (v·readout/height + exposure/2)|', rt_err, 0.0,
+            rt_tol, 'the mid-exposure time of the landmark\'s row (static rig); 2e-3 px of row',
+            rt_err <= rt_tol),
+      Check('camera_visibility', 'landmarks visible in every frame vs the float64 reference',
+            int(got_vis.sum()), int(want_vis.sum()), 0,
+            'in front, in the image, distortion monotonic (one landmark behind the camera)',
+            bool(np.array_equal(got_vis, want_vis))),
+  ]
+
+
+def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
+               progress, t0) -> dict:
+  """`validate` for `fibril_sim/camera`: the static landmark-grid rig."""
+  import fibril_mjx
+  out = pathlib.Path(out)
+  period = float(cfg['period_s'])
+  with _staged_output(out) as tmp:
+    xml, doc, pts = camera_rig(cfg, perturb)
+    sim = fibril_mjx.load(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    n_acq = int(round(min(static_duration_s, 20.0) / period))
+    progress(f'camera static grid rig: {worlds} worlds x {n_acq} frames, {len(pts)} landmarks')
+    ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
+    seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
+    data = _collect(sim, sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds),
+                    int(math.ceil(ticks / seg)) * seg, seg,
+                    ('uv_px', 'visible', 'row_time_s'))['dut']
+    z = {f: _by_sequence(data, f, n_acq) for f in ('uv_px', 'visible', 'row_time_s')}
+    keep = np.all(np.isfinite(z['visible']), axis=(0, 2))
+    vis = z['visible'][:, keep].astype(bool)
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', RuntimeWarning)
+      checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
+    dev = types.SimpleNamespace(type=CAMERA_TYPE, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
