@@ -1,6 +1,8 @@
-"""`fibril_sim/optical_flow`, `fibril_sim/lidar` and `fibril_sim/camera` in `fibril-mjx validate`. Optical flow: two rigs over a flat textured ground
-(gravity off, no contacts), the sensor looking straight down from height h (the middle of its
-range, at most 1 m):
+"""`fibril_sim/optical_flow`, `fibril_sim/lidar` and `fibril_sim/camera` in
+`fibril-mjx validate`.
+
+Optical flow: two rigs over a flat textured ground (gravity off, no contacts), the sensor
+looking straight down from height h (the middle of its range, at most 1 m):
 
 | check | rig | compares |
 | --- | --- | --- |
