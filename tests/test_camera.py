@@ -180,3 +180,35 @@ def test_config_rules(tmp_path):
   assert f"{P}.landmarks[1] = 'nope': no MuJoCo site" in err(landmarks=['lm0', 'nope'])
   assert f'{P}.exposure_s = 0.05: readout_time_s + exposure_s must be ≤ period_s' in err(
       exposure_s=0.05)
+
+
+def test_dropout_fault_and_per_world_focal_length(tmp_path):
+  """Through the simulator: a dropout window delivers no frame; a per-world `fx_px` scales
+  u − cx by the focal-length ratio (per-world Params, as campaigns sample them)."""
+  import jax
+  import yaml
+
+  import fibril_mjx
+  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
+  cfg = {'site': 'cam', 'landmarks': eh.LANDMARKS, 'period_s': 0.02, **INTR,
+         'faults': [{'type': 'dropout', 'start_s': 0.1, 'end_s': 0.2}]}
+  doc = {'fibril_manifest': 1, 'model': 'scene.xml',
+         'components': [{'id': 'cam0', 'type': camera.TYPE, 'config': cfg}]}
+  (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
+  sim = fibril_mjx.load(str(tmp_path / 'm.yaml'))
+  p = sim.default_params(2)
+  p['cam0'] = p['cam0']._replace(fx_px=jax.numpy.asarray([420.0, 504.0]))
+  _, tr = sim.rollout(p, fibril_mjx.world_keys(0, 2), 160)
+  d = jax.tree.map(np.asarray, tr['sensor']['cam0'])
+  t = d.sample_tick * eh.DT
+  new = d.new_data                                   # (world, tick)
+  assert new.sum(axis=1).min() > 0
+  assert not np.any(new & (t >= 0.1 - 1e-9) & (t < 0.2 - 1e-9))
+  assert np.any(new & (t >= 0.2 - 1e-9))
+  k = np.flatnonzero(new[0] & new[1])[-1]
+  vis = d.sample.visible[0, k] & d.sample.visible[1, k]
+  du0 = d.sample.uv_px[0, k, vis, 0] - INTR['cx_px']
+  du1 = d.sample.uv_px[1, k, vis, 0] - INTR['cx_px']
+  big = np.abs(du0) > 20
+  assert big.sum() >= 3
+  np.testing.assert_allclose(du1[big] / du0[big], 504.0 / 420.0, rtol=1e-4)
