@@ -114,11 +114,12 @@ def _add_validation_commands(sub) -> None:
   """`validate` and `fit-profile` (issue 12)."""
   v = sub.add_parser('validate', help='virtual test rigs (SPEC §12 minimum test set) for one '
                      'sensor component (IMU, AHRS, magnetometer, barometer, airspeed, '
-                     'rangefinder, GNSS): checks with plots; exit 1 when a check fails')
+                     'rangefinder, GNSS, optical flow, lidar, camera): checks with plots; exit 1 '
+                     'when a check fails')
   v.add_argument('manifest')
   v.add_argument('--component', required=True,
                  help='component id (of type fibril_sim/imu, ahrs, magnetometer, barometer, '
-                 'airspeed, rangefinder or gnss)')
+                 'airspeed, rangefinder, gnss, optical_flow, lidar or camera)')
   v.add_argument('--out', required=True, help='output directory (must not exist)')
   v.add_argument('--static-duration', type=_positive_float, default=100.0,
                  help='seconds of each static record (default 100; longer resolves slower '

@@ -66,6 +66,7 @@ BASE = {
     'fibril_sim/gnss': {'velocity_sensor': 'vel', 'angular_velocity_sensor': 'gyro',
                         'origin_latitude_deg': 52.0, 'origin_longitude_deg': 21.0},
     'fibril_sim/rangefinder': {'rangefinder_sensor': 'range'},
+    'fibril_sim/optical_flow': {'site': 'down'},
     'fibril_sim/motion_motor': {'joint': 'j_mm', 'position_actuator': 'mm_p',
                                 'velocity_actuator': 'mm_v', 'feedforward_actuator': 'mm_f',
                                 'application_period_s': 0.002},

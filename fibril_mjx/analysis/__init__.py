@@ -51,6 +51,10 @@ def _register_builtin():
                             ('fibril_sim/airspeed', airspeed), ('fibril_sim/gnss', gnss),
                             ('fibril_sim/rangefinder', rangefinder)):
     register(type_name, metrics=module.host_metrics, plot=module.plot)
+  from fibril_mjx.analysis import camera, lidar, optical_flow
+  for type_name, module in (('fibril_sim/camera', camera), ('fibril_sim/lidar', lidar),
+                            ('fibril_sim/optical_flow', optical_flow)):
+    register(type_name, metrics=module.host_metrics, plot=module.plot)
 
 
 _register_builtin()

@@ -56,6 +56,9 @@ def _register_builtin():
   for module in (ahrs, scalar_actuator, motor, motion_motor, imu, attitude_ekf, magnetometer,
                  barometer, airspeed, gnss, rangefinder):
     register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
+  from fibril_mjx.components import camera, lidar, optical_flow
+  for module in (camera, lidar, optical_flow):
+    register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
 
 
 _register_builtin()

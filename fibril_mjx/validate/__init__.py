@@ -8,8 +8,10 @@ what the simulated device delivers with what its configuration says.
 The checks per sensor family, with their rigs, are listed in the module that implements them:
 `inertial` (IMU / AHRS: static Allan / noise, six orientations, rate table, range, Bode,
 timing, geometry), `nav` (magnetometer, barometer, airspeed, rangefinder: static noise and
-Gauss–Markov rigs) and `gnss`; `common` holds the `Check` line, the timing check, the summary
-and the output staging shared by all of them.
+Gauss–Markov rigs), `gnss` and `extero` (optical flow: translation and rotation rigs; lidar: a static
+fan rig; camera: a static landmark grid);
+`common` holds the `Check` line, the timing check, the summary and the output staging shared
+by all of them.
 
 Tolerances are sampling errors of the run (k = 4 standard errors, from the number of
 samples / worlds / equivalent degrees of freedom) plus stated systematic allowances (the
@@ -24,8 +26,10 @@ import time
 import numpy as np
 
 from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.validate import common, gnss, inertial, nav
+from fibril_mjx.validate import common, extero, gnss, inertial, nav
 from fibril_mjx.validate.common import Check, render
+from fibril_mjx.validate.extero import (CAMERA_TYPE, FLOW_TYPE, LIDAR_TYPE, run_camera,
+                                        run_flow, run_lidar)
 from fibril_mjx.validate.gnss import GNSS_TYPE, run_gnss
 from fibril_mjx.validate.inertial import SENSOR_FIELDS, SUPPORTED, run_inertial
 from fibril_mjx.validate.nav import NAV_TYPES, run_nav
@@ -46,7 +50,8 @@ def resolved_config(manifest_path, cid: str) -> tuple[str, dict]:
     raise ConfigError(str(manifest_path), 'components', 'no component with id '
                       f'{cid!r} (has: {", ".join(sim.components)})', cid)
   comp = sim.components[cid]
-  supported = SUPPORTED + tuple(NAV_TYPES) + (GNSS_TYPE,)
+  supported = SUPPORTED + tuple(NAV_TYPES) + (GNSS_TYPE, FLOW_TYPE, LIDAR_TYPE,
+                                                  CAMERA_TYPE)
   if comp.type not in supported:
     raise ConfigError(str(manifest_path), f'components[{list(sim.components).index(cid)}].type',
                       f'validate supports {", ".join(supported)}', comp.type)
@@ -94,6 +99,15 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
   if ctype == GNSS_TYPE:
     return run_gnss(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
                     worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == FLOW_TYPE:
+    return run_flow(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                    worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == CAMERA_TYPE:
+    return run_camera(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                      worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == LIDAR_TYPE:
+    return run_lidar(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                     worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
   if ctype in NAV_TYPES:
     return run_nav(manifest_path, component, ctype, cfg, out,
                    static_duration_s=static_duration_s, worlds=worlds, seed=seed,

@@ -1,0 +1,109 @@
+"""`fibril-mjx validate` for `fibril_sim/optical_flow` and `fibril_sim/lidar`. The shipped
+PMW3901-class flow profile passes its translation (flow scale −v/h, noise, quality) and
+rotation (saturation, rotational flow) checks, and a device whose noise and angular-rate limit
+differ from the configuration fails the noise and saturation checks, naming them; a lidar
+configuration passes its static fan rig (return rate vs incidence and range, range noise and
+bias) and a perturbed noise and dropout fail; a camera configuration passes its static
+landmark grid (reprojection against a float64 OpenCV-model projection, pixel noise, row
+times, visibility) and a perturbed focal length and noise fail. Short records (4 worlds x 3 s): the tolerances
+are standard errors of those sample sizes."""
+
+import json
+
+import pytest
+import yaml
+
+from fibril_mjx import cli
+
+XML = ('<mujoco><asset><material name="g" rgba="1 1 1 1"/></asset><worldbody>'
+       '<geom type="plane" size="5 5 0.1" material="g"/><body pos="0 0 1">'
+       '<joint type="hinge" axis="0 0 1"/><geom size="0.01" mass="1" contype="0" '
+       'conaffinity="0"/><site name="s" zaxis="0 0 -1"/></body></worldbody></mujoco>')
+
+
+@pytest.fixture(scope='module')
+def manifest(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('flow')
+  (tmp / 'm.xml').write_text(XML)
+  doc = {'fibril_manifest': 1, 'model': 'm.xml',
+         'components': [{'id': 'dut', 'type': 'fibril_sim/optical_flow',
+                         'config': {'profiles': {'device': 'pmw3901_nominal'}, 'site': 's'}}]}
+  (tmp / 'm.yaml').write_text(yaml.safe_dump(doc))
+  return tmp
+
+
+def _validate(tmp, name, *perturb):
+  out = tmp / name
+  args = ['validate', str(tmp / 'm.yaml'), '--component', 'dut', '--out', str(out),
+          '--static-duration', '3', '--worlds', '4']
+  for p in perturb:
+    args += ['--perturb', p]
+  cli.main(args)
+  return json.loads((out / 'summary.json').read_text())
+
+
+def test_shipped_profile_passes(manifest):
+  s = _validate(manifest, 'nominal')
+  names = {c['name']: c['passed'] for c in s['checks']}
+  assert names == {'flow_scale': True, 'flow_noise': True, 'quality': True,
+                   'saturation_quality': True, 'rotation_flow': True}, s['checks']
+  assert s['passed']
+
+
+def test_perturbed_noise_and_rate_limit_fail(manifest):
+  s = _validate(manifest, 'perturbed', 'noise_stddev_rad=0.0015', 'max_angular_rate_rad_s=10')
+  assert not s['passed']
+  assert {'flow_noise', 'saturation_quality'} <= set(s['failed']), s['failed']
+  assert 'flow_scale' not in s['failed']
+
+
+LIDAR = {'site': 's', 'period_s': 0.02, 'horizontal_samples': 16, 'max_range_m': 12.0,
+         'min_range_m': 0.15, 'noise_stddev_m': 0.02, 'noise_fraction': 0.005,
+         'resolution_m': 0.005, 'dropout_probability': 0.05, 'reference_range_m': 2.5,
+         'group_reflectivity': [0.8, 0.3, 0.9, 1.0, 1.0, 1.0], 'max_incidence_deg': 65.0}
+
+
+@pytest.fixture(scope='module')
+def lidar_manifest(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('lidar')
+  (tmp / 'm.xml').write_text(XML)
+  doc = {'fibril_manifest': 1, 'model': 'm.xml',
+         'components': [{'id': 'dut', 'type': 'fibril_sim/lidar', 'config': LIDAR}]}
+  (tmp / 'm.yaml').write_text(yaml.safe_dump(doc))
+  return tmp
+
+
+def test_lidar_config_passes_and_perturbed_noise_and_dropout_fail(lidar_manifest):
+  s = _validate(lidar_manifest, 'nominal')
+  assert s['passed'], s['checks']
+  assert {c['name'] for c in s['checks']} == {'lidar_return_rate', 'lidar_range_noise',
+                                              'lidar_range_bias'}
+  s = _validate(lidar_manifest, 'perturbed', 'noise_stddev_m=0.04', 'dropout_probability=0.3')
+  assert {'lidar_return_rate', 'lidar_range_noise'} <= set(s['failed']), s['failed']
+  assert 'lidar_range_bias' not in s['failed']
+
+
+CAMERA = {'site': 's', 'landmarks': ['s'], 'period_s': 0.02, 'width_px': 640, 'height_px': 480,
+          'fx_px': 460.0, 'fy_px': 455.0, 'cx_px': 319.5, 'cy_px': 239.5,
+          'distortion': [-0.28, 0.08, 0.001, -0.0005, -0.01], 'shutter': 'rolling',
+          'readout_time_s': 0.015, 'exposure_s': 0.004, 'pixel_noise_stddev_px': 0.3}
+
+
+@pytest.fixture(scope='module')
+def camera_manifest(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('camera')
+  (tmp / 'm.xml').write_text(XML)
+  doc = {'fibril_manifest': 1, 'model': 'm.xml',
+         'components': [{'id': 'dut', 'type': 'fibril_sim/camera', 'config': CAMERA}]}
+  (tmp / 'm.yaml').write_text(yaml.safe_dump(doc))
+  return tmp
+
+
+def test_camera_config_passes_and_perturbed_focal_length_and_noise_fail(camera_manifest):
+  s = _validate(camera_manifest, 'nominal')
+  assert s['passed'], s['checks']
+  assert {c['name'] for c in s['checks']} == {'camera_reprojection', 'camera_pixel_noise',
+                                              'camera_row_time', 'camera_visibility'}
+  s = _validate(camera_manifest, 'perturbed', 'fx_px=462', 'pixel_noise_stddev_px=0.4')
+  assert {'camera_reprojection', 'camera_pixel_noise'} <= set(s['failed']), s['failed']
+  assert 'camera_row_time' not in s['failed']
