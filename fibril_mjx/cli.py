@@ -130,7 +130,8 @@ def _cmd_fit_profile(args) -> int:
   res = fit_profile.fit_profile(component_type=args.type, component=args.component,
                                 out=args.out, profile_id=args.id, static=args.static,
                                 six=args.six_orientation, timing=args.timing, csv_map=csv_map,
-                                overwrite=args.overwrite)
+                                overwrite=args.overwrite, thermal=args.thermal,
+                                reference_temperature_c=args.reference_temperature_c)
   for k, v in res['fields'].items():
     print(f'{k}: {v}')
   print(f'wrote {args.out} and its evidence beside it')
@@ -166,6 +167,11 @@ def _add_validation_commands(sub) -> None:
   f.add_argument('--six-orientation', nargs='+', default=[],
                  help='recordings resting on each of the six faces (bias, scale, cross-axis)')
   f.add_argument('--timing', nargs='+', default=[], help='recordings for period/latency/loss')
+  f.add_argument('--thermal', nargs='+', default=[],
+                 help='IMU at rest, one soaked log per chamber set-point, with temperature_c '
+                 '(bias temperature coefficients k1, k2)')
+  f.add_argument('--reference-temperature-c', type=float, default=25.0,
+                 help='T_ref of the fitted bias polynomial (default 25)')
   f.add_argument('--csv-map', default=None, help='YAML column mapping for .csv recordings')
   f.add_argument('--out', required=True, help='profile YAML to write')
   f.add_argument('--id', default=None, help='profile id (default: the file stem)')
