@@ -288,3 +288,28 @@ def test_stream_rollout_matches_trace():
   decoded = [parser.parse_char(p.buf) for p in packets]
   assert [d.get_type() for d in decoded] == [p.message.get_type() for p in packets]
   assert [d.get_seq() for d in decoded] == [i % 256 for i in range(len(packets))]
+
+
+def test_push_from_step_outputs():
+  """`HilEncoder.push` reads one world row of `Simulation.outputs(state)` (leaves `(nworld, ...)`)."""
+  from typing import NamedTuple
+
+  from fibril_mjx.transport import Delivered
+
+  class ImuSample(NamedTuple):
+    angular_velocity: np.ndarray
+    linear_acceleration: np.ndarray
+
+  def delivered(tick, new):
+    s = ImuSample(np.array([[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]]),
+                  np.array([[0.0, 0.0, 9.8], [0.5, -0.5, 9.0]]))
+    b = lambda v: np.array([v, v])   # noqa: E731
+    return Delivered(s, b(new), b(tick), b(tick - 1), b(tick), b(True))
+
+  enc = mavlink_hil.HilEncoder({'imu': 'imu'}, 0.002)
+  assert enc.push({'sensor': {'imu': delivered(5, False)}}, 5, world=1) == []
+  (p,) = enc.push({'sensor': {'imu': delivered(6, True)}}, 6, world=1)
+  m = p.message
+  assert p.log_time_us == 12000 and m.time_usec == 10000 and m.fields_updated == BITS_IMU
+  np.testing.assert_allclose([m.xgyro, m.ygyro, m.zgyro], [1.0, -2.0, -3.0], rtol=1e-7)
+  np.testing.assert_allclose([m.xacc, m.yacc, m.zacc], [0.5, 0.5, -9.0], rtol=1e-7)
