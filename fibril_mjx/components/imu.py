@@ -16,7 +16,10 @@ frequency is attenuated, not aliased. `output` filters the samples at the output
 
 The thermal model (`components/thermal.py`: ambient table, the sensor's first-order lag,
 bias `k1·ΔT + k2·ΔT²` and scale `1 + ks·ΔT` per channel, an optional delivered `temperature_c`
-sample field) is absent unless a coefficient is set or `temperature_output: true`.
+sample field) is absent unless a coefficient is set or `temperature_output: true`. Vibration
+from a rotor (`components/vibration.py`: lines at orders of a hinge joint's rotation, modulated
+with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input, before
+the gain and the filter, when `vibration_joint` is set.
 
 Every term whose manifest value is the default is absent from the traced graph (unless the
 field is named for per-world variation); every random term has its own named stream (SPEC §4).
@@ -37,7 +40,7 @@ import pydantic
 from fibril_mjx import faults, quat, rng
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
-from fibril_mjx.components import base, inertial, thermal
+from fibril_mjx.components import base, inertial, thermal, vibration
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.errors import ConfigError, ConfigErrors
 
@@ -60,7 +63,8 @@ def _zero_diagonal(m):
   return m
 
 
-class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig):
+class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
+                     vibration.VibrationConfig):
   """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
 
   Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
@@ -118,6 +122,7 @@ class Params(NamedTuple):
   linear_acceleration: inertial.ChannelParams
   faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
   thermal: Any = None  # `thermal.ThermalParams` (always present; used when the model is on)
+  vibration: Any = None  # `vibration.VibrationParams` (always present; used when it is on)
 
 
 Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
@@ -157,28 +162,34 @@ class Imu(inertial.RateSensor):
     site_body: body id of the sensors' site; `site_quat` its orientation in that body
       (`[w, x, y, z]`), for the true site attitude.
     thermal: the static `thermal.Thermal`, or None (off).
+    vibration: the static `vibration.Vibration`, or None (off).
   """
   sensors: tuple[SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
   site_body: int
   site_quat: tuple
   thermal: Any = None
+  vibration: Any = None
 
   type = TYPE
   sample_type = SAMPLE_TYPE
 
   def default_params(self) -> Params:
     return Params(*(c.params(self.cfg) for c in self.channels), faults.default_params(self.cfg),
-                  thermal.Thermal.params(self.cfg))
+                  thermal.Thermal.params(self.cfg), vibration.Vibration.params(self.cfg))
 
   def param_path(self, field: str):
     if field in thermal.PARAM_FIELDS:
       return ('thermal', field)
+    if field in vibration.PARAM_FIELDS:
+      return ('vibration', field)
     return self.channel_path(field)
 
   def uses(self, field: str) -> bool:
     if field in thermal.PARAM_FIELDS:
       return self.thermal is not None and self.thermal.uses(field)
+    if field in vibration.PARAM_FIELDS:
+      return self.vibration is not None and self.vibration.uses(field)
     return self.channel_uses(field)
 
   def _sample(self, **fields):
@@ -187,7 +198,8 @@ class Imu(inertial.RateSensor):
     return Sample(**fields)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
-    sources = SOURCES + (thermal.SOURCES if self.thermal is not None else ())
+    sources = (SOURCES + (thermal.SOURCES if self.thermal is not None else ())
+               + (vibration.SOURCES if self.vibration is not None else ()))
     streams = {s: rng.stream_key(world_key, self.id, s) for s in sources}
     w, a = (c.init(p, streams) for c, p in zip(self.channels, params))
     neutral = self.neutral_rates(params)
@@ -200,11 +212,20 @@ class Imu(inertial.RateSensor):
     g_b, a_b = self.sensors
     return sensordata[g_b.adr:g_b.adr + 3], sensordata[a_b.adr:a_b.adr + 3]
 
+  def _input(self, p: Params, s: State, data, tick):
+    """The MuJoCo gyro and accelerometer, plus the vibration term when it is on."""
+    gyro, accel = self._read(data.sensordata)
+    if self.vibration is not None:
+      v = self.vibration.term(p.vibration, data, s.streams, tick)
+      gyro = gyro + v['angular_velocity'] if 'angular_velocity' in v else gyro
+      accel = accel + v['linear_acceleration'] if 'linear_acceleration' in v else accel
+    return gyro, accel
+
   def track(self, p: Params, s: State, data, tick) -> State:
     """Every physics tick: the physics-rate bandwidth filters (absent at `output` rate)."""
     if not any(c.filters_every_tick for c in self.channels):
       return s
-    gyro, accel = self._read(data.sensordata)
+    gyro, accel = self._input(p, s, data, tick)
     w_c, a_c = self.channels
     return s._replace(angular_velocity=w_c.track(p.angular_velocity, s.angular_velocity, gyro,
                                                  tick),
@@ -219,7 +240,7 @@ class Imu(inertial.RateSensor):
       tick: int32 tick of that state (unused by the model; kept for a uniform signature).
       n: int32 acquisition index (the RNG index; `n == 0` starts filters and processes).
     """
-    gyro, accel = self._read(data.sensordata)
+    gyro, accel = self._input(p, s, data, tick)
     if self.thermal is None:
       fields, s = self.step_rates(p, s, gyro, accel, n)
       return s, Sample(**fields)
@@ -253,7 +274,8 @@ class Imu(inertial.RateSensor):
     return out
 
   def describe(self) -> list[str]:
-    return super().describe() + (self.thermal.describe() if self.thermal is not None else [])
+    return (super().describe() + (self.thermal.describe() if self.thermal is not None else [])
+            + (self.vibration.describe() if self.vibration is not None else []))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
@@ -289,13 +311,15 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
                              filter_rate=cfg.filter_rate)
       for ch in CHANNELS)
   th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
+  vib = vibration.Vibration.build(cfg, sb.is_on, m, ctx.dt, origin)
   rates = ([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
            + [jnp.zeros(3, jnp.int32)] * 2)
   neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *rates)
              if th is not None and th.output else Sample(*rates))
   return sb.make(Imu, neutral, sensors=sensors, channels=channels,
                  site_body=int(m.site_bodyid[sid]),
-                 site_quat=tuple(float(v) for v in m.site_quat[sid]), thermal=th)
+                 site_quat=tuple(float(v) for v in m.site_quat[sid]), thermal=th,
+                 vibration=vib)
 
 
 CONFIG_MODEL = ImuConfigModel
