@@ -49,7 +49,10 @@ an ODR change sets the header's ODR-changed bit on the next packet only; the acc
 gyroscope share the gyroscope's ODR (ACCEL_CONFIG0's ODR is stored, not used); interrupt bits
 clear when INT_STATUS is read (INT_CONFIG0 FIFO_THS_INT_CLEAR 00 / 01), or, for FIFO_THS with
 INT_CONFIG0 bits 3:2 = 10 / 11, also when FIFO data are read; INT1 is a level that is high
-while a status bit enabled in INT_SOURCE0 is set.
+while a status bit enabled in INT_SOURCE0 is set; values are encoded at 32768/FS LSB per unit
+(16.384 LSB/dps at ±2000 dps, as the Zephyr decoder's scale shifts and PX4 use), where the
+datasheet's sensitivity table and Zephyr `icm42688.h` give the rounded nominal 16.4 LSB/dps
+(0.1 % apart; the device profile's `angular_velocity_resolution` uses 1/16.4 dps).
 """
 
 from __future__ import annotations
@@ -434,12 +437,16 @@ class ReferenceDriver:
                 resume_partial_read: bool = False, fifo_ths_clear_on_data: bool = False) -> None:
     """Soft reset, sensors in low-noise mode, FIFO packet 3 (accel + gyro + temperature +
     timestamp)."""
-    inv = lambda d, v: {x: k for k, x in d.items()}[v]   # noqa: E731
+    def inv(table, value, what):
+      codes = {x: k for k, x in table.items()}
+      if value not in codes:
+        raise ValueError(f'{what} {value!r}: the ICM-42688-P supports {sorted(codes)}')
+      return codes[value]
     self.spi.write(DEVICE_CONFIG, SOFT_RESET_CONFIG)
     self.spi.write(REG_BANK_SEL, 0)
-    odr = inv(ODR_HZ, odr_hz)
-    self.spi.write(GYRO_CONFIG0, inv(GYRO_FS_DPS, gyro_fs_dps) << 5 | odr)
-    self.spi.write(ACCEL_CONFIG0, inv(ACCEL_FS_G, accel_fs_g) << 5 | odr)
+    odr = inv(ODR_HZ, odr_hz, 'odr_hz')
+    self.spi.write(GYRO_CONFIG0, inv(GYRO_FS_DPS, gyro_fs_dps, 'gyro_fs_dps') << 5 | odr)
+    self.spi.write(ACCEL_CONFIG0, inv(ACCEL_FS_G, accel_fs_g, 'accel_fs_g') << 5 | odr)
     self.spi.write(FIFO_CONFIG1, FIFO_ACCEL_EN | FIFO_GYRO_EN | FIFO_TEMP_EN | FIFO_TMST_FSYNC_EN
                    | (FIFO_RESUME_PARTIAL_RD if resume_partial_read else 0))
     wm = watermark_packets * self.PACKET

@@ -246,3 +246,10 @@ def test_example_manifest_samples_through_the_bus():
   # re-quantization moves a sample by at most one register LSB
   step = np.abs(np.array([x.angular_velocity for x in got]) - s.angular_velocity[1:101])
   assert step.max() <= DPS / 16.384 + 1e-9
+
+
+def test_driver_rejects_an_odr_the_device_lacks():
+  dev = icm.Icm42688pEmulator(feed())
+  drv = icm.ReferenceDriver(icm.SpiBus(dev))
+  with pytest.raises(ValueError, match='odr_hz 300.0: the ICM-42688-P supports'):
+    drv.configure(odr_hz=300.0)
