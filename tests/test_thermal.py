@@ -155,3 +155,55 @@ def test_table_errors(tmp_path):
   p.write_text(yaml.safe_dump(doc))
   with pytest.raises(fibril_mjx.FibrilError, match='strictly increasing'):
     fibril_mjx.load(p)
+
+
+def test_ahrs_rates_carry_the_thermal_terms():
+  """`fibril_sim/ahrs` (manifests/ahrs_turntable.yaml + thermal overrides): two worlds with the
+  same world key (identical noise) where world 0 has zero coefficients; their rate difference is
+  the float64 thermal term `ks·ΔT·(scale·x) + k1·ΔT + k2·ΔT²` of the lagged temperature."""
+  import jax.numpy as jnp
+  k1, k2, ks = [2e-3, -1e-3, 5e-4], [1e-5, 0.0, -2e-5], [1e-3, 0.0, 2e-3]
+  times, temps, tau = [0.0, 0.5], [20.0, 40.0], 0.2
+  ov = {'components': [{'component': 'ahrs', 'field': f, 'value': v} for f, v in [
+      ('angular_velocity_resolution', 0.0), ('linear_acceleration_resolution', 0.0),
+      ('ambient_temperature_time_s', times), ('ambient_temperature_c', temps),
+      ('temperature_time_constant_s', tau), ('angular_velocity_bias_temperature_k1', k1),
+      ('angular_velocity_bias_temperature_k2', k2),
+      ('angular_velocity_scale_temperature_k1', ks),
+      ('linear_acceleration_bias_temperature_k1', k1)]]}
+  sim = fibril_mjx.load(REPO / 'manifests' / 'ahrs_turntable.yaml', overrides=ov)
+  c = sim.components['ahrs']
+  assert c.thermal is not None
+  params = sim.default_params(2)
+  for f in ('angular_velocity_bias_temperature_k1', 'angular_velocity_bias_temperature_k2',
+            'angular_velocity_scale_temperature_k1', 'linear_acceleration_bias_temperature_k1'):
+    v = np.array(c.get_param(params['ahrs'], f))
+    v[0] = 0.0
+    params['ahrs'] = c.set_param(params['ahrs'], f, v)
+  keys = jnp.concatenate([fibril_mjx.world_keys(0, 1)] * 2)
+  _, trace = sim.rollout(params, keys, 100)
+  z = flatten(jax.device_get(trace))
+  cfg = c.cfg
+  new = z['sensor/ahrs/new_data'][1] & z['sensor/ahrs/valid'][1]
+  ticks = z['sensor/ahrs/sample_tick'][1][new]
+  ta = np.interp(ticks * sim.dt, times, temps)
+  a = 1 - math.exp(-cfg.period_s / tau)
+  ts = np.empty_like(ta)
+  for i in range(len(ta)):
+    ts[i] = ta[0] if i == 0 else ts[i - 1] + a * (ta[i] - ts[i - 1])
+  dT = (ts - cfg.reference_temperature_c)[:, None]
+  x = z['truth/ahrs/angular_velocity'][1][ticks].astype(np.float64)
+  want_w = (np.asarray(ks) * dT * (np.asarray(cfg.angular_velocity_scale) * x)
+            + np.asarray(k1) * dT + np.asarray(k2) * dT ** 2)
+  diff = lambda f: (z[f'sensor/ahrs/{f}'][1][new].astype(np.float64)   # noqa: E731
+                    - z[f'sensor/ahrs/{f}'][0][new].astype(np.float64))
+  np.testing.assert_allclose(diff('angular_velocity'), want_w, rtol=1e-4, atol=2e-6)
+  np.testing.assert_allclose(diff('linear_acceleration'), np.asarray(k1) * dT, rtol=1e-4,
+                             atol=2e-5)
+  np.testing.assert_allclose(z['truth/ahrs/temperature_c'][1][ticks], ts, atol=2e-4)
+
+
+def test_ahrs_refuses_a_temperature_output(tmp_path):
+  ov = {'components': [{'component': 'ahrs', 'field': 'temperature_output', 'value': True}]}
+  with pytest.raises(fibril_mjx.FibrilError, match='not supported by fibril_sim/ahrs'):
+    fibril_mjx.load(REPO / 'manifests' / 'ahrs_turntable.yaml', overrides=ov)
