@@ -1,4 +1,4 @@
-"""`fibril-mjx` command line: `plan`, `run`, `export-mcap`, `schema`, `profiles`, `tune`, ..."""
+"""`fibril-mjx` command line: `plan`, `run`, `export-mcap`, `export-mavlink`, `schema`, `profiles`, `tune`, ..."""
 
 from __future__ import annotations
 
@@ -75,6 +75,39 @@ def _add_extra_commands(sub) -> None:
   pr.set_defaults(func=_cmd_profiles)
 
 
+def _cmd_export_mavlink(args) -> int:
+  from fibril_mjx import mavlink_hil
+  chosen = {k: getattr(args, k) for k in ('imu', 'mag', 'baro', 'airspeed', 'gps')
+            if getattr(args, k) is not None}
+  r = mavlink_hil.export_tlog(args.run_dir, args.out, world=args.world, chosen=chosen,
+                              overwrite=args.overwrite, body_axes=args.body_axes,
+                              geoid_separation_m=args.geoid_separation_m)
+  src = ', '.join(f'{k}={v}' for k, v in r['sources'].items())
+  print(f'wrote {args.out}: {r["HIL_SENSOR"]} HIL_SENSOR, {r["HIL_GPS"]} HIL_GPS ({src})')
+  return 0
+
+
+def _add_mavlink_command(sub) -> None:
+  """`export-mavlink` (issue 23): a run directory as MAVLink HIL_SENSOR / HIL_GPS (.tlog)."""
+  e = sub.add_parser('export-mavlink',
+                     help='write one world of a run directory as MAVLink HIL_SENSOR and HIL_GPS '
+                     'messages in a .tlog')
+  e.add_argument('run_dir')
+  e.add_argument('--out', required=True, help='the .tlog file to write')
+  e.add_argument('--world', type=int, default=None, help='global world index (default: the first traced)')
+  for k in ('imu', 'mag', 'baro', 'airspeed', 'gps'):
+    e.add_argument(f'--{k}', default=None, metavar='ID',
+                   help=f'component id of the {k} source (default: found by its sample fields; '
+                   '"" leaves it out)')
+  e.add_argument('--body-axes', choices=('flu', 'frd'), default='flu',
+                 help='axes of the sensor sites (flu: x forward, y left, z up, mapped to '
+                 "MAVLink's FRD; frd: passed through)")
+  e.add_argument('--geoid-separation-m', type=float, default=0.0,
+                 help='geoid above the WGS-84 ellipsoid (HIL_GPS.alt is MSL; default 0)')
+  e.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  e.set_defaults(func=_cmd_export_mavlink)
+
+
 def _cmd_validate(args) -> int:
   import yaml as _yaml
   from fibril_mjx import validate
@@ -103,7 +136,9 @@ def _cmd_fit_profile(args) -> int:
   res = fit_profile.fit_profile(component_type=args.type, component=args.component,
                                 out=args.out, profile_id=args.id, static=args.static,
                                 six=args.six_orientation, timing=args.timing, csv_map=csv_map,
-                                topics=args.topics, overwrite=args.overwrite)
+                                topics=args.topics, overwrite=args.overwrite,
+                                thermal=args.thermal,
+                                reference_temperature_c=args.reference_temperature_c)
   for k, v in res['fields'].items():
     print(f'{k}: {v}')
   print(f'wrote {args.out} and its evidence beside it')
@@ -140,6 +175,11 @@ def _add_validation_commands(sub) -> None:
   f.add_argument('--six-orientation', nargs='+', default=[],
                  help='recordings resting on each of the six faces (bias, scale, cross-axis)')
   f.add_argument('--timing', nargs='+', default=[], help='recordings for period/latency/loss')
+  f.add_argument('--thermal', nargs='+', default=[],
+                 help='IMU at rest, one soaked log per chamber set-point, with temperature_c '
+                 '(bias temperature coefficients k1, k2)')
+  f.add_argument('--reference-temperature-c', type=float, default=25.0,
+                 help='T_ref of the fitted bias polynomial (default 25)')
   f.add_argument('--csv-map', default=None, help='YAML column mapping for .csv recordings')
   f.add_argument('--topics', default=None, metavar='ID=TOPIC[,ID=TOPIC]',
                  help='for ROS bags (rosbag2 directory or .mcap/.db3, ROS 1 .bag): which topic '
@@ -278,6 +318,7 @@ def main(argv=None) -> int:
                  'long (default 120 s; 0: off)')
   r.set_defaults(func=_cmd_run)
   _add_extra_commands(sub)
+  _add_mavlink_command(sub)
   _add_campaign_commands(sub)
   _add_validation_commands(sub)
   _add_tune_command(sub)

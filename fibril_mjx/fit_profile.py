@@ -14,6 +14,10 @@ mapping, or ROS bags with `--topics ID=TOPIC`, `fibril_mjx.bags`) of one `fibril
   written to the reusable profile).
 - **timing** logs: sample period, latency (arrival − sample), jitter and loss (sequence gaps,
   or gaps in the sample times) → a transport profile beside the empirical one.
+- **thermal** logs (IMU, one log per soaked chamber set-point, unit at rest, with the sample
+  field `temperature_c`): the log means of each axis fitted by weighted least squares to
+  `c0 + k1 (T − T_ref) + k2 (T − T_ref)²` at the log's mean temperature (≥ 3 logs; 2 fit k1
+  only) → `*_bias_temperature_k1/_k2` with standard errors from batch means of each log.
 
 Data are split into a fitting and a held-out part (the last ~30 % of the logs when there are
 ≥ 3, else the last 30 % of each log in time); the evidence markdown reports the fitted values
@@ -397,6 +401,51 @@ def _plot_timing(fig_dir, t):
 # ---------------------------------------------------------------------------- driver
 
 
+def fit_thermal(cid, recs, t_ref: float):
+  """`(values, rows)`: bias temperature coefficients from soaked logs at rest (module
+  docstring). Rows are `(field[axis], value, se, method)`."""
+  temps, means, ses = [], {ch: [] for ch in CHANNELS}, {ch: [] for ch in CHANNELS}
+  for r in recs:
+    f = r.sensor(cid)
+    if 'temperature_c' not in f:
+      raise FibrilError(f'{r.path}: thermal logs need the sample field temperature_c '
+                        '(temperature_output: true, or a temperature column)')
+    temps.append(float(np.mean(np.asarray(f['temperature_c'], np.float64))))
+    for ch in CHANNELS:
+      x = np.asarray(f[ch], np.float64)
+      nb = 10 if x.shape[0] >= 100 else max(2, x.shape[0] // 10)
+      batches = np.stack([b.mean(0) for b in np.array_split(x, nb)])
+      means[ch].append(x.mean(0))
+      ses[ch].append(batches.std(0, ddof=1) / math.sqrt(nb))
+  if len(recs) < 2:
+    raise FibrilError('fit-profile --thermal: give at least 2 logs at different set-points '
+                      '(3 or more to fit k2)')
+  dT = np.asarray(temps) - t_ref
+  order = 2 if len(recs) >= 3 else 1
+  X = np.stack([dT ** j for j in range(order + 1)], -1)
+  values, rows = {}, []
+  for ch in CHANNELS:
+    y, se = np.stack(means[ch]), np.maximum(np.stack(ses[ch]), 1e-30)
+    k = {1: np.zeros(3), 2: np.zeros(3)}
+    k_se = {1: np.zeros(3), 2: np.zeros(3)}
+    for a in range(3):
+      w = 1.0 / se[:, a] ** 2
+      cov = np.linalg.inv(X.T @ (w[:, None] * X))
+      beta = cov @ X.T @ (w * y[:, a])
+      for j in range(1, order + 1):
+        k[j][a], k_se[j][a] = beta[j], math.sqrt(cov[j, j])
+    for j in range(1, order + 1):
+      name = f'{ch}_bias_temperature_k{j}'
+      values[name] = k[j].tolist()
+      for a in range(3):
+        rows.append((f'{name}[{a}]', float(k[j][a]), float(k_se[j][a]),
+                     f'thermal: {len(recs)} soaked logs, T_ref {t_ref:g} °C'
+                     + (' (at rest: includes ks·g on the axis holding g)'
+                        if ch == 'linear_acceleration' and j == 1 else '')))
+  values['reference_temperature_c'] = float(t_ref)
+  return values, rows
+
+
 def _round(v):
   if isinstance(v, (list, tuple, np.ndarray)):
     return [_round(x) for x in np.asarray(v).tolist()]
@@ -405,14 +454,15 @@ def _round(v):
 
 def fit_profile(*, component_type: str, component: str, out, profile_id: str | None = None,
                 static=(), six=(), timing=(), csv_map=None, topics=None,
-                overwrite=False) -> dict:
+                overwrite=False, thermal=(), reference_temperature_c: float = 25.0) -> dict:
   """Fits and writes `out` (profile YAML), `<stem>_transport.yaml` (with timing logs),
   `<stem>_evidence.md`, `<stem>_fit.json` and plots beside it.
 
   Args:
     component_type: `fibril_sim/imu` or `fibril_sim/ahrs`.
     component: component id of the samples in the recordings.
-    static, six, timing: recording paths by role.
+    static, six, timing, thermal: recording paths by role (thermal: IMU, one soaked log per
+      set-point, `reference_temperature_c` the T_ref of the fitted polynomial).
     csv_map: `(mapping dict, mapping file name)` for CSV inputs.
     topics: topic mapping for ROS bag inputs (`'imu=/imu/data'`, `fibril_mjx.bags`).
 
@@ -422,8 +472,12 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   if component_type not in TYPES:
     raise ConfigError('--type', 'type', f'fit-profile supports {", ".join(TYPES)}',
                       component_type)
-  if not (static or six or timing):
-    raise FibrilError('fit-profile: give at least one of --static, --six-orientation, --timing')
+  if not (static or six or timing or thermal):
+    raise FibrilError('fit-profile: give at least one of --static, --six-orientation, --timing, '
+                      '--thermal')
+  if thermal and component_type != 'fibril_sim/imu':
+    raise ConfigError('--type', 'type', '--thermal logs fit the fibril_sim/imu thermal model',
+                      component_type)
   out = pathlib.Path(out)
   if out.suffix not in ('.yaml', '.yml'):
     raise ConfigError('--out', 'out', 'must be a .yaml file path', str(out))
@@ -437,7 +491,8 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
         raise FibrilError(f'{f}: exists (use --overwrite)')
   out.parent.mkdir(parents=True, exist_ok=True)
   recs = {role: [load(p, csv_map, topics, component_type, component) for p in paths]
-          for role, paths in (('static', static), ('six', six), ('timing', timing))}
+          for role, paths in (('static', static), ('six', six), ('timing', timing),
+                              ('thermal', thermal))}
   for role, lst in recs.items():
     for r in lst:
       r.sensor(component)
@@ -448,6 +503,10 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   if recs['static']:
     values, rows, held_rows, plots, how = fit_static(component_type, component, recs['static'],
                                                      fig_dir)
+  if recs['thermal']:
+    t_values, t_rows = fit_thermal(component, recs['thermal'], reference_temperature_c)
+    values = {**values, **t_values}
+    rows = list(rows) + t_rows
   six_fit = fit_six(component, recs['six']) if recs['six'] else None
   tim = fit_timing(component, recs['timing']) if recs['timing'] else None
   result['fields'] = {k: _round(v) for k, v in values.items()}
@@ -519,6 +578,10 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
         '(mean(+a up) − mean(−a up))/2g, bias = mean of the pose pairs.',
         '- Timing: period = median sample spacing, latency = mean(arrival − sample), jitter = '
         'its std, loss = missing sequence numbers (or sample-time gaps) / acquisitions.',
+        *(['- Thermal: one soaked log per set-point at rest; per axis, the log means are '
+           'fitted by weighted least squares to c0 + k1·ΔT + k2·ΔT² at the log\'s mean '
+           'temperature_c (ΔT = T − T_ref), weights from batch means (10 per log); at rest the '
+           'linear term of the axis holding g also holds ks·g.'] if recs.get('thermal') else []),
         f'- Held out: {how or "last 30 % of each timing / pose segment"}.', '',
         '## Fitted values', '', '| field | value | std error | method |', '| --- | --- | --- | --- |']
   for u in result['uncertainty']:

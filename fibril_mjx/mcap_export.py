@@ -23,6 +23,9 @@ message)` pairs:
 | `fibril_sim/airspeed` | `<id>/differential_pressure` | `sensor_msgs/msg/FluidPressure`: the pitot − static differential pressure (Pa) |
 | `fibril_sim/gnss` | `<id>/fix`, `<id>/velocity` | `sensor_msgs/msg/NavSatFix`, `geometry_msgs/msg/TwistWithCovarianceStamped` (ENU) |
 | `fibril_sim/rangefinder` | `<id>/range` | `sensor_msgs/msg/Range` |
+| `fibril_sim/lidar` | `<id>/scan` (`<id>/scan_<ring>`) | `sensor_msgs/msg/LaserScan` per elevation ring |
+| `fibril_sim/camera` | `<id>/camera_info`, `<id>/landmarks` | `sensor_msgs/msg/CameraInfo`, `geometry_msgs/msg/PolygonStamped` (u, v px; depth m) |
+| `fibril_sim/optical_flow` | `<id>/flow`, `<id>/body_rate`, `<id>/quality` | `geometry_msgs/msg/Vector3Stamped` ×2, `std_msgs/msg/UInt8` (no standard flow message) |
 | `fibril_sim/motor` (and any type with `position`, `velocity`, `applied_effort`) | `<id>/joint_states` | `sensor_msgs/msg/JointState` (name = component id, effort = applied effort) |
 | `fibril_mjx/attitude_ekf` (and any type with `orientation` but no rates) | `<id>/orientation`, `<id>/gyro_bias` | `geometry_msgs/msg/QuaternionStamped`, `geometry_msgs/msg/Vector3Stamped` |
 
@@ -67,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import warnings
@@ -271,6 +275,77 @@ def _rangefinder(s, hdr, ctx):
                       min_range=float(ctx.field('min_range_m', 0.0)),
                       max_range=float(ctx.field('max_range_m', float('inf'))),
                       range=float(s['distance_m']), variance=float(s['variance'])))]
+
+
+@register('fibril_sim/lidar')
+def _lidar(s, hdr, ctx):
+  """One `sensor_msgs/msg/LaserScan` per elevation ring (`<id>/scan`, or `<id>/scan_<r>` with
+  several rings; beams are azimuth-major): ranges as delivered (REP 117: +inf no return /
+  beyond max, −inf below min), `time_increment` from the beam firing times, no intensities."""
+  ls = TYPES['sensor_msgs/msg/LaserScan']
+  nh, nv = int(ctx.field('horizontal_samples', 1)), int(ctx.field('vertical_samples', 1))
+  lo = math.radians(float(ctx.field('horizontal_min_deg', -180.0)))
+  hi = math.radians(float(ctx.field('horizontal_max_deg', 180.0)))
+  inc = (hi - lo) / (nh - 1) if nh > 1 else 0.0
+  ranges = np.asarray(s['range_m'], np.float32).reshape(nh, nv)
+  times = np.asarray(s['beam_time_s'], np.float64).reshape(nh, nv)
+  out = []
+  for r in range(nv):
+    t = times[:, r]
+    dt = float((t[-1] - t[0]) / (nh - 1)) if nh > 1 else 0.0
+    out.append(('scan' if nv == 1 else f'scan_{r}', ls(
+        header=hdr, angle_min=lo, angle_max=lo + inc * (nh - 1), angle_increment=inc,
+        time_increment=dt, scan_time=float(ctx.field('sweep_time_s', 0.0)),
+        range_min=float(ctx.field('min_range_m', 0.0)),
+        range_max=float(ctx.field('max_range_m', float('inf'))),
+        ranges=np.ascontiguousarray(ranges[:, r]), intensities=np.zeros(0, np.float32))))
+  return out
+
+
+@register('fibril_sim/camera')
+def _camera(s, hdr, ctx):
+  """`<id>/camera_info` (`sensor_msgs/msg/CameraInfo`, plumb_bob: the OpenCV k1 k2 p1 p2 k3)
+  and `<id>/landmarks` (`geometry_msgs/msg/PolygonStamped`, one point per configured landmark
+  in its order: x = u, y = v in pixels, z = depth in metres; NaN for a landmark not visible).
+  ROS 2 has no standard message for image points; a polygon keeps them in one stamped message
+  without an image."""
+  T = TYPES
+  fx, fy = float(ctx.field('fx_px', 1.0)), float(ctx.field('fy_px', 1.0))
+  cx, cy = float(ctx.field('cx_px', 0.0)), float(ctx.field('cy_px', 0.0))
+  k = np.array([fx, 0, cx, 0, fy, cy, 0, 0, 1], np.float64)
+  info = T['sensor_msgs/msg/CameraInfo'](
+      header=hdr, height=int(ctx.field('height_px', 0)), width=int(ctx.field('width_px', 0)),
+      distortion_model='plumb_bob',
+      d=np.asarray(ctx.field('distortion', (0.0,) * 5), np.float64), k=k,
+      r=np.eye(3).reshape(-1),
+      p=np.array([fx, 0, cx, 0, 0, fy, cy, 0, 0, 0, 1, 0], np.float64), binning_x=0,
+      binning_y=0, roi=T['sensor_msgs/msg/RegionOfInterest'](
+          x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+  uv = np.asarray(s['uv_px'], np.float64)
+  vis = np.asarray(s['visible'], bool)
+  depth = np.asarray(s['depth_m'], np.float64)
+  pts = [T['geometry_msgs/msg/Point32'](
+      x=float(u[0]) if v else math.nan, y=float(u[1]) if v else math.nan,
+      z=float(z) if v else math.nan) for u, v, z in zip(uv, vis, depth)]
+  poly = T['geometry_msgs/msg/PolygonStamped'](
+      header=hdr, polygon=T['geometry_msgs/msg/Polygon'](points=pts))
+  return [('camera_info', info), ('landmarks', poly)]
+
+
+@register('fibril_sim/optical_flow')
+def _optical_flow(s, hdr, ctx):
+  """ROS 2 has no standard optical-flow message (PX4 and MAVROS each define their own), so the
+  sample goes out as standard pieces: `<id>/flow` (`geometry_msgs/msg/Vector3Stamped`: x, y the
+  integrated flow in rad over the frame, z its integration time in s), `<id>/body_rate`
+  (`Vector3Stamped`: the integrated body rates, rad) and `<id>/quality`
+  (`std_msgs/msg/UInt8`, 0–255; no header: its MCAP log time is the arrival)."""
+  T = TYPES
+  f = np.asarray(s['flow_rad'], np.float64)
+  return [('flow', T['geometry_msgs/msg/Vector3Stamped'](
+              header=hdr, vector=vector3((f[0], f[1], float(s['integration_time_s']))))),
+          ('body_rate', T['geometry_msgs/msg/Vector3Stamped'](
+              header=hdr, vector=vector3(s['body_rate_rad']))),
+          ('quality', T['std_msgs/msg/UInt8'](data=int(np.clip(s['quality'], 0, 255))))]
 
 
 # ----------------------------------------------------------------------- the run

@@ -2,13 +2,16 @@
 
 Output dynamics (first-order filters) plus residual errors (bias, AR(1) noise, a per-episode
 yaw-rate bias shared by gyro Z and yaw drift, saturation, resolution); not a vendor filter.
-Terms whose manifest value is the default are absent from the traced graph.
+Terms whose manifest value is the default are absent from the traced graph. The thermal model
+of `components/thermal.py` (ambient table, sensor lag, bias and scale polynomials) acts on the
+rate outputs when a coefficient is set; the AHRS sample has no temperature field, so
+`temperature_output` is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +22,7 @@ from fibril_mjx import faults, quat, rng
 from fibril_mjx import signal
 from fibril_mjx import transport as tp
 from fibril_mjx.build import BuildContext, SensorBinding
-from fibril_mjx.components import base, inertial
+from fibril_mjx.components import base, inertial, thermal
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
 
 TYPE = 'fibril_sim/ahrs'
@@ -29,7 +32,7 @@ SOURCES = ('orientation_noise', 'angular_velocity_noise', 'linear_acceleration_n
            'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
 
 
-class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig):
+class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig):
   """Validated manifest config of `fibril_sim/ahrs` (field table of SPEC §5.1)."""
   orientation_sensor: str
   gyroscope_sensor: str
@@ -55,6 +58,13 @@ class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig):
   linear_acceleration_limit_m_s2: NonNeg = 0.0
   angular_velocity_resolution: NonNeg = 0.0
   linear_acceleration_resolution: NonNeg = 0.0
+
+  @pydantic.model_validator(mode='after')
+  def _no_temperature_output(self):
+    if self.temperature_output:
+      raise ValueError('temperature_output: true is not supported by fibril_sim/ahrs (its '
+                       'sample type has no temperature field; use fibril_sim/imu)')
+    return self
 
   @pydantic.field_validator('orientation_yaw_sign')
   @classmethod
@@ -104,6 +114,7 @@ class Params(NamedTuple):
   linear_acceleration: inertial.ChannelParams
   yaw_rate_bias_stddev_rad_s: jax.Array
   faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
+  thermal: Any = None  # `thermal.ThermalParams` (always present; used when the model is on)
 
 
 Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'), doc="""\
@@ -128,6 +139,7 @@ class State(NamedTuple):
   queue: tp.QueueState
   held: tp.Delivered
   faults: faults.FaultState
+  thermal: Any = None   # `thermal.ThermalState`, or None when the thermal model is off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,15 +156,19 @@ class Ahrs(inertial.RateSensor):
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
   first_tick: int   # tick of the first acquisition
+  thermal: Any = None   # the static `thermal.Thermal`, or None (off)
 
   def default_params(self) -> Params:
     f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
     orientation = OrientationParams(**{f: f32(getattr(self.cfg, m))
                                        for f, m in ORIENTATION_FIELDS.items()})
     return Params(orientation, *(c.params(self.cfg) for c in self.channels),
-                  f32(self.cfg.yaw_rate_bias_stddev_rad_s), faults.default_params(self.cfg))
+                  f32(self.cfg.yaw_rate_bias_stddev_rad_s), faults.default_params(self.cfg),
+                  thermal.Thermal.params(self.cfg))
 
   def param_path(self, field: str):
+    if field in thermal.PARAM_FIELDS:
+      return ('thermal', field)
     for f, m in ORIENTATION_FIELDS.items():
       if m == field:
         return ('orientation', f)
@@ -163,6 +179,8 @@ class Ahrs(inertial.RateSensor):
   def uses(self, field: str) -> bool:
     if self.param_path(field) is None:
       return False
+    if field in thermal.PARAM_FIELDS:
+      return self.thermal is not None and self.thermal.uses(field)
     if self.channel_path(field):
       return self.channel_uses(field)
     if field == 'orientation_noise_correlation':
@@ -181,7 +199,8 @@ class Ahrs(inertial.RateSensor):
     queue, held, fault_state = self.init_transport(neutral)
     return State(streams, w, a, yaw_rate_bias=b, yaw0=jnp.float32(0.0), orientation_filter=q0,
                  orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held,
-                 faults=fault_state)
+                 faults=fault_state,
+                 thermal=self.thermal.init() if self.thermal is not None else None)
 
   def _orientation_variance(self, p: Params, t):
     """Roll/pitch/yaw variances; `t` (s) since the first sample for the yaw drift term."""
@@ -215,7 +234,15 @@ class Ahrs(inertial.RateSensor):
     b_psi = None
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b_psi = jnp.zeros(3, jnp.float32).at[2].set(s.yaw_rate_bias)
-    rates, s = self.step_rates(p, s, gyro, accel, n, extra=b_psi)
+    if self.thermal is None:
+      rates, s = self.step_rates(p, s, gyro, accel, n, extra=b_psi)
+    else:
+      th, terms, _ = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
+      (wb, wg), (ab, ag) = terms['angular_velocity'], terms['linear_acceleration']
+      extra = wb if b_psi is None else (b_psi if wb is None else b_psi + wb)
+      rates, s = self.step_rates(p, s, gyro, accel, n, extra=extra, accel_extra=ab,
+                                 gains=(wg, ag))
+      s = s._replace(thermal=th)
 
     # Orientation: rpy → yaw sign → yaw reference → quaternion → filter → residual → drift.
     po = p.orientation
@@ -252,8 +279,14 @@ class Ahrs(inertial.RateSensor):
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""
     q_mj, gyro, accel = self._read(data.sensordata)
     q = quat.canonical(quat.from_rpy(self._device_rpy(q_mj, s.yaw0)))
-    return {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel,
-            'health': s.faults.health}
+    out = {'orientation': q, 'angular_velocity': gyro, 'linear_acceleration': accel,
+           'health': s.faults.health}
+    if self.thermal is not None:
+      out['temperature_c'] = s.thermal.sensor_c
+    return out
+
+  def describe(self) -> list[str]:
+    return super().describe() + (self.thermal.describe() if self.thermal is not None else [])
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
@@ -274,7 +307,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   neutral = Sample(jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
                    jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
   return sb.make(Ahrs, neutral, sensors=sensors, channels=channels,
-                 first_tick=schedule.tick_of(0))
+                 first_tick=schedule.tick_of(0),
+                 thermal=thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt))
 
 
 CONFIG_MODEL = AhrsConfigModel

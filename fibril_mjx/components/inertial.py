@@ -24,7 +24,9 @@ Per acquisition `k` with `Δ = period_s` (terms whose switch is off are absent f
    rate before decimation, which attenuates vibration above the output Nyquist frequency
    instead of aliasing it). Errors are added after the filter, or before it with
    `noise_before_filter` (output rate only);
-4. an optional extra additive term from the sensor (the AHRS's yaw-rate bias on z);
+4. an optional extra additive term from the sensor (the AHRS's yaw-rate bias on z, the IMU's
+   temperature bias), and an optional per-axis gain on the filtered signal (the IMU's
+   temperature scale, `components/thermal.py`);
 5. **range**: saturation to `±limit`, per-axis flags, cumulative clip counts;
 6. **resolution**: `q·round(z/q)`.
 
@@ -189,11 +191,14 @@ class Channel:
     alpha = signal.lowpass_alpha(p.bandwidth_hz, self.dt)
     return cs._replace(filter=signal.lowpass(cs.filter, self._gain(p, x), alpha, tick == 0))
 
-  def step(self, p: ChannelParams, cs: ChannelState, streams: dict, x, n, extra=None):
+  def step(self, p: ChannelParams, cs: ChannelState, streams: dict, x, n, extra=None,
+           gain=None):
     """One acquisition (sample `n`) of input `x` `(3,)`.
 
     Args:
       extra: an additive `(3,)` term applied after the errors (before range / resolution).
+      gain: a `(3,)` factor on the signal after the bandwidth filter (before the errors added
+        after it), or None.
 
     Returns:
       `(y, flags, state)`: the sample `(3,)`, saturation flags `(3,)` bool, the new state.
@@ -235,6 +240,8 @@ class Channel:
     elif 'bandwidth_hz' in on:
       y = signal.lowpass(filt, y, signal.lowpass_alpha(p.bandwidth_hz, period), first)
       filt = y
+    if gain is not None:
+      y = gain * y
     if not before and err is not None:
       y = y + err
     if extra is not None:
@@ -292,18 +299,19 @@ class RateSensor(base.FaultySensorFields):
     path = self.channel_path(field)
     return path is not None and {c.name: c for c in self.channels}[path[0]].uses(path[1])
 
-  def step_rates(self, p, s, gyro, accel, n, extra=None):
+  def step_rates(self, p, s, gyro, accel, n, extra=None, accel_extra=None, gains=(None, None)):
     """Both channels of one acquisition.
 
     Returns:
       `(fields, state)`: the `RATE_SAMPLE_FIELDS` as a dict, the state with both channels
-      updated. `extra` is an additive `(3,)` term on the angular velocity.
+      updated. `extra` / `accel_extra` are additive `(3,)` terms on the angular velocity /
+      linear acceleration, `gains` per-axis factors `(3,)` (or None) of the two channels.
     """
     w_c, a_c = self.channels
     w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n,
-                                   extra=extra)
+                                   extra=extra, gain=gains[0])
     a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
-                                   accel, n)
+                                   accel, n, extra=accel_extra, gain=gains[1])
     fields = dict(zip(RATE_SAMPLE_FIELDS, (
         w, a, w_c.variance(p.angular_velocity), a_c.variance(p.linear_acceleration), w_flags,
         a_flags, w_state.clip_count, a_state.clip_count)))

@@ -11,6 +11,10 @@
 | `bode.<channel>` | nested hinges / slides, one tone each | magnitude and phase against the configured first-order filter, one tone above the output Nyquist frequency (shown at its alias) |
 | `timing` | all rig sensors | sample period, latency, jitter, loss vs the configured transport |
 | `geometry` | static poses, known rotation | sign and unit of each axis under gravity and a known rotation |
+| `thermal.<channel>.k1/k2` | one static pose under a soaked temperature staircase (IMU with a thermal model; `validate/thermal.py`) | bias temperature coefficients |
+
+The other rigs hold the ambient at `reference_temperature_c`, so a thermal model leaves them
+unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 import numpy as np
 
 from fibril_mjx import stats
+from fibril_mjx.validate import thermal
 from fibril_mjx.validate.common import (G, K_SIGMA, Check, _axes_str, _by_sequence, _collect, _fmt,
                                         _plt, _staged_output, _summary, _timing, _write_rig,
                                         _write_summary)
@@ -157,6 +162,7 @@ def _sensor_xml(prefix, site, ahrs):
 
 def _entry(dev: Device, name, overrides):
   cfg = {k: v for k, v in dev.config.items()}
+  cfg.update(thermal.neutral_ambient(cfg))   # the thermal sweep has its own rig
   cfg.update(overrides)
   cfg['gyroscope_sensor'] = f'g_{name}'
   cfg['accelerometer_sensor'] = f'a_{name}'
@@ -826,6 +832,24 @@ def _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt
 # ------------------------------------------------------------------------------- driver
 
 
+def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
+  """The temperature sweep with soak (`validate/thermal.py`)."""
+  import fibril_mjx
+  plan = thermal.sweep_plan(cfg, dev.period_s, window_s)
+  xml, doc = thermal.sweep_rig(cfg, plan, perturb)
+  sim = fibril_mjx.load(_write_rig(rigs, 'thermal', xml, doc))
+  progress(f'thermal sweep: {len(thermal.LEVELS_K)} set-points x {worlds} worlds x '
+           f'{plan.n_ticks} ticks (soak {plan.soak_s:g} s, record {plan.window_s:g} s)')
+  n_seg = int(math.ceil(plan.n_ticks / 5000))
+  seg = int(math.ceil(plan.n_ticks / n_seg))
+  data = _collect(sim, sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds),
+                  n_seg * seg, seg, CHANNELS)['pz']
+  n_acq = plan.n_ticks - 1
+  samples = {ch: _by_sequence(data, ch, n_acq) for ch in CHANNELS}
+  progress(f'  simulated ({time.time() - t0:.0f} s); thermal checks')
+  return thermal.sweep_checks(dev, cfg, plan, samples)
+
+
 def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
                  perturb, progress, t0) -> dict:
   """`validate` for `fibril_sim/imu` / `fibril_sim/ahrs`: the static and the dynamic rig."""
@@ -866,6 +890,9 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks += _dynamic_checks(dev, plan, trace, fig_dir)
     progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')
+    if ctype == 'fibril_sim/imu' and thermal.has_thermal(cfg):
+      checks += _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
+                               static_duration_s / len(thermal.LEVELS_K), progress, t0)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
