@@ -13,6 +13,13 @@ trainers (`brax.training.agents.ppo`) take it as it is. Brax is not needed to us
 - Actions become actuator component commands through the task's `commands(action)`, built with
   the components' `command(...)` helpers: issued at the first physics tick of a step, nothing
   issued on the other `control_ticks - 1` ticks (the adapters hold, time out, ... as modelled).
+- Timing: an observation is the outputs of the last tick of a step (a sample describes the
+  state at its stamp, so the policy sees that tick's state), and the action is issued at the
+  next tick, the first of the next step. A reset therefore runs ticks 0 … `control_ticks − 1`
+  (null / scripted commands) and observes tick `control_ticks − 1`: each step then covers ticks
+  `n·P … n·P + P − 1` (P = `control_ticks`), so an actuator whose application instants fall on
+  multiples of P applies the action at the first tick of the step, as a policy running at the
+  actuator's cadence expects.
 - Randomization per episode: every reset draws the world key from the rng (so noise, turn-on
   biases and jitter differ per episode), the task goal from `sample_goal`, and the Params from
   `randomize(rng, params)` when given; Params passed to `reset(rng, params)` are used as they
@@ -172,6 +179,8 @@ class FibrilEnv:
       if self.randomize is not None:
         params = self.randomize(k_rand, params)
     ps = self.sim.reset(_batch1(params), k_world[None])
+    if self.task.control_ticks > 1:   # observe the last tick before the first step (see above)
+      ps, _ = self.sim.run(_batch1(params), ps, self.task.control_ticks - 1, record=False)
     out = _first(self.sim.outputs(ps))
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()
     obs, truth = self._observe(out, goal)

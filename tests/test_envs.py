@@ -114,7 +114,9 @@ def test_action_reward_and_truth(sim, env, jitted):
   s = reset(jax.random.PRNGKey(2))
   s1 = step(s, jnp.array([1.0]))
   out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(s1.pipeline_state))
-  # the effort command went through the motor adapter: applied at tick 0, reported at tick 5
+  # the effort command went through the motor adapter: issued and applied at tick 5 (the first
+  # of the step), reported at tick 9 (its last; the reset observed tick 4)
+  assert int(s.pipeline_state.tick) == 4 and int(s1.pipeline_state.tick) == 9
   assert out['truth']['hip']['applied_effort'] == pytest.approx(train_ppo.EFFORT_SCALE, rel=1e-5)
   assert out['sensor']['hip'].sample.applied_effort == pytest.approx(train_ppo.EFFORT_SCALE,
                                                                       rel=1e-5)

@@ -110,7 +110,7 @@ def test_mcap_export_of_lidar_camera_and_flow(run, tmp_path):
     for schema, channel, message, dec in make_reader(
         f, decoder_factories=[DecoderFactory()]).iter_decoded_messages(log_time_order=True):
       got.setdefault(channel.topic, []).append((schema.name, dec))
-  dt = float(json.loads((out / 'meta.json').read_text())['dt'])
+  dt = float(json.loads((out / 'meta.json').read_text())['dt_s'])
 
   def delivered(cid):
     s = group(trace, 'sensor', cid)
