@@ -43,6 +43,17 @@ def _require_import(modname, *args, **kwargs):
 if os.environ.get('FIBRIL_MJX_REQUIRE_OPTIONAL') == '1':
   pytest.importorskip = _require_import
 
+
+def pytest_collection_modifyitems(config, items):
+  """Tests marked `full` (long negative controls) are deselected unless FIBRIL_MJX_TEST_FULL=1
+  (`make test-full`); `make test` (CI) runs the rest."""
+  if os.environ.get('FIBRIL_MJX_TEST_FULL') == '1':
+    return
+  drop = [it for it in items if it.get_closest_marker('full')]
+  if drop:
+    config.hook.pytest_deselected(items=drop)
+    items[:] = [it for it in items if not it.get_closest_marker('full')]
+
 RIG_XML = textwrap.dedent("""\
     <mujoco model="rig">
       <option timestep="0.002" integrator="implicitfast"/>

@@ -147,8 +147,8 @@ def main(argv: list[str]) -> int:
     known = json.loads(DURATIONS.read_text())
   except (OSError, ValueError):
     known = {}
-  # longest first (an unmeasured file counts as long): the pool ends with the short ones
-  order = sorted(files, key=lambda f: (-known.get(f.name, 1e9), f.name))
+  # longest first (an unmeasured file counts as 100 s): the pool ends with the short ones
+  order = sorted(files, key=lambda f: (-known.get(f.name, 100.0), f.name))
   env = dict(os.environ, FIBRIL_MJX_REQUIRE_OPTIONAL='1', PYTHONFAULTHANDLER='1')
   env.setdefault('FIBRIL_MJX_TEST_CACHE', str(pathlib.Path.home() / '.cache' / 'fibril_mjx' /
                                                'jax-tests'))
