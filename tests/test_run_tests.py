@@ -113,3 +113,35 @@ def test_without_the_runner_a_missing_optional_dependency_still_skips(suite):
                       str(suite / 'test_optional.py')], capture_output=True, text=True,
                      env=env, cwd=suite, timeout=120)
   assert r.returncode in (0, 5) and '1 skipped' in r.stdout, r.stdout   # 5: none collected
+
+
+def _running(path: str) -> list[int]:
+  pids = []
+  for p in pathlib.Path('/proc').iterdir():
+    try:
+      if p.name.isdigit() and path.encode() in (p / 'cmdline').read_bytes():
+        pids.append(int(p.name))
+    except OSError:
+      pass
+  return pids
+
+
+@pytest.mark.skipif(not pathlib.Path('/proc/self/cmdline').exists(), reason='needs /proc')
+def test_stopping_the_runner_stops_its_files(suite):
+  import signal
+  import time
+  hang = str(suite / 'test_hang.py')
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  p = subprocess.Popen([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), '--file-timeout',
+                        '100', hang], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+  deadline = time.monotonic() + 60
+  while len(_running(hang)) < 2 and time.monotonic() < deadline:   # the runner and its file
+    time.sleep(0.1)
+  assert len(_running(hang)) >= 2
+  time.sleep(1.0)
+  p.send_signal(signal.SIGTERM)
+  assert p.wait(timeout=30) == 128 + signal.SIGTERM
+  deadline = time.monotonic() + 10
+  while _running(hang) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not _running(hang)

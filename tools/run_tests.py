@@ -105,6 +105,19 @@ def _counts_from_tail(text: str) -> dict[str, int]:
   return {}
 
 
+LIVE: set[int] = set()     # process groups of the files running now
+
+
+def _stop_all(signum, _frame):
+  """The runner stopped (Ctrl-C, CI's kill): its files, each in its own session, go too."""
+  for pid in list(LIVE):
+    try:
+      os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  os._exit(128 + signum)
+
+
 def _run_file(f: pathlib.Path, ids: list[str], args: list[str], timeout: float, env: dict):
   with tempfile.TemporaryDirectory(prefix='run_tests_') as tmp:
     stack_file, count_file = os.path.join(tmp, 'stacks'), os.path.join(tmp, 'counts.json')
@@ -115,6 +128,7 @@ def _run_file(f: pathlib.Path, ids: list[str], args: list[str], timeout: float, 
                             'no:cacheprovider', *ids, *args], cwd=ROOT, stdout=out,
                            stderr=subprocess.STDOUT, text=True, env=env,
                            start_new_session=True)
+      LIVE.add(p.pid)
       timed_out = False
       try:
         rc = p.wait(timeout=timeout)
@@ -130,6 +144,7 @@ def _run_file(f: pathlib.Path, ids: list[str], args: list[str], timeout: float, 
         except ProcessLookupError:
           pass
         rc = p.wait()
+      LIVE.discard(p.pid)
     seconds = time.perf_counter() - t
     output = pathlib.Path(out_file).read_text(errors='replace')
     stacks = pathlib.Path(stack_file).read_text(errors='replace') if timed_out else ''
@@ -193,6 +208,8 @@ def main(argv: list[str]) -> int:
         if '-x' in args or '--exitfirst' in args:
           stop.set()
 
+  signal.signal(signal.SIGTERM, _stop_all)
+  signal.signal(signal.SIGINT, _stop_all)
   with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
     def one(f):
       if stop.is_set():
