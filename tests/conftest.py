@@ -24,6 +24,11 @@ if os.environ.get('FIBRIL_MJX_TEST_CACHE'):
   jax.config.update('jax_compilation_cache_dir', os.environ['FIBRIL_MJX_TEST_CACHE'])
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)
+  try:   # bounded (least recently used entries go), and locked between processes: needs filelock
+    import filelock  # noqa: F401
+    jax.config.update('jax_compilation_cache_max_size', 2 ** 30)
+  except ImportError:
+    pass
   os.environ.setdefault('FIBRIL_MJX_CACHE', os.environ['FIBRIL_MJX_TEST_CACHE'])
 
 # The install is ours (`make test` installs the `test` extra): under tools/run_tests.py
