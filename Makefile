@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test plan bench clean
+.PHONY: demo test test-full plan bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ plan: $(STAMP)
 
 test: $(STAMP)
 	$(PY) tools/run_tests.py
+
+# also the long negative controls (tests marked `full`, e.g. one validate run per perturbation)
+test-full: $(STAMP)
+	FIBRIL_MJX_TEST_FULL=1 $(PY) tools/run_tests.py
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

@@ -13,6 +13,52 @@ import yaml
 if 'xla_cpu_max_isa' not in os.environ.get('XLA_FLAGS', '') and os.uname().machine == 'x86_64':
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_max_isa=AVX').strip()
 
+# One persistent compilation cache for every test process of a run (tools/run_tests.py sets
+# FIBRIL_MJX_TEST_CACHE): a program compiled by one file (the tiny rig's step, a component's
+# acquire) is loaded, not recompiled, by the next. Every entry is kept, however quick its
+# compile: most of the suite's programs compile in well under a second, many times over. The
+# CLI, called in process or as a subprocess, uses the same directory (FIBRIL_MJX_CACHE).
+if os.environ.get('FIBRIL_MJX_TEST_CACHE'):
+  import jax
+
+  jax.config.update('jax_compilation_cache_dir', os.environ['FIBRIL_MJX_TEST_CACHE'])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)
+  try:   # bounded (least recently used entries go), and locked between processes: needs filelock
+    import filelock  # noqa: F401
+    jax.config.update('jax_compilation_cache_max_size', 2 ** 30)
+  except ImportError:
+    pass
+  os.environ.setdefault('FIBRIL_MJX_CACHE', os.environ['FIBRIL_MJX_TEST_CACHE'])
+
+# The install is ours (`make test` installs the `test` extra): under tools/run_tests.py
+# (FIBRIL_MJX_REQUIRE_OPTIONAL=1) a missing optional dependency fails the test that needs it
+# instead of skipping it quietly.
+_importorskip = pytest.importorskip
+
+
+def _require_import(modname, *args, **kwargs):
+  try:
+    return _importorskip(modname, *args, **kwargs)
+  except pytest.skip.Exception as e:
+    pytest.fail(f'{e.msg} (FIBRIL_MJX_REQUIRE_OPTIONAL=1: the test extras are required; '
+                "pip install -e '.[test,ray]')", pytrace=False)
+
+
+if os.environ.get('FIBRIL_MJX_REQUIRE_OPTIONAL') == '1':
+  pytest.importorskip = _require_import
+
+
+def pytest_collection_modifyitems(config, items):
+  """Tests marked `full` (long negative controls) are deselected unless FIBRIL_MJX_TEST_FULL=1
+  (`make test-full`); `make test` (CI) runs the rest."""
+  if os.environ.get('FIBRIL_MJX_TEST_FULL') == '1':
+    return
+  drop = [it for it in items if it.get_closest_marker('full')]
+  if drop:
+    config.hook.pytest_deselected(items=drop)
+    items[:] = [it for it in items if not it.get_closest_marker('full')]
+
 RIG_XML = textwrap.dedent("""\
     <mujoco model="rig">
       <option timestep="0.002" integrator="implicitfast"/>

@@ -184,12 +184,18 @@ def test_rows_do_not_depend_on_chunking(reference, rig):
     np.testing.assert_array_equal(other[k], rows[k], err_msg=k)
 
 
-def test_per_world_values_take_effect(reference):
-  path = reference[0]
-  plan = engine.Plan(spec.read(path))
+@pytest.fixture(scope='module')
+def traced(reference):
+  """Worlds 2 and 6 of the reference campaign run again with their trace kept."""
+  plan = engine.Plan(spec.read(reference[0]))
   worlds = np.array([2, 6])
   samples = plan.sample(worlds)
-  _, flat = plan.run_worlds(worlds, samples, trace=True)
+  cols, flat = plan.run_worlds(worlds, samples, trace=True)
+  return plan, worlds, samples, cols, flat
+
+
+def test_per_world_values_take_effect(traced):
+  plan, worlds, samples, _, flat = traced
   sim = plan.sim
   # latency: each world's deliveries arrive its own whole number of ticks after acquisition
   lat = samples['ahrs.latency_s'][0]
@@ -204,6 +210,75 @@ def test_per_world_values_take_effect(reference):
   pitch0 = common.rpy_deg(flat['truth/ahrs/orientation'][:, 0])[:, 1]
   q = np.degrees(samples['initial:qpos.tilt'][0])
   np.testing.assert_allclose(pitch0, q, atol=0.05)
+
+
+def test_criteria_compare_the_metric_values(reference, traced, rig):
+  """Each pass column is `min <= metric <= max` of that world's metric (NaN fails), in the
+  rows and in the summary's failure counts; thresholds placed between the worlds' values make
+  both outcomes occur, so an inverted or swapped comparison fails here."""
+  path, out, rows = reference
+  att, rate = rows['ahrs.orientation_error_rms_deg'], rows['ahrs.angular_velocity_error_rms_rad_s']
+  np.testing.assert_array_equal(rows['pass.attitude'], np.isfinite(att) & (att <= 0.5))
+  np.testing.assert_array_equal(rows['pass.rate'], np.isfinite(rate) & (rate <= 0.03))
+  summary = json.loads((out / 'summary.json').read_text())
+  for name, ok in (('attitude', rows['pass.attitude']), ('rate', rows['pass.rate'])):
+    assert summary['criteria'][name]['failures'] == int((~ok).sum())
+  # the same trace judged by criteria with thresholds between the two worlds' values
+  plan, worlds, _, cols, flat = traced
+  for m in ('ahrs.orientation_error_rms_deg', 'ahrs.angular_velocity_error_rms_rad_s'):
+    np.testing.assert_array_equal(cols[m], rows[m][worlds], err_msg=m)
+  m = 'ahrs.angular_velocity_error_rms_rad_s'        # differs per world (noise std varies)
+  a = cols[m]
+  assert a[0] != a[1]
+  mid = float(a.mean())
+  crit = {'below': {'metric': m, 'max': mid}, 'above': {'metric': m, 'min': mid},
+          'band': {'metric': m, 'min': float(a.min()), 'max': float(a.min())},
+          'nowhere': {'metric': m, 'min': float(a.max()), 'max': float(a.min())}}
+  other = engine.Plan(spec.read(write_campaign(rig, 'criteria.yaml', criteria=crit)))
+  got = other._metrics(plan.sim, flat)
+  np.testing.assert_array_equal(got['pass.below'], a <= mid)
+  np.testing.assert_array_equal(got['pass.above'], a >= mid)
+  np.testing.assert_array_equal(got['pass.band'], a == a.min())
+  np.testing.assert_array_equal(got['pass.nowhere'], [False, False])
+  assert got['pass.below'].any() and not got['pass.below'].all()
+  np.testing.assert_array_equal(got['pass'], got['pass.below'] & got['pass.above']
+                                & got['pass.band'] & got['pass.nowhere'])
+  nan = {k: (np.full_like(v, np.nan) if k.startswith('sensor/ahrs/angular_velocity')
+              and np.issubdtype(v.dtype, np.floating) else v)
+         for k, v in flat.items()}
+  with np.errstate(all='ignore'):
+    got = other._metrics(plan.sim, nan)
+  assert np.isnan(got[m]).all()
+  assert not got['pass.below'].any() and not got['pass.above'].any()
+
+
+@pytest.mark.parametrize('k,n', [(0, 8), (1, 8), (3, 8), (8, 8), (0, 1), (1, 1), (7, 100),
+                                 (50, 100), (999, 1000)])
+def test_wilson_interval_is_the_closed_form(k, n):
+  """The report's 95 % Wilson interval against SciPy's (the score interval of a binomial
+  proportion), and each end solves the score equation |k − np| = z·sqrt(np(1−p))."""
+  from scipy import stats
+  from fibril_mjx.campaign import report
+  lo, hi = report.wilson(k, n)
+  ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method='wilson')
+  np.testing.assert_allclose([lo, hi], [ci.low, ci.high], rtol=1e-12, atol=1e-15)
+  z = stats.norm.ppf(0.975)
+  for p in (lo, hi):
+    if 0 < p < 1:
+      assert abs(abs(k - n * p) - z * np.sqrt(n * p * (1 - p))) < 1e-9 * max(1, n)
+  assert lo <= k / n <= hi
+
+
+def test_summary_wilson_intervals_are_those_of_the_failure_counts(reference):
+  from scipy import stats
+  _, out, rows = reference
+  summary = json.loads((out / 'summary.json').read_text())
+  for name in ('attitude', 'rate'):
+    k = int((~rows[f'pass.{name}']).sum())
+    ci = stats.binomtest(k, 8).proportion_ci(confidence_level=0.95, method='wilson')
+    np.testing.assert_allclose(summary['criteria'][name]['wilson95'], [ci.low, ci.high],
+                               rtol=1e-12, atol=1e-15)
+    assert summary['criteria'][name]['failure_probability'] == k / 8
 
 
 def test_replay_equals_its_row_bitwise(reference, tmp_path):
@@ -243,6 +318,36 @@ def test_resume_refuses_when_a_hash_differs(reference, tmp_path):
     execute.run(changed, out, resume=True, progress=False)
   with pytest.raises(FibrilError, match='not empty .*--resume'):
     execute.run(path, out, progress=False)
+
+
+def test_resume_runs_only_the_unfinished_chunks(reference, tmp_path, monkeypatch):
+  """A directory with chunk 0 of 2 finished: resume runs chunk 1 (worlds 4-8) and nothing
+  else, and the rows equal the uninterrupted run; resuming a finished run runs no chunk."""
+  import shutil
+  path, ref_out, rows = reference
+  out = tmp_path / 'half'
+  shutil.copytree(ref_out / 'parts', out / 'parts')
+  meta = json.loads((ref_out / 'campaign.json').read_text())
+  meta['completed'] = [0]
+  (out / 'campaign.json').write_text(json.dumps(meta))
+  (out / 'parts' / 'part-00001.parquet').unlink()
+  ran = []
+  real = engine.Plan.run_chunk
+
+  def counted(self, lo, hi):
+    ran.append((lo, hi))
+    return real(self, lo, hi)
+
+  monkeypatch.setattr(engine.Plan, 'run_chunk', counted)
+  got_meta = execute.run(path, out, resume=True, progress=False, report=False)
+  assert ran == [(4, 8)]
+  assert got_meta['completed'] == [0, 1]
+  got = execute.read_rows(out)
+  for k in rows:
+    np.testing.assert_array_equal(got[k], rows[k], err_msg=k)
+  ran.clear()
+  execute.run(path, out, resume=True, progress=False, report=False)
+  assert ran == []
 
 
 def test_sigkilled_run_resumed_yields_the_uninterrupted_rows(reference, rig, tmp_path):

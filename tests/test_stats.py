@@ -6,6 +6,8 @@ of a Welch PSD bin ≈ 1/√(number of segments), of a sample autocorrelation th
 formula. Seeds are fixed; bounds are 4–5σ.
 """
 
+import math
+
 import allantools
 import numpy as np
 import pytest
@@ -313,5 +315,13 @@ def test_ar1_fit_recovers_sigma_and_rho():
   for i in range(1, n):
     x[:, i] = rho * x[:, i - 1] + sigma * np.sqrt(1 - rho ** 2) * z[:, i]
   s, p, s_rel, p_se = stats.ar1_fit(x)
-  assert abs(s / sigma - 1) < 4 * s_rel
-  assert abs(p - rho) < 4 * p_se + 1.0 / n  # + the O(1/n) bias of the lag-1 estimator
+  # tolerances from the true ρ and the sample size (large-sample AR(1): var(ρ̂) = (1−ρ²)/N,
+  # var(σ̂)/σ² = (1+ρ²)/(1−ρ²)/(2N), N = r·n), not from the fit's reported errors ...
+  s_rel_true = math.sqrt((1 + rho ** 2) / (1 - rho ** 2) / (2 * r * n))
+  p_se_true = math.sqrt((1 - rho ** 2) / (r * n))
+  assert abs(s / sigma - 1) < 4 * s_rel_true
+  assert abs(p - rho) < 4 * p_se_true + 1.0 / n  # + the O(1/n) bias of the lag-1 estimator
+  # ... and the reported errors are those closed forms at the estimated ρ
+  assert s_rel == pytest.approx(math.sqrt((1 + p ** 2) / (1 - p ** 2) / (2 * r * n)), rel=1e-9)
+  assert p_se == pytest.approx(math.sqrt((1 - p ** 2) / (r * n)), rel=1e-9)
+  assert 0.9 < s_rel / s_rel_true < 1.1 and 0.9 < p_se / p_se_true < 1.1

@@ -30,6 +30,10 @@ CONFIGS = {
                              'altitude_offset_m': 120.0},
     'fibril_sim/rangefinder': {'profiles': {'device': 'tfmini_plus_nominal'},
                                'rangefinder_sensor': 'rng'},
+    # the shipped profile sets the 14-bit step only; a white noise is configured so that the
+    # static rig checks noise and quantization together
+    'fibril_sim/airspeed': {'profiles': {'device': 'ms4525do_nominal'}, 'velocity_sensor': 'vel',
+                            'noise_stddev_pa': 2.0},
 }
 
 
@@ -77,6 +81,11 @@ def test_magnetometer_perturbed_noise_fails_naming_the_check(tmp_path, capsys):
 def test_barometer_perturbed_noise_fails(tmp_path):
   s = _run(tmp_path, 'fibril_sim/barometer', perturb={'noise_stddev_pa': 1.5})
   assert not s['passed'] and 'static_noise.pressure_pa' in s['failed']
+
+
+def test_airspeed_perturbed_noise_fails_exactly_the_noise_check(tmp_path):
+  s = _run(tmp_path, 'fibril_sim/airspeed', perturb={'noise_stddev_pa': 3.0})
+  assert s['failed'] == ['static_noise.differential_pressure_pa'], validate.render(s)
 
 
 # ------------------------------------------------------------------------------ GNSS

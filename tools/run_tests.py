@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the test suite one test file per process, then prints one summary line.
+"""Runs the test suite one test file per process, two files at a time, then prints a summary.
 
 Why not one `pytest` process for everything: after a few hundred XLA CPU compilations in one
 process, a C++ exception thrown later (e.g. MuJoCo rejecting a model in a validation test)
@@ -7,58 +7,231 @@ crashed the interpreter in libgcc_s's unwinder (seen twice at the same point of 
 jaxlib 0.10.2), and global JAX settings changed by one file can leak into the next. One process
 per file isolates both; a crashed file is reported as failed, never hidden.
 
-  python tools/run_tests.py [pytest args ...]     # e.g. -x, -k expr (applied to every file)
+  python tools/run_tests.py [--jobs N] [--file-timeout S] [pytest args ...]
+
+  pytest args     applied to every file (-x, -k expr, -m expr); paths or node ids
+                  (tests/test_x.py, tests/test_x.py::test_y) restrict the run to those files
+  --jobs N        files run at once (default $FIBRIL_MJX_TEST_JOBS or 2); the longest files
+                  (tools/test_durations.json, measured) start first
+  --file-timeout S  a file still running after S seconds (default $FIBRIL_MJX_TEST_TIMEOUT or
+                  900) is reported FAILED with the Python stacks of all its threads (faulthandler,
+                  dumped by SIGUSR1 before the kill)
+
+A file fails when pytest fails, crashes, times out, or runs no test although no selection
+(-k, -m, node ids, --deselect) was asked for. The closing line starts `N passed, N failed`
+(parsed by CI), then `N skipped, N xfailed, N xpassed` (and deselected when there are any).
+The tests run with FIBRIL_MJX_REQUIRE_OPTIONAL=1: a missing optional dependency
+(`pytest.importorskip`) fails instead of skipping (tests/conftest.py), and with one persistent
+JAX compilation cache shared by all the files (FIBRIL_MJX_TEST_CACHE, tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-COUNT = re.compile(r'(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed|deselected)')
+DURATIONS = ROOT / 'tools' / 'test_durations.json'
+COUNT = re.compile(r'(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)')
+KINDS = ('passed', 'failed', 'skipped', 'xfailed', 'xpassed', 'error', 'deselected')
+SELECTION = ('-k', '-m', '--deselect')
+
+# The pytest process: stacks of every thread to `stack_file` on SIGUSR1 (faulthandler writes
+# from its C signal handler, so a process deadlocked in native code still reports), and the
+# terminal reporter's counts to `count_file` (the same numbers as pytest's closing line).
+BOOT = r'''
+import faulthandler, json, signal, sys
+stack_file, count_file = sys.argv[1], sys.argv[2]
+_stacks = open(stack_file, 'w')
+faulthandler.register(signal.SIGUSR1, file=_stacks, all_threads=True)
+
+class _Counts:
+  def pytest_terminal_summary(self, terminalreporter):
+    counts = {k: sum(1 for r in v if getattr(r, 'count_towards_summary', True))
+              for k, v in terminalreporter.stats.items() if k and k != 'warnings'}
+    with open(count_file, 'w') as f:
+      json.dump(counts, f)
+
+import pytest
+sys.exit(int(pytest.main(sys.argv[3:], plugins=[_Counts()])))
+'''
+
+
+def _has_selection(args: list[str]) -> bool:
+  return any(a in SELECTION or any(a.startswith(s + '=') or (s != '--deselect' and
+             a.startswith(s) and len(a) > 2) for s in SELECTION) or '::' in a for a in args)
+
+
+def _split(argv: list[str]):
+  """Own flags, the files to run (with their node ids), and the pytest args for every file."""
+  jobs = int(os.environ.get('FIBRIL_MJX_TEST_JOBS', '2'))
+  timeout = float(os.environ.get('FIBRIL_MJX_TEST_TIMEOUT', '900'))
+  rest, targets = [], {}
+  it = iter(argv)
+  takes_value = {'-k', '-m', '--deselect', '-p', '-o', '-c', '--rootdir', '--maxfail',
+                 '--durations', '--tb', '-W', '--basetemp', '--junitxml'}
+  for a in it:
+    if a in ('--jobs', '-j') or a.startswith('--jobs='):
+      jobs = int(a.split('=', 1)[1] if '=' in a else next(it))
+    elif a == '--file-timeout' or a.startswith('--file-timeout='):
+      timeout = float(a.split('=', 1)[1] if '=' in a else next(it))
+    elif a in takes_value:
+      rest += [a, next(it)]
+    elif not a.startswith('-') and (ROOT / a.split('::')[0]).is_file():
+      f = (ROOT / a.split('::')[0]).resolve()
+      targets.setdefault(f, []).append(a)
+    else:
+      rest.append(a)
+  if targets:
+    files = {f: ids for f, ids in targets.items()}
+  else:
+    files = {f: [str(f.relative_to(ROOT))] for f in sorted((ROOT / 'tests').glob('test_*.py'))}
+  return max(1, jobs), timeout, files, rest
+
+
+def _counts_from_tail(text: str) -> dict[str, int]:
+  for line in reversed(text.strip().splitlines()):
+    if re.search(r' in [\d.]+s', line):
+      return {('error' if k.startswith('error') else k): int(n) for n, k in COUNT.findall(line)}
+  return {}
+
+
+LIVE: set[int] = set()     # process groups of the files running now
+
+
+def _stop_all(signum, _frame):
+  """The runner stopped (Ctrl-C, CI's kill): its files, each in its own session, go too."""
+  for pid in list(LIVE):
+    try:
+      os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  os._exit(128 + signum)
+
+
+def _run_file(f: pathlib.Path, ids: list[str], args: list[str], timeout: float, env: dict):
+  with tempfile.TemporaryDirectory(prefix='run_tests_') as tmp:
+    stack_file, count_file = os.path.join(tmp, 'stacks'), os.path.join(tmp, 'counts.json')
+    out_file = os.path.join(tmp, 'out')
+    t = time.perf_counter()
+    with open(out_file, 'w') as out:
+      p = subprocess.Popen([sys.executable, '-c', BOOT, stack_file, count_file, '-q', '-p',
+                            'no:cacheprovider', *ids, *args], cwd=ROOT, stdout=out,
+                           stderr=subprocess.STDOUT, text=True, env=env,
+                           start_new_session=True)
+      LIVE.add(p.pid)
+      timed_out = False
+      try:
+        rc = p.wait(timeout=timeout)
+      except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+          os.kill(p.pid, signal.SIGUSR1)           # faulthandler: stacks of every thread
+          time.sleep(3)
+        except ProcessLookupError:
+          pass
+        try:
+          os.killpg(p.pid, signal.SIGKILL)         # the file and whatever it started
+        except ProcessLookupError:
+          pass
+        rc = p.wait()
+      LIVE.discard(p.pid)
+    seconds = time.perf_counter() - t
+    output = pathlib.Path(out_file).read_text(errors='replace')
+    stacks = pathlib.Path(stack_file).read_text(errors='replace') if timed_out else ''
+    try:
+      counts = json.loads(pathlib.Path(count_file).read_text())
+    except (OSError, ValueError):
+      counts = _counts_from_tail(output)
+  return f, rc, timed_out, seconds, output, stacks, counts
 
 
 def main(argv: list[str]) -> int:
-  files = sorted((ROOT / 'tests').glob('test_*.py'))
-  totals: dict[str, int] = {}
-  bad, failed_files = [], []
+  jobs, timeout, files, args = _split(argv)
+  selection = _has_selection(args) or any('::' in i for ids in files.values() for i in ids)
+  try:
+    known = json.loads(DURATIONS.read_text())
+  except (OSError, ValueError):
+    known = {}
+  # longest first (an unmeasured file counts as 100 s): the pool ends with the short ones
+  order = sorted(files, key=lambda f: (-known.get(f.name, 100.0), f.name))
+  env = dict(os.environ, FIBRIL_MJX_REQUIRE_OPTIONAL='1', PYTHONFAULTHANDLER='1')
+  env.setdefault('FIBRIL_MJX_TEST_CACHE', str(pathlib.Path.home() / '.cache' / 'fibril_mjx' /
+                                               'jax-tests'))
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (str(ROOT), env.get('PYTHONPATH')) if p)
+
+  totals = dict.fromkeys(KINDS, 0)
+  bad, times = [], {}
+  stop = threading.Event()
+  lock = threading.Lock()
   t0 = time.perf_counter()
-  for f in files:
-    t = time.perf_counter()
-    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                        str(f.relative_to(ROOT)), *argv], cwd=ROOT, capture_output=True,
-                       text=True)
-    tail = (r.stdout.strip().splitlines() or [''])[-1]
-    counts = {k: int(n) for n, k in COUNT.findall(tail)}
+
+  def report(result):
+    f, rc, timed_out, seconds, output, stacks, counts = result
     for k, n in counts.items():
-      k = 'errors' if k == 'error' else k
-      totals[k] = totals.get(k, 0) + n
-    # pytest exits 5 when every test of a file is deselected (-k): not a failure
-    ok = r.returncode == 0 or (r.returncode == 5 and not counts.get('failed'))
-    print(f'{"ok  " if ok else "FAIL"} {f.name:<34} {time.perf_counter() - t:6.1f} s  {tail}',
-          flush=True)
-    if not ok:
-      bad.append(f.name)
-      if counts.get('failed') or counts.get('error') or counts.get('errors'):
-        failed_files.append(f.name)
-      if r.returncode < 0 or not counts:     # crashed: show why
-        print(r.stdout[-3000:], r.stderr[-3000:], sep='\n', flush=True)
-      else:
-        print(r.stdout[-6000:], flush=True)
-      if '-x' in argv:
-        break
-  print(f'\n{len(files)} test files in {time.perf_counter() - t0:.0f} s; failed files: '
-        f'{", ".join(bad) or "none"}')
-  crashed = len(bad) - len(failed_files)       # a crashed file reported no count: one failure
-  failed = totals.get('failed', 0) + totals.get('errors', 0) + crashed
-  line = f'{totals.get("passed", 0)} passed, {failed} failed'
-  if totals.get('skipped'):
-    line += f', {totals["skipped"]} skipped'
+      k = 'error' if k.startswith('error') else k
+      if k in totals:
+        totals[k] += n
+    ran = sum(counts.get(k, 0) for k in KINDS if k != 'deselected')
+    if timed_out:
+      why = f'timed out after {timeout:.0f} s'
+    elif rc < 0:
+      why = f'crashed (signal {-rc})'
+    elif rc in (0, 5) and not ran:            # pytest exits 5 when nothing was collected
+      why = None if selection else 'no tests ran'
+    elif rc == 5:                               # every test skipped at module level: counted
+      why = None
+    elif rc != 0:
+      why = f'pytest exit status {rc}'
+    else:
+      why = None
+    tail = (output.strip().splitlines() or [''])[-1]
+    with lock:
+      times[f.name] = round(seconds, 1)
+      print(f'{"ok  " if why is None else "FAIL"} {f.name:<34} {seconds:6.1f} s  '
+            f'{tail if why is None else why + ": " + tail}', flush=True)
+      if why is not None:
+        bad.append((f.name, why, counts))
+        print(output[-6000:], flush=True)
+        if stacks:
+          print(f'--- Python stacks of {f.name} when it was stopped (faulthandler) ---\n'
+                f'{stacks[-12000:]}', flush=True)
+        if '-x' in args or '--exitfirst' in args:
+          stop.set()
+
+  signal.signal(signal.SIGTERM, _stop_all)
+  signal.signal(signal.SIGINT, _stop_all)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    def one(f):
+      if stop.is_set():
+        return None
+      r = _run_file(f, files[f], args, timeout, env)
+      report(r)
+      return r
+    list(pool.map(one, order))
+
+  print(f'\n{len(files)} test files in {time.perf_counter() - t0:.0f} s ({jobs} at a time); '
+        f'failed files: {", ".join(n for n, _, _ in bad) or "none"}')
+  # a file that failed without a failed/error count (crash, timeout, no tests): one failure
+  uncounted = sum(1 for _, _, c in bad if not (c.get('failed') or c.get('error')))
+  failed = totals['failed'] + totals['error'] + uncounted
+  line = (f'{totals["passed"]} passed, {failed} failed, {totals["skipped"]} skipped, '
+          f'{totals["xfailed"]} xfailed, {totals["xpassed"]} xpassed')
+  if totals['deselected']:
+    line += f', {totals["deselected"]} deselected'
   print(line)
+  if os.environ.get('FIBRIL_MJX_TEST_DURATIONS_OUT'):
+    pathlib.Path(os.environ['FIBRIL_MJX_TEST_DURATIONS_OUT']).write_text(
+        json.dumps(dict(sorted(times.items())), indent=1) + '\n')
   return 1 if bad else 0
 
 
