@@ -121,12 +121,16 @@ def test_mcap_export_of_lidar_camera_and_flow(run, tmp_path):
     return dec.header.stamp.sec + dec.header.stamp.nanosec * 1e-9
 
   s, t = delivered('lidar')
-  scans = got['/world_0000/lidar/scan']
-  assert len(scans) == len(t) and all(n == 'sensor_msgs/msg/LaserScan' for n, _ in scans)
-  for (_, dec), r, ts in zip(scans, s['range_m'], t):
-    np.testing.assert_array_equal(np.asarray(dec.ranges, np.float32), r.astype(np.float32))
-    assert abs(stamp(dec) - ts) < 1e-9
-  assert scans[0][1].range_max == cfg['lidar']['max_range_m']
+  nh, nv = cfg['lidar']['horizontal_samples'], cfg['lidar'].get('vertical_samples', 1)
+  assert nv > 1                                    # one LaserScan per ring, azimuth-major beams
+  for ring in range(nv):
+    scans = got[f'/world_0000/lidar/scan_{ring}']
+    assert len(scans) == len(t) and all(n == 'sensor_msgs/msg/LaserScan' for n, _ in scans)
+    for (_, dec), r, ts in zip(scans, s['range_m'], t):
+      np.testing.assert_array_equal(np.asarray(dec.ranges, np.float32),
+                                    r.reshape(nh, nv)[:, ring].astype(np.float32))
+      assert abs(stamp(dec) - ts) < 1e-9
+    assert scans[0][1].range_max == cfg['lidar']['max_range_m']
 
   s, t = delivered('cam')
   info, pts = got['/world_0000/cam/camera_info'], got['/world_0000/cam/landmarks']
