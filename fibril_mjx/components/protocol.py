@@ -15,16 +15,18 @@ methods happen to exist:
 
 | role | called | methods |
 | --- | --- | --- |
-| `SENSOR` | after physics, in manifest order | `sense` |
-| `ESTIMATOR` | after physics, in manifest order, with the outputs of the components before it | `sense` |
-| `ACTUATOR` | before physics, in manifest order | `null_command`, `script_command`, `reset_ctrl`, `actuate`, `bindings` |
+| `SENSOR` | after the tick's `mjx.forward`, in manifest order | `sense` |
+| `ESTIMATOR` | after the tick's `mjx.forward`, in manifest order, with the outputs of the components before it | `sense` |
+| `ACTUATOR` | before the tick's `mjx.forward`, in manifest order | `null_command`, `script_command`, `reset_ctrl`, `actuate`, `bindings` |
 
 An actuator with feedback has both `ACTUATOR` and `SENSOR`. Hashing and equality of a built
 component come from its dataclass fields (fields that describe the plan only are declared
 with `compare=False`), so two equal manifests share compiled code.
 
-Per tick (SPEC order, one world): actuators' `actuate` (schedule `application`) → physics →
-sensors' and estimators' `sense` (every other schedule, evaluated at tick k + 1).
+Per tick k (SPEC §4, one world): integration of the previous tick's state to `x_k` →
+actuators' `actuate` (schedule `application`) → `mjx.forward` of `x_k` with the tick's controls
+→ sensors' and estimators' `sense` (every other schedule, also evaluated at tick k), so a
+sample stamped k describes `x_k`.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ ACTUATOR = 'actuator'
 ESTIMATOR = 'estimator'
 ROLES = (SENSOR, ACTUATOR, ESTIMATOR)
 
-# Schedules evaluated before physics at tick k (actuator application); every other schedule
-# is evaluated after physics at tick k + 1 (acquisition, feedback).
+# Schedules evaluated at tick k before the tick's forward (actuator application); every other
+# schedule is evaluated at tick k after it (acquisition, feedback).
 PRE_PHYSICS = ('application',)
 
 
