@@ -349,6 +349,24 @@ class Simulation:
       data, dc = dcmotor.integrate(self.dcmotor, mx, data, dc)
     return self._world_tick(mx, params, data, ctrl, dc, comps, commands, tick, pre, post)
 
+  def refresh(self, mx, params, state: SimState, model_fields=()) -> SimState:
+    """`state` with its tick's forward recomputed under `mx` / `params` (traced; no acquisition,
+    no actuation): for a traced caller that holds a state fixed (e.g. `tune`'s window starts)
+    and differentiates what follows, so that the integration into the next tick depends on the
+    model it differentiates. Values are unchanged when `mx` / `params` are the ones `state` was
+    computed with."""
+    mx = self.mx if mx is None else mx
+    phys = None if _is_shared(state) else 0
+
+    def world(m, p, data, ctrl, dc):
+      if self.dcmotor is None:
+        return self._physics_forward(m, data), dc
+      return dcmotor.forward(self.dcmotor, p[DCMOTOR_PARAMS], m, data, ctrl, dc.current)
+    data, dc = jax.vmap(world, in_axes=(worlds.model_in_axes(mx, model_fields), 0, phys, phys,
+                                        phys), out_axes=(phys, phys))(
+        mx, params, state.data, state.ctrl, state.dcmotor)
+    return state._replace(data=data, dcmotor=dc)
+
   def _world_finite(self, data, comps):
     """True while one world's physics and component state are finite (a traced check).
 

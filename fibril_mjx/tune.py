@@ -415,6 +415,8 @@ class DataSet:
       None.
     commands0: per recording the tick-0 commands `{cid: command pytree (1, ...)}` (issued at
       the reset) or None.
+    starts: per window `(first window of its recording, that recording's initial data, its
+      tick-0 commands)` — what `_window_resid` needs to make a first window exact.
     maps: per window, per loss term, `(local tick index (M,), recorded (M, D), weight (M, D),
       sample time (M,))` — filled after the first forward pass.
   """
@@ -423,6 +425,7 @@ class DataSet:
   data0: list
   commands: list
   commands0: list
+  starts: list = dataclasses.field(default_factory=list)
   maps: list = dataclasses.field(default_factory=list)
 
 
@@ -485,7 +488,7 @@ class Problem:
       self.L = max(1, int(round(w / self.dt)))
     L = self.L
     import mujoco  # noqa: F401
-    data0s, windows, cmds, cmds0 = [], [], [], []
+    data0s, windows, cmds, cmds0, starts = [], [], [], [], []
     m = self.sim.mj_model
     for r, end in zip(recs, ends):
       n = int(math.ceil((end / self.dt + 2) / L))
@@ -503,7 +506,8 @@ class Problem:
       first, per_window = self._window_commands(r, n, L)
       cmds0.append(first)
       cmds.extend(per_window)
-    return DataSet(recs, windows, data0s, cmds, cmds0)
+      starts.extend((w == 0, d0, first) for w in range(n))
+    return DataSet(recs, windows, data0s, cmds, cmds0, starts)
 
   def _window_commands(self, r, n, L):
     """Per-tick commands of the recording's actuator components: `(the tick-0 commands
@@ -588,7 +592,19 @@ class Problem:
       timing[i] = (d.new_data[:, 0], d.sample_tick[:, 0])
     return state, fields, timing
 
-  def _window_resid(self, u, state, cmds, maps):
+  def _start_state(self, u, state, start):
+    """A window's start state as a function of `u`: a recording's first window re-runs the
+    reset under `u` (exact: its initial state is recorded); a later window keeps its simulated
+    start state (held fixed: the truncated derivative the README describes) with the forward of
+    its tick recomputed under `u` (`Simulation.refresh`)."""
+    first, data0, cmds0 = start
+    mx, params = self._apply(u)
+    fresh = self._reset1(u, data0, cmds0)
+    kept = self.sim.refresh(mx, params, state)
+    return jax.tree.map(lambda a, b: jnp.where(first, a, b), fresh, kept)
+
+  def _window_resid(self, u, state, cmds, maps, start):
+    state = self._start_state(u, state, start)
     _, fields, _ = self._advance1(u, state, cmds)
     out = []
     for i in range(len(self.spec.loss)):
@@ -600,12 +616,13 @@ class Problem:
     reset = jax.vmap(self._reset1, in_axes=(0, None, None))
     adv = jax.vmap(self._advance1, in_axes=(0, 0, None))
     jac1 = jax.jacfwd(self._window_resid)
-    jac = jax.vmap(jax.vmap(jac1, in_axes=(None, 0, 0, 0)), in_axes=(0, 0, None, None))
-    res = jax.vmap(jax.vmap(self._window_resid, in_axes=(None, 0, 0, 0)),
-                   in_axes=(0, 0, None, None))
+    jac = jax.vmap(jax.vmap(jac1, in_axes=(None, 0, 0, 0, 0)), in_axes=(0, 0, None, None, None))
+    res = jax.vmap(jax.vmap(self._window_resid, in_axes=(None, 0, 0, 0, 0)),
+                   in_axes=(0, 0, None, None, None))
     self._reset = jax.jit(reset)
     self._adv = jax.jit(adv)
-    self._jac = jax.jit(lambda u, st, c, mp: (res(u, st, c, mp), jac(u, st, c, mp)))
+    self._jac = jax.jit(lambda u, st, c, mp, s0: (res(u, st, c, mp, s0),
+                                                  jac(u, st, c, mp, s0)))
 
   # -------------------------------------------------------------- forward pass
 
@@ -714,7 +731,11 @@ class Problem:
       cmds = None
     else:
       cmds = jax.tree.map(lambda *xs: jnp.stack(xs), *cmds)
-    return maps, cmds
+    first = jnp.asarray([s[0] for s in ds.starts])
+    data0 = jax.tree.map(lambda *xs: jnp.stack(xs), *[s[1] for s in ds.starts])
+    c0 = [s[2] for s in ds.starts]
+    c0 = None if c0[0] is None else jax.tree.map(lambda *xs: jnp.stack(xs), *c0)
+    return maps, cmds, (first, data0, c0)
 
   def evaluate(self, U, ds: DataSet, *, jacobian=False):
     """Residuals (and Jacobians) of each start on a data set.
@@ -728,9 +749,9 @@ class Problem:
     r, per = self.residuals(fields, ds)
     if not jacobian:
       return r, per, None
-    maps, cmds = self._stack_maps(ds)
+    maps, cmds, starts = self._stack_maps(ds)
     with sig.straight_through():
-      rw, Jw = self._jac(jnp.asarray(U, jnp.float32), states, cmds, maps)
+      rw, Jw = self._jac(jnp.asarray(U, jnp.float32), states, cmds, maps, starts)
     # (S, W, R[, P]) in window-major order of concatenated terms → reorder like `residuals`
     S = rw.shape[0]
     Jw = np.asarray(Jw, np.float64)

@@ -42,9 +42,12 @@ def jitted(env):
 
 
 def reference_obs(sim, params, rng):
-  """The observation at reset, from `sim.reset` / `sim.outputs` directly."""
+  """The observation at reset, from `sim.reset` / `sim.run` / `sim.outputs` directly: the env's
+  reset observes the last tick before its first step (tick control_ticks − 1 = 4)."""
   k_world, k_goal, _, _ = jax.random.split(rng, 4)
-  ps = sim.reset(jax.tree.map(lambda x: x[None], params), k_world[None])
+  pb = jax.tree.map(lambda x: x[None], params)
+  ps = sim.reset(pb, k_world[None])
+  ps, _ = sim.run(pb, ps, 4, record=False)
   out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
   hip, imu = out['sensor']['hip'], out['sensor']['imu']
   goal = jax.random.uniform(k_goal, (), jnp.float32, -train_ppo.TARGET_RAD, train_ppo.TARGET_RAD)
@@ -76,7 +79,8 @@ def test_observation_is_the_delivered_output(sim, env, jitted):
   s = jitted[0](rng)
   want, out = reference_obs(sim, sim.default_params(), rng)
   np.testing.assert_allclose(np.asarray(s.obs), want, rtol=1e-6, atol=1e-7)
-  assert s.obs[3] == 1.0 and s.obs[10] == 1.0       # new_data flags of hip and imu at tick 0
+  assert int(s.pipeline_state.tick) == 4
+  assert s.obs[10] == 1.0                      # the IMU (1 kHz) delivers at every tick
   truth = np.concatenate([np.ravel(x) for x in jax.tree.leaves(out['truth']['hip'])]
                          + [np.ravel(x) for x in jax.tree.leaves(out['truth']['imu'])])
   np.testing.assert_allclose(np.asarray(s.info['truth']), truth.astype(np.float32), rtol=1e-6,

@@ -71,10 +71,12 @@ class Pending(NamedTuple):
     state: dcmotor activations after this tick's integration (`DcMotorState`).
     act_dot: their time derivatives (`DcMotorState` layout), mirrored into the twin's act_dot.
     dfdv: `(n,)` d(force)/d(actuator velocity) of each dcmotor (implicitfast's qDeriv).
+    current: the activations this tick's forward started from (to recompute it).
   """
   state: Any
   act_dot: Any
   dfdv: jax.Array
+  current: Any
 
 
 def forward(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Array,
@@ -122,7 +124,7 @@ def forward(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax
   # MJX's forward skips sensor_acc without constraint rows; MuJoCo C always evaluates it
   # (see fibril_mjx/_mjx.py).
   d = _mjx_sensor.sensor_acc(mx, d)
-  return d, Pending(nxt, act_dot, dfdv)
+  return d, Pending(nxt, act_dot, dfdv, state)
 
 
 def integrate(dset: DcMotorSet, mx: Any, d: Any, pending: Pending) -> tuple[Any, DcMotorState]:
