@@ -28,7 +28,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fibril_mjx.worlds import cpu_flags  # noqa: E402
+from fibril_mjx.batch.worlds import cpu_flags  # noqa: E402
 
 cpu_flags()   # before JAX initializes: one CPU device per core, as fibril-mjx does
 
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import fibril_mjx  # noqa: E402
 from fibril_mjx import analysis  # noqa: E402
 from fibril_mjx.analysis import common  # noqa: E402
-from fibril_mjx.campaign import engine, execute, spec  # noqa: E402
+from fibril_mjx.workflows.campaign import engine, execute, spec  # noqa: E402
 
 CAMPAIGN = ROOT / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml'
 CHUNK = 512

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of MuJoCo `dcmotor` under MJX (fibril_mjx.dcmotor): the wheeled base with dcmotor
+"""Cost of MuJoCo `dcmotor` under MJX (fibril_mjx.physics.dcmotor): the wheeled base with dcmotor
 wheels vs the same robot with plain velocity actuators, side by side in one run.
 
 Variants (same manifest, same components and command_script, same contacts):
@@ -17,7 +17,7 @@ repetitions of reset + `sim.run(record=False)` in chunks; the median counts). Th
 
 (slowdown factor of the dcmotor evaluation; 1.0 = free).
 
-All worlds run in one program laid out by `fibril_mjx.worlds` (sharded over the devices,
+All worlds run in one program laid out by `fibril_mjx.batch.worlds` (sharded over the devices,
 LAPACK-safe sub-batches inside, which removes the jaxlib CPU Cholesky deadlock that once made
 this bench chunk by 512); `--chunk N` adds host chunks.
 
@@ -100,7 +100,7 @@ def main(argv=None):
   if args.watchdog_s > 0:
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
   sys.path.insert(0, str(REPO))
-  from fibril_mjx.worlds import cpu_flags
+  from fibril_mjx.batch.worlds import cpu_flags
   cpu_flags()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
   import jax
   import mujoco

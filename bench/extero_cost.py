@@ -83,7 +83,7 @@ def main(argv=None):
   import jax
 
   import fibril_mjx
-  from fibril_mjx import paths
+  from fibril_mjx.config import paths
 
   variants = {'physics': [], 'imu': [imu()]}
   variants.update({f'lidar_{n}': [lidar(n)] for n in args.beams})

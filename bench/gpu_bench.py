@@ -26,11 +26,11 @@ def main(argv=None):
   ap.add_argument('--budget-s', type=float, default=420.0,
                   help='skip the remaining sizes once this much time is spent')
   a = ap.parse_args(argv)
-  from fibril_mjx.worlds import cpu_flags
+  from fibril_mjx.batch.worlds import cpu_flags
   cores = cpu_flags()
   import jax
   import fibril_mjx as fm
-  from fibril_mjx import worlds
+  from fibril_mjx.batch import worlds
   from fibril_mjx.errors import FibrilError
   from scaling import c_rate
   sizes = a.worlds or ([64] if a.quick else [4096, 16384, 65536])

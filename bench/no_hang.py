@@ -3,7 +3,7 @@
 humanoid, nv 27, 21 actuators, contacts) and the turntable at 1024, 4096 and 16384 worlds,
 each in ONE program (no host chunking), per-world physics, a few ticks.
 
-The layout (`fibril_mjx.worlds`: devices x LAPACK-safe sub-batches) is printed per run; a
+The layout (`fibril_mjx.batch.worlds`: devices x LAPACK-safe sub-batches) is printed per run; a
 stalled program raises `WorldsStalled` (watchdog) instead of hanging. Last line:
 `no_hang_ok=<runs finished>/<runs>`.
 
@@ -39,11 +39,11 @@ def main(argv=None):
                   default=None, help='run only these models (default: all three)')
   ap.add_argument('--stall-s', type=float, default=120.0)
   a = ap.parse_args(argv)
-  from fibril_mjx.worlds import cpu_flags
+  from fibril_mjx.batch.worlds import cpu_flags
   cpu_flags()
   import jax
   import fibril_mjx as fm
-  from fibril_mjx import worlds
+  from fibril_mjx.batch import worlds
   a.worlds = a.worlds or ([1024, 4096] if a.quick else [1024, 4096, 16384])
   a.ticks = a.ticks or (2 if a.quick else 3)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix='fibril_nohang_'))

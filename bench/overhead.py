@@ -10,7 +10,7 @@ its command_script) builds two simulations:
 and times `sim.run(params, state, ticks, record=False)` for both, at each world count, with
 the repetitions interleaved (full/physics alternate, order flipped every repetition) so
 machine noise hits both alike. Every world count runs in one program laid out by
-`fibril_mjx.worlds` (sharded over all devices, LAPACK-safe sub-batches inside, no hang);
+`fibril_mjx.batch.worlds` (sharded over all devices, LAPACK-safe sub-batches inside, no hang);
 `--chunk N` adds host chunks of N worlds (world keys from global world indices).
 
 Reported per variant and world count: median world-steps/s of the run phase (reset excluded,
@@ -121,7 +121,7 @@ class Variant:
   def call(self, n, ticks):
     """Reset + run `n` worlds in chunks; returns (reset s, run s, run process-CPU s)."""
     import fibril_mjx as fm
-    from fibril_mjx import worlds
+    from fibril_mjx.batch import worlds
     jax = self._jax
     params = self._params(n)
     t_reset = t_run = t_cpu = 0.0
@@ -171,7 +171,7 @@ def main(argv=None):
   if args.watchdog_s > 0:
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
   sys.path.insert(0, str(REPO))
-  from fibril_mjx.worlds import cpu_flags
+  from fibril_mjx.batch.worlds import cpu_flags
   cpu_flags()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
 
   import jax
@@ -253,7 +253,7 @@ def measure(src: pathlib.Path, args, fm) -> dict:
     print(f'repetition {r + 1}/{args.repeats} done (load average {load()})', flush=True)
 
   # ------------------------------------------------------------------ report
-  from fibril_mjx import worlds
+  from fibril_mjx.batch import worlds
   for n in args.worlds:
     print(f'layout at {n} worlds: {full.sim.layout(n).describe()}')
 

@@ -93,7 +93,7 @@ def main(argv=None):
   ap.add_argument('--ticks', type=int, default=None, help='default 200 (--quick 20)')
   ap.add_argument('--repeats', type=int, default=None, help='default 3 (--quick 1)')
   a = ap.parse_args(argv)
-  from fibril_mjx.worlds import cpu_flags
+  from fibril_mjx.batch.worlds import cpu_flags
   cores = cpu_flags()
   import jax
   import mujoco

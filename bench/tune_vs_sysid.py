@@ -45,7 +45,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import fibril_mjx  # noqa: E402
-from fibril_mjx import recording, tune  # noqa: E402
+from fibril_mjx.io import recording  # noqa: E402
+from fibril_mjx.workflows import tune  # noqa: E402
 
 TURNTABLE = ROOT / 'manifests' / 'tuning' / 'turntable_ahrs.yaml'
 

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 
 import fibril_mjx
-from fibril_mjx.components import motor
-from fibril_mjx.envs import FibrilEnv, Task
+from fibril_mjx.components.actuators import motor
+from fibril_mjx.rl.env import FibrilEnv, Task
 
 MANIFEST = pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'rl' / 'leg_hold.yaml'
 EFFORT_SCALE = 3.0      # N·m per unit action (gravity torque of the link is ≤ 1.5 N·m)

@@ -2,13 +2,20 @@
 
 import os
 import pathlib
+import sys
 from typing import Any, NamedTuple
 import textwrap
 
 import pytest
 import yaml
 
-# The tests run with the CLI's code generation (no FMA: `fibril_mjx.worlds.cpu_flags`), one
+# The test files live in tests/<layer>/ (mirroring fibril_mjx/); their shared helpers (imu_rig,
+# finite_diff, ...) stay in tests/ and are imported by name from any of them.
+_TESTS = str(pathlib.Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+  sys.path.insert(0, _TESTS)
+
+# The tests run with the CLI's code generation (no FMA: `fibril_mjx.batch.worlds.cpu_flags`), one
 # device unless a test asks for more; XLA reads the flags when JAX first initializes.
 if 'xla_cpu_max_isa' not in os.environ.get('XLA_FLAGS', '') and os.uname().machine == 'x86_64':
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_max_isa=AVX').strip()

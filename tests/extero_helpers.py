@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from fibril_mjx import paths
-from fibril_mjx._mjx import mjx
-from fibril_mjx.build import BuildContext
-from fibril_mjx.manifest import Catalog
+from fibril_mjx.config import paths
+from fibril_mjx.physics.mjx import mjx
+from fibril_mjx.builder.build import BuildContext
+from fibril_mjx.config.manifest import Catalog
 
 DT = 0.002
 LANDMARKS = [f'lm{i}' for i in range(24)]

@@ -14,9 +14,9 @@ import mujoco
 import numpy as np
 import yaml
 
-from fibril_mjx import paths
-from fibril_mjx.build import BuildContext
-from fibril_mjx.manifest import Catalog
+from fibril_mjx.config import paths
+from fibril_mjx.builder.build import BuildContext
+from fibril_mjx.config.manifest import Catalog
 
 DT = 0.002
 WK = jax.random.fold_in(jax.random.PRNGKey(11), np.uint32(3))

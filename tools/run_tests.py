@@ -94,7 +94,7 @@ def _split(argv: list[str]):
   if targets:
     files = {f: ids for f, ids in targets.items()}
   else:
-    files = {f: [str(f.relative_to(ROOT))] for f in sorted((ROOT / 'tests').glob('test_*.py'))}
+    files = {f: [str(f.relative_to(ROOT))] for f in sorted((ROOT / 'tests').rglob('test_*.py'))}
   return max(1, jobs), timeout, files, rest
 
 

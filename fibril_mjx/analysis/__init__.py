@@ -38,9 +38,7 @@ def for_type(type_name: str) -> Analysis:
 
 
 def _register_builtin():
-  from fibril_mjx.analysis import (ahrs, airspeed, attitude_ekf, barometer, gnss, imu,
-                                   magnetometer, motion_motor, motor, rangefinder,
-                                   scalar_actuator)
+  from fibril_mjx.analysis import (ahrs, airspeed, attitude_ekf, barometer, gnss, imu, magnetometer, motion_motor, motor, rangefinder, scalar_actuator)
   for type_name, module in (('fibril_sim/ahrs', ahrs), ('fibril_sim/imu', imu),
                             ('fibril_sim/motor', motor),
                             ('fibril_sim/motion_motor', motion_motor),

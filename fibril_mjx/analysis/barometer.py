@@ -13,7 +13,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_mean, masked_rms, nav_plot, usable
-from fibril_mjx.components.barometer import ISA_EXPONENT, LAPSE_K_M, isa_pressure
+from fibril_mjx.components.sensors.barometer import ISA_EXPONENT, LAPSE_K_M, isa_pressure
 
 P0_PA, T0_K = 101325.0, 288.15      # ISA sea level
 

@@ -140,7 +140,7 @@ def save(fig, path, title: str) -> None:
 # ----------------------------------------------- navigation sensors (magnetometer … GNSS)
 # Which delivered samples count, masked statistics, and the measured-vs-truth plot.
 
-HEALTHY = 0          # fibril_mjx.faults.HEALTHY
+HEALTHY = 0          # fibril_mjx.mechanisms.faults.HEALTHY
 COLOURS = ('tab:red', 'tab:blue', 'tab:green')
 
 

@@ -2,7 +2,7 @@
 raportowana jakość").
 
 The reported geodetic position is converted back to the world ENU frame on the host
-(`fibril_mjx.geodesy.geodetic_e7_to_enu`) and compared with the true antenna position at each
+(`fibril_mjx.mechanisms.geodesy.geodetic_e7_to_enu`) and compared with the true antenna position at each
 solution's sample tick. The geodetic origin is static config, not in the trace: it is read
 from the receiver's initial held output (tick 0, before any solution is delivered), which is
 the origin itself (1e-7° ≈ 1 cm rounding)."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx import geodesy
+from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_rms, nav_plot, usable
 

@@ -20,7 +20,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
 
-  from fibril_mjx import stats
+  from fibril_mjx.analysis import stats
 
   new = sensor['new_data'][world].astype(bool)
   st = np.clip(sensor['sample_tick'][world], 0, None)[new]

@@ -1,6 +1,6 @@
 """Component types by manifest `type`, and the public way to add one.
 
-Each component type is a module (see `protocol.py` for the contract) that defines `TYPE`, its
+Each component type is a module (see `fibril_mjx/core/protocol.py` for the contract) that defines `TYPE`, its
 config model and `build(cid, raw_config, ctx, catalog) -> component`, and registers itself
 here with `register`. Host-side metrics and plots of a type live apart, in
 `fibril_mjx.analysis` (registered there by type).
@@ -36,7 +36,7 @@ def register(type_name: str, build: Callable, *, config_model: type | None = Non
   Args:
     type_name: the manifest `type` (`vendor/name`).
     build: `(cid, raw_config, ctx, catalog) -> component`; the component must satisfy
-      `fibril_mjx.components.protocol` for its declared roles (checked at build).
+      `fibril_mjx.core.protocol` for its declared roles (checked at build).
     config_model: the pydantic model of its `config` mapping (used by `fibril-mjx schema`).
     replace: allow re-registering an existing type.
   """
@@ -50,13 +50,13 @@ def unregister(type_name: str) -> None:
 
 
 def _register_builtin():
-  from fibril_mjx.components import (ahrs, airspeed, attitude_ekf, barometer, gnss, imu,
-                                     magnetometer, motion_motor, motor, rangefinder,
-                                     scalar_actuator)
+  from fibril_mjx.components.sensors import (ahrs, airspeed, barometer, gnss, imu, magnetometer, rangefinder)
+  from fibril_mjx.components.estimators import attitude_ekf
+  from fibril_mjx.components.actuators import motion_motor, motor, scalar_actuator
   for module in (ahrs, scalar_actuator, motor, motion_motor, imu, attitude_ekf, magnetometer,
                  barometer, airspeed, gnss, rangefinder):
     register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
-  from fibril_mjx.components import camera, lidar, optical_flow
+  from fibril_mjx.components.sensors import camera, lidar, optical_flow
   for module in (camera, lidar, optical_flow):
     register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
 

@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 import pydantic
 
-from fibril_mjx import faults
-from fibril_mjx import transport as tp
-from fibril_mjx.components import protocol
+from fibril_mjx.mechanisms import faults
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core import protocol
 from fibril_mjx.errors import ConfigError, ConfigErrors
-from fibril_mjx.manifest import Catalog, FieldValue, layer_config, overlay_fields
-from fibril_mjx.schedule import Schedule
-from fibril_mjx.validation import Strict, validate
+from fibril_mjx.config.manifest import Catalog, FieldValue, layer_config, overlay_fields
+from fibril_mjx.mechanisms.schedule import Schedule
+from fibril_mjx.config.validation import Strict, validate
 
 NonNeg = Annotated[float, pydantic.Field(ge=0)]
 Positive = Annotated[float, pydantic.Field(gt=0)]
@@ -183,7 +183,7 @@ class SensorBase(ComponentBase):
   - a State NamedTuple with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue`
     and `held`;
   - optionally a static `fault_plan` (with `faults` in Params and State): faults and health
-    of `fibril_mjx.faults`, whose `sense` then runs this cycle (see its docstring).
+    of `fibril_mjx.mechanisms.faults`, whose `sense` then runs this cycle (see its docstring).
 
   The common fields need not be written out: a subclass of `SensorFields` (or, with faults,
   `FaultySensorFields`) inherits them keyword-only and declares only its own, and its `build`
@@ -282,7 +282,7 @@ class SensorFields(SensorBase):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FaultySensorFields(faults.FaultySensor, SensorFields):
-  """`SensorFields` plus the static `fault_plan` of `fibril_mjx.faults` (Params and State
+  """`SensorFields` plus the static `fault_plan` of `fibril_mjx.mechanisms.faults` (Params and State
   then carry `faults`); the subclass sets `fault_fields`."""
   fault_plan: faults.FaultPlan = faults.FaultPlan()
 

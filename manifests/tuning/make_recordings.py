@@ -15,7 +15,8 @@ import pathlib
 import numpy as np
 
 import fibril_mjx
-from fibril_mjx import recording, tune
+from fibril_mjx.io import recording
+from fibril_mjx.workflows import tune
 
 HERE = pathlib.Path(__file__).resolve().parent
 MANIFEST = HERE / 'turntable_ahrs.yaml'

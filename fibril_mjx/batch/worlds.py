@@ -1,0 +1,445 @@
+"""The world axis (SPEC §1.4, §8): how a batch of worlds is laid out on devices, split into
+sub-batches inside one program, padded, chunked on the host and watched.
+
+Everything that touches the world axis lives here; `Simulation` (reset / step / run /
+rollout), `fibril-mjx run` and the benchmarks use it, so a world's result is the same
+whatever path runs it.
+
+Layout of one program over `n` worlds (`Layout`):
+
+* **devices** — the worlds are split evenly over `D` devices (`jax.shard_map` over a 1-D mesh
+  named `worlds`; `check_vma=False` because MJX's solver trips the replication check).
+  On a CPU host, `fibril-mjx` exposes one XLA device per core
+  (`--xla_force_host_platform_device_count`, see `cpu_flags`); from Python, call
+  `fibril_mjx.batch.worlds.cpu_flags()` (or set `XLA_FLAGS`) before JAX initializes.
+* **sub-batches** — on each device the worlds are reshaped to `(m, k)` and `lax.map` runs the
+  vmapped single-world code over the `m` sub-batches of `k` worlds. `k` is chosen so that no
+  batched LAPACK call of the step (Cholesky of the mass matrix and of the Newton Hessian,
+  triangular solves) reaches the work at which jaxlib 0.10's CPU kernels split their batch over
+  the intra-op thread pool (`batch × cost_per_matrix ≥ 200 000` FLOP, `jaxlib/cpu/
+  lapack_kernels.cc: GetLapackBatchChunkSize`): two such calls running concurrently on the
+  pool's workers each wait for sub-tasks queued on that same, fully occupied pool — the
+  deadlock seen as a hang at 0 % CPU with 1024+ worlds of a contact model. Below the split
+  the kernel runs inline and cannot wait on the pool (`lapack_safe_sub_batch`).
+* **padding** — the world count is padded to `D·m·k` with copies of world 0 (dropped from the
+  results); `k ≥ 2` always, because XLA compiles a batch of exactly one world to different
+  (scalar) code whose results can differ in the last bit. With `cpu_flags` (no FMA
+  contraction) and the lane-independent small-matrix products of `fibril_mjx.mechanisms.smallmat`, world
+  `w`'s outputs are bitwise identical whatever the batch, chunk, sub-batch or device count it
+  runs in.
+
+Host chunks (`chunks`) only bound memory; `Watchdog` turns a program that stops making
+progress (no CPU time for `stall_s`) into a `WorldsStalled` error naming the model and world
+count instead of a silent hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import threading
+import time
+from typing import Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fibril_mjx.errors import FibrilError
+
+AXIS = 'worlds'
+LAPACK_MIN_WORK = 200_000   # jaxlib 0.10 CPU: a batched LAPACK call splits at this FLOP count
+DEFAULT_STALL_S = 120.0     # no process CPU progress for this long while waiting = stalled
+
+
+class WorldsStalled(FibrilError):
+  """A program over a batch of worlds stopped making progress (a deadlock, not slowness)."""
+
+
+# ---------------------------------------------------------------- devices
+
+ISA_KEY = '--xla_cpu_max_isa'
+BITWISE_ISA = 'AVX'   # the widest x86 ISA without FMA
+
+
+def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ) -> int:
+  """Sets the XLA CPU flags `fibril-mjx` runs with; must run before JAX initializes.
+
+  * **devices**: asks XLA for `n` CPU devices (default: one per usable core) unless XLA_FLAGS
+    already sets a count (an explicit `n` replaces it).
+  * **bitwise** (x86 only): caps XLA's CPU code generation at AVX (`--xla_cpu_max_isa=AVX`)
+    unless XLA_FLAGS already sets an ISA. XLA always lets LLVM fuse a multiply and an add into
+    one FMA instruction where the ISA has it, and whether it does depends on how the
+    surrounding loop was fused and vectorized — which changes with the batch size, the
+    number of sub-batches and the device count. Without FMA every world's arithmetic is the
+    same operations in the same order in any layout, so its results are bitwise identical
+    whatever batch, chunk or device count it runs in (measured cost: within noise on the
+    wheeled base and the IMU + EKF example, 18–30 % on the turntable; bench/README.md). `bitwise=False` (CLI `--cpu-isa native`) keeps
+    the host's full ISA; results then agree only to float rounding across layouts.
+
+  Returns the device count in effect.
+  """
+  flags = environ.get('XLA_FLAGS', '')
+  key = '--xla_force_host_platform_device_count'
+  if key in flags and n is None:
+    n = int(flags.split(key + '=')[1].split()[0])
+  else:
+    flags = ' '.join(f for f in flags.split() if not f.startswith(key))
+    if n is None:
+      try:
+        n = len(os.sched_getaffinity(0))
+      except AttributeError:
+        n = os.cpu_count() or 1
+    flags = (flags + f' {key}={int(n)}').strip()
+  if bitwise and ISA_KEY not in flags and platform.machine().lower() in ('x86_64', 'amd64'):
+    flags = f'{flags} {ISA_KEY}={BITWISE_ISA}'.strip()
+  environ['XLA_FLAGS'] = flags
+  return int(n)
+
+
+def cpu_isa(environ=os.environ) -> str:
+  """The XLA CPU ISA cap in effect (`'AVX'` under `cpu_flags`), or `'native'` without one."""
+  for flag in environ.get('XLA_FLAGS', '').split():
+    if flag.startswith(ISA_KEY + '='):
+      return flag.split('=', 1)[1]
+  return 'native'
+
+
+def resolve_devices(devices=None) -> tuple:
+  """`devices`: None (every local device), an int (the first N), or a sequence of devices."""
+  local = jax.local_devices()
+  if devices is None:
+    return tuple(local)
+  if isinstance(devices, int):
+    if devices < 1 or devices > len(local):
+      raise FibrilError(f'devices={devices}: this process has {len(local)} local device(s) '
+                        f'({local[0].platform}); on a CPU host set XLA_FLAGS='
+                        '--xla_force_host_platform_device_count=N before JAX initializes '
+                        '(fibril-mjx --devices N does this)')
+    return tuple(local[:devices])
+  return tuple(devices)
+
+
+# ---------------------------------------------------------------- the LAPACK-safe sub-batch
+
+_LINALG_COST = {
+    # FLOP estimates per matrix, as jaxlib 0.10's lapack_kernels.cc computes them.
+    'cholesky': lambda s: s[-1] ** 3 // 3,
+    'lu': lambda s: s[-2] * s[-1] * min(s[-2], s[-1]),
+    'geqrf': lambda s: 2 * s[-2] * s[-1] * min(s[-2], s[-1]) - 2 * min(s[-2], s[-1]) ** 3 // 3,
+    'geqp3': lambda s: 2 * s[-2] * s[-1] * min(s[-2], s[-1]) - 2 * min(s[-2], s[-1]) ** 3 // 3,
+}
+_LINALG_OTHER = {'eigh', 'eig', 'svd', 'schur', 'householder_product', 'hessenberg',
+                 'tridiagonal', 'tridiagonal_solve', 'qr'}
+
+
+def _linalg_calls(jaxpr) -> Iterator[tuple[str, int, int]]:
+  """(primitive, matrices per call, FLOP per matrix) of every LAPACK-backed call, recursively."""
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name in _LINALG_COST or name in _LINALG_OTHER or name == 'triangular_solve':
+      s = tuple(eqn.invars[0].aval.shape)
+      if name == 'triangular_solve':
+        b = tuple(eqn.invars[1].aval.shape)
+        rows, cols = b[-2], b[-1]
+        cost = rows * cols * (rows if eqn.params.get('left_side') else cols)
+        batch = int(np.prod(b[:-2], dtype=np.int64))
+      else:
+        cost = (_LINALG_COST[name](s) if name in _LINALG_COST
+                else 4 * max(s[-2:]) ** 3)     # conservative for kernels not listed
+        batch = int(np.prod(s[:-2], dtype=np.int64))
+      yield name, batch, int(cost)
+    for v in eqn.params.values():
+      for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          yield from _linalg_calls(inner)
+
+
+def lapack_safe_sub_batch(fn: Callable, *args) -> tuple[int | None, str]:
+  """Largest number of worlds per vmapped call of `fn` (a single-world function) whose LAPACK
+  calls all stay below jaxlib's thread-pool split, and why.
+
+  Returns:
+    `(k, reason)`: `k` None when `fn` makes no batched LAPACK call (any sub-batch is safe).
+  """
+  jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+  worst, what = 0, ''
+  for name, batch, cost in _linalg_calls(jaxpr):
+    if batch * cost > worst:
+      worst, what = batch * cost, f'{name} ({batch} x {cost} FLOP per world)'
+  if worst == 0:
+    return None, 'no batched LAPACK call in the step'
+  k = max(2, (LAPACK_MIN_WORK - 1) // worst)
+  return k, (f'{k} worlds per sub-batch keep {what} below jaxlib\'s {LAPACK_MIN_WORK:,}-FLOP '
+             'thread-pool split')
+
+
+# ---------------------------------------------------------------- layout
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How `n_worlds` worlds run in one program.
+
+  Attributes:
+    n_worlds: real worlds.
+    n_devices: devices the world axis is sharded over.
+    sub_batch: worlds per vmapped call (`k`, ≥ 2).
+    n_sub: sub-batches per device (`m`, run one after another by `lax.map`).
+  """
+  n_worlds: int
+  n_devices: int
+  sub_batch: int
+  n_sub: int
+
+  @property
+  def padded(self) -> int:
+    return self.n_devices * self.n_sub * self.sub_batch
+
+  def describe(self) -> str:
+    pad = self.padded - self.n_worlds
+    return (f'{self.n_worlds} worlds on {self.n_devices} device(s) x {self.n_sub} sub-batch(es) '
+            f'of {self.sub_batch}' + (f' (+{pad} padding)' if pad else ''))
+
+
+def layout(n_worlds: int, n_devices: int = 1, sub_batch_cap: int | None = None) -> Layout:
+  """The layout of `n_worlds` worlds over `n_devices` with at most `sub_batch_cap` per call."""
+  if n_worlds < 1:
+    raise FibrilError(f'n_worlds must be >= 1, got {n_worlds}')
+  n_devices = max(1, min(n_devices, n_worlds))
+  local = -(-n_worlds // n_devices)
+  k = local if sub_batch_cap is None else min(local, max(2, sub_batch_cap))
+  k = max(2, k)
+  m = -(-local // k)
+  k = max(2, -(-local // m))      # same number of sub-batches, least padding
+  return Layout(n_worlds, n_devices, k, m)
+
+
+def pad(tree, lay: Layout, axis: int = 0):
+  """Pads the world axis of every leaf to `lay.padded` with copies of world 0."""
+  extra = lay.padded - lay.n_worlds
+  if extra == 0:
+    return tree
+
+  def one(x):
+    first = jax.lax.slice_in_dim(x, 0, 1, axis=axis)
+    reps = [1] * x.ndim
+    reps[axis] = extra
+    return jnp.concatenate([x, jnp.tile(first, reps)], axis=axis)
+  return jax.tree.map(one, tree)
+
+
+def unpad(tree, n: int, axis: int = 0):
+  return jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, n, axis=axis), tree)
+
+
+def _split(tree, m: int, k: int):
+  return jax.tree.map(lambda x: x.reshape((m, k) + x.shape[1:]), tree)
+
+
+def _merge(tree):
+  return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), tree)
+
+
+def program(block: Callable, lay: Layout, devices: Sequence) -> Callable:
+  """`(shared, world) -> (shared_out, world_out)` over `lay.n_worlds` worlds, from `block`, the
+  same signature over one sub-batch of `k` worlds (world leaves leading).
+
+  `shared` leaves have no world axis (replicated); `shared_out` is taken from the first
+  sub-batch (it must not depend on the worlds). Not jitted: wrap it in `jax.jit`.
+  """
+  m, k = lay.n_sub, lay.sub_batch
+
+  def local(shared, world):
+    if m == 1:
+      return block(shared, world)
+    sh, wo = jax.lax.map(lambda w: block(shared, w), _split(world, m, k))
+    return jax.tree.map(lambda x: x[0], sh), _merge(wo)
+
+  if lay.n_devices > 1:
+    mesh = jax.sharding.Mesh(np.asarray(devices[:lay.n_devices]), (AXIS,))
+    P = jax.sharding.PartitionSpec
+    local = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P(AXIS)),
+                          check_vma=False)
+
+  def run(shared, world):
+    sh, wo = local(shared, pad(world, lay))
+    return sh, unpad(wo, lay.n_worlds)
+  return run
+
+
+def unpin(tree):
+  """Arrays committed to one device (e.g. `Simulation.mx`, made by `mjx.put_model`) as host
+  arrays, so a program over several devices can place them; everything else unchanged."""
+  def one(x):
+    if isinstance(x, jax.Array) and x.committed and len(x.sharding.device_set) == 1:
+      return np.asarray(x)
+    return x
+  return jax.tree.map(one, tree)
+
+
+def is_traced(tree) -> bool:
+  """True inside a user's transformation (jit / vmap / grad): the caller owns the world axis."""
+  return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def chunks(n_worlds: int, chunk_worlds: int | None) -> list[tuple[int, int]]:
+  """`[(lo, hi), ...]` host chunks of at most `chunk_worlds` worlds (None: one chunk)."""
+  step = n_worlds if not chunk_worlds else max(1, int(chunk_worlds))
+  return [(lo, min(n_worlds, lo + step)) for lo in range(0, n_worlds, step)]
+
+
+# ---------------------------------------------------------------- per-world model
+
+def model_fields(model_axes) -> tuple[str, ...]:
+  """Field names with a leading world axis: from `{name: 0}`, a set / sequence of names or
+  None."""
+  if not model_axes:
+    return ()
+  if isinstance(model_axes, dict):
+    bad = {k: v for k, v in model_axes.items() if v not in (0, None)}
+    if bad:
+      raise FibrilError(f'model_axes: only axis 0 (or None) is supported, got {bad}')
+    return tuple(sorted(k for k, v in model_axes.items() if v == 0))
+  if isinstance(model_axes, str):
+    return (model_axes,)
+  return tuple(sorted(model_axes))
+
+
+def split_model(model, fields: tuple[str, ...], n_worlds: int):
+  """`(shared model with the per-world fields removed, {field: (nworld, ...)})`."""
+  if model is None or not fields:
+    return model, {}
+  world = {}
+  for f in fields:
+    if not hasattr(model, f):
+      raise FibrilError(f'model_axes: mjx.Model has no field {f!r}')
+    v = getattr(model, f)
+    if jnp.ndim(v) == 0 or jnp.shape(v)[0] != n_worlds:
+      raise FibrilError(f'model field {f!r}: expected a leading world axis of {n_worlds}, got '
+                        f'shape {jnp.shape(v)}')
+    world[f] = v
+  return model.replace(**{f: None for f in fields}), world
+
+
+def join_model(shared_model, world_fields: dict):
+  return shared_model.replace(**world_fields) if world_fields else shared_model
+
+
+def model_in_axes(model, fields: tuple[str, ...]):
+  """A `vmap` in_axes pytree for `model`: 0 on `fields`, None elsewhere."""
+  axes = jax.tree.map(lambda _: None, model)
+  return axes.replace(**{f: 0 for f in fields}) if fields else None
+
+
+# ---------------------------------------------------------------- physics implementation
+
+IMPLS = ('jax', 'warp')
+
+
+def check_impl(impl: str, *, gradients: bool = False) -> None:
+  """Refuses a physics implementation that cannot run here (clear message, no traceback).
+
+  MJX-JAX (`'jax'`, default) runs everywhere and is differentiable. MJX-Warp (`'warp'`) needs
+  an NVIDIA GPU visible to JAX and `mujoco-mjx[warp]`, and is not differentiable.
+  """
+  if impl not in IMPLS:
+    raise FibrilError(f'physics impl {impl!r}: unknown; choose one of {", ".join(IMPLS)}')
+  if impl == 'jax':
+    return
+  if gradients:
+    raise FibrilError("physics impl 'warp' (MJX-Warp) is not differentiable; gradients need "
+                      "impl='jax' (MJX-JAX, the default)")
+  devs = jax.devices()
+  nvidia = [d for d in devs if d.platform == 'gpu' and 'nvidia' in
+            (getattr(d, 'device_kind', '') + ' ' + str(getattr(d, 'client', ''))).lower()
+            or d.platform == 'cuda']
+  if not nvidia and not any(d.platform == 'gpu' for d in devs):
+    raise FibrilError(
+        "physics impl 'warp' (MJX-Warp) runs on NVIDIA GPUs only; this process sees "
+        f"{len(devs)} {devs[0].platform} device(s). Use impl='jax' (MJX-JAX, the default), "
+        'or run on a machine with an NVIDIA GPU and jax[cuda]')
+  try:
+    import warp  # noqa: F401
+  except ImportError:
+    raise FibrilError("physics impl 'warp' needs MJX-Warp: pip install 'mujoco-mjx[warp]' "
+                      '(warp-lang); it is not installed') from None
+
+
+def describe_impl(impl: str) -> str:
+  return ('MJX-JAX (differentiable; CPU/GPU/TPU)' if impl == 'jax'
+          else 'MJX-Warp (NVIDIA GPU, not differentiable)')
+
+
+# ---------------------------------------------------------------- watchdog
+
+class Watchdog:
+  """Waits for a program's results; a program whose process uses no CPU for `stall_s` (a
+  deadlock: every XLA worker waits) raises `WorldsStalled` naming `what` instead of hanging.
+
+  `stall_s` defaults to $FIBRIL_MJX_STALL_S or 120 s; 0 waits forever.
+  """
+
+  def __init__(self, what: str, stall_s: float | None = None):
+    self.what = what
+    if stall_s is None:
+      stall_s = float(os.environ.get('FIBRIL_MJX_STALL_S', DEFAULT_STALL_S))
+    self.stall_s = stall_s
+
+  def wait(self, tree):
+    if not self.stall_s:
+      return jax.block_until_ready(tree)
+    done = threading.Event()
+    err: list = []
+
+    def target():
+      try:
+        jax.block_until_ready(tree)
+      except BaseException as e:  # noqa: BLE001 — re-raised in the caller
+        err.append(e)
+      done.set()
+    threading.Thread(target=target, daemon=True, name='fibril-watchdog').start()
+    poll = min(5.0, self.stall_s / 4)
+    last_cpu, last_t = time.process_time(), time.monotonic()
+    while not done.wait(poll):
+      cpu, now = time.process_time(), time.monotonic()
+      if cpu - last_cpu > 0.02 * (now - last_t):
+        last_cpu, last_t = cpu, now
+      elif now - last_t >= self.stall_s:
+        raise WorldsStalled(
+            f'{self.what}: no progress for {now - last_t:.0f} s (process CPU idle while '
+            'waiting for XLA) — a stalled program, not a slow one; this is the jaxlib CPU '
+            'LAPACK thread-pool deadlock if the sub-batch was forced above the safe size. '
+            'Run with fewer worlds per sub-batch (sub_batch=) or report it with '
+            'bench/lapack_hang_repro.py')
+    if err:
+      raise err[0]
+    return tree
+
+
+def describe_memory() -> dict:
+  """`{'peak_rss_bytes': ...}` of this process (Linux ru_maxrss is in KiB)."""
+  try:
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  except (ImportError, OSError):
+    peak = float('nan')
+  return {'peak_rss_bytes': peak}
+
+
+def tree_nbytes(tree) -> int:
+  return int(sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+                 for x in jax.tree.leaves(tree)))
+
+
+def fmt_bytes(n: float) -> str:
+  if not math.isfinite(n):
+    return '?'
+  for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+    if abs(n) < 1024 or unit == 'TiB':
+      return f'{n:,.0f} {unit}' if unit == 'B' else f'{n:,.1f} {unit}'
+    n /= 1024
+  return str(n)
+

@@ -1,0 +1,160 @@
+"""Host-side build: MJCF (with `package://`) → MjSpec → assemblies → overlays → MjModel →
+components bound by name → scripts → MJX model, returned as one static `Built`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import mujoco
+
+from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, SensorBinding  # noqa: F401
+from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Built:
+  """Everything the host-side build resolves from a manifest: static and hashable.
+
+  Hash and equality come from what the compiled code depends on — the manifest's sha256, the
+  built components (themselves hashable by their static fields), the scripts and the dcmotor
+  binding — so equal manifests share compiled code.
+
+  Attributes:
+    manifest: the parsed manifest.
+    mj_model: the compiled MuJoCo model (assemblies and overlays applied).
+    physics_model: the model MJX steps (a twin without `dcmotor` actuators, else `mj_model`).
+    mx: its MJX model; `data0`: `mjx.Data` after `mj_forward` of the initial state.
+    dt: physics timestep (s).
+    components: `{id: component}` in manifest order.
+    actuator_script, command_script: the manifest's open-loop drives.
+    dcmotor: static dcmotor binding, or None.
+    assemblies, overlays: resolved assemblies and applied overlays (for the plan).
+    vary: `{component id: frozenset of fields}` compiled in for per-world variation.
+  """
+  manifest: Any
+  mj_model: mujoco.MjModel
+  physics_model: mujoco.MjModel
+  mx: Any
+  data0: Any
+  dt: float
+  components: dict
+  actuator_script: Any
+  command_script: Any
+  dcmotor: Any
+  assemblies: dict
+  overlays: tuple
+  vary: dict
+
+  def _key(self):
+    return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,
+            self.command_script, self.dcmotor, tuple(sorted(self.vary.items())))
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __eq__(self, other):
+    return isinstance(other, Built) and self._key() == other._key()
+
+
+def _check_vary(manifest, components: dict, vary: dict) -> dict:
+  """`vary` names existing components and per-world (Params) fields."""
+  file = str(manifest.path)
+  out = {}
+  for cid, names in (vary or {}).items():
+    if cid not in components:
+      raise ConfigError(file, 'vary', 'no component of that id'
+                        + did_you_mean(cid, list(components)), cid)
+    c = components[cid]
+    for name in names:
+      if c.param_path(name) is None:
+        known = [n for n, _ in c.fields if c.param_path(n) is not None]
+        raise ConfigError(file, f'vary.{cid}', f'not a per-world field of {c.type} (static '
+                          'config cannot vary per world in one compiled program)'
+                          + did_you_mean(name, known), name)
+    out[cid] = frozenset(names)
+  return out
+
+
+def build(manifest, vary: dict | None = None) -> Built:
+  """Host-side build: MJCF (with `package://`) → MjSpec → assemblies → overlays → compile →
+  bind components → scripts → the MJX model.
+
+  Args:
+    manifest: a parsed `fibril_mjx.config.manifest.Manifest`.
+    vary: `{component id: [manifest field, ...]}` — per-world fields compiled into the graph
+      even when their manifest value is the default (so a per-world value takes effect).
+  """
+  from fibril_mjx.physics import assemblies, dcmotor
+  from fibril_mjx.core import command_script
+  from fibril_mjx.physics.mjx import mjx
+  from fibril_mjx.components import TYPES
+  from fibril_mjx.core import protocol
+  from fibril_mjx.config.manifest import ComponentConfig
+
+  file = str(manifest.path)
+  spec = load_spec(manifest.model_path, manifest.packages)
+  # Robot geometry and calibration are materialized into the spec before compile (SPEC §3.3,
+  # §3.4): assembly gears first, then overlays in manifest order.
+  resolved_assemblies = assemblies.apply_assemblies(manifest, spec)
+  overlays, overlay_fields = assemblies.apply_overlays(manifest, spec)
+  mj_model = compile_spec(spec, manifest.model_path)
+  reject_mjx_ignored(mj_model, manifest.model_path)
+  dt = float(mj_model.opt.timestep)
+  vary = dict(vary or {})
+  ids = [e.id for e in manifest.model.components]
+  for cid in vary:
+    if cid not in ids:
+      raise ConfigError(file, 'vary', 'no component of that id' + did_you_mean(cid, ids), cid)
+  components = {}
+  for i, entry in enumerate(manifest.model.components):
+    path = f'components[{i}]'
+    if entry.type not in TYPES:
+      raise ConfigError(file, f'{path}.type', 'unknown component type'
+                        + did_you_mean(entry.type, TYPES) +
+                        f'; known types: {", ".join(sorted(TYPES))}', entry.type)
+    if entry.id == DCMOTOR_PARAMS:
+      raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
+    ctx = BuildContext(mj_model, dt, file, f'{path}.config',
+                       assembly=resolved_assemblies.get(entry.id), built=dict(components),
+                       entries=tuple((e.id, e.type) for e in manifest.model.components),
+                       vary=frozenset(vary.get(entry.id, ())))
+    raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
+    component = TYPES[entry.type].build(entry.id, raw, ctx, manifest.catalog)
+    protocol.check(component)
+    components[entry.id] = component
+  vary = _check_vary(manifest, components, vary)
+  actuator_script = command_script.build_actuator_script(manifest, mj_model)
+  _check_one_driver_per_actuator(manifest, components)
+  cmd_script = command_script.build(manifest, components, dt)
+  # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.physics.dcmotor).
+  physics_model, dc = dcmotor.prepare(mj_model, spec)
+  try:
+    mx = mjx.put_model(physics_model)
+  except NotImplementedError as e:
+    raise ConfigError(str(manifest.model_path), 'model',
+                      f'MJX cannot step this model: {e}') from None
+  d = mujoco.MjData(physics_model)
+  mujoco.mj_forward(physics_model, d)
+  data0 = mjx.put_data(physics_model, d)
+  return Built(manifest, mj_model, physics_model, mx, data0, dt, components, actuator_script,
+               cmd_script, dc, resolved_assemblies, tuple(overlays), vary)
+
+
+def _check_one_driver_per_actuator(manifest, components: dict) -> None:
+  """Each MuJoCo actuator is written by one component (or the actuator_script), never two."""
+  from fibril_mjx.core import protocol
+  file = str(manifest.path)
+  owner = {}
+  for i, s in enumerate(manifest.model.actuator_script):
+    owner[s.actuator] = f'actuator_script[{i}]'
+  for i, (cid, c) in enumerate(components.items()):
+    if protocol.ACTUATOR not in c.roles:
+      continue
+    for b in c.bindings:
+      if b.name in owner:
+        raise ConfigError(file, f'components[{i}].config.{b.field}',
+                          f'actuator already driven by {owner[b.name]}; one driver per '
+                          'actuator', b.name)
+      owner[b.name] = f'component {cid!r}'

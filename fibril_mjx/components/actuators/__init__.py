@@ -1,0 +1,1 @@
+"""Actuator adapters (SPEC §6): commands onto MuJoCo actuators."""

@@ -1,0 +1,434 @@
+"""What every actuator component shares (SPEC §6): the MuJoCo actuator binding, the command
+link (transport → held value → timeout) and the config rules common to the actuator types.
+
+A command issued at tick `k` enters the component's delivery queue (`fibril_mjx.mechanisms.transport`,
+the same queue that carries sensor samples: latency, seeded jitter without reordering, loss,
+static capacity); every tick, the commands whose release tick has come are applied in order
+to the held value (an endpoint keeps the latest accepted command); at application instants the
+component turns the held value (or the safe value on timeout) into `ctrl`. The watchdog counts
+ticks since the latest accepted release, in integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pydantic
+
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.components import base
+from fibril_mjx.core import protocol
+from fibril_mjx.components.base import NonNeg, Positive
+from fibril_mjx.config.validation import Strict
+from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.mechanisms.schedule import Schedule, ticks_fraction
+
+# Fields that would duplicate a physical value of the MJCF (or the assembly) in a motor config,
+# with where the value belongs (SPEC §1 principle 1 and §6.2: `kp`, `ki`, `kd`, `effort_limit`,
+# `motor`, `transmission`, `driver` are not accepted).
+FORBIDDEN_MOTOR_FIELDS = {
+    'kp': 'servo gains belong to the MJCF actuator (<position kp>, <velocity kv>, '
+          '<dcmotor controller>); fibril never re-implements a force controller',
+    'ki': 'servo gains belong to the MJCF actuator (<dcmotor controller="kp ki kd ...">); '
+          'fibril never re-implements a force controller',
+    'kd': 'servo gains belong to the MJCF actuator (<position kv>, <velocity kv>, '
+          '<dcmotor controller>); fibril never re-implements a force controller',
+    'effort_limit': 'force limits belong to the MJCF: the actuator forcerange (or dcmotor '
+                    'saturation) and the joint actuatorfrcrange',
+    'motor': 'motor constants belong to the MJCF <dcmotor> (resistance, motorconst, '
+             'inductance), e.g. class fibril_sim_hw_robomaster_m3508_p19_nominal',
+    'transmission': 'transmission geometry belongs to a top-level assemblies entry '
+                    '(assemblies: [{id: ..., component: <this id>, transmission: {...}}])',
+    'driver': 'driver/servo behaviour belongs to the MJCF actuator (gains, controller, '
+              'saturation); this component only adds command transport, timing, logical '
+              'coordinates and feedback',
+}
+
+_TRN_NAMES = {int(mujoco.mjtTrn.mjTRN_JOINT): 'joint',
+              int(mujoco.mjtTrn.mjTRN_JOINTINPARENT): 'jointinparent',
+              int(mujoco.mjtTrn.mjTRN_TENDON): 'tendon', int(mujoco.mjtTrn.mjTRN_SITE): 'site',
+              int(mujoco.mjtTrn.mjTRN_SLIDERCRANK): 'slidercrank',
+              int(mujoco.mjtTrn.mjTRN_BODY): 'body'}
+_INPUT_BITS = ((1, 'pos'), (2, 'vel'), (4, 'ff'), (8, 'voltage'))
+
+
+# ------------------------------------------------------------------------------ binding
+
+
+@dataclasses.dataclass(frozen=True)
+class ActuatorBinding:
+  """A MuJoCo actuator bound to a component field (resolved on the host, static).
+
+  Attributes:
+    field: the config field that named it (`actuator`, `position_actuator`, ...).
+    name, id: actuator name and index.
+    ctrladr: index of its (single) control in `ctrl` — never assumed equal to `id`.
+    kind: `position`, `velocity`, `motor` or `dcmotor`.
+    dc_input: `pos` or `vel` for a dcmotor, else ''.
+    gain: `gainprm[0]` (kp of position, kv of velocity, gain of motor; 0 for dcmotor).
+    bias: `biasprm[0:3]` (force = gain·ctrl + b0 + b1·length + b2·velocity).
+    joint, joint_type, qposadr, dofadr: the driven 1-DoF joint.
+    gear: compiled `gear[0]` (after assemblies and overlays).
+    forcerange: actuator force clamp, or None when not force-limited.
+    joint_frcrange: the joint's `actuatorfrcrange` (clamps qfrc_actuator), or None.
+    ctrlrange: control clamp, or None when not ctrl-limited.
+  """
+  field: str
+  name: str
+  id: int
+  ctrladr: int
+  kind: str
+  dc_input: str
+  gain: float
+  bias: tuple[float, float, float]
+  joint: str
+  joint_type: str
+  qposadr: int
+  dofadr: int
+  gear: float
+  forcerange: tuple[float, float] | None
+  joint_frcrange: tuple[float, float] | None
+  ctrlrange: tuple[float, float] | None
+
+  @property
+  def semantic(self) -> str:
+    """What `ctrl` means: a `position` setpoint, a `velocity` setpoint or an `effort`."""
+    if self.kind == 'dcmotor':
+      return 'position' if self.dc_input == 'pos' else 'velocity'
+    return {'position': 'position', 'velocity': 'velocity', 'motor': 'effort'}[self.kind]
+
+  @property
+  def transmission_input(self) -> str:
+    """The MJCF actuator kind and input the transmission is driven through."""
+    if self.kind == 'dcmotor':
+      return f'dcmotor input="{self.dc_input}"'
+    return f'<{self.kind}>'
+
+  def joint_effort_range(self) -> tuple[float, float] | None:
+    """Range of the generalized force on the joint: forcerange × gear ∩ actuatorfrcrange."""
+    lo, hi = -math.inf, math.inf
+    if self.forcerange is not None:
+      a, b = self.forcerange[0] * self.gear, self.forcerange[1] * self.gear
+      lo, hi = min(a, b), max(a, b)
+    if self.joint_frcrange is not None:
+      lo, hi = max(lo, self.joint_frcrange[0]), min(hi, self.joint_frcrange[1])
+    return None if (lo, hi) == (-math.inf, math.inf) else (lo, hi)
+
+  def describe(self) -> list[str]:
+    rng = lambda r, unit='': 'unlimited' if r is None else f'[{r[0]:g}, {r[1]:g}]{unit}'  # noqa
+    return [f'{self.field}: {self.name} (actuator {self.id}, ctrl[{self.ctrladr}]), '
+            f'transmission input {self.transmission_input}, joint {self.joint} '
+            f'({self.joint_type}, qpos[{self.qposadr}], dof {self.dofadr}), resolved gear '
+            f'{self.gear:g}',
+            f'  ctrl semantic: {self.semantic}; force range {rng(self.forcerange)} (actuator); '
+            f'joint-effort range {rng(self.joint_effort_range())} (forcerange x gear'
+            f'{" ∩ joint actuatorfrcrange " + rng(self.joint_frcrange) if self.joint_frcrange else ""})'
+            + (f'; ctrlrange {rng(self.ctrlrange)}' if self.ctrlrange else '')]
+
+
+def _kind(m: mujoco.MjModel, i: int) -> tuple[str, str]:
+  """(kind, why-not) of actuator `i`: kind '' with a reason when unsupported."""
+  g, b = m.actuator_gainprm[i], m.actuator_biasprm[i]
+  gt, bt, dt = (int(m.actuator_gaintype[i]), int(m.actuator_biastype[i]),
+                int(m.actuator_dyntype[i]))
+  if mujoco.mjtGain.mjGAIN_DCMOTOR in (gt,) or bt == mujoco.mjtBias.mjBIAS_DCMOTOR:
+    return 'dcmotor', ''
+  if dt not in (int(mujoco.mjtDyn.mjDYN_NONE), int(mujoco.mjtDyn.mjDYN_FILTER),
+                int(mujoco.mjtDyn.mjDYN_FILTEREXACT)):
+    return '', (f'actuator dynamics {mujoco.mjtDyn(dt).name} (e.g. intvelocity, muscle) are not '
+                'a position, velocity or torque input')
+  if gt != mujoco.mjtGain.mjGAIN_FIXED or g[0] == 0:
+    return '', 'only fixed-gain actuators (position, velocity, motor) and dcmotor are supported'
+  if bt == mujoco.mjtBias.mjBIAS_NONE:
+    return 'motor', ''
+  if bt == mujoco.mjtBias.mjBIAS_AFFINE and b[0] == 0:
+    if np.isclose(b[1], -g[0], rtol=1e-12, atol=0):
+      return 'position', ''
+    if b[1] == 0 and np.isclose(b[2], -g[0], rtol=1e-12, atol=0):
+      return 'velocity', ''
+  return '', ('a general actuator that is neither <position> (bias = -kp·length), <velocity> '
+              '(bias = -kv·velocity) nor <motor> (no bias)')
+
+
+def bind_actuator(ctx, field: str, name: str) -> ActuatorBinding:
+  """Binds a MuJoCo actuator by its compiled name; the rules of SPEC §6 are checked here.
+
+  Raises:
+    ConfigError: at `<config path>.<field>` — missing actuator, a transmission that is not a
+      1-DoF joint, a dcmotor input other than `pos` / `vel`, an unsupported actuator kind.
+  """
+  m = ctx.model
+  where = f'{ctx.path}.{field}'
+  aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, name)
+  if aid < 0:
+    names = [m.actuator(j).name for j in range(m.nactuator)]
+    raise ConfigError(ctx.file, where, 'no MuJoCo actuator of that name in the compiled model'
+                      + did_you_mean(name, names), name)
+  trn = int(m.actuator_trntype[aid])
+  if trn != mujoco.mjtTrn.mjTRN_JOINT:
+    raise ConfigError(ctx.file, where, f'must drive a joint; {name!r} has a '
+                      f'{_TRN_NAMES.get(trn, str(trn))} transmission', name)
+  jid = int(m.actuator_trnid[aid, 0])
+  jtype = int(m.jnt_type[jid])
+  jname = m.joint(jid).name
+  if jtype not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+    raise ConfigError(ctx.file, where, f'must drive a 1-DoF hinge or slide joint; {name!r} '
+                      f'drives the {mujoco.mjtJoint(jtype).name[6:].lower()} joint {jname!r}',
+                      name)
+  kind, why = _kind(m, aid)
+  dc_input = ''
+  if kind == 'dcmotor':
+    spec = int(m.actuator_ctrlspec[aid])
+    bits = [n for b, n in _INPUT_BITS if spec & b]
+    text = ' '.join(bits) if bits else 'none'
+    if 'voltage' in bits:
+      raise ConfigError(ctx.file, where, f'dcmotor {name!r} has input="{text}": a production '
+                        'motor command is not a terminal voltage, so fibril_sim/motor does not '
+                        'bind voltage input; use input="pos" or input="vel" with the dcmotor '
+                        'controller in the MJCF', name)
+    if bits not in (['pos'], ['vel']):
+      raise ConfigError(ctx.file, where, f'dcmotor {name!r} has input="{text}"; '
+                        'fibril_sim/motor binds a dcmotor with one input, "pos" or "vel"', name)
+    dc_input = bits[0]
+  elif not kind:
+    raise ConfigError(ctx.file, where, f'unsupported actuator {name!r}: {why}', name)
+  if m.actuator_ctrlnum[aid] != 1:
+    raise ConfigError(ctx.file, where, f'actuator {name!r} owns {m.actuator_ctrlnum[aid]} '
+                      'controls; one is required', name)
+  adr = int(m.actuator_ctrladr[aid])
+  fr = (tuple(float(x) for x in m.actuator_forcerange[aid])
+        if m.actuator_forcelimited[aid] else None)
+  jr = tuple(float(x) for x in m.jnt_actfrcrange[jid]) if m.jnt_actfrclimited[jid] else None
+  cr = tuple(float(x) for x in m.actuator_ctrlrange[adr]) if m.actuator_ctrllimited[adr] else None
+  return ActuatorBinding(field, name, int(aid), adr, kind, dc_input,
+                         float(m.actuator_gainprm[aid, 0]) if kind != 'dcmotor' else 0.0,
+                         tuple(float(x) for x in m.actuator_biasprm[aid, :3]), jname,
+                         mujoco.mjtJoint(jtype).name[6:].lower(), int(m.jnt_qposadr[jid]),
+                         int(m.jnt_dofadr[jid]), float(m.actuator_gear[aid, 0]), fr, jr, cr)
+
+
+def joint_state(b: ActuatorBinding, data) -> tuple[jax.Array, jax.Array]:
+  """Joint position and velocity `()` of the bound joint in `data` (mjx.Data, one world)."""
+  return data.qpos[b.qposadr], data.qvel[b.dofadr]
+
+
+# ------------------------------------------------------------------------------ config rules
+
+
+def set_fields(fields: dict) -> set[str]:
+  """Names of the resolved fields that some layer set (profile, config or overlay)."""
+  return {n for n, fv in fields.items() if fv.layer != 'default'}
+
+
+def timeout_ticks(timeout_s: float, dt: float) -> int | None:
+  """Watchdog threshold: timed out when `tick - last release > threshold` (None: disabled).
+
+  `(tick - r)·dt > timeout_s` ⇔ `tick - r > floor(timeout_s / dt)` for integer ticks; the
+  quotient is the exact rational of `schedule.ticks_fraction`.
+  """
+  if timeout_s <= 0:
+    return None
+  return int(math.floor(ticks_fraction(timeout_s, dt)))
+
+
+# ------------------------------------------------------------------------------ command link
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandLink:
+  """Static config of a command path: the delivery queue and the watchdog.
+
+  Attributes:
+    transport: the command transport (commands may be issued every tick).
+    timeout_ticks: None (no watchdog) or the tick count after which the held command is stale.
+    timeout_s: the configured value (for display).
+  """
+  transport: tp.Transport
+  timeout_ticks: int | None
+  timeout_s: float
+
+  @staticmethod
+  def build(latency_s, jitter_s, loss_probability, timeout_s, dt, quantization, *, origin,
+            latency_field) -> 'CommandLink':
+    tr = tp.Transport.build(latency_s, jitter_s, loss_probability, dt, dt, quantization,
+                            origin=origin, latency_field=latency_field)
+    return CommandLink(tr, timeout_ticks(timeout_s, dt), float(timeout_s))
+
+  def describe(self) -> str:
+    wd = ('off' if self.timeout_ticks is None else
+          f'{self.timeout_s:g} s (stale when more than {self.timeout_ticks} ticks old)')
+    return f'command transport: {self.transport.describe()}; timeout {wd}'
+
+
+class LinkState(NamedTuple):
+  """Per-world state of a command path.
+
+  Attributes:
+    queue: commands in flight.
+    issued: commands issued so far (the sequence number / RNG index of the next one).
+    received: an accepted command has been released.
+    release_tick: tick of the latest accepted release (-1 before the first).
+    sequence: sequence number of the held command (-1 before the first).
+    rejected: released commands that the endpoint refused (cumulative).
+  """
+  queue: tp.QueueState
+  issued: jax.Array
+  received: jax.Array
+  release_tick: jax.Array
+  sequence: jax.Array
+  rejected: jax.Array
+
+
+def init(link: CommandLink, neutral_command) -> LinkState:
+  q, _ = tp.init(link.transport, neutral_command)
+  m1 = jnp.int32(-1)
+  return LinkState(q, jnp.int32(0), jnp.bool_(False), m1, m1, jnp.int32(0))
+
+
+def issue(link: CommandLink, ls: LinkState, command, issued, tick, jitter_stream, loss_stream
+          ) -> LinkState:
+  """Enqueues `command` when `issued` (bool, per world); its sequence number is `ls.issued`."""
+  q = tp.send(link.transport, ls.queue, command, ls.issued, tick, jitter_stream, loss_stream,
+              active=issued)
+  return ls._replace(queue=q, issued=ls.issued + issued.astype(jnp.int32))
+
+
+# status of a released command returned by the endpoint's apply function
+IGNORED, ACCEPTED, REJECTED = 0, 1, 2
+
+
+def deliver(link: CommandLink, ls: LinkState, held, tick,
+            apply: Callable[[Any, Any], tuple[Any, jax.Array]]) -> tuple[LinkState, Any]:
+  """Applies the commands released at `tick`, oldest first, to the endpoint's held value.
+
+  Args:
+    held: the endpoint's held value (any pytree).
+    apply: `(held, command) -> (held, status)`, status `ACCEPTED` (refreshes the watchdog),
+      `REJECTED` (counted; apply must leave the held command unchanged) or `IGNORED` (e.g. an
+      encoder reset alone).
+
+  Returns:
+    `(link state, held)`.
+  """
+  q, ready, idx = tp.release(link.transport, ls.queue, tick)
+  for j in range(link.transport.capacity):
+    slot = idx[j]
+    cmd = jax.tree.map(lambda b: b[slot], q.buf)
+    new_held, status = apply(held, cmd)
+    r = ready[j]
+    ok = r & (status == ACCEPTED)
+    held = jax.tree.map(lambda a, b: jnp.where(r, a, b), new_held, held)
+    ls = ls._replace(
+        received=ls.received | ok,
+        release_tick=jnp.where(ok, jnp.asarray(tick, jnp.int32), ls.release_tick),
+        sequence=jnp.where(ok, q.sequence[slot], ls.sequence),
+        rejected=ls.rejected + (r & (status == REJECTED)).astype(jnp.int32))
+  return ls._replace(queue=q), held
+
+
+def timed_out(link: CommandLink, ls: LinkState, tick) -> jax.Array:
+  """Whether the held command is stale at `tick` (always False without a watchdog)."""
+  if link.timeout_ticks is None:
+    return jnp.bool_(False)
+  return ls.received & (tick - ls.release_tick > link.timeout_ticks)
+
+
+def set_ctrl(ctrl, b: ActuatorBinding, value) -> jax.Array:
+  """Writes one actuator's control (its own `ctrladr`)."""
+  return ctrl.at[b.ctrladr].set(jnp.asarray(value, ctrl.dtype))
+
+
+def ctrl_for_force(b: ActuatorBinding, force, length, velocity):
+  """Control that makes an affine actuator produce actuator force `force` at this state.
+
+  force = gain·ctrl + b0 + b1·length + b2·velocity (position, velocity and motor kinds).
+  """
+  b0, b1, b2 = b.bias
+  return (force - b0 - b1 * length - b2 * velocity) / b.gain
+
+
+def at_instants(schedule, due, fn, *operands):
+  """`fn(*operands)` at the schedule's instants, else the operands unchanged.
+
+  `due` is shared by all worlds, so under `vmap` this is a real branch; a schedule with an
+  instant every tick skips the branch statically (no conditional in the graph).
+  """
+  if schedule.every_tick:
+    return fn(*operands)
+  return jax.lax.cond(due, fn, lambda *x: x if len(x) > 1 else x[0], *operands)
+
+
+def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, replace, tick, due):
+  """Acquire feedback at the schedule's instants (see `at_instants`), then deliver."""
+  state = at_instants(schedule, due, acquire, state)
+  queue, held = tp.receive(transport, queue_of(state), held_of(state), tick)
+  return replace(state, queue, held)
+
+
+class MotorTimingConfig(Strict):
+  """Command transport, application and feedback fields of the motor-type components
+  (`fibril_sim/motor`, `fibril_sim/motion_motor`; SPEC §6.2, §6.3), used by `build_timing`."""
+  command_latency_s: NonNeg = 0.0
+  command_jitter_s: NonNeg = 0.0
+  command_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
+  timeout_s: float = 0.0
+  application_period_s: Positive
+  application_phase_s: NonNeg = 0.0
+  feedback_period_s: Optional[Positive] = None
+  feedback_phase_s: NonNeg = 0.0
+  feedback_latency_s: NonNeg = 0.0
+  feedback_current_per_force: NonNeg = 0.0
+
+
+def build_timing(cfg, ctx, origin):
+  """Application and feedback schedules, feedback transport and command link of a motor-type
+  component (`application_*`, `feedback_*`, `command_*`, `timeout_s` fields).
+
+  The feedback period defaults to the application period (errors then point to the latter).
+
+  Returns:
+    `(application, feedback, feedback_transport, command_link)`.
+  """
+  application = Schedule.build(cfg.application_period_s, cfg.application_phase_s, ctx.dt,
+                               'next_boundary', origin=origin,
+                               period_field='application_period_s',
+                               phase_field='application_phase_s')
+  fb_period = cfg.feedback_period_s or cfg.application_period_s
+  fb_origin = origin if cfg.feedback_period_s else (
+      lambda f: origin('application_period_s' if f == 'feedback_period_s' else f))
+  feedback = Schedule.build(fb_period, cfg.feedback_phase_s, ctx.dt, 'next_boundary',
+                            origin=fb_origin, period_field='feedback_period_s',
+                            phase_field='feedback_phase_s')
+  fb_transport = tp.Transport.build(cfg.feedback_latency_s, 0.0, 0.0, fb_period, ctx.dt,
+                                    'next_boundary', origin=origin,
+                                    latency_field='feedback_latency_s')
+  link = CommandLink.build(cfg.command_latency_s, cfg.command_jitter_s,
+                           cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
+                           'next_boundary', origin=origin, latency_field='command_latency_s')
+  return application, feedback, fb_transport, link
+
+
+class FeedbackOutput(base.ComponentBase):
+  """Mixin of motor-type components: the delivered feedback is the output, and the status
+  counts command loss / overflow / rejections, timeout instants and feedback overflow (state
+  fields `fb_held`, `fb_queue`, `link`, `timeout_count`)."""
+  roles = frozenset({protocol.ACTUATOR, protocol.SENSOR})
+
+  @property
+  def schedules(self) -> dict:
+    """Commands applied before physics (`application`), feedback acquired after it."""
+    return {'application': self.application, 'feedback': self.feedback}
+
+  def output(self, s) -> tp.Delivered:
+    return s.fb_held
+
+  def status(self, s) -> dict:
+    return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
+            'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
+            'feedback_overflow': s.fb_queue.overflow}

@@ -1,0 +1,331 @@
+"""`fibril_sim/motion_motor` — impedance-style command onto three MuJoCo channels (SPEC §6.3).
+
+One command `(position, velocity, kp, kd, effort_ff)` (RobStride "operation" / MIT-like
+packet; joint-side units) drives three actuators on one 1-DoF joint: a unit-P position
+channel, a unit-D velocity channel and a feedforward motor channel (MJCF classes
+`fibril_sim_hw_robstride_operation_{position,velocity,feedforward}`).
+
+Two cadences. Packets: a command goes through the command transport (latency, jitter, loss)
+into the held value, and at each application instant (the packet cadence, e.g. the 5 ms CAN
+period) the held command is latched — or, uncommanded / timed out / disabled, the axis is
+latched inactive. The law: the device runs its impedance loop far faster than the physics
+step, so at EVERY physics tick the component computes, from the current joint state and the
+latched command, the equivalent setpoints for which MuJoCo produces
+
+  qfrc_actuator = kp·(p* − q) + kd·(v* − q̇) + effort_ff      (clamped by the joint's
+                                                              actuatorfrcrange)
+
+P term through the P channel, D term through the D channel, feedforward through the motor
+channel (each channel's force is its term divided by the channel gear). The unit channels'
+own stiffness and damping therefore never show between packets. `kp`, `kd` must be finite and
+≥ 0 (any non-finite field also rejects the command); a rejected command is counted and never
+applied. Inactive (uncommanded, timed out or disabled, `enable = False`): the references are
+the current position and velocity at every tick and the feedforward is zero, so no force is
+added.
+
+The force is exact at every tick. With MuJoCo's implicit integrators (`implicit`,
+`implicitfast`) the unit D channel, a velocity actuator at constant ctrl within the step, also
+enters the implicit velocity update with `kv·gear²`: the integrated damping then differs from
+`kd` by a dt-order amount; `integrator="Euler"` integrates the law as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+
+from fibril_mjx.mechanisms import rng
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext
+from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components import base
+from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.mechanisms.schedule import Schedule
+
+TYPE = 'fibril_sim/motion_motor'
+SAMPLE_TYPE = 'fibril_sim/motion_motor_feedback/v1'
+SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
+CHANNELS = (('position_actuator', 'position'), ('velocity_actuator', 'velocity'),
+            ('feedforward_actuator', 'motor'))
+
+FORBIDDEN = {
+    **actuation.FORBIDDEN_MOTOR_FIELDS,
+    'kp': 'kp is a field of each motion command (MotionCommand.kp, per packet); the unit P '
+          'channel is an MJCF actuator (class fibril_sim_hw_robstride_operation_position)',
+    'kd': 'kd is a field of each motion command (MotionCommand.kd, per packet); the unit D '
+          'channel is an MJCF actuator (class fibril_sim_hw_robstride_operation_velocity)',
+}
+
+
+class MotionMotorConfigModel(actuation.MotorTimingConfig):
+  """Validated manifest config of `fibril_sim/motion_motor` (SPEC §6.3)."""
+  joint: str
+  position_actuator: str
+  velocity_actuator: str
+  feedforward_actuator: str
+
+
+class MotionCommand(NamedTuple):
+  """`MotorMotionCommand` (joint-side units; one world).
+
+  Attributes:
+    issued: a command was issued this tick.
+    enable: False disables the axis (no added force) until an enabled command arrives.
+    position, velocity: references p*, v* (joint units).
+    kp, kd: gains (joint effort per joint unit / per joint unit/s), finite, ≥ 0.
+    effort_ff: joint-side feedforward effort.
+  """
+  issued: jax.Array
+  enable: jax.Array
+  position: jax.Array
+  velocity: jax.Array
+  kp: jax.Array
+  kd: jax.Array
+  effort_ff: jax.Array
+
+
+def command(position, velocity=0.0, kp=0.0, kd=0.0, effort_ff=0.0, enable=True
+            ) -> MotionCommand:
+  """An issued motion command; array arguments broadcast together (e.g. `(nworld,)`)."""
+  arrs = jnp.broadcast_arrays(*(jnp.asarray(x, jnp.float32)
+                                for x in (position, velocity, kp, kd, effort_ff)))
+  shape = arrs[0].shape
+  return MotionCommand(jnp.ones(shape, bool), jnp.full(shape, enable, bool), *arrs)
+
+
+class Params(NamedTuple):
+  feedback_current_per_force: jax.Array
+
+
+class Feedback(NamedTuple):
+  """`fibril_sim/motion_motor_feedback/v1` (joint-side units).
+
+  Attributes:
+    position, velocity: joint position / velocity.
+    applied_effort: the joint's `qfrc_actuator` (sum of the three channels after the joint's
+      actuatorfrcrange).
+    current: `feedback_current_per_force × qfrc_actuator / gear / actuator_count` (per motor,
+      from the motor-side force).
+  """
+  position: jax.Array
+  velocity: jax.Array
+  applied_effort: jax.Array
+  current: jax.Array
+
+
+class State(NamedTuple):
+  """Per-world state.
+
+  Attributes:
+    streams, link: stream keys and the command path.
+    held: the latest accepted command.
+    latched: the command latched at the latest application instant (the law's command).
+    active: the latest instant latched the held command (received, fresh, enabled).
+    stale: the latest instant found it timed out; timeout_count counts such instants.
+    law: `kp(p*−q) + kd(v*−q̇) + ff` of this tick (before actuatorfrcrange), joint.
+    reference: p* of this tick (the joint position when inactive).
+    fb_queue, fb_held: feedback queue and delivered output.
+  """
+  streams: dict
+  link: actuation.LinkState
+  held: MotionCommand
+  latched: MotionCommand
+  active: jax.Array
+  stale: jax.Array
+  timeout_count: jax.Array
+  law: jax.Array
+  reference: jax.Array
+  fb_queue: tp.QueueState
+  fb_held: tp.Delivered
+
+
+@dataclasses.dataclass(frozen=True)
+class MotionMotor(actuation.FeedbackOutput):
+  """A built `fibril_sim/motion_motor` (static)."""
+  id: str
+  cfg: MotionMotorConfigModel
+  channels: tuple  # (P, D, FF) ActuatorBindings
+  gear: float
+  application: Schedule
+  feedback: Schedule
+  link: actuation.CommandLink
+  fb_transport: tp.Transport
+  actuator_count: int
+  fields: tuple = dataclasses.field(compare=False)
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+
+
+  @property
+  def bindings(self) -> tuple:
+    return self.channels
+
+  @property
+  def accepted_kinds(self) -> tuple[str, ...]:
+    return ('motion',)
+
+  def default_params(self) -> Params:
+    return Params(jnp.float32(self.cfg.feedback_current_per_force))
+
+  def null_command(self) -> MotionCommand:
+    z = jnp.float32(0.0)
+    return MotionCommand(jnp.bool_(False), jnp.bool_(False), z, z, z, z, z)
+
+  def script_command(self, kind: str, value, velocity, extra: dict) -> MotionCommand:
+    del kind
+    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return MotionCommand(jnp.bool_(True), jnp.bool_(True), f(value), f(velocity),
+                         f(extra.get('kp', 0.0)), f(extra.get('kd', 0.0)),
+                         f(extra.get('effort_ff', 0.0)))
+
+  def init(self, params: Params, world_key) -> State:
+    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
+    z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
+    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
+    return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
+                 self.null_command(), f, f, zi, z, z, fb_q, fb_h)
+
+  def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
+    """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
+    for b, f in zip(self.channels, (f_p, f_d, ff)):
+      ctrl = actuation.set_ctrl(ctrl, b, actuation.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
+    return ctrl
+
+  def reset_ctrl(self, p: Params, s: State, data, ctrl):
+    """Before the first instant: references at the current state, no added force."""
+    q, qd = actuation.joint_state(self.channels[0], data)
+    z = jnp.zeros_like(q)
+    return s._replace(reference=q), self._ctrl(ctrl, q, qd, z, z, z)
+
+  def actuate(self, p: Params, s: State, data, ctrl, command: MotionCommand, tick, dues):
+    """Tick `tick`, before physics: transport, release, and (at instants) write the channels."""
+    command = MotionCommand(jnp.asarray(command.issued, bool), jnp.asarray(command.enable, bool),
+                            *(jnp.asarray(x, jnp.float32) for x in command[2:]))
+    link = actuation.issue(self.link, s.link, command, command.issued, tick,
+                     s.streams['command_jitter'], s.streams['command_loss'])
+
+    def apply(held, cmd):
+      finite = jnp.all(jnp.isfinite(jnp.stack(cmd[2:])))
+      ok = finite & (cmd.kp >= 0) & (cmd.kd >= 0)
+      held = jax.tree.map(lambda a, b: jnp.where(ok, a, b), cmd, held)
+      return held, jnp.where(ok, actuation.ACCEPTED, actuation.REJECTED)
+    link, held = actuation.deliver(self.link, link, s.held, tick, apply)
+    s = s._replace(link=link, held=held)
+    due, _ = dues['application']
+    stale = actuation.timed_out(self.link, link, tick)
+
+    def instant(st):
+      """Packet cadence: latch the held command (or inactive) and count timeouts."""
+      active = st.link.received & ~stale & st.held.enable
+      return st._replace(latched=st.held, active=active, stale=stale,
+                         timeout_count=st.timeout_count + stale.astype(jnp.int32))
+    s = actuation.at_instants(self.application, due, instant, s)
+    # The law, every physics tick, from the current joint state and the latched command.
+    q, qd = actuation.joint_state(self.channels[0], data)
+    c, active = s.latched, s.active
+    f_p = jnp.where(active, c.kp * (c.position - q), 0.0)
+    f_d = jnp.where(active, c.kd * (c.velocity - qd), 0.0)
+    ff = jnp.where(active, c.effort_ff, 0.0)
+    s = s._replace(law=f_p + f_d + ff, reference=jnp.where(active, c.position, q))
+    return s, self._ctrl(ctrl, q, qd, f_p, f_d, ff)
+
+  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
+    due, n = dues['feedback']
+    b = self.channels[0]
+
+    def acquire(st):
+      q, qd = actuation.joint_state(b, data)
+      eff = data.qfrc_actuator[b.dofadr]
+      fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
+                    / self.actuator_count)
+      return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
+                                          st.streams['feedback_jitter'],
+                                          st.streams['feedback_loss']))
+    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
+                              lambda st: st.fb_queue, lambda st: st.fb_held,
+                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
+
+
+  def truth(self, s: State, data) -> dict:
+    """Joint position / velocity, applied joint effort, the reference and commanded law of the
+    latest tick, and the position tracking error while active."""
+    b = self.channels[0]
+    q, qd = actuation.joint_state(b, data)
+    return {'position': q, 'velocity': qd, 'applied_effort': data.qfrc_actuator[b.dofadr],
+            'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
+            'tracking_error': jnp.where(s.active, s.reference - q, 0.0)}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    lines = [f'joint {c.joint}; resolved gear {self.gear:g} in all three channels; actuator '
+             f'count {self.actuator_count}',
+             'command semantic: motion (position, velocity, kp, kd, effort_ff; joint-side) -> '
+             'qfrc = kp(p*-q) + kd(v*-qd) + ff via equivalent setpoints',
+             f'cadence: packets latched at application instants '
+             f'({self.application.describe()}); law kp(p*-q) + kd(v*-qd) + ff evaluated every '
+             f'physics tick (dt {self.application.dt:g} s) from the latched packet and the '
+             'current joint state',
+             'bound actuators:']
+    for b in self.channels:
+      lines += ['  ' + line for line in b.describe()]
+    lines += [f'application: {self.application.describe()}', self.link.describe(),
+              f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}',
+              f'feedback: position, velocity, applied_effort = qfrc_actuator, current = '
+              f'{c.feedback_current_per_force:g} x qfrc_actuator / {self.gear:g} / '
+              f'{self.actuator_count}']
+    return lines
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
+  """Validates the config and binds the three channels and the joint."""
+  cfg, fields = base.resolve_config(MotionMotorConfigModel, TYPE, raw, catalog=catalog,
+                                    file=ctx.file, path=ctx.path, forbidden=FORBIDDEN)
+  origin = base.field_origin(fields, ctx)
+  m = ctx.model
+  asm = ctx.assembly
+  if asm is not None and asm.logical_scale is not None:
+    base.check(False, asm.file, f'{asm.path}.transmission.type',
+               f'{TYPE} commands are joint-side and have no logical scale; bind it with a '
+               'gear_rotary transmission', asm.type)
+  jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, cfg.joint)
+  if jid < 0:
+    names = [m.joint(j).name for j in range(m.njnt)]
+    raise ConfigError(*origin('joint'), 'no MuJoCo joint of that name in the compiled model'
+                      + did_you_mean(cfg.joint, names), cfg.joint)
+  channels = []
+  for field, kind in CHANNELS:
+    b = actuation.bind_actuator(ctx, field, getattr(cfg, field))
+    where = origin(field)
+    if b.kind != kind:
+      raise ConfigError(*where, f'must name a <{kind}> actuator (class '
+                        f'fibril_sim_hw_robstride_operation_'
+                        f'{"feedforward" if kind == "motor" else kind}); {b.name!r} is '
+                        f'{b.transmission_input}', b.name)
+    if b.joint != cfg.joint:
+      raise ConfigError(*where, f'{b.name!r} drives joint {b.joint!r}; all three channels must '
+                        f'drive joint {cfg.joint!r}', b.name)
+    if b.ctrlrange is not None or b.forcerange is not None:
+      raise ConfigError(*where, f'{b.name!r} is ctrl- or force-limited; the equivalent '
+                        'setpoints need unlimited channels: limit the summed torque with the '
+                        f"joint's actuatorfrcrange", b.name)
+    if any(b.name == c.name for c in channels):
+      raise ConfigError(*where, 'the three channels must be three different actuators', b.name)
+    channels.append(b)
+  gears = {b.gear for b in channels}
+  if len(gears) != 1:
+    raise ConfigError(*origin('feedforward_actuator'),
+                      'the three channels have different gears '
+                      f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
+                      'transmission once in an assemblies entry', cfg.feedforward_actuator)
+  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
+  return MotionMotor(cid, cfg, tuple(channels), gears.pop(), application, feedback, link,
+                     fb_transport, asm.actuator_count if asm else 1, tuple(fields.items()))
+
+
+CONFIG_MODEL = MotionMotorConfigModel

@@ -1,0 +1,622 @@
+"""`fibril_sim/motor` — production motor commands onto a MuJoCo actuator (SPEC §6.2).
+
+The bound actuator is a `<position>`, `<velocity>`, `<motor>` or a `<dcmotor>` with a `pos` or
+`vel` input; its gains, limits and motor constants stay in the MJCF. The component adds only
+the virtual driver: command transport, held value, timeout / safe command, application timing,
+logical encoder coordinates and feedback.
+
+Coordinates. With `s = logical_units_per_joint_unit` and the encoder zero `z` (joint position
+of logical 0, moved by encoder resets):
+
+  logical position = (q − z)·s,  logical velocity = q̇·s,  joint effort = logical effort·s
+
+(power-conjugate: logical effort × logical velocity = joint effort × q̇). Joint-space setpoints
+become `ctrl` through the resolved gear `g` (actuator length = g·q): a position setpoint
+`ctrl = g·q*`, a velocity setpoint `ctrl = g·q̇*`, an effort `ctrl = τ / (g·gain)`.
+
+Command kinds (`MotorCommand.kind`), and what each actuator input accepts:
+
+  position setpoint input (<position>, dcmotor pos): position (slew-limited by
+      command_velocity_limit when set), velocity (integrates the setpoint), duty (×
+      duty_velocity_scale, integrated; zero_duty_hold makes duty 0 hold the current position),
+      trajectory (needs command_velocity_limit; trapezoidal with trajectory_acceleration_limit)
+  velocity input (<velocity>, dcmotor vel): velocity (clipped to command_velocity_limit),
+      duty (× duty_velocity_scale)
+  torque input (<motor>): effort, duty (× duty_effort_scale)
+
+Fields that would ask for another conversion are construction errors; a released command of
+a kind the binding does not accept (or with a non-finite value) is rejected and counted in
+`status()['command_rejected']`, never applied. The setpoint generator advances one nominal
+application period per application instant (SPEC §4: the nominal period is the Δ), and the
+new setpoint is applied at that instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import pydantic
+
+from fibril_mjx.mechanisms import rng
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext
+from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components import base
+from fibril_mjx.components.base import Positive
+from fibril_mjx.mechanisms.schedule import Schedule
+
+TYPE = 'fibril_sim/motor'
+SAMPLE_TYPE = 'fibril_sim/motor_feedback/v1'
+SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
+
+KINDS = ('none', 'position', 'velocity', 'effort', 'duty', 'trajectory')
+NONE, POSITION, VELOCITY, EFFORT, DUTY, TRAJECTORY = range(6)
+HOLD = 6   # internal mode: hold a captured position
+
+
+class MotorConfigModel(actuation.MotorTimingConfig):
+  """Validated manifest config of `fibril_sim/motor` (SPEC §6.2 field list)."""
+  actuator: str
+  logical_units_per_joint_unit: float = 1.0
+  command_velocity_limit: Optional[Positive] = None
+  trajectory_acceleration_limit: Optional[Positive] = None
+  duty_velocity_scale: Optional[Positive] = None
+  duty_effort_scale: Optional[Positive] = None
+  zero_duty_hold: bool = False
+  hold_when_uncommanded: bool = False
+  safe_command: float = 0.0
+
+  @pydantic.field_validator('logical_units_per_joint_unit')
+  @classmethod
+  def _scale(cls, v):
+    if v == 0:
+      raise ValueError('must be finite and non-zero')
+    return v
+
+
+class MotorCommand(NamedTuple):
+  """A production motor command (one world; add a leading `(nworld,)` axis for a batch).
+
+  Attributes:
+    kind: int32, index in `KINDS` (0: nothing issued).
+    value: logical position / velocity / effort, duty in [-1, 1], or trajectory target.
+    encoder_reset: move the logical zero so that the current position reads
+      `encoder_position` (applied on release, before `kind`/`value`).
+    encoder_position: see `encoder_reset`.
+  """
+  kind: jax.Array
+  value: jax.Array
+  encoder_reset: jax.Array
+  encoder_position: jax.Array
+
+
+def command(kind: str, value=0.0, *, encoder_reset=False, encoder_position=0.0
+            ) -> MotorCommand:
+  """Builds a command, e.g. `command('velocity', 2.0)`; `kind='none'` with `encoder_reset`
+  only resets the encoder. `value` may be an array (then every field gets its shape)."""
+  if kind not in KINDS:
+    raise ValueError(f'unknown motor command kind {kind!r}; kinds: {", ".join(KINDS)}')
+  v = jnp.asarray(value, jnp.float32)
+  return MotorCommand(jnp.full(v.shape, KINDS.index(kind), jnp.int32), v,
+                      jnp.full(v.shape, encoder_reset, bool),
+                      jnp.broadcast_to(jnp.asarray(encoder_position, jnp.float32), v.shape))
+
+
+class Params(NamedTuple):
+  """Per-world, differentiable parameters (scalars). Unset optional fields hold 0 and are
+  absent from the traced graph."""
+  logical_units_per_joint_unit: jax.Array
+  command_velocity_limit: jax.Array
+  trajectory_acceleration_limit: jax.Array
+  duty_velocity_scale: jax.Array
+  duty_effort_scale: jax.Array
+  safe_command: jax.Array
+  feedback_current_per_force: jax.Array
+
+
+class Feedback(NamedTuple):
+  """`fibril_sim/motor_feedback/v1`, logical units.
+
+  Attributes:
+    position: logical position (encoder zero applied).
+    velocity: logical velocity.
+    applied_effort: `actuator_force × gear / s` (the force MuJoCo produced, not ctrl).
+    current: estimated current per motor, `feedback_current_per_force × actuator_force /
+      actuator_count` (motor-side force, before the assembly gear).
+    normalized_output: the actuator force as a fraction of the MJCF actuator `forcerange`
+      (derived from the binding, never repeated in the manifest; SPEC §1, §6.2): `force / hi` for
+      force ≥ 0, `force / |lo|` below, so ±1 at the limits; signed like `applied_effort`
+      (× sign(gear·s)). NaN when the actuator is not force-limited (nothing to normalize by).
+  """
+  position: jax.Array
+  velocity: jax.Array
+  applied_effort: jax.Array
+  current: jax.Array
+  normalized_output: jax.Array
+
+
+class Held(NamedTuple):
+  """The endpoint's held command, in joint space (duty stays a duty).
+
+  Attributes:
+    kind: int32 kind of the held motion command (NONE before the first).
+    value: joint position / velocity / effort, or the duty.
+    zero: encoder zero, the joint position of logical 0.
+    new: a motion command was accepted since the last application instant.
+  """
+  kind: jax.Array
+  value: jax.Array
+  zero: jax.Array
+  new: jax.Array
+
+
+class Plan(NamedTuple):
+  """A time-optimal trapezoid from `(p0, v0)` to rest at `p0 + sigma·dist`, started at
+  application instant `n0` (joint units; `u0 = sigma·v0`)."""
+  p0: jax.Array
+  u0: jax.Array
+  sigma: jax.Array
+  peak: jax.Array
+  t1: jax.Array
+  t2: jax.Array
+  t3: jax.Array
+  dist: jax.Array
+  n0: jax.Array
+
+
+class Generator(NamedTuple):
+  """Setpoint generator of a position-setpoint actuator (joint units).
+
+  Attributes:
+    pos, vel: the setpoint applied at the latest instant and its rate.
+    valid: pos has been initialised (from the joint position at the first instant).
+    mode: mode applied at the latest instant (index in KINDS, or HOLD).
+    hold: captured hold position.
+    plan: the active trapezoid.
+  """
+  pos: jax.Array
+  vel: jax.Array
+  valid: jax.Array
+  mode: jax.Array
+  hold: jax.Array
+  plan: Plan
+
+
+class State(NamedTuple):
+  """Per-world state.
+
+  Attributes:
+    streams: named stream keys.
+    link: command path.
+    held: held command.
+    gen: setpoint generator.
+    applied: the setpoint or effort applied at the latest instant, joint units.
+    stale: the latest instant applied the safe command on timeout.
+    timeout_count: application instants that did so (cumulative).
+    fb_queue, fb_held: feedback delivery queue and the delivered output.
+    scale: the world's logical scale (for truth, which sees no params).
+  """
+  streams: dict
+  link: actuation.LinkState
+  held: Held
+  gen: Generator
+  applied: jax.Array
+  stale: jax.Array
+  timeout_count: jax.Array
+  fb_queue: tp.QueueState
+  fb_held: tp.Delivered
+  scale: jax.Array
+
+
+def trapezoid_plan(p0, v0, target, vmax, amax, n0) -> Plan:
+  """Time-optimal rest-ending profile from `(p0, v0)` with |v| ≤ vmax, |a| ≤ amax (|v0| ≤ vmax).
+
+  Direction: towards the target after accounting for the stopping distance `v0|v0|/(2a)`;
+  accelerate to the peak, cruise at vmax if the peak would exceed it, decelerate to rest.
+  """
+  e = target - p0
+  d = e - v0 * jnp.abs(v0) / (2 * amax)
+  sigma = jnp.where(d != 0, jnp.sign(d), jnp.where(v0 != 0, jnp.sign(v0), 1.0))
+  u0 = sigma * v0
+  dist = sigma * e
+  peak = jnp.sqrt(jnp.maximum(0.0, (2 * amax * dist + u0 * u0) / 2))
+  cruise = peak > vmax
+  peak = jnp.minimum(peak, vmax)
+  d1 = (peak * peak - u0 * u0) / (2 * amax)
+  d3 = peak * peak / (2 * amax)
+  t1 = jnp.maximum(0.0, (peak - u0) / amax)
+  t2 = jnp.where(cruise, jnp.maximum(0.0, (dist - d1 - d3) / vmax), 0.0)
+  t3 = peak / amax
+  return Plan(p0, u0, sigma, peak, t1, t2, t3, dist, jnp.asarray(n0, jnp.int32))
+
+
+def trapezoid_sample(pl: Plan, t, amax):
+  """Position and velocity of a plan at time `t ≥ 0` after its start."""
+  u0, vp, t1, t2, t3 = pl.u0, pl.peak, pl.t1, pl.t2, pl.t3
+  d1 = u0 * t1 + amax * t1 * t1 / 2
+  ta = jnp.minimum(t, t1)
+  tc = jnp.clip(t - t1, 0.0, t2)
+  td = jnp.clip(t - t1 - t2, 0.0, t3)
+  s = jnp.where(t < t1, u0 * ta + amax * ta * ta / 2,
+                d1 + vp * tc + vp * td - amax * td * td / 2)
+  u = jnp.where(t < t1, u0 + amax * ta, jnp.where(t < t1 + t2, vp, vp - amax * td))
+  done = t >= t1 + t2 + t3
+  s = jnp.where(done, pl.dist, s)
+  u = jnp.where(done, 0.0, u)
+  return pl.p0 + pl.sigma * s, pl.sigma * u
+
+
+@dataclasses.dataclass(frozen=True)
+class Motor(actuation.FeedbackOutput):
+  """A built `fibril_sim/motor` component (static, hashable)."""
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+
+  id: str
+  cfg: MotorConfigModel
+  binding: actuation.ActuatorBinding
+  application: Schedule
+  feedback: Schedule
+  link: actuation.CommandLink
+  fb_transport: tp.Transport
+  accepted: tuple[int, ...]
+  actuator_count: int
+  scale_source: str
+  fields: tuple = dataclasses.field(compare=False)
+
+  # ------------------------------------------------------------------ protocol basics
+
+  @property
+  def bindings(self) -> tuple:
+    return (self.binding,)
+
+  @property
+  def semantic(self) -> str:
+    return self.binding.semantic
+
+  @property
+  def accepted_kinds(self) -> tuple[str, ...]:
+    return tuple(KINDS[k] for k in self.accepted)
+
+  def default_params(self) -> Params:
+    c = self.cfg
+    f = lambda v: jnp.float32(0.0 if v is None else v)  # noqa: E731
+    return Params(f(c.logical_units_per_joint_unit), f(c.command_velocity_limit),
+                  f(c.trajectory_acceleration_limit), f(c.duty_velocity_scale),
+                  f(c.duty_effort_scale), f(c.safe_command), f(c.feedback_current_per_force))
+
+  def null_command(self) -> MotorCommand:
+    return MotorCommand(jnp.int32(NONE), jnp.float32(0.0), jnp.bool_(False), jnp.float32(0.0))
+
+  def script_command(self, kind: str, value, velocity, extra: dict) -> MotorCommand:
+    del velocity, extra
+    return MotorCommand(jnp.int32(KINDS.index(kind)), jnp.asarray(value, jnp.float32),
+                        jnp.bool_(False), jnp.float32(0.0))
+
+  def init(self, params: Params, world_key) -> State:
+    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
+    z, zi = jnp.float32(0.0), jnp.int32(0)
+    link = actuation.init(self.link, self.null_command())
+    plan = Plan(z, z, jnp.float32(1.0), z, z, z, z, z, zi)
+    gen = Generator(z, z, jnp.bool_(False), jnp.int32(NONE), z, plan)
+    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z, z))
+    return State(streams, link, Held(jnp.int32(NONE), z, z, jnp.bool_(False)), gen, z,
+                 jnp.bool_(False), zi, fb_q, fb_h, params.logical_units_per_joint_unit)
+
+  # ------------------------------------------------------------------ commands
+
+  def _release(self, p: Params, held: Held, cmd: MotorCommand, q):
+    """Applies one released command to the held value (joint space)."""
+    s = p.logical_units_per_joint_unit
+    kind = jnp.asarray(cmd.kind, jnp.int32)
+    reset_ok = cmd.encoder_reset & jnp.isfinite(cmd.encoder_position)
+    zero = jnp.where(reset_ok, q - cmd.encoder_position / s, held.zero)
+    accepted = jnp.zeros((), bool)
+    for k in self.accepted:
+      accepted = accepted | (kind == k)
+    motion = kind != NONE
+    ok = motion & accepted & jnp.isfinite(cmd.value)
+    v = cmd.value
+    joint = jnp.where((kind == POSITION) | (kind == TRAJECTORY), v / s + zero,
+                      jnp.where(kind == VELOCITY, v / s, jnp.where(kind == EFFORT, v * s, v)))
+    new = Held(jnp.where(ok, kind, held.kind), jnp.where(ok, joint, held.value), zero,
+               held.new | ok)
+    bad = (motion & ~ok) | (cmd.encoder_reset & ~reset_ok)
+    status = jnp.where(bad, actuation.REJECTED, jnp.where(ok, actuation.ACCEPTED, actuation.IGNORED))
+    return new, status
+
+  def _effective(self, p: Params, held: Held, received, stale):
+    """The mode and joint-space value to apply: the held command, or the safe command /
+    hold when uncommanded, or the safe command on timeout; duty converted."""
+    s = p.logical_units_per_joint_unit
+    sem = self.semantic
+    native = {'position': POSITION, 'velocity': VELOCITY, 'effort': EFFORT}[sem]
+    safe = {'position': p.safe_command / s + held.zero, 'velocity': p.safe_command / s,
+            'effort': p.safe_command * s}[sem]
+    mode = jnp.where(received, held.kind, native)
+    value = jnp.where(received, held.value, safe)
+    if self.cfg.hold_when_uncommanded:
+      mode = jnp.where(received, mode, HOLD)
+    mode = jnp.where(stale, native, mode)
+    value = jnp.where(stale, safe, value)
+    if DUTY in self.accepted:
+      d = jnp.clip(value, -1.0, 1.0)
+      is_duty = mode == DUTY
+      if sem == 'effort':
+        conv_mode, conv = EFFORT, d * p.duty_effort_scale * s
+      else:
+        conv_mode, conv = VELOCITY, d * p.duty_velocity_scale / s
+      new_mode = jnp.full_like(mode, conv_mode)
+      if self.cfg.zero_duty_hold:
+        new_mode = jnp.where(d == 0, HOLD, new_mode)
+      mode = jnp.where(is_duty, new_mode, mode)
+      value = jnp.where(is_duty, conv, value)
+    return mode, value
+
+  def _position_setpoint(self, p: Params, gen: Generator, mode, value, new, q, n):
+    """Advances the position setpoint generator one application period."""
+    cfg = self.cfg
+    dt_app = cfg.application_period_s
+    s_abs = jnp.abs(p.logical_units_per_joint_unit)
+    has_v = cfg.command_velocity_limit is not None
+    vmax = p.command_velocity_limit / s_abs if has_v else None
+    pos0 = jnp.where(gen.valid, gen.pos, q)
+    vel0 = jnp.where(gen.valid, gen.vel, 0.0)
+
+    def slew(target):
+      if not has_v:
+        return target, jnp.zeros_like(target)
+      step = jnp.clip(target - pos0, -vmax * dt_app, vmax * dt_app)
+      return pos0 + step, step / dt_app
+
+    pos, vel = slew(value)                                     # POSITION
+    if VELOCITY in self.accepted:
+      v = jnp.clip(value, -vmax, vmax) if has_v else value
+      pos = jnp.where(mode == VELOCITY, pos0 + v * dt_app, pos)
+      vel = jnp.where(mode == VELOCITY, v, vel)
+    plan = gen.plan
+    if TRAJECTORY in self.accepted:
+      if cfg.trajectory_acceleration_limit is not None:
+        amax = p.trajectory_acceleration_limit / s_abs
+        replan = (mode == TRAJECTORY) & (new | (gen.mode != TRAJECTORY))
+        fresh = trapezoid_plan(pos0, jnp.clip(vel0, -vmax, vmax), value, vmax, amax, n - 1)
+        plan = jax.tree.map(lambda a, b: jnp.where(replan, a, b), fresh, plan)
+        t = (n - plan.n0).astype(jnp.float32) * dt_app
+        tp_pos, tp_vel = trapezoid_sample(plan, t, amax)
+      else:
+        tp_pos, tp_vel = slew(value)
+      pos = jnp.where(mode == TRAJECTORY, tp_pos, pos)
+      vel = jnp.where(mode == TRAJECTORY, tp_vel, vel)
+    hold = jnp.where((mode == HOLD) & (gen.mode != HOLD), q, gen.hold)
+    pos = jnp.where(mode == HOLD, hold, pos)
+    vel = jnp.where(mode == HOLD, 0.0, vel)
+    return Generator(pos, vel, jnp.bool_(True), mode, hold, plan)
+
+  def _apply(self, p: Params, s: State, data, ctrl, n, stale):
+    """One application instant: returns `(state, ctrl)`."""
+    b = self.binding
+    q, qd = actuation.joint_state(b, data)
+    mode, value = self._effective(p, s.held, s.link.received, stale)
+    sem = self.semantic
+    gen = s.gen
+    if sem == 'position':
+      gen = self._position_setpoint(p, gen, mode, value, s.held.new, q, n)
+      applied = gen.pos
+      c = b.gear * applied
+    elif sem == 'velocity':
+      v = value
+      if self.cfg.command_velocity_limit is not None:
+        vmax = p.command_velocity_limit / jnp.abs(p.logical_units_per_joint_unit)
+        v = jnp.clip(v, -vmax, vmax)
+      applied = v
+      c = b.gear * v
+      gen = gen._replace(mode=mode)
+    else:
+      applied = value
+      c = value / (b.gear * b.gain)
+      gen = gen._replace(mode=mode)
+    s = s._replace(gen=gen, applied=applied, held=s.held._replace(new=jnp.bool_(False)),
+                   stale=stale, timeout_count=s.timeout_count + stale.astype(jnp.int32))
+    return s, actuation.set_ctrl(ctrl, b, c)
+
+  def reset_ctrl(self, p: Params, s: State, data, ctrl):
+    """Before the first application instant: hold the current position (position input) or
+    apply the safe command (velocity / torque input)."""
+    b = self.binding
+    q, _ = actuation.joint_state(b, data)
+    sc = p.logical_units_per_joint_unit
+    if self.semantic == 'position':
+      s = s._replace(gen=s.gen._replace(pos=q, valid=jnp.bool_(True)), applied=q)
+      return s, actuation.set_ctrl(ctrl, b, b.gear * q)
+    if self.semantic == 'velocity':
+      v = p.safe_command / sc
+      return s._replace(applied=v), actuation.set_ctrl(ctrl, b, b.gear * v)
+    tau = p.safe_command * sc
+    return s._replace(applied=tau), actuation.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
+
+  def actuate(self, p: Params, s: State, data, ctrl, command: MotorCommand, tick, dues):
+    """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
+    command = MotorCommand(jnp.asarray(command.kind, jnp.int32),
+                           jnp.asarray(command.value, jnp.float32),
+                           jnp.asarray(command.encoder_reset, bool),
+                           jnp.asarray(command.encoder_position, jnp.float32))
+    issued = (command.kind != NONE) | command.encoder_reset
+    link = actuation.issue(self.link, s.link, command, issued, tick, s.streams['command_jitter'],
+                     s.streams['command_loss'])
+    q, _ = actuation.joint_state(self.binding, data)
+    link, held = actuation.deliver(self.link, link, s.held, tick,
+                             lambda h, c: self._release(p, h, c, q))
+    s = s._replace(link=link, held=held)
+    due, n = dues['application']
+    stale = actuation.timed_out(self.link, link, tick)
+    return actuation.at_instants(self.application, due,
+                           lambda st, c: self._apply(p, st, data, c, n, stale), s, ctrl)
+
+  # ------------------------------------------------------------------ feedback
+
+  def _feedback(self, p: Params, s: State, data) -> Feedback:
+    b = self.binding
+    q, qd = actuation.joint_state(b, data)
+    sc = p.logical_units_per_joint_unit
+    force = data.actuator_force[b.id]
+    return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
+                    p.feedback_current_per_force * force / self.actuator_count,
+                    self._normalized(force, sc))
+
+  def _normalized(self, force, sc):
+    """`normalized_output` (see `Feedback`) from the actuator force and the logical scale."""
+    fr = self.binding.forcerange
+    if fr is None:
+      return jnp.full_like(force, jnp.nan)
+    lo, hi = fr
+    limit = jnp.where(force >= 0, hi, -lo)
+    frac = jnp.where(limit > 0, force / jnp.where(limit > 0, limit, 1.0), 0.0)
+    return frac * jnp.sign(self.binding.gear * sc)
+
+  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
+    """Tick `tick` (after physics): acquire feedback at instants, deliver after latency."""
+    due, n = dues['feedback']
+
+    def acquire(st):
+      q = tp.send(self.fb_transport, st.fb_queue, self._feedback(p, st, data), n, tick,
+                  st.streams['feedback_jitter'], st.streams['feedback_loss'])
+      return st._replace(fb_queue=q)
+    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
+                              lambda st: st.fb_queue, lambda st: st.fb_held,
+                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
+
+
+  def truth(self, s: State, data) -> dict:
+    """Logical position / velocity, the joint effort MuJoCo applied (qfrc_actuator, after the
+    joint's actuatorfrcrange) in logical units, the applied setpoint (or effort) and its
+    tracking error, for `truth/<id>/...`."""
+    b = self.binding
+    sc = s.scale
+    q, qd = actuation.joint_state(b, data)
+    pos, vel = (q - s.held.zero) * sc, qd * sc
+    eff = data.qfrc_actuator[b.dofadr] / sc
+    if self.semantic == 'position':
+      setpoint, tracked = (s.applied - s.held.zero) * sc, pos
+    elif self.semantic == 'velocity':
+      setpoint, tracked = s.applied * sc, vel
+    else:
+      setpoint, tracked = s.applied / sc, eff
+    return {'position': pos, 'velocity': vel, 'applied_effort': eff, 'setpoint': setpoint,
+            'tracking_error': setpoint - tracked, 'timed_out': s.stale, 'joint_position': q}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    lines = ['bound actuator:', *('  ' + line for line in self.binding.describe()),
+             f'  logical scale {c.logical_units_per_joint_unit:g} logical units per joint unit '
+             f'({self.scale_source}); actuator count {self.actuator_count}',
+             f'  command semantic: {self.semantic} input; accepted commands: '
+             + ', '.join(self.accepted_kinds),
+             f'application: {self.application.describe()}',
+             self.link.describe(),
+             f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}',
+             f'feedback: position, velocity, applied_effort = actuator_force x gear '
+             f'{self.binding.gear:g} / s, current = {c.feedback_current_per_force:g} x '
+             f'actuator_force / {self.actuator_count}',
+             '  normalized_output = ' + (
+                 f'actuator_force / forcerange [{self.binding.forcerange[0]:g}, '
+                 f'{self.binding.forcerange[1]:g}] (MJCF), signed like applied_effort'
+                 if self.binding.forcerange is not None else
+                 'NaN: the actuator has no forcerange to normalize by')]
+    return lines
+
+
+def _check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
+  """Construction errors for conversions the bound actuator cannot honour."""
+  sem = b.semantic
+  what = f'the bound actuator {b.name!r} ({b.transmission_input}) takes ' + (
+      f'a {sem} setpoint' if sem != 'effort' else 'an effort command')
+
+  def bad(field, why):
+    base.check(False, *origin(field), f'{what}: {why}', getattr(cfg, field))
+
+  if sem in ('position', 'velocity') and 'duty_effort_scale' in given:
+    bad('duty_effort_scale', 'a duty command can become a velocity setpoint '
+        '(duty_velocity_scale), not an effort')
+  if sem == 'effort':
+    if 'duty_velocity_scale' in given:
+      bad('duty_velocity_scale', 'a duty command can become an effort (duty_effort_scale), '
+          'not a velocity setpoint')
+    if 'command_velocity_limit' in given:
+      bad('command_velocity_limit', 'there is no position or velocity setpoint to limit')
+  if sem != 'position':
+    if 'trajectory_acceleration_limit' in given:
+      bad('trajectory_acceleration_limit', 'trajectory commands generate a position setpoint '
+          'and need a position input (<position> or dcmotor input="pos")')
+    for f in ('zero_duty_hold', 'hold_when_uncommanded'):
+      if getattr(cfg, f):
+        bad(f, 'holding the current position needs a position input (<position> or dcmotor '
+            'input="pos")')
+  if cfg.trajectory_acceleration_limit is not None and cfg.command_velocity_limit is None:
+    base.check(False, *origin('trajectory_acceleration_limit'),
+               'requires command_velocity_limit (a trapezoidal trajectory needs both limits)',
+               cfg.trajectory_acceleration_limit)
+  if cfg.zero_duty_hold and cfg.duty_velocity_scale is None:
+    base.check(False, *origin('zero_duty_hold'), 'requires duty_velocity_scale (it changes how '
+               'duty commands are converted)', cfg.zero_duty_hold)
+
+
+def accepted_for(cfg: MotorConfigModel, semantic: str) -> tuple[int, ...]:
+  if semantic == 'position':
+    k = [POSITION, VELOCITY]
+    if cfg.command_velocity_limit is not None:
+      k.append(TRAJECTORY)
+    if cfg.duty_velocity_scale is not None:
+      k.append(DUTY)
+  elif semantic == 'velocity':
+    k = [VELOCITY] + ([DUTY] if cfg.duty_velocity_scale is not None else [])
+  else:
+    k = [EFFORT] + ([DUTY] if cfg.duty_effort_scale is not None else [])
+  return tuple(sorted(k))
+
+
+def _scale_source(fields, ctx) -> str:
+  """Where the logical scale comes from: a wheel/pulley assembly (radius) or the config layers;
+  never both (construction error)."""
+  asm = ctx.assembly
+  fv = fields.get('logical_units_per_joint_unit')
+  if asm is None or asm.logical_scale is None:
+    src = 'default' if fv is None or fv.layer == 'default' else (
+        f'{fv.layer} {fv.source}' if fv.layer != 'config' else 'config')
+    return src
+  if fv is not None and fv.layer != 'default':
+    base.check(False, fv.file, fv.path,
+               f'already derived from {asm.path} ({asm.type} radius {asm.radius:g} -> '
+               f'{asm.logical_scale:g} logical units per joint unit); a scale is defined in '
+               'one place: remove it here', fv.value)
+  return f'from {asm.path}: {asm.type} radius {asm.radius:g}'
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
+  """Validates the config (profiles layered), binds the actuator and the assembly."""
+  cfg, fields = base.resolve_config(MotorConfigModel, TYPE, raw, catalog=catalog,
+                                    file=ctx.file, path=ctx.path,
+                                    forbidden=actuation.FORBIDDEN_MOTOR_FIELDS)
+  origin = base.field_origin(fields, ctx)
+  given = actuation.set_fields(fields)
+  source = _scale_source(fields, ctx)
+  asm = ctx.assembly
+  count = 1
+  if asm is not None:
+    count = asm.actuator_count
+    if asm.logical_scale is not None:
+      cfg = cfg.model_copy(update={'logical_units_per_joint_unit': asm.logical_scale})
+      fields['logical_units_per_joint_unit'] = dataclasses.replace(
+          fields['logical_units_per_joint_unit'], value=asm.logical_scale, layer='assembly',
+          source=asm.id, file=asm.file, path=asm.path)
+  b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
+  _check_compatible(cfg, given, b, origin)
+  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
+  return Motor(cid, cfg, b, application, feedback, link, fb_transport,
+               accepted_for(cfg, b.semantic), count, source, tuple(fields.items()))
+
+
+CONFIG_MODEL = MotorConfigModel

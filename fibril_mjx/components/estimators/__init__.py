@@ -1,0 +1,1 @@
+"""Estimators in the loop (SPEC §7), fed by sensor samples."""

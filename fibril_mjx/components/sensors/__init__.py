@@ -1,0 +1,1 @@
+"""Sensors (SPEC §5): one module per device type."""

@@ -1,0 +1,184 @@
+"""`fibril_sim/airspeed` — a pitot-static differential-pressure sensor (the sensor-modelling guide, SPEC §5,
+"Barometr i airspeed"): the probe and transducer, kept apart from the wind model.
+
+The probe axis is the x axis of the site of `velocity_sensor` (a MuJoCo velocimeter: the
+site's linear velocity in site axes). With the wind `wind_m_s` (world frame, a per-world input
+of this component) and `R` site → world:
+
+    v_air = v_site − Rᵀ·wind                 air-relative velocity, site axes
+    u     = v_air · x̂                        along the probe axis (sideslip and angle of attack
+                                             reduce it: only the axial component is sensed)
+    q     = ½·ρ·u·|u|                        ideal differential pressure (negative in reverse
+                                             flow)
+    q_f   = first-order lag of q, time constant response_time_s, every physics tick
+            (tubing / probe response; started at the first value)
+    z     = Q(sat(q_f + offset_pa + w[k]))   transducer offset, white noise (stream `noise`),
+                                             saturation to ±range_pa, quantization
+
+`ρ = air_density_kg_m3`. Terms at their default are absent from the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+
+from fibril_mjx.mechanisms import faults, rng, smallmat
+from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.components import base
+from fibril_mjx.components.base import NonNeg, Positive, Vec3
+
+TYPE = 'fibril_sim/airspeed'
+SAMPLE_TYPE = 'fibril_sim/airspeed_sample/v1'
+SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
+
+
+class AirspeedConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/airspeed` (Pa, m/s, kg/m³, s)."""
+  velocity_sensor: str
+  wind_m_s: Vec3 = (0.0, 0.0, 0.0)
+  air_density_kg_m3: Positive = 1.225
+  response_time_s: NonNeg = 0.0
+  offset_pa: float = 0.0
+  noise_stddev_pa: NonNeg = 0.0
+  range_pa: NonNeg = 0.0
+  resolution_pa: NonNeg = 0.0
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names)."""
+  wind_m_s: jax.Array
+  air_density_kg_m3: jax.Array
+  response_time_s: jax.Array
+  offset_pa: jax.Array
+  noise_stddev_pa: jax.Array
+  range_pa: jax.Array
+  resolution_pa: jax.Array
+  faults: tuple
+
+
+class Sample(NamedTuple):
+  """`fibril_sim/airspeed_sample/v1`.
+
+  Attributes:
+    differential_pressure_pa: Pa (pitot − static).
+    variance: σ² + q²/12, Pa².
+    saturated: bool, this sample.
+    health: int32 (`fibril_mjx.mechanisms.faults`).
+  """
+  differential_pressure_pa: jax.Array
+  variance: jax.Array
+  saturated: jax.Array
+  health: jax.Array
+
+
+class State(NamedTuple):
+  """Per-world state: streams, the lagged pressure and whether it started, clip count, queue,
+  held output, faults."""
+  streams: dict
+  lagged: jax.Array
+  started: jax.Array
+  clip_count: jax.Array
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+
+
+@dataclasses.dataclass(frozen=True)
+class Airspeed(base.FaultySensorFields):
+  """A built `fibril_sim/airspeed` (static, hashable; `cfg` an `AirspeedConfigModel`, the
+  common fields of `base.FaultySensorFields`); `site_id` is the probe's site."""
+  velocity: SensorBinding
+  site_id: int
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+  fault_fields = ('differential_pressure_pa',)
+  always_used = ('wind_m_s', 'air_density_kg_m3')
+
+  def variance(self, p: Params):
+    v = jnp.float32(0.0)
+    if self._on('noise_stddev_pa'):
+      v = v + p.noise_stddev_pa ** 2
+    if self._on('resolution_pa'):
+      v = v + p.resolution_pa ** 2 / 12.0
+    return v
+
+  def init(self, p: Params, world_key) -> State:
+    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    z = jnp.float32(0.0)
+    neutral = Sample(z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
+    queue, held, fs = self.init_transport(neutral)
+    return State(streams, z, jnp.bool_(False), jnp.int32(0), queue, held, fs)
+
+  def air_velocity(self, p: Params, data):
+    """Air-relative velocity of the probe in site axes `(3,)` m/s."""
+    b = self.velocity
+    v = data.sensordata[b.adr:b.adr + 3]
+    return v - smallmat.matvec(data.site_xmat[self.site_id].T, p.wind_m_s)
+
+  def ideal(self, p: Params, data):
+    """Ideal differential pressure ½ρu|u| (Pa) along the probe axis."""
+    u = self.air_velocity(p, data)[0]
+    return 0.5 * p.air_density_kg_m3 * u * jnp.abs(u)
+
+  def track(self, p: Params, s: State, data, tick) -> State:
+    """Every physics tick: the probe's first-order response (absent when off)."""
+    del tick
+    if not self._on('response_time_s'):
+      return s
+    q = self.ideal(p, data)
+    tau = jnp.where(p.response_time_s > 0, p.response_time_s, 1.0)
+    alpha = jnp.where(p.response_time_s > 0, -jnp.expm1(-self.dt / tau), 1.0)
+    return s._replace(lagged=jnp.where(s.started, s.lagged + alpha * (q - s.lagged), q),
+                      started=jnp.bool_(True))
+
+  def acquire(self, p: Params, s: State, data, tick, n):
+    del tick
+    x = s.lagged if self._on('response_time_s') else self.ideal(p, data)
+    if self._on('offset_pa'):
+      x = x + p.offset_pa
+    if self._on('noise_stddev_pa'):
+      x = x + p.noise_stddev_pa * rng.normal(s.streams['noise'], n)
+    x, flag, count = sig.limit_and_quantize(
+        x, s.clip_count, p.range_pa if self._on('range_pa') else None,
+        p.resolution_pa if self._on('resolution_pa') else None)
+    sample = Sample(x, self.variance(p), flag, jnp.int32(faults.HEALTHY))
+    return s._replace(clip_count=count), sample
+
+  def truth(self, s: State, data) -> dict:
+    """The probe-axis velocity relative to the ground (the wind is a per-world param, not
+    known here) and the health; `lagged_pressure_pa` is the probe's state."""
+    b = self.velocity
+    return {'probe_ground_speed_m_s': data.sensordata[b.adr], 'lagged_pressure_pa': s.lagged,
+            'health': s.faults.health}
+
+  def status(self, s: State) -> dict:
+    return {**super().status(s), 'clip_count': s.clip_count}
+
+  def describe(self) -> list[str]:
+    b = self.velocity
+    return self.describe_terms([
+        f'probe: x axis of site {b.site!r} ({b.name}, velocimeter, adr {b.adr}); wind (world) '
+        f'{list(self.cfg.wind_m_s)} m/s, density {self.cfg.air_density_kg_m3:g} kg/m³'],
+        ('response_time_s', 'offset_pa', 'noise_stddev_pa', 'range_pa', 'resolution_pa'))
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
+  sb = base.SensorBuild(AirspeedConfigModel, TYPE, cid, raw, ctx, catalog)
+  velocity = ctx.sensor('velocity_sensor', sb.cfg.velocity_sensor,
+                        mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
+  sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
+  z = jnp.float32(0.0)
+  return sb.make(Airspeed, Sample(z, z, jnp.bool_(False), jnp.int32(0)), velocity=velocity,
+                 site_id=int(sid))
+
+
+CONFIG_MODEL = AirspeedConfigModel

@@ -1,0 +1,326 @@
+"""`fibril_sim/barometer` — static pressure in Pa, not altitude (the sensor-modelling guide, SPEC §5, "Barometr i
+airspeed"): the firmware's pressure → altitude conversion stays under test.
+
+Per acquisition `k` (`Δ = period_s`):
+
+    h    = site z (m, world) + altitude_offset_m            height above mean sea level
+    T(h) = T0 − L·h,  P(h) = P0·(T(h)/T0)^(g0·M/(R·L))     ISA troposphere (h < 11 km)
+    p    = P(h) + bias + b_on + b_gm[k] + σ_cm·x[k] + c_T·(T(h) + ΔT − T_ref)
+           + B_thr(u) + B_air(|v_air|) + w[k]
+    z    = Q(clip(p, pressure_min_pa, pressure_max_pa))
+
+with `L = 0.0065 K/m`, `g0·M/(R·L) = 5.255877` (ISA), `P0 = sea_level_pressure_pa`,
+`T0 = sea_level_temperature_k`; `b_on` per-episode turn-on offset (redrawn at a `reset`
+fault), `b_gm` Gauss–Markov drift (`bias_instability_stddev_pa`, `bias_correlation_time_s`),
+`x` a unit Gauss–Markov process on the shared stream `shared:<common_mode_stream>` (weather,
+common to every barometer naming it), `c_T` the temperature coefficient against the sensor
+temperature `T(h) + temperature_offset_k`, `w` white noise. `B_thr`, `B_air` are empirical
+bias tables (linear interpolation, clamped at the ends) versus the `ctrl` of a MuJoCo actuator
+(`throttle_actuator`) and the air-relative speed of the site (`velocity_sensor`, a
+velocimeter; wind `wind_m_s` in the world frame): identified from logs or tunnel data, zero
+(absent) by default. The sample also carries the sensor temperature (K).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+
+from fibril_mjx.mechanisms import faults, rng, smallmat
+from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.components import base
+from fibril_mjx.components.base import NonNeg, Positive, Vec3
+from fibril_mjx.errors import ConfigError, did_you_mean
+
+TYPE = 'fibril_sim/barometer'
+SAMPLE_TYPE = 'fibril_sim/barometer_sample/v1'
+SOURCES = ('noise', 'bias_turn_on', 'bias_instability', 'delivery_jitter', 'delivery_loss')
+LAPSE_K_M = 0.0065
+ISA_EXPONENT = 5.255877   # g0·M/(R·L) with g0 9.80665, M 0.0289644, R 8.31432, L 0.0065
+
+
+def isa_pressure(h_m, p0_pa, t0_k):
+  """ISA troposphere pressure (Pa) at height `h_m` above mean sea level."""
+  return p0_pa * (1.0 - LAPSE_K_M * h_m / t0_k) ** ISA_EXPONENT
+
+
+class BarometerConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/barometer` (Pa, K, m)."""
+  site: str
+  altitude_offset_m: float = 0.0
+  sea_level_pressure_pa: Positive = 101325.0
+  sea_level_temperature_k: Positive = 288.15
+  bias_pa: float = 0.0
+  bias_turn_on_stddev_pa: NonNeg = 0.0
+  bias_instability_stddev_pa: NonNeg = 0.0
+  bias_correlation_time_s: NonNeg = 0.0
+  common_mode_stream: str | None = None
+  common_mode_stddev_pa: NonNeg = 0.0
+  common_mode_correlation_time_s: NonNeg = 0.0
+  noise_stddev_pa: NonNeg = 0.0
+  temperature_coefficient_pa_per_k: float = 0.0
+  temperature_offset_k: float = 0.0
+  reference_temperature_k: Positive = 298.15
+  throttle_actuator: str | None = None
+  throttle_bias_points: tuple[float, ...] = ()
+  throttle_bias_pa: tuple[float, ...] = ()
+  velocity_sensor: str | None = None
+  wind_m_s: Vec3 = (0.0, 0.0, 0.0)
+  airspeed_bias_points_m_s: tuple[NonNeg, ...] = ()
+  airspeed_bias_pa: tuple[float, ...] = ()
+  pressure_min_pa: NonNeg = 0.0
+  pressure_max_pa: NonNeg = 0.0
+  resolution_pa: NonNeg = 0.0
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; tables as arrays)."""
+  altitude_offset_m: jax.Array
+  sea_level_pressure_pa: jax.Array
+  sea_level_temperature_k: jax.Array
+  bias_pa: jax.Array
+  bias_turn_on_stddev_pa: jax.Array
+  bias_instability_stddev_pa: jax.Array
+  bias_correlation_time_s: jax.Array
+  common_mode_stddev_pa: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  noise_stddev_pa: jax.Array
+  temperature_coefficient_pa_per_k: jax.Array
+  temperature_offset_k: jax.Array
+  reference_temperature_k: jax.Array
+  throttle_bias_points: jax.Array
+  throttle_bias_pa: jax.Array
+  wind_m_s: jax.Array
+  airspeed_bias_points_m_s: jax.Array
+  airspeed_bias_pa: jax.Array
+  pressure_min_pa: jax.Array
+  pressure_max_pa: jax.Array
+  resolution_pa: jax.Array
+  faults: tuple
+
+
+class Sample(NamedTuple):
+  """`fibril_sim/barometer_sample/v1`.
+
+  Attributes:
+    pressure_pa: static pressure, Pa.
+    temperature_k: sensor temperature, K.
+    variance: per-sample noise variance σ² + q²/12, Pa².
+    saturated: bool, clipped to the pressure range this sample.
+    health: int32 (`fibril_mjx.mechanisms.faults`).
+  """
+  pressure_pa: jax.Array
+  temperature_k: jax.Array
+  variance: jax.Array
+  saturated: jax.Array
+  health: jax.Array
+
+
+class State(NamedTuple):
+  """Per-world state: streams, turn-on offset, drift, unit common-mode process, clip count,
+  queue, held output, faults."""
+  streams: dict
+  turn_on: jax.Array
+  gm: jax.Array
+  common: jax.Array
+  clip_count: jax.Array
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+
+
+@dataclasses.dataclass(frozen=True)
+class Barometer(base.FaultySensorFields):
+  """A built `fibril_sim/barometer` (static, hashable; `cfg` a `BarometerConfigModel`, the
+  common fields of `base.FaultySensorFields`).
+
+  Attributes:
+    site_id: the site whose height is measured; throttle_ctrl: `ctrl` index of the throttle
+    actuator (−1 none); velocity: the velocimeter binding (or None) and its site id.
+  """
+  site_id: int
+  throttle_ctrl: int
+  velocity: SensorBinding | None
+  velocity_site: int
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+  fault_fields = ('pressure_pa',)
+  always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
+
+  def _temperature_on(self) -> bool:
+    return self._on('temperature_coefficient_pa_per_k')
+
+  def variance(self, p: Params):
+    v = jnp.float32(0.0)
+    if self._on('noise_stddev_pa'):
+      v = v + p.noise_stddev_pa ** 2
+    if self._on('resolution_pa'):
+      v = v + p.resolution_pa ** 2 / 12.0
+    return v
+
+  def init(self, p: Params, world_key) -> State:
+    name = self.cfg.common_mode_stream
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('weather',),
+                                 {'weather': name} if name else None)
+    turn_on = jnp.float32(0.0)
+    if self._on('bias_turn_on_stddev_pa'):
+      turn_on = p.bias_turn_on_stddev_pa * rng.normal(streams['bias_turn_on'], 0)
+    z = jnp.float32(0.0)
+    neutral = Sample(z, z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
+    queue, held, fs = self.init_transport(neutral)
+    return State(streams, turn_on, z, z, jnp.int32(0), queue, held, fs)
+
+  def on_reset(self, p: Params, s: State, index) -> State:
+    """A device reset redraws the turn-on offset (draw `index` of its stream)."""
+    if not self._on('bias_turn_on_stddev_pa'):
+      return s
+    return s._replace(turn_on=p.bias_turn_on_stddev_pa * rng.normal(s.streams['bias_turn_on'],
+                                                                     index))
+
+  def height_m(self, p: Params, data):
+    return data.site_xpos[self.site_id, 2] + p.altitude_offset_m
+
+  def air_speed(self, p: Params, data):
+    """Air-relative speed of the velocimeter's site, m/s."""
+    b = self.velocity
+    v = data.sensordata[b.adr:b.adr + 3]
+    rot = data.site_xmat[self.velocity_site]
+    return jnp.linalg.norm(v - smallmat.matvec(rot.T, p.wind_m_s))
+
+  def ideal(self, p: Params, data):
+    """`(pressure Pa, ISA temperature K)` at the site's height."""
+    h = self.height_m(p, data)
+    return (isa_pressure(h, p.sea_level_pressure_pa, p.sea_level_temperature_k),
+            p.sea_level_temperature_k - LAPSE_K_M * h)
+
+  def acquire(self, p: Params, s: State, data, tick, n):
+    del tick
+    first = n == 0
+    per = self.cfg.period_s
+    pres, temp = self.ideal(p, data)
+    temp = temp + p.temperature_offset_k
+    x = pres + s.turn_on
+    if self._on('bias_pa'):
+      x = x + p.bias_pa
+    gm, common = s.gm, s.common
+    if self._on('bias_instability_stddev_pa'):
+      phi = sig.gauss_markov_phi(per, p.bias_correlation_time_s)
+      gm = sig.ar1(s.gm, rng.normal(s.streams['bias_instability'], n), phi,
+                   p.bias_instability_stddev_pa, first)
+      x = x + gm
+    if self._on('common_mode_stddev_pa'):
+      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
+      common = sig.ar1(s.common, rng.normal(s.streams['weather'], n), phi, 1.0, first)
+      x = x + p.common_mode_stddev_pa * common
+    if self._temperature_on():
+      x = x + p.temperature_coefficient_pa_per_k * (temp - p.reference_temperature_k)
+    if self.throttle_ctrl >= 0:
+      x = x + jnp.interp(data.ctrl[self.throttle_ctrl], p.throttle_bias_points,
+                         p.throttle_bias_pa)
+    if self.velocity is not None:
+      x = x + jnp.interp(self.air_speed(p, data), p.airspeed_bias_points_m_s,
+                         p.airspeed_bias_pa)
+    if self._on('noise_stddev_pa'):
+      x = x + p.noise_stddev_pa * rng.normal(s.streams['noise'], n)
+    flag = jnp.bool_(False)
+    count = s.clip_count
+    if self._on('pressure_min_pa') or self._on('pressure_max_pa'):
+      lo = p.pressure_min_pa
+      hi = p.pressure_max_pa if self._on('pressure_max_pa') else jnp.inf
+      flag = (x < lo) | (x > hi)
+      x = jnp.clip(x, lo, hi)
+      count = count + flag.astype(jnp.int32)
+    if self._on('resolution_pa'):
+      x = sig.quantize(x, p.resolution_pa)
+    sample = Sample(x, temp, self.variance(p), flag, jnp.int32(faults.HEALTHY))
+    return s._replace(gm=gm, common=common, clip_count=count), sample
+
+  def truth(self, s: State, data) -> dict:
+    """Site height above mean sea level and the error-free ISA pressure there need the world's
+    Params; truth holds the site height in the world frame (m), the drift state and the
+    health."""
+    return {'site_z_m': data.site_xpos[self.site_id, 2], 'bias_pa': s.turn_on + s.gm,
+            'health': s.faults.health}
+
+  def status(self, s: State) -> dict:
+    return {**super().status(s), 'clip_count': s.clip_count}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    return self.describe_terms([
+        f'site {c.site!r}: ISA pressure (P0 {c.sea_level_pressure_pa:g} Pa, T0 '
+        f'{c.sea_level_temperature_k:g} K), height offset {c.altitude_offset_m:g} m',
+        f'throttle table on {c.throttle_actuator or "none"}; airspeed table via '
+        f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}'],
+        [f for f in BarometerConfigModel.model_fields
+         if f.endswith(('_pa', '_k')) and f in Params._fields])
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
+  sb = base.SensorBuild(BarometerConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
+  m = ctx.model
+  for pts, vals in (('throttle_bias_points', 'throttle_bias_pa'),
+                    ('airspeed_bias_points_m_s', 'airspeed_bias_pa')):
+    x, y = getattr(cfg, pts), getattr(cfg, vals)
+    base.check(len(x) == len(y), *origin(vals), f'needs one value per entry of {pts} '
+               f'({len(x)})', list(y))
+    base.check(all(b > a for a, b in zip(x, x[1:])), *origin(pts), 'must increase strictly',
+               list(x))
+  base.check(not cfg.pressure_max_pa or cfg.pressure_max_pa > cfg.pressure_min_pa,
+             *origin('pressure_max_pa'), f'must be > pressure_min_pa = {cfg.pressure_min_pa:g} '
+             '(or 0: no upper limit)', cfg.pressure_max_pa)
+  sid = faults.bind_site(ctx, cfg.site, origin)
+  base.check(cfg.bias_correlation_time_s > 0 or not (
+      cfg.bias_instability_stddev_pa > 0 or 'bias_instability_stddev_pa' in vary),
+      *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_pa > 0 '
+      '(Gauss–Markov correlation time)', cfg.bias_correlation_time_s)
+  base.check(cfg.common_mode_correlation_time_s > 0 or not cfg.common_mode_stddev_pa > 0,
+             *origin('common_mode_correlation_time_s'), 'must be > 0 where '
+             'common_mode_stddev_pa > 0 (Gauss–Markov correlation time)',
+             cfg.common_mode_correlation_time_s)
+  base.check(cfg.common_mode_stream is not None or not cfg.common_mode_stddev_pa > 0,
+             *origin('common_mode_stream'), 'must name a shared stream where '
+             'common_mode_stddev_pa > 0', cfg.common_mode_stream)
+  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
+                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  throttle = -1
+  if cfg.throttle_bias_points and cfg.throttle_actuator is None:
+    raise ConfigError(*origin('throttle_actuator'), 'required with throttle_bias_points '
+                      '(the actuator whose ctrl is the throttle)')
+  if cfg.throttle_actuator is not None:
+    aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, cfg.throttle_actuator)
+    if aid < 0:
+      raise ConfigError(*origin('throttle_actuator'), 'no MuJoCo actuator of that name'
+                        + did_you_mean(cfg.throttle_actuator,
+                                       [m.actuator(i).name for i in range(m.nu)]),
+                        cfg.throttle_actuator)
+    base.check(bool(cfg.throttle_bias_points), *origin('throttle_bias_points'),
+               'must list the throttle values of the bias table when throttle_actuator is set',
+               list(cfg.throttle_bias_points))
+    throttle = int(m.actuator_ctrladr[aid]) if hasattr(m, 'actuator_ctrladr') else aid
+  velocity, vsite = None, -1
+  if cfg.airspeed_bias_points_m_s and cfg.velocity_sensor is None:
+    raise ConfigError(*origin('velocity_sensor'), 'required with airspeed_bias_points_m_s '
+                      '(a velocimeter giving the air-relative speed)')
+  if cfg.velocity_sensor is not None:
+    velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
+                          mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
+    vsite = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
+    base.check(bool(cfg.airspeed_bias_points_m_s), *origin('airspeed_bias_points_m_s'),
+               'must list the airspeeds of the bias table when velocity_sensor is set',
+               list(cfg.airspeed_bias_points_m_s))
+  z = jnp.float32(0.0)
+  return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)), site_id=sid,
+                 throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite))
+
+
+CONFIG_MODEL = BarometerConfigModel

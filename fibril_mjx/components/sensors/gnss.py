@@ -1,0 +1,330 @@
+"""`fibril_sim/gnss` — a GNSS receiver's navigation solution (the sensor-modelling guide, SPEC §5, "Model GNSS",
+"Covariance i raportowana jakość").
+
+The world frame is east-north-up (x east, y north, z up) around the geodetic origin
+`origin_latitude_deg`, `origin_longitude_deg`, `origin_height_m` (WGS-84). Per solution `k`
+(`Δ = period_s`, the solution rate; `latency_s` is the solution latency):
+
+- **antenna**: `r = x_site + R·l`, `v = R·(v_site + ω × l)` with the lever arm `l`
+  (`lever_arm_m`, site axes), the site of `velocity_sensor` (velocimeter) and, when the lever arm
+  is set, `angular_velocity_sensor` (gyro) on the same site;
+- **position error**: slow first-order Gauss–Markov processes, stationary from the first
+  solution — east and north each `σ_h`, `τ_h` (`horizontal_error_stddev_m`,
+  `horizontal_correlation_time_s`, stream `horizontal_error`), up `σ_v`, `τ_v`
+  (`vertical_*`, stream `vertical_error`) — plus a common-mode part `σ_cm·x[k]` (unit
+  Gauss–Markov per axis, `common_mode_correlation_time_s`) on the shared stream
+  `shared:<common_mode_stream>` (e.g. atmosphere error common to two receivers; horizontal and
+  vertical scales `common_mode_horizontal_stddev_m`, `common_mode_vertical_stddev_m`);
+- **velocity error**: white, independent of the position error (the receiver measures
+  Doppler): horizontal `σ_vh`, vertical `σ_vv` per sample (stream `velocity_noise`);
+- **geodetic output** (`fibril_mjx.mechanisms.geodesy`): latitude / longitude in 1e-7 degree (int32) and
+  ellipsoidal height (m);
+- **outages** (`outage_start_s[i]`, `outage_end_s[i]`): no fix from the start of an outage
+  until `reacquisition_s` after its end; the receiver keeps sending solutions with
+  `fix_type = 0`, the last fixed position and velocity, `satellites_no_fix` satellites, DOP
+  99.99 and accuracy `no_fix_accuracy_m` — never a "no fix" with a fix's accuracy — and the
+  health is `DEGRADED` (`fibril_mjx.mechanisms.faults`);
+- **reported quality**, consistent with the error actually generated: with a fix,
+  `horizontal_accuracy_m = √(σ_h² + σ_cm,h²)` and `vertical_accuracy_m = √(σ_v² + σ_cm,v²)`
+  are the 1σ of each east / north / up error component (≈ 68 % of each component within it),
+  `speed_accuracy_m_s = σ_vh` (1σ per horizontal velocity component); `fix_type = 3`,
+  `satellites` and the configured `hdop`, `vdop`.
+
+Truth (`truth/<id>/…`): the antenna position and velocity in the world frame. The actual error
+of each solution is the reported position (converted back on the host with
+`fibril_mjx.mechanisms.geodesy.geodetic_e7_to_enu`) minus truth at its sample tick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import pydantic
+
+from fibril_mjx.mechanisms import faults, geodesy, rng, smallmat
+from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.components import base
+from fibril_mjx.components.base import NonNeg, Vec3
+from fibril_mjx.errors import ConfigError
+
+TYPE = 'fibril_sim/gnss'
+SAMPLE_TYPE = 'fibril_sim/gnss_sample/v1'
+SOURCES = ('horizontal_error', 'vertical_error', 'velocity_noise', 'delivery_jitter',
+           'delivery_loss')
+FIX_NONE, FIX_3D = 0, 3
+NO_FIX_DOP = 99.99
+
+
+class GnssConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/gnss` (m, m/s, s, degrees)."""
+  velocity_sensor: str
+  angular_velocity_sensor: str | None = None
+  lever_arm_m: Vec3 = (0.0, 0.0, 0.0)
+  origin_latitude_deg: float = pydantic.Field(ge=-89.9, le=89.9)
+  origin_longitude_deg: float = pydantic.Field(ge=-180, le=180)
+  origin_height_m: float = 0.0
+  horizontal_error_stddev_m: NonNeg = 0.0
+  horizontal_correlation_time_s: NonNeg = 0.0
+  vertical_error_stddev_m: NonNeg = 0.0
+  vertical_correlation_time_s: NonNeg = 0.0
+  horizontal_velocity_noise_stddev_m_s: NonNeg = 0.0
+  vertical_velocity_noise_stddev_m_s: NonNeg = 0.0
+  common_mode_stream: str | None = None
+  common_mode_horizontal_stddev_m: NonNeg = 0.0
+  common_mode_vertical_stddev_m: NonNeg = 0.0
+  common_mode_correlation_time_s: NonNeg = 0.0
+  outage_start_s: tuple[NonNeg, ...] = ()
+  outage_end_s: tuple[NonNeg, ...] = ()
+  reacquisition_s: NonNeg = 0.0
+  satellites: int = pydantic.Field(12, ge=4, le=255)
+  satellites_no_fix: int = pydantic.Field(0, ge=0, le=3)
+  hdop: float = pydantic.Field(0.9, gt=0)
+  vdop: float = pydantic.Field(1.3, gt=0)
+  no_fix_accuracy_m: float = pydantic.Field(9999.0, ge=100)
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; outages `(n_outages,)`)."""
+  lever_arm_m: jax.Array
+  horizontal_error_stddev_m: jax.Array
+  horizontal_correlation_time_s: jax.Array
+  vertical_error_stddev_m: jax.Array
+  vertical_correlation_time_s: jax.Array
+  horizontal_velocity_noise_stddev_m_s: jax.Array
+  vertical_velocity_noise_stddev_m_s: jax.Array
+  common_mode_horizontal_stddev_m: jax.Array
+  common_mode_vertical_stddev_m: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  outage_start_s: jax.Array
+  outage_end_s: jax.Array
+  reacquisition_s: jax.Array
+  hdop: jax.Array
+  vdop: jax.Array
+  no_fix_accuracy_m: jax.Array
+  faults: tuple
+
+
+class Sample(NamedTuple):
+  """`fibril_sim/gnss_sample/v1` (a navigation solution, as UBX-NAV-PVT carries it).
+
+  Attributes:
+    latitude_e7, longitude_e7: int32, 1e-7 degree (WGS-84).
+    height_m: above the WGS-84 ellipsoid.
+    velocity_enu_m_s: `(3,)` east, north, up.
+    horizontal_accuracy_m, vertical_accuracy_m: reported 1σ per position component.
+    speed_accuracy_m_s: reported 1σ per horizontal velocity component.
+    fix_type: int32, 0 no fix, 3 3D fix.
+    satellites: int32 used in the solution.
+    hdop, vdop: dilution of precision.
+    health: int32 (`fibril_mjx.mechanisms.faults`).
+  """
+  latitude_e7: jax.Array
+  longitude_e7: jax.Array
+  height_m: jax.Array
+  velocity_enu_m_s: jax.Array
+  horizontal_accuracy_m: jax.Array
+  vertical_accuracy_m: jax.Array
+  speed_accuracy_m_s: jax.Array
+  fix_type: jax.Array
+  satellites: jax.Array
+  hdop: jax.Array
+  vdop: jax.Array
+  health: jax.Array
+
+
+class State(NamedTuple):
+  """Per-world state: streams, the lever arm (for truth), position error `(3,)` (E, N, U
+  Gauss–Markov), unit common-mode process `(3,)`, the last fixed solution, queue, held output,
+  faults."""
+  streams: dict
+  lever_arm: jax.Array
+  error: jax.Array
+  common: jax.Array
+  last_fix: Sample
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+
+
+def _neutral(origin: geodesy.Origin) -> Sample:
+  z = jnp.float32(0.0)
+  return Sample(jnp.int32(origin.lat_e7), jnp.int32(origin.lon_e7),
+                jnp.float32(origin.height_m), jnp.zeros(3, jnp.float32), z, z, z,
+                jnp.int32(FIX_NONE), jnp.int32(0), z, z, jnp.int32(faults.HEALTHY))
+
+
+@dataclasses.dataclass(frozen=True)
+class Gnss(base.FaultySensorFields):
+  """A built `fibril_sim/gnss` (static, hashable; `cfg` a `GnssConfigModel`, the common
+  fields of `base.FaultySensorFields`).
+
+  Attributes:
+    velocity, angular_velocity: bound velocimeter and gyro (None without a lever arm).
+    site_id: the reference site; origin: the geodetic origin (`fibril_mjx.mechanisms.geodesy.Origin`).
+  """
+  velocity: SensorBinding
+  angular_velocity: SensorBinding | None
+  site_id: int
+  origin: geodesy.Origin
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+  fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
+  always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')
+
+  def _outages(self) -> bool:
+    return bool(self.cfg.outage_start_s)
+
+  def init(self, p: Params, world_key) -> State:
+    name = self.cfg.common_mode_stream
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('atmosphere',),
+                                 {'atmosphere': name} if name else None)
+    neutral = _neutral(self.origin)
+    queue, held, fs = self.init_transport(neutral)
+    z3 = jnp.zeros(3, jnp.float32)
+    return State(streams, p.lever_arm_m, z3, z3, neutral, queue, held, fs)
+
+  def antenna(self, lever_arm, data):
+    """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""
+    rot = data.site_xmat[self.site_id]
+    b = self.velocity
+    v = data.sensordata[b.adr:b.adr + 3]
+    pos = data.site_xpos[self.site_id]
+    if self._on('lever_arm_m'):
+      pos = pos + smallmat.matvec(rot, lever_arm)
+      g = self.angular_velocity
+      v = v + jnp.cross(data.sensordata[g.adr:g.adr + 3], lever_arm)
+    return pos, smallmat.matvec(rot, v)
+
+  def has_fix(self, p: Params, t):
+    if not self._outages():
+      return jnp.bool_(True)
+    out = (t >= p.outage_start_s) & (t < p.outage_end_s + p.reacquisition_s)
+    return ~jnp.any(out)
+
+  def accuracy(self, p: Params):
+    """Reported `(horizontal, vertical)` 1σ with a fix, m."""
+    return (jnp.sqrt(p.horizontal_error_stddev_m ** 2 + p.common_mode_horizontal_stddev_m ** 2),
+            jnp.sqrt(p.vertical_error_stddev_m ** 2 + p.common_mode_vertical_stddev_m ** 2))
+
+  def acquire(self, p: Params, s: State, data, tick, n):
+    first = n == 0
+    per = self.cfg.period_s
+    pos, vel = self.antenna(p.lever_arm_m, data)
+    err, common = s.error, s.common
+    if self._on('horizontal_error_stddev_m'):
+      phi = sig.gauss_markov_phi(per, p.horizontal_correlation_time_s)
+      eh = sig.ar1(err[:2], rng.normal(s.streams['horizontal_error'], n, (2,)), phi,
+                   p.horizontal_error_stddev_m, first)
+      err = err.at[:2].set(eh)
+    if self._on('vertical_error_stddev_m'):
+      phi = sig.gauss_markov_phi(per, p.vertical_correlation_time_s)
+      err = err.at[2].set(sig.ar1(err[2], rng.normal(s.streams['vertical_error'], n), phi,
+                                  p.vertical_error_stddev_m, first))
+    pos = pos + err
+    if self._on('common_mode_horizontal_stddev_m') or self._on('common_mode_vertical_stddev_m'):
+      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
+      common = sig.ar1(s.common, rng.normal(s.streams['atmosphere'], n, (3,)), phi, 1.0, first)
+      scale = jnp.stack([p.common_mode_horizontal_stddev_m, p.common_mode_horizontal_stddev_m,
+                         p.common_mode_vertical_stddev_m])
+      pos = pos + scale * common
+    if self._on('horizontal_velocity_noise_stddev_m_s') or self._on(
+        'vertical_velocity_noise_stddev_m_s'):
+      sv = jnp.stack([p.horizontal_velocity_noise_stddev_m_s,
+                      p.horizontal_velocity_noise_stddev_m_s,
+                      p.vertical_velocity_noise_stddev_m_s])
+      vel = vel + sv * rng.normal(s.streams['velocity_noise'], n, (3,))
+    lat, lon, h = geodesy.enu_to_geodetic_e7(self.origin, pos)
+    h_acc, v_acc = self.accuracy(p)
+    fixed = Sample(lat, lon, h, vel, h_acc, v_acc, p.horizontal_velocity_noise_stddev_m_s,
+                   jnp.int32(FIX_3D), jnp.int32(self.cfg.satellites), p.hdop, p.vdop,
+                   jnp.int32(faults.HEALTHY))
+    if not self._outages():
+      return s._replace(error=err, common=common), fixed
+    fix = self.has_fix(p, jnp.asarray(tick, jnp.float32) * self.dt)
+    last = s.last_fix
+    big = p.no_fix_accuracy_m
+    lost = last._replace(horizontal_accuracy_m=big, vertical_accuracy_m=big,
+                         speed_accuracy_m_s=big, fix_type=jnp.int32(FIX_NONE),
+                         satellites=jnp.int32(self.cfg.satellites_no_fix),
+                         hdop=jnp.float32(NO_FIX_DOP), vdop=jnp.float32(NO_FIX_DOP))
+    sample = jax.tree.map(lambda a, b: jnp.where(fix, a, b), fixed, lost)
+    return s._replace(error=err, common=common,
+                      last_fix=jax.tree.map(lambda a, b: jnp.where(fix, a, b), fixed, last)
+                      ), sample
+
+  def condition(self, p: Params, sample: Sample):
+    """`WEAK` (health degraded) while there is no fix."""
+    del p
+    return jnp.where(sample.fix_type == FIX_NONE, faults.WEAK, faults.OK).astype(jnp.int32)
+
+  def truth(self, s: State, data) -> dict:
+    """Antenna position and velocity (world ENU), the receiver's own Gauss–Markov position
+    error (E, N, U; the common-mode part is not included) and the health."""
+    pos, vel = self.antenna(s.lever_arm, data)
+    return {'antenna_position_m': pos, 'antenna_velocity_m_s': vel,
+            'position_error_m': s.error, 'health': s.faults.health}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    return self.describe_terms([
+        f'antenna: site {self.velocity.site!r} + lever arm {list(c.lever_arm_m)} m; origin '
+        f'{c.origin_latitude_deg:.7f}°, {c.origin_longitude_deg:.7f}°, {c.origin_height_m:g} m',
+        f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s; common-mode '
+        f'stream: {c.common_mode_stream or "none"}'],
+        ('lever_arm_m', 'horizontal_error_stddev_m', 'vertical_error_stddev_m',
+         'horizontal_velocity_noise_stddev_m_s', 'vertical_velocity_noise_stddev_m_s',
+         'common_mode_horizontal_stddev_m', 'common_mode_vertical_stddev_m'))
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
+  sb = base.SensorBuild(GnssConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
+  a, b = cfg.outage_start_s, cfg.outage_end_s
+  base.check(len(a) == len(b), *origin('outage_end_s'), f'needs one end per entry of '
+             f'outage_start_s ({len(a)})', list(b))
+  for i, (x, y) in enumerate(zip(a, b)):
+    file, path = origin('outage_end_s')
+    base.check(y > x, file, f'{path}[{i}]', f'must be > outage_start_s[{i}] = {x:g}', y)
+  velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
+                        mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
+  gyro = None
+  lever = any(cfg.lever_arm_m) or 'lever_arm_m' in vary
+  if lever and cfg.angular_velocity_sensor is None:
+    raise ConfigError(*origin('angular_velocity_sensor'), 'required with a lever arm (the '
+                      'gyro on the site of velocity_sensor gives ω for v + ω × l)')
+  if cfg.angular_velocity_sensor is not None:
+    gyro = ctx.sensor('angular_velocity_sensor', cfg.angular_velocity_sensor,
+                      mujoco.mjtSensor.mjSENS_GYRO, 3)
+    if gyro.site != velocity.site:
+      raise ConfigError(*origin('angular_velocity_sensor'), f'must be on the site of '
+                        f'velocity_sensor ({velocity.site!r}); it is on {gyro.site!r}',
+                        cfg.angular_velocity_sensor)
+  for sig_f, tau_f in (('horizontal_error_stddev_m', 'horizontal_correlation_time_s'),
+                       ('vertical_error_stddev_m', 'vertical_correlation_time_s')):
+    base.check(getattr(cfg, tau_f) > 0 or not (getattr(cfg, sig_f) > 0 or sig_f in vary),
+               *origin(tau_f), f'must be > 0 where {sig_f} > 0 (Gauss–Markov correlation '
+               'time)', getattr(cfg, tau_f))
+  cm = cfg.common_mode_horizontal_stddev_m > 0 or cfg.common_mode_vertical_stddev_m > 0
+  base.check(cfg.common_mode_correlation_time_s > 0 or not cm,
+             *origin('common_mode_correlation_time_s'), 'must be > 0 where a common-mode '
+             'stddev > 0 (Gauss–Markov correlation time)', cfg.common_mode_correlation_time_s)
+  base.check(cfg.common_mode_stream is not None or not cm, *origin('common_mode_stream'),
+             'must name a shared stream where a common-mode stddev > 0', cfg.common_mode_stream)
+  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
+                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
+  geo = geodesy.Origin.build(cfg.origin_latitude_deg, cfg.origin_longitude_deg,
+                             cfg.origin_height_m)
+  return sb.make(Gnss, _neutral(geo), weak=bool(cfg.outage_start_s), velocity=velocity,
+                 angular_velocity=gyro, site_id=int(sid), origin=geo)
+
+
+CONFIG_MODEL = GnssConfigModel

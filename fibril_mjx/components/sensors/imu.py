@@ -1,0 +1,326 @@
+"""`fibril_sim/imu` — raw IMU: gyro + accelerometer with a full error model (SPEC §5.2).
+
+The sensor-modelling guide's IMU model (restated in SPEC §5.2):
+`z = sat(Q((I + S + M)·x + b + n))` with dynamics in between.
+Two channels, `angular_velocity` (rad/s, the MuJoCo gyro) and `linear_acceleration` (specific
+force, m/s², the MuJoCo accelerometer — lever-arm terms included by MuJoCo), both in the axes of
+the sensors' site, each the shared inertial chain of `components/inertial.py`: gain and
+cross-axis → fixed / turn-on / Gauss–Markov / random-walk bias and white noise from the noise
+density → first-order bandwidth (noise before or after it) → saturation → LSB.
+
+`filter_rate` (default `physics`): the bandwidth filter runs every physics tick on the
+continuous signal and is sampled at acquisition — a MEMS sensor's digital low-pass runs at its
+internal rate before decimation to the output data rate, so vibration above the output Nyquist
+frequency is attenuated, not aliased. `output` filters the samples at the output period
+(`noise_before_filter: true` requires it).
+
+The thermal model (`components/thermal.py`: ambient table, the sensor's first-order lag,
+bias `k1·ΔT + k2·ΔT²` and scale `1 + ks·ΔT` per channel, an optional delivered `temperature_c`
+sample field) is absent unless a coefficient is set or `temperature_output: true`. Vibration
+from a rotor (`components/vibration.py`: lines at orders of a hinge joint's rotation, modulated
+with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input, before
+the gain and the filter, when `vibration_joint` is set.
+
+Every term whose manifest value is the default is absent from the traced graph (unless the
+field is named for per-world variation); every random term has its own named stream (SPEC §4).
+Schedule and transport (latency, jitter, loss) are as in SPEC §4. The sample carries per-axis
+variances (white noise, times the filter gain when added before it, plus q²/12).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import pydantic
+
+from fibril_mjx.mechanisms import faults, quat, rng
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.components import base
+from fibril_mjx.components.sensors import inertial, thermal, vibration
+from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
+from fibril_mjx.errors import ConfigError, ConfigErrors
+
+TYPE = 'fibril_sim/imu'
+SAMPLE_TYPE = 'fibril_sim/imu_sample/v1'
+
+CHANNELS = ('angular_velocity', 'linear_acceleration')
+SOURCES = tuple(f'{ch}_{t}' for ch in CHANNELS for t in inertial.TERMS) + ('delivery_jitter',
+                                                                   'delivery_loss')
+
+Mat3 = tuple[Vec3, Vec3, Vec3]
+ZERO3 = (0.0, 0.0, 0.0)
+ZERO33 = (ZERO3, ZERO3, ZERO3)
+
+
+def _zero_diagonal(m):
+  if any(m[i][i] != 0.0 for i in range(3)):
+    raise ValueError('diagonal must be 0 (off-diagonal cross-axis terms only; per-axis gain '
+                     'belongs in the _scale field)')
+  return m
+
+
+class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
+                     vibration.VibrationConfig):
+  """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
+
+  Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
+  `linear_acceleration_*` in m/s² (density m/s²/√Hz, random walk m/s²/√s).
+  """
+  gyroscope_sensor: str
+  accelerometer_sensor: str
+  noise_before_filter: bool = False
+  filter_rate: Literal['physics', 'output'] = 'physics'
+
+  angular_velocity_bandwidth_hz: NonNeg = 0.0
+  angular_velocity_scale: Positive3 = (1.0, 1.0, 1.0)
+  angular_velocity_misalignment: Mat3 = ZERO33
+  angular_velocity_noise_density: NonNeg3 = ZERO3
+  angular_velocity_bias: Vec3 = ZERO3
+  angular_velocity_bias_turn_on_stddev: NonNeg3 = ZERO3
+  angular_velocity_bias_instability_stddev: NonNeg3 = ZERO3
+  angular_velocity_bias_correlation_time_s: NonNeg3 = ZERO3
+  angular_velocity_random_walk: NonNeg3 = ZERO3
+  angular_velocity_limit: NonNeg = 0.0
+  angular_velocity_resolution: NonNeg = 0.0
+
+  linear_acceleration_bandwidth_hz: NonNeg = 0.0
+  linear_acceleration_scale: Positive3 = (1.0, 1.0, 1.0)
+  linear_acceleration_misalignment: Mat3 = ZERO33
+  linear_acceleration_noise_density: NonNeg3 = ZERO3
+  linear_acceleration_bias: Vec3 = ZERO3
+  linear_acceleration_bias_turn_on_stddev: NonNeg3 = ZERO3
+  linear_acceleration_bias_instability_stddev: NonNeg3 = ZERO3
+  linear_acceleration_bias_correlation_time_s: NonNeg3 = ZERO3
+  linear_acceleration_random_walk: NonNeg3 = ZERO3
+  linear_acceleration_limit: NonNeg = 0.0
+  linear_acceleration_resolution: NonNeg = 0.0
+
+  _diag = pydantic.field_validator('angular_velocity_misalignment',
+                                   'linear_acceleration_misalignment')(_zero_diagonal)
+
+  @pydantic.model_validator(mode='after')
+  def _before_needs_output_rate(self):
+    if self.noise_before_filter and self.filter_rate == 'physics':
+      raise ValueError("noise_before_filter: true needs filter_rate: output (errors are drawn "
+                       "per sample; a physics-rate filter runs between samples)")
+    return self
+
+
+CHANNEL_FIELDS = ('bandwidth_hz', 'scale', 'misalignment', 'noise_density', 'bias',
+                  'bias_turn_on_stddev', 'bias_instability_stddev', 'bias_correlation_time_s',
+                  'random_walk', 'limit', 'resolution')
+
+
+class Params(NamedTuple):
+  """Per-world, differentiable parameters: one `inertial.ChannelParams` per channel, e.g.
+  `params.angular_velocity.bias` for the manifest field `angular_velocity_bias`."""
+  angular_velocity: inertial.ChannelParams
+  linear_acceleration: inertial.ChannelParams
+  faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
+  thermal: Any = None  # `thermal.ThermalParams` (always present; used when the model is on)
+  vibration: Any = None  # `vibration.VibrationParams` (always present; used when it is on)
+
+
+Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
+axes): `inertial.RATE_SAMPLE_FIELDS` — angular velocity (rad/s), specific force (m/s²), their
+per-sample variances (white noise after the filter gain, plus q²/12), saturation flags and
+cumulative clip counts.""")
+SampleWithTemperature = inertial.sample_type('Sample', leading=('temperature_c',), doc="""
+`fibril_sim/imu_sample/v1` with the delivered sensor temperature `temperature_c` (°C) first
+(`temperature_output: true`), then `inertial.RATE_SAMPLE_FIELDS`.""")
+
+
+class State(NamedTuple):
+  """Per-world state.
+
+  Attributes:
+    streams: named stream keys, `{source: (2,) uint32}`.
+    angular_velocity, linear_acceleration: `inertial.ChannelState`.
+    queue, held: delivery queue and the delivered output.
+    faults: `faults.FaultState` (health, last packet, counters).
+    thermal: `thermal.ThermalState`, or None when the thermal model is off.
+  """
+  streams: dict
+  angular_velocity: inertial.ChannelState
+  linear_acceleration: inertial.ChannelState
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+  thermal: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Imu(inertial.RateSensor):
+  """A built `fibril_sim/imu` component: static, hashable; arrays live in Params / State.
+
+  Attributes:
+    channels: the two `inertial.Channel`s (angular velocity, linear acceleration).
+    site_body: body id of the sensors' site; `site_quat` its orientation in that body
+      (`[w, x, y, z]`), for the true site attitude.
+    thermal: the static `thermal.Thermal`, or None (off).
+    vibration: the static `vibration.Vibration`, or None (off).
+  """
+  sensors: tuple[SensorBinding, SensorBinding]
+  channels: tuple[inertial.Channel, inertial.Channel]
+  site_body: int
+  site_quat: tuple
+  thermal: Any = None
+  vibration: Any = None
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+
+  def default_params(self) -> Params:
+    return Params(*(c.params(self.cfg) for c in self.channels), faults.default_params(self.cfg),
+                  thermal.Thermal.params(self.cfg), vibration.Vibration.params(self.cfg))
+
+  def param_path(self, field: str):
+    if field in thermal.PARAM_FIELDS:
+      return ('thermal', field)
+    if field in vibration.PARAM_FIELDS:
+      return ('vibration', field)
+    return self.channel_path(field)
+
+  def uses(self, field: str) -> bool:
+    if field in thermal.PARAM_FIELDS:
+      return self.thermal is not None and self.thermal.uses(field)
+    if field in vibration.PARAM_FIELDS:
+      return self.vibration is not None and self.vibration.uses(field)
+    return self.channel_uses(field)
+
+  def _sample(self, **fields):
+    if self.thermal is not None and self.thermal.output:
+      return SampleWithTemperature(**fields)
+    return Sample(**fields)
+
+  def init(self, params: Params, world_key: jax.Array) -> State:
+    sources = (SOURCES + (thermal.SOURCES if self.thermal is not None else ())
+               + (vibration.SOURCES if self.vibration is not None else ()))
+    streams = {s: rng.stream_key(world_key, self.id, s) for s in sources}
+    w, a = (c.init(p, streams) for c, p in zip(self.channels, params))
+    neutral = self.neutral_rates(params)
+    if self.thermal is not None and self.thermal.output:
+      neutral['temperature_c'] = jnp.zeros((), jnp.float32)
+    th = self.thermal.init() if self.thermal is not None else None
+    return State(streams, w, a, *self.init_transport(self._sample(**neutral)), th)
+
+  def _read(self, sensordata):
+    g_b, a_b = self.sensors
+    return sensordata[g_b.adr:g_b.adr + 3], sensordata[a_b.adr:a_b.adr + 3]
+
+  def _input(self, p: Params, s: State, data, tick):
+    """The MuJoCo gyro and accelerometer, plus the vibration term when it is on."""
+    gyro, accel = self._read(data.sensordata)
+    if self.vibration is not None:
+      v = self.vibration.term(p.vibration, data, s.streams, tick)
+      gyro = gyro + v['angular_velocity'] if 'angular_velocity' in v else gyro
+      accel = accel + v['linear_acceleration'] if 'linear_acceleration' in v else accel
+    return gyro, accel
+
+  def track(self, p: Params, s: State, data, tick) -> State:
+    """Every physics tick: the physics-rate bandwidth filters (absent at `output` rate)."""
+    if not any(c.filters_every_tick for c in self.channels):
+      return s
+    gyro, accel = self._input(p, s, data, tick)
+    w_c, a_c = self.channels
+    return s._replace(angular_velocity=w_c.track(p.angular_velocity, s.angular_velocity, gyro,
+                                                 tick),
+                      linear_acceleration=a_c.track(p.linear_acceleration,
+                                                    s.linear_acceleration, accel, tick))
+
+  def acquire(self, p: Params, s: State, data, tick, n) -> tuple[State, Sample]:
+    """Computes sample `n` from `mjx.Data` of `tick`; returns the new state and the sample.
+
+    Args:
+      data: anything with `sensordata` `(nsensordata,)` (an `mjx.Data`).
+      tick: int32 tick of that state (unused by the model; kept for a uniform signature).
+      n: int32 acquisition index (the RNG index; `n == 0` starts filters and processes).
+    """
+    gyro, accel = self._input(p, s, data, tick)
+    if self.thermal is None:
+      fields, s = self.step_rates(p, s, gyro, accel, n)
+      return s, Sample(**fields)
+    th, terms, delivered = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
+    (wb, wg), (ab, ag) = terms['angular_velocity'], terms['linear_acceleration']
+    fields, s = self.step_rates(p, s, gyro, accel, n, extra=wb, accel_extra=ab, gains=(wg, ag))
+    if delivered is not None:
+      fields['temperature_c'] = delivered
+    return s._replace(thermal=th), self._sample(**fields)
+
+  def site_orientation(self, data) -> jax.Array:
+    """True attitude of the IMU site, body → world `(4,)` `[w, x, y, z]`, `w >= 0`."""
+    return quat.canonical(quat.multiply(data.xquat[self.site_body],
+                                        jnp.asarray(self.site_quat, data.xquat.dtype)))
+
+  def truth(self, s: State, data) -> dict:
+    """Ideal outputs of this tick for `truth/<id>/...`: the MuJoCo gyro and accelerometer,
+    the site's attitude, and the additive bias of the error model (fixed + turn-on +
+    Gauss–Markov + random walk, as of the latest acquisition)."""
+    gyro, accel = self._read(data.sensordata)
+    out = {'angular_velocity': gyro, 'linear_acceleration': accel,
+           'orientation': self.site_orientation(data),
+           'angular_velocity_bias': s.angular_velocity.bias,
+           'linear_acceleration_bias': s.linear_acceleration.bias,
+           'health': s.faults.health}
+    if self.thermal is not None:   # thermal bias included; sensor and ambient temperature
+      out['angular_velocity_bias'] = out['angular_velocity_bias'] + s.thermal.angular_velocity_bias
+      out['linear_acceleration_bias'] = (out['linear_acceleration_bias']
+                                         + s.thermal.linear_acceleration_bias)
+      out['temperature_c'] = s.thermal.sensor_c
+    return out
+
+  def describe(self) -> list[str]:
+    return (super().describe() + (self.thermal.describe() if self.thermal is not None else [])
+            + (self.vibration.describe() if self.vibration is not None else []))
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
+  """Validates the config (profiles layered) and binds the MuJoCo sensors and their site."""
+  sb = base.SensorBuild(ImuConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin = sb.cfg, sb.origin
+  errors = []
+  for ch in CHANNELS:
+    sig_f, tau_f = f'{ch}_bias_instability_stddev', f'{ch}_bias_correlation_time_s'
+    for i, (s_i, t_i) in enumerate(zip(getattr(cfg, sig_f), getattr(cfg, tau_f))):
+      if (s_i > 0 or sig_f in ctx.vary) and not t_i > 0:
+        file, path = origin(tau_f)
+        errors.append(ConfigError(file, f'{path}[{i}]', f'must be > 0 where {sig_f}[{i}] > 0 '
+                                  f'(Gauss–Markov correlation time)', t_i))
+  if errors:
+    raise ConfigErrors(errors)
+  sensors = (
+      ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3),
+      ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
+                 mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
+  )
+  if sensors[0].site != sensors[1].site:
+    raise ConfigError(*origin('accelerometer_sensor'),
+                      f'must be on the same site as gyroscope_sensor {cfg.gyroscope_sensor!r} '
+                      f'(site {sensors[0].site!r}); {cfg.accelerometer_sensor!r} is on site '
+                      f'{sensors[1].site!r}', cfg.accelerometer_sensor)
+  m = ctx.model
+  sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, sensors[0].site)
+  channels = tuple(
+      inertial.Channel.build(ch, {f: f'{ch}_{f}' for f in CHANNEL_FIELDS}, sb.is_on,
+                             period_s=cfg.period_s, dt=ctx.dt,
+                             noise_before_filter=cfg.noise_before_filter,
+                             filter_rate=cfg.filter_rate)
+      for ch in CHANNELS)
+  th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
+  vib = vibration.Vibration.build(cfg, sb.is_on, m, ctx.dt, origin)
+  rates = ([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
+           + [jnp.zeros(3, jnp.int32)] * 2)
+  neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *rates)
+             if th is not None and th.output else Sample(*rates))
+  return sb.make(Imu, neutral, sensors=sensors, channels=channels,
+                 site_body=int(m.site_bodyid[sid]),
+                 site_quat=tuple(float(v) for v in m.site_quat[sid]), thermal=th,
+                 vibration=vib)
+
+
+CONFIG_MODEL = ImuConfigModel

@@ -1,0 +1,328 @@
+"""`fibril_sim/magnetometer` — a 3-axis magnetometer on a MuJoCo site (the sensor-modelling guide, SPEC §5,
+"Magnetometr").
+
+Per acquisition `k` (`Δ = period_s`; µT; sensor axes = site axes; `R` = site → world):
+
+    B_ext = Rᵀ (B_earth + d[k])                        Earth field + common-mode disturbance
+    m     = S·B_ext + h + Σ_j c_j·i_j + b_on + b_gm[k] + w[k]
+    z     = Q(sat(m))
+
+- `B_earth` (world frame, x east, y north, z up): `earth_field_ut`, or from
+  `declination_deg` D (east of north), `inclination_deg` I (down from horizontal) and
+  `intensity_ut` F: `[F cos I sin D, F cos I cos D, −F sin I]`;
+- `d[k]`: common-mode external disturbance in the world frame, first-order Gauss–Markov
+  `σ_cm·x[k]` with unit process `x` (stationary start, `φ = exp(−Δ/τ_cm)`) drawn from the
+  shared stream `shared:<common_mode_stream>` — two magnetometers naming the same stream see
+  the same disturbance, each rotated into its own axes (stream `external_field`);
+- `S` soft iron (3×3, default identity), `h` hard iron (µT);
+- `c_j·i_j`: field of motor / actuator currents: `i_j` is the `current` of the delivered
+  feedback of component `current_components[j]` (listed earlier in the manifest), passed
+  through a first-order lag `current_lag_s` every physics tick; `c_j` is µT per A in sensor
+  axes;
+- `b_on ~ N(0, bias_turn_on_stddev_ut²)` per episode (redrawn at a `reset` fault; stream
+  `bias_turn_on`), `b_gm` Gauss–Markov bias instability (`bias_instability`), `w` white noise
+  of per-sample σ `noise_stddev_ut` (`noise`);
+- `sat` to `±range_ut` with per-axis flags, `Q` to `resolution_ut`.
+
+Truth (`truth/<id>/…`) keeps the ideal Earth field in sensor axes and the true yaw of the site
+apart from the measurement. Terms left at their default are absent from the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+
+from fibril_mjx.mechanisms import faults, rng, smallmat
+from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext
+from fibril_mjx.components import base
+from fibril_mjx.components.base import NonNeg, NonNeg3, Vec3
+from fibril_mjx.errors import ConfigError, did_you_mean
+
+TYPE = 'fibril_sim/magnetometer'
+SAMPLE_TYPE = 'fibril_sim/magnetometer_sample/v1'
+SOURCES = ('noise', 'bias_turn_on', 'bias_instability', 'delivery_jitter', 'delivery_loss')
+Mat3 = tuple[Vec3, Vec3, Vec3]
+IDENTITY = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+ZERO3 = (0.0, 0.0, 0.0)
+
+
+class MagnetometerConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/magnetometer` (fields in µT unless named)."""
+  site: str
+  earth_field_ut: Vec3 | None = None
+  declination_deg: float | None = None
+  inclination_deg: float | None = pydantic.Field(None, ge=-90, le=90)
+  intensity_ut: NonNeg | None = None
+  hard_iron_ut: Vec3 = ZERO3
+  soft_iron: Mat3 = IDENTITY
+  current_components: tuple[str, ...] = ()
+  current_coefficients_ut_per_a: tuple[Vec3, ...] = ()
+  current_lag_s: NonNeg = 0.0
+  noise_stddev_ut: NonNeg3 = ZERO3
+  bias_turn_on_stddev_ut: NonNeg3 = ZERO3
+  bias_instability_stddev_ut: NonNeg3 = ZERO3
+  bias_correlation_time_s: NonNeg = 0.0
+  common_mode_stream: str | None = None
+  common_mode_stddev_ut: NonNeg3 = ZERO3
+  common_mode_correlation_time_s: NonNeg = 0.0
+  range_ut: NonNeg = 0.0
+  resolution_ut: NonNeg = 0.0
+
+
+
+def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
+  """World-frame Earth field (x east, y north, z up), µT, float64."""
+  if cfg.earth_field_ut is not None:
+    return np.asarray(cfg.earth_field_ut, np.float64)
+  d, i = math.radians(cfg.declination_deg), math.radians(cfg.inclination_deg)
+  f = cfg.intensity_ut
+  return np.array([f * math.cos(i) * math.sin(d), f * math.cos(i) * math.cos(d),
+                   -f * math.sin(i)])
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `earth_field_ut` resolved from D/I/F;
+  `current_coefficients_ut_per_a` `(n_currents, 3)`)."""
+  earth_field_ut: jax.Array
+  hard_iron_ut: jax.Array
+  soft_iron: jax.Array
+  current_coefficients_ut_per_a: jax.Array
+  current_lag_s: jax.Array
+  noise_stddev_ut: jax.Array
+  bias_turn_on_stddev_ut: jax.Array
+  bias_instability_stddev_ut: jax.Array
+  bias_correlation_time_s: jax.Array
+  common_mode_stddev_ut: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  range_ut: jax.Array
+  resolution_ut: jax.Array
+  faults: tuple
+
+
+class Sample(NamedTuple):
+  """`fibril_sim/magnetometer_sample/v1`.
+
+  Attributes:
+    magnetic_field_ut: `(3,)` measured field, sensor axes, µT.
+    variance: `(3,)` per-sample noise variance implied by the config (σ² + q²/12), µT².
+    saturated: `(3,)` bool, this sample.
+    health: int32 (`fibril_mjx.mechanisms.faults`).
+  """
+  magnetic_field_ut: jax.Array
+  variance: jax.Array
+  saturated: jax.Array
+  health: jax.Array
+
+
+class State(NamedTuple):
+  """Per-world state: streams, the world Earth field (for truth), lagged currents `(n,)`,
+  turn-on bias, Gauss–Markov bias and unit common-mode process `(3,)`, clip counts, queue,
+  held output, faults."""
+  streams: dict
+  earth_field: jax.Array
+  current: jax.Array
+  turn_on: jax.Array
+  gm: jax.Array
+  common: jax.Array
+  clip_count: jax.Array
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+
+
+@dataclasses.dataclass(frozen=True)
+class Magnetometer(base.FaultySensorFields):
+  """A built `fibril_sim/magnetometer` (static, hashable; `cfg` a `MagnetometerConfigModel`,
+  the common fields of `base.FaultySensorFields`).
+
+  Attributes:
+    site_id: MuJoCo site id; current_ids: components whose feedback `current` is read.
+  """
+  site_id: int
+  current_ids: tuple[str, ...]
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+  fault_fields = ('magnetic_field_ut',)
+
+  def default_params(self) -> Params:
+    c = self.cfg
+    f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    coeff = np.asarray(c.current_coefficients_ut_per_a, np.float64).reshape(-1, 3)
+    return Params(f(earth_field(c)), f(c.hard_iron_ut), f(c.soft_iron), f(coeff),
+                  f(c.current_lag_s), f(c.noise_stddev_ut), f(c.bias_turn_on_stddev_ut),
+                  f(c.bias_instability_stddev_ut), f(c.bias_correlation_time_s),
+                  f(c.common_mode_stddev_ut), f(c.common_mode_correlation_time_s),
+                  f(c.range_ut), f(c.resolution_ut), faults.default_params(c))
+
+  def param_path(self, field: str):
+    if field in ('declination_deg', 'inclination_deg', 'intensity_ut'):
+      return ('earth_field_ut',)
+    return (field,) if field in Params._fields else None
+
+  def uses(self, field: str) -> bool:
+    return self.param_path(field) == ('earth_field_ut',) or super().uses(field)
+
+  def variance(self, p: Params):
+    v = jnp.zeros(3, jnp.float32)
+    if self._on('noise_stddev_ut'):
+      v = v + p.noise_stddev_ut ** 2
+    if self._on('resolution_ut'):
+      v = v + p.resolution_ut ** 2 / 12.0
+    return v
+
+  def init(self, p: Params, world_key) -> State:
+    shared = {'external_field': self.cfg.common_mode_stream} if self.cfg.common_mode_stream \
+        else {}
+    streams = faults.stream_keys(world_key, self.id, SOURCES + ('external_field',), shared)
+    z3 = jnp.zeros(3, jnp.float32)
+    turn_on = z3
+    if self._on('bias_turn_on_stddev_ut'):
+      turn_on = p.bias_turn_on_stddev_ut * rng.normal(streams['bias_turn_on'], 0, (3,))
+    neutral = Sample(z3, self.variance(p), jnp.zeros(3, bool), jnp.int32(faults.HEALTHY))
+    queue, held, fs = self.init_transport(neutral)
+    return State(streams, p.earth_field_ut, jnp.zeros(len(self.current_ids), jnp.float32),
+                 turn_on, z3, z3,
+                 jnp.zeros(3, jnp.int32), queue, held, fs)
+
+  def on_reset(self, p: Params, s: State, index) -> State:
+    """A device reset redraws the turn-on bias (draw `index` of its stream)."""
+    if not self._on('bias_turn_on_stddev_ut'):
+      return s
+    return s._replace(turn_on=p.bias_turn_on_stddev_ut *
+                      rng.normal(s.streams['bias_turn_on'], index, (3,)))
+
+  def observe(self, p: Params, s: State, env, tick) -> State:
+    """Every tick: the lagged currents of the named components' delivered feedback."""
+    del tick
+    if not self.current_ids:
+      return s
+    i = jnp.stack([jnp.asarray(env[c].sample.current, jnp.float32).reshape(()) for c in
+                   self.current_ids])
+    if self._on('current_lag_s'):
+      tau = jnp.where(p.current_lag_s > 0, p.current_lag_s, 1.0)
+      alpha = jnp.where(p.current_lag_s > 0, -jnp.expm1(-self.dt / tau), 1.0)
+      i = s.current + alpha * (i - s.current)
+    return s._replace(current=i)
+
+  def acquire(self, p: Params, s: State, data, tick, n):
+    del tick
+    first = n == 0
+    per = self.cfg.period_s
+    rot = data.site_xmat[self.site_id]
+    b_world = p.earth_field_ut
+    common = s.common
+    if self._on('common_mode_stddev_ut'):
+      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
+      common = sig.ar1(s.common, rng.normal(s.streams['external_field'], n, (3,)), phi, 1.0,
+                       first)
+      b_world = b_world + p.common_mode_stddev_ut * common
+    m = smallmat.matvec(rot.T, b_world)
+    if self._on('soft_iron'):
+      m = smallmat.matvec(p.soft_iron, m)
+    if self._on('hard_iron_ut'):
+      m = m + p.hard_iron_ut
+    if self.current_ids:
+      m = m + smallmat.matvec(p.current_coefficients_ut_per_a.T, s.current)
+    m = m + s.turn_on
+    gm = s.gm
+    if self._on('bias_instability_stddev_ut'):
+      phi = sig.gauss_markov_phi(per, p.bias_correlation_time_s)
+      gm = sig.ar1(s.gm, rng.normal(s.streams['bias_instability'], n, (3,)), phi,
+                   p.bias_instability_stddev_ut, first)
+      m = m + gm
+    if self._on('noise_stddev_ut'):
+      m = m + p.noise_stddev_ut * rng.normal(s.streams['noise'], n, (3,))
+    m, flags, count = sig.limit_and_quantize(
+        m, s.clip_count, p.range_ut if self._on('range_ut') else None,
+        p.resolution_ut if self._on('resolution_ut') else None)
+    sample = Sample(m, self.variance(p), flags, jnp.int32(faults.HEALTHY))
+    return s._replace(gm=gm, common=common, clip_count=count), sample
+
+  def truth(self, s: State, data) -> dict:
+    """Ideal Earth field in sensor axes (no disturbance or errors), the true yaw of the site
+    (rad, about world z, of its x axis), the lagged currents, the bias state, the health."""
+    rot = data.site_xmat[self.site_id]
+    return {'magnetic_field_ut': smallmat.matvec(rot.T, s.earth_field),
+            'yaw_rad': jnp.arctan2(rot[1, 0], rot[0, 0]),
+            'bias_ut': s.turn_on + s.gm, 'current_a': s.current, 'health': s.faults.health}
+
+  def status(self, s: State) -> dict:
+    return {**super().status(s), 'clip_count': s.clip_count}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    return self.describe_terms([
+        f'site {c.site!r} (id {self.site_id}); Earth field (world, µT) '
+        f'{[round(float(v), 3) for v in earth_field(c)]}',
+        f'currents from: {", ".join(self.current_ids) or "none"}',
+        f'common-mode stream: {c.common_mode_stream or "none"}'],
+        ('hard_iron_ut', 'soft_iron', 'current_lag_s', 'noise_stddev_ut',
+         'bias_turn_on_stddev_ut', 'bias_instability_stddev_ut', 'common_mode_stddev_ut',
+         'range_ut', 'resolution_ut'))
+
+
+def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str, index: int):
+  """Checks that component `name` is listed before `cid` and has a delivered `current`."""
+  file, path = origin(field)
+  where = f'{path}[{index}]'
+  ids = [i for i, _ in ctx.entries]
+  if name not in ids or name == cid:
+    raise ConfigError(file, where, 'no other component of that id in the manifest'
+                      + did_you_mean(name, [i for i in ids if i != cid]), name)
+  if name not in ctx.built:
+    raise ConfigError(file, where, 'must name a component listed before this one', name)
+  c = ctx.built[name]
+  neutral = jax.eval_shape(lambda: c.output(c.init(c.default_params(),
+                                                   jax.random.PRNGKey(0))))
+  if 'current' not in getattr(type(neutral.sample), '_fields', ()):
+    raise ConfigError(file, where, f'must name a component whose feedback has a current '
+                      f'(e.g. fibril_sim/motor); {name!r} is a {c.type}', name)
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
+  sb = base.SensorBuild(MagnetometerConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
+  dii = (cfg.declination_deg, cfg.inclination_deg, cfg.intensity_ut)
+  if cfg.earth_field_ut is not None and any(v is not None for v in dii):
+    raise ConfigError(*origin('earth_field_ut'), 'give earth_field_ut or declination_deg/'
+                      'inclination_deg/intensity_ut, not both', list(cfg.earth_field_ut))
+  if cfg.earth_field_ut is None and not all(v is not None for v in dii):
+    raise ConfigError(*origin('earth_field_ut'), 'required unless declination_deg, '
+                      'inclination_deg and intensity_ut are all given')
+  base.check(len(cfg.current_coefficients_ut_per_a) == len(cfg.current_components),
+             *origin('current_coefficients_ut_per_a'), 'needs one [x, y, z] per entry of '
+             f'current_components ({len(cfg.current_components)})',
+             [list(v) for v in cfg.current_coefficients_ut_per_a])
+  sid = faults.bind_site(ctx, cfg.site, origin)
+  for j, name in enumerate(cfg.current_components):
+    earlier_feedback(ctx, cid, name, origin, 'current_components', j)
+  base.check(cfg.bias_correlation_time_s > 0 or not (
+      any(cfg.bias_instability_stddev_ut) or 'bias_instability_stddev_ut' in vary),
+      *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_ut > 0 '
+      '(Gauss–Markov correlation time)', cfg.bias_correlation_time_s)
+  base.check(cfg.common_mode_correlation_time_s > 0 or not (
+      any(cfg.common_mode_stddev_ut) or 'common_mode_stddev_ut' in vary),
+      *origin('common_mode_correlation_time_s'), 'must be > 0 where common_mode_stddev_ut > 0 '
+      '(Gauss–Markov correlation time)', cfg.common_mode_correlation_time_s)
+  base.check(cfg.common_mode_stream is not None or not any(cfg.common_mode_stddev_ut),
+             *origin('common_mode_stream'), 'must name a shared stream where '
+             'common_mode_stddev_ut > 0', cfg.common_mode_stream)
+  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
+                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  z3 = jnp.zeros(3, jnp.float32)
+  return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)), site_id=sid,
+                 current_ids=tuple(cfg.current_components))
+
+
+CONFIG_MODEL = MagnetometerConfigModel

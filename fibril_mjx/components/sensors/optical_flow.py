@@ -1,0 +1,237 @@
+"""`fibril_sim/optical_flow` — an abstract downward optical-flow sensor for fusion tests (the
+sensor-modelling guide, "Lidar, optical flow i kamera": flow depends on texture, light,
+exposure, blur, height, field of view and rotation; an abstract model must still produce a
+quality value, saturation at high angular rate and height-dependent errors).
+
+The sensor frame is the bound site's: optical axis +z (pointing at the ground), image x, y
+along the site's x, y. Every physics tick (`track`), with the site's velocity v and angular
+rate ω in the sensor frame and d the `mjx.ray` distance along the optical axis to the first geom
+(own body excluded), the image-plane angular flow of the scene point on the optical axis is
+
+    ḟ = (−v_x/d − ω_y,  −v_y/d + ω_x)                            (rad/s, exact at the centre)
+
+and the tick's quality (0–255) is
+
+    q = 255 · τ_g · illumination · b · [min_range_m ≤ d ≤ max_range_m] · [|ω_xy| ≤ max_angular_rate]
+    b = 1 / (1 + (β/blur_half_quality_px)²),  β = |ḟ|·exposure_s·resolution_px/fov_rad   (px)
+
+with τ_g = `group_texture` of the hit geom's group (1 by default: textured everywhere) and
+`illumination` (0–1, the scene's light relative to what the sensor needs). A tick whose
+q = 0 tracks nothing (ḟ counts as 0); otherwise each axis of ḟ saturates at
+±`max_flow_rate_rad_s`. At each frame (the schedule's instant) the sensor delivers
+
+    flow_rad      = Σ ḟ·dt over the ticks since the last frame + σ_f·w,
+                    σ_f = noise_stddev_rad + noise_per_m_rad·d̄   (w normal, stream `noise`,
+                    d̄ the frame's mean distance over ticks that tracked)
+    body_rate_rad = Σ ω·dt (3 axes, ideal: the integrated gyro PX4-class sensors report)
+    integration_time_s = ticks·dt,  quality = round(mean q over the frame)
+
+Not modelled: the image itself (texture statistics, feature tracking), flow away from the
+optical axis (a tilted view of sloped ground), lens distortion, auto-exposure dynamics, a
+gyro error model for `body_rate_rad`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import pydantic
+
+from fibril_mjx.mechanisms import faults, rng
+from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx.core.context import BuildContext
+from fibril_mjx.components import base
+from fibril_mjx.components.base import NonNeg, Positive
+from fibril_mjx.components.sensors.scene import Scene, site_bodies, site_motion
+
+TYPE = 'fibril_sim/optical_flow'
+SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
+SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
+Unit = pydantic.confloat(ge=0, le=1)
+
+
+class OpticalFlowConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/optical_flow` (rad, m, s, px)."""
+  site: str
+  fov_deg: float = pydantic.Field(gt=0, lt=180)
+  resolution_px: int = pydantic.Field(gt=0)
+  min_range_m: NonNeg = 0.0
+  max_range_m: Positive
+  max_flow_rate_rad_s: Positive
+  max_angular_rate_rad_s: Positive
+  noise_stddev_rad: NonNeg = 0.0
+  noise_per_m_rad: NonNeg = 0.0
+  exposure_s: NonNeg = 0.0
+  blur_half_quality_px: Positive = 1.0
+  illumination: Unit = 1.0
+  group_texture: tuple[Unit, Unit, Unit, Unit, Unit, Unit] = (1.0,) * 6
+
+
+class Params(NamedTuple):
+  min_range_m: jax.Array
+  max_range_m: jax.Array
+  max_flow_rate_rad_s: jax.Array
+  max_angular_rate_rad_s: jax.Array
+  noise_stddev_rad: jax.Array
+  noise_per_m_rad: jax.Array
+  exposure_s: jax.Array
+  blur_half_quality_px: jax.Array
+  illumination: jax.Array
+  group_texture: jax.Array
+  faults: tuple
+
+
+class Sample(NamedTuple):
+  """`fibril_sim/optical_flow_sample/v1`.
+
+  Attributes:
+    flow_rad: (2,) integrated image flow about the frame (rad).
+    body_rate_rad: (3,) integrated angular rate (rad) in the sensor frame.
+    integration_time_s: time integrated (s).
+    quality: int32 0–255.
+    health: int32.
+  """
+  flow_rad: jax.Array
+  body_rate_rad: jax.Array
+  integration_time_s: jax.Array
+  quality: jax.Array
+  health: jax.Array
+
+
+class Acc(NamedTuple):
+  flow: jax.Array      # (2,)
+  gyro: jax.Array      # (3,)
+  quality: jax.Array   # Σ q
+  distance: jax.Array  # Σ d over tracked ticks
+  tracked: jax.Array   # ticks with q > 0
+  ticks: jax.Array
+
+
+class State(NamedTuple):
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState
+  acc: Acc
+
+
+def _zero_acc():
+  z = jnp.float32(0.0)
+  return Acc(jnp.zeros(2, jnp.float32), jnp.zeros(3, jnp.float32), z, z, jnp.int32(0),
+             jnp.int32(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpticalFlow(base.FaultySensorFields):
+  """A built `fibril_sim/optical_flow` (static, hashable)."""
+  site_id: int
+  body: int
+  root: int
+  scene: Scene
+
+  type = TYPE
+  sample_type = SAMPLE_TYPE
+  params_type = Params
+  fault_fields = ('flow_rad',)
+  always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
+
+  def neutral(self):
+    z = jnp.float32(0.0)
+    return Sample(jnp.zeros(2, jnp.float32), jnp.zeros(3, jnp.float32), z, jnp.int32(0),
+                  jnp.int32(faults.HEALTHY))
+
+  def init(self, p: Params, world_key) -> State:
+    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    queue, held, fs = self.init_transport(self.neutral())
+    return State(streams, queue, held, fs, _zero_acc())
+
+  def kinematics(self, data):
+    """`(v, ω)` in the sensor frame, distance d along the optical axis (−1 no hit), hit geom."""
+    R = data.site_xmat[self.site_id]
+    v, w = site_motion(data, self.site_id, self.body, self.root)
+    d, g = self.scene.cast(data, data.site_xpos[self.site_id], R[:, 2], self.body)
+    return v @ R, w @ R, d, g
+
+  def rates(self, p: Params, data):
+    """`(measured ḟ (2,), ω (3,), q, d)` of this tick."""
+    v, w, d, g = self.kinematics(data)
+    ds = jnp.where(d > 0, d, 1.0)
+    f_true = jnp.stack([-v[0] / ds - w[1], -v[1] / ds + w[0]])
+    q = 255.0 * ((d >= p.min_range_m) & (d <= p.max_range_m) & (d > 0)
+                 & (jnp.hypot(w[0], w[1]) <= p.max_angular_rate_rad_s)).astype(jnp.float32)
+    if self._on('group_texture'):
+      q = q * p.group_texture[self.scene.group_of(g)]
+    if self._on('illumination'):
+      q = q * p.illumination
+    if self._on('exposure_s'):
+      px_per_rad = self.cfg.resolution_px / math.radians(self.cfg.fov_deg)
+      blur = jnp.linalg.norm(f_true) * p.exposure_s * px_per_rad
+      q = q / (1.0 + (blur / p.blur_half_quality_px) ** 2)
+    f = jnp.where(q > 0, jnp.clip(f_true, -p.max_flow_rate_rad_s, p.max_flow_rate_rad_s), 0.0)
+    return f, w, q, d
+
+  def track(self, p: Params, s: State, data, tick) -> State:
+    del tick
+    f, w, q, d = self.rates(p, data)
+    a = s.acc
+    ok = q > 0
+    dt = jnp.float32(self.dt)
+    acc = Acc(a.flow + f * dt, a.gyro + w * dt, a.quality + q,
+              a.distance + jnp.where(ok, d, 0.0), a.tracked + ok.astype(jnp.int32), a.ticks + 1)
+    return s._replace(acc=acc)
+
+  def acquire(self, p: Params, s: State, data, tick, n):
+    del data, tick
+    a = s.acc
+    ticks = jnp.maximum(a.ticks, 1)
+    flow = a.flow
+    if self._on('noise_stddev_rad') or self._on('noise_per_m_rad'):
+      sigma = jnp.float32(0.0)
+      if self._on('noise_stddev_rad'):
+        sigma = sigma + p.noise_stddev_rad
+      if self._on('noise_per_m_rad'):
+        sigma = sigma + p.noise_per_m_rad * a.distance / jnp.maximum(a.tracked, 1)
+      flow = flow + sigma * rng.normal(s.streams['noise'], n, (2,))
+    quality = jnp.round(a.quality / ticks).astype(jnp.int32)
+    sample = Sample(flow.astype(jnp.float32), a.gyro, (a.ticks * self.dt).astype(jnp.float32),
+                    quality, jnp.int32(faults.HEALTHY))
+    return s._replace(acc=_zero_acc()), sample
+
+  def truth(self, s: State, data) -> dict:
+    """This tick's ideal flow rate (rad/s, unsaturated), angular rate (rad/s, sensor frame) and
+    distance along the optical axis (m; −1 no hit)."""
+    v, w, d, _ = self.kinematics(data)
+    ds = jnp.where(d > 0, d, 1.0)
+    f = jnp.stack([-v[0] / ds - w[1], -v[1] / ds + w[0]])
+    return {'flow_rate_rad_s': f, 'angular_rate_rad_s': w, 'distance_m': d,
+            'health': s.faults.health}
+
+  def describe(self) -> list[str]:
+    c = self.cfg
+    return self.describe_terms([
+        f'optical flow: site {c.site!r} (optical axis +z), fov {c.fov_deg:g} deg, '
+        f'{c.resolution_px} px, range {c.min_range_m:g} … {c.max_range_m:g} m, saturation '
+        f'{c.max_flow_rate_rad_s:g} rad/s flow, {c.max_angular_rate_rad_s:g} rad/s body rate'],
+        ('noise_stddev_rad', 'noise_per_m_rad', 'exposure_s', 'illumination', 'group_texture'))
+
+
+def build(cid: str, raw, ctx: BuildContext, catalog) -> OpticalFlow:
+  sb = base.SensorBuild(OpticalFlowConfigModel, TYPE, cid, raw, ctx, catalog)
+  cfg = sb.cfg
+  base.check(cfg.max_range_m > cfg.min_range_m, *sb.origin('max_range_m'),
+             f'must be > min_range_m = {cfg.min_range_m:g}', cfg.max_range_m)
+  base.check(cfg.exposure_s <= cfg.period_s, *sb.origin('exposure_s'),
+             f'must be ≤ period_s = {cfg.period_s:g}', cfg.exposure_s)
+  sid = faults.bind_site(ctx, cfg.site, sb.origin)
+  body, root = site_bodies(ctx.model, sid)
+  comp = sb.make(OpticalFlow, None, site_id=sid, body=body, root=root,
+                 scene=Scene.of(ctx.model))
+  plan = faults.build_plan(cfg, comp.neutral(), OpticalFlow.fault_fields, origin=sb.origin)
+  return dataclasses.replace(comp, fault_plan=plan)
+
+
+CONFIG_MODEL = OpticalFlowConfigModel

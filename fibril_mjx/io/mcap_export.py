@@ -1,0 +1,526 @@
+"""Export a run directory (`fibril-mjx run ... --out DIR`) as ROS 2 messages in an MCAP file.
+
+Message classes, definitions (the MCAP schemas, `ros2msg` encoding) and the CDR encoding come
+from the `rosbags` typestore of ROS 2 Jazzy (`TYPESTORE`); nothing here writes a message
+definition or encodes bytes. The file is an MCAP with the `ros2` profile, as `ros2 bag record
+-s mcap` writes it: Foxglove, `ros2 bag play` and `rosbags` open it as it is.
+
+One namespace per world (`/world_0003/...`, the global world index), one message per
+delivered sample (`new_data`), truth on separate `.../truth/...` topics at every tick. Header
+stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log time is its arrival
+(`arrival_tick · dt`), the instant a consumer would receive it; times start at 0 (simulation
+time). The MCAP message sequence is the sample's `sequence`.
+
+Which messages a component writes is a small registry, `component type → converter`
+(`CONVERTERS`, `register`); a converter turns one delivered sample into `(topic suffix,
+message)` pairs:
+
+| component type | topic | message |
+| --- | --- | --- |
+| `fibril_sim/imu`, `fibril_sim/ahrs` | `<id>/imu` | `sensor_msgs/msg/Imu` |
+| `fibril_sim/magnetometer` | `<id>/magnetic_field` | `sensor_msgs/msg/MagneticField` (T) |
+| `fibril_sim/barometer` | `<id>/pressure`, `<id>/temperature` | `sensor_msgs/msg/FluidPressure` (Pa), `sensor_msgs/msg/Temperature` (°C) |
+| `fibril_sim/airspeed` | `<id>/differential_pressure` | `sensor_msgs/msg/FluidPressure`: the pitot − static differential pressure (Pa) |
+| `fibril_sim/gnss` | `<id>/fix`, `<id>/velocity` | `sensor_msgs/msg/NavSatFix`, `geometry_msgs/msg/TwistWithCovarianceStamped` (ENU) |
+| `fibril_sim/rangefinder` | `<id>/range` | `sensor_msgs/msg/Range` |
+| `fibril_sim/lidar` | `<id>/scan` (`<id>/scan_<ring>`) | `sensor_msgs/msg/LaserScan` per elevation ring |
+| `fibril_sim/camera` | `<id>/camera_info`, `<id>/landmarks` | `sensor_msgs/msg/CameraInfo`, `geometry_msgs/msg/PolygonStamped` (u, v px; depth m) |
+| `fibril_sim/optical_flow` | `<id>/flow`, `<id>/body_rate`, `<id>/quality` | `geometry_msgs/msg/Vector3Stamped` ×2, `std_msgs/msg/UInt8` (no standard flow message) |
+| `fibril_sim/motor` (and any type with `position`, `velocity`, `applied_effort`) | `<id>/joint_states` | `sensor_msgs/msg/JointState` (name = component id, effort = applied effort) |
+| `fibril_mjx/attitude_ekf` (and any type with `orientation` but no rates) | `<id>/orientation`, `<id>/gyro_bias` | `geometry_msgs/msg/QuaternionStamped`, `geometry_msgs/msg/Vector3Stamped` |
+
+A type without a registered converter is exported by its fields when they are those of a row
+above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
+JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
+(`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
+sensor type registers its own mapping:
+
+```python
+from fibril_mjx.io import mcap_export
+
+@mcap_export.register('fibril_sim/thermometer')
+def _thermometer(s, header, ctx):        # s: {field: value of this sample}
+  T = mcap_export.TYPES
+  return [('temperature', T['sensor_msgs/msg/Temperature'](
+      header=header, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
+```
+
+`ctx` (`Context`) carries the component id, its resolved config fields (`ctx.field(name)`, from
+the run's meta.json) and the world namespace.
+
+Conventions: covariances are diagonal, from the sample variances (Imu `orientation_variance`
+is roll, pitch, yaw); an Imu without orientation has `orientation_covariance[0] = -1` as ROS 2
+specifies; a sample without variances leaves its covariance all zero ("unknown"); truth
+messages carry zero covariances. Quaternions go from `[w, x, y, z]` to ROS `(x, y, z, w)`.
+MagneticField is in tesla (the sample's µT × 1e-6, variance µT² × 1e-12). Airspeed: ROS 2 has
+no differential-pressure or airspeed message, so the pitot's sample (a pressure difference,
+Pa) goes out as `FluidPressure` on its own `differential_pressure` topic, not converted to a
+speed. GNSS: `NavSatFix.status` is `STATUS_FIX` with a fix (`fix_type ≥ 2`) and
+`STATUS_NO_FIX` otherwise (service GPS), latitude / longitude in degrees from the 1e-7
+integers, altitude the ellipsoidal height, `position_covariance` diag(σh², σh², σv²) in ENU
+from the delivered accuracies (`COVARIANCE_TYPE_DIAGONAL_KNOWN`); the velocity is ENU with
+linear covariance diag(σvh², σvh², σvv²) (σvh the delivered speed accuracy, σvv the configured
+vertical velocity noise) and the angular diagonal −1 (not measured). Range follows REP 117 as
+the ROS 2 message documents it: `range` +inf for no return / beyond `max_range`, −inf below
+`min_range` (the sample's own ±inf), `radiation_type` INFRARED, `min_range` / `max_range` the
+configured limits, `field_of_view` 0 (a single beam), `variance` the sample variance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import warnings
+from typing import Callable, Iterator
+
+import numpy as np
+from rosbags.typesys import Stores, get_typestore
+
+from fibril_mjx.errors import FibrilError
+from fibril_mjx.config.version import __version__
+
+TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+TYPES = TYPESTORE.types   # `{'sensor_msgs/msg/Imu': message class, ...}`
+
+
+class UnmappedComponentWarning(UserWarning):
+  """A component whose samples map to no ROS 2 message (named, not skipped silently)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a converter may need besides the sample: the component id, its resolved config
+  (`{field: value}` from meta.json) and the world namespace (`/world_0003`)."""
+  cid: str
+  config: dict
+  namespace: str
+
+  def field(self, name, default=None):
+    return self.config.get(name, default)
+
+
+# converter(sample: {field: value}, header: std_msgs/msg/Header, ctx) -> [(suffix, message)]
+Converter = Callable[[dict, object, Context], list]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def register(component_type: str) -> Callable[[Converter], Converter]:
+  """Decorator: `converter` writes the messages of every component of `component_type`
+  (replacing an earlier registration)."""
+  def deco(fn: Converter) -> Converter:
+    CONVERTERS[component_type] = fn
+    return fn
+  return deco
+
+
+def parse_worlds(text: str | None) -> list[int] | None:
+  """`'0,3'` → `[0, 3]`; None → None (every traced world)."""
+  if text is None or text == '':
+    return None
+  try:
+    out = [int(t) for t in text.split(',') if t.strip() != '']
+  except ValueError:
+    raise FibrilError(f'--worlds {text!r}: expected comma-separated world indices, e.g. 0,3'
+                      ) from None
+  if not out or min(out) < 0:
+    raise FibrilError(f'--worlds {text!r}: expected non-negative world indices, e.g. 0,3')
+  return out
+
+
+# ----------------------------------------------------------------------- message pieces
+
+
+def header(stamp_ns: int, frame_id: str):
+  T = TYPES
+  return T['std_msgs/msg/Header'](
+      stamp=T['builtin_interfaces/msg/Time'](sec=int(stamp_ns // 1_000_000_000),
+                                             nanosec=int(stamp_ns % 1_000_000_000)),
+      frame_id=frame_id)
+
+
+def vector3(v):
+  return TYPES['geometry_msgs/msg/Vector3'](x=float(v[0]), y=float(v[1]), z=float(v[2]))
+
+
+def quaternion(q_wxyz):
+  return TYPES['geometry_msgs/msg/Quaternion'](x=float(q_wxyz[1]), y=float(q_wxyz[2]),
+                                               z=float(q_wxyz[3]), w=float(q_wxyz[0]))
+
+
+def diag_covariance(var, n=3, scale=1.0) -> np.ndarray:
+  """Row-major `(n·n,)` float64 with `var · scale` on the diagonal (zeros: unknown)."""
+  out = np.zeros(n * n, np.float64)
+  if var is not None:
+    out[::n + 1] = np.asarray(var, np.float64) * scale
+  return out
+
+
+def _imu(s, hdr, ctx, *, truth=False):
+  if 'orientation' in s:
+    q = quaternion(s['orientation'])
+    q_cov = diag_covariance(None if truth else s.get('orientation_variance'))
+  else:
+    q = TYPES['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0, w=0.0)
+    q_cov = diag_covariance(None)
+    q_cov[0] = -1.0                     # ROS 2: no orientation estimate
+  return [('imu', TYPES['sensor_msgs/msg/Imu'](
+      header=hdr, orientation=q, orientation_covariance=q_cov,
+      angular_velocity=vector3(s['angular_velocity']),
+      angular_velocity_covariance=diag_covariance(
+          None if truth else s.get('angular_velocity_variance')),
+      linear_acceleration=vector3(s['linear_acceleration']),
+      linear_acceleration_covariance=diag_covariance(
+          None if truth else s.get('linear_acceleration_variance'))))]
+
+
+def _joint(s, hdr, ctx):
+  f64 = lambda k: np.array([float(s[k])], np.float64)
+  return [('joint_states', TYPES['sensor_msgs/msg/JointState'](
+      header=hdr, name=[ctx.cid], position=f64('position'), velocity=f64('velocity'),
+      effort=f64('applied_effort')))]
+
+
+def _orientation(s, hdr, ctx):
+  return [('orientation', TYPES['geometry_msgs/msg/QuaternionStamped'](
+      header=hdr, quaternion=quaternion(s['orientation'])))]
+
+
+def _gyro_bias(s, hdr, ctx):
+  return [('gyro_bias', TYPES['geometry_msgs/msg/Vector3Stamped'](
+      header=hdr, vector=vector3(s['gyro_bias'])))]
+
+
+def by_fields(s, hdr, ctx) -> list:
+  """The field-based mapping (types without a converter; truth): rates → Imu, else orientation
+  → QuaternionStamped; position/velocity/applied effort → JointState; gyro bias →
+  Vector3Stamped. Empty when none applies."""
+  out = []
+  if 'angular_velocity' in s and 'linear_acceleration' in s:
+    out += _imu(s, hdr, ctx)
+  elif 'orientation' in s:
+    out += _orientation(s, hdr, ctx)
+  if {'position', 'velocity', 'applied_effort'} <= set(s):
+    out += _joint(s, hdr, ctx)
+  if 'gyro_bias' in s:
+    out += _gyro_bias(s, hdr, ctx)
+  return out
+
+
+def field_mappable(fields: set) -> bool:
+  """Whether `by_fields` writes anything for samples with these fields."""
+  return bool(({'angular_velocity', 'linear_acceleration'} <= fields) or 'orientation' in fields
+              or {'position', 'velocity', 'applied_effort'} <= fields or 'gyro_bias' in fields)
+
+
+register('fibril_sim/imu')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
+register('fibril_sim/ahrs')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
+register('fibril_sim/motor')(_joint)
+register('fibril_mjx/attitude_ekf')(lambda s, hdr, ctx: _orientation(s, hdr, ctx)
+                                    + _gyro_bias(s, hdr, ctx))
+
+
+@register('fibril_sim/magnetometer')
+def _magnetometer(s, hdr, ctx):
+  return [('magnetic_field', TYPES['sensor_msgs/msg/MagneticField'](
+      header=hdr, magnetic_field=vector3(np.asarray(s['magnetic_field_ut'], np.float64) * 1e-6),
+      magnetic_field_covariance=diag_covariance(s['variance'], scale=1e-12)))]
+
+
+@register('fibril_sim/barometer')
+def _barometer(s, hdr, ctx):
+  T = TYPES
+  return [('pressure', T['sensor_msgs/msg/FluidPressure'](
+              header=hdr, fluid_pressure=float(s['pressure_pa']), variance=float(s['variance']))),
+          ('temperature', T['sensor_msgs/msg/Temperature'](
+              header=hdr, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
+
+
+@register('fibril_sim/airspeed')
+def _airspeed(s, hdr, ctx):
+  return [('differential_pressure', TYPES['sensor_msgs/msg/FluidPressure'](
+      header=hdr, fluid_pressure=float(s['differential_pressure_pa']),
+      variance=float(s['variance'])))]
+
+
+@register('fibril_sim/gnss')
+def _gnss(s, hdr, ctx):
+  T = TYPES
+  fix = T['sensor_msgs/msg/NavSatFix']
+  st = T['sensor_msgs/msg/NavSatStatus']
+  status = st(status=st.STATUS_FIX if int(s['fix_type']) >= 2 else st.STATUS_NO_FIX,
+              service=st.SERVICE_GPS)
+  h, v = float(s['horizontal_accuracy_m']), float(s['vertical_accuracy_m'])
+  sv = float(s['speed_accuracy_m_s'])
+  svv = float(ctx.field('vertical_velocity_noise_stddev_m_s', sv) or sv)
+  twist_cov = np.zeros(36, np.float64)
+  twist_cov[[0, 7, 14]] = sv ** 2, sv ** 2, svv ** 2
+  twist_cov[[21, 28, 35]] = -1.0       # angular velocity: not measured
+  return [('fix', fix(header=hdr, status=status, latitude=int(s['latitude_e7']) * 1e-7,
+                      longitude=int(s['longitude_e7']) * 1e-7, altitude=float(s['height_m']),
+                      position_covariance=diag_covariance([h * h, h * h, v * v]),
+                      position_covariance_type=fix.COVARIANCE_TYPE_DIAGONAL_KNOWN)),
+          ('velocity', T['geometry_msgs/msg/TwistWithCovarianceStamped'](
+              header=hdr, twist=T['geometry_msgs/msg/TwistWithCovariance'](
+                  twist=T['geometry_msgs/msg/Twist'](
+                      linear=vector3(s['velocity_enu_m_s']), angular=vector3((0, 0, 0))),
+                  covariance=twist_cov)))]
+
+
+@register('fibril_sim/rangefinder')
+def _rangefinder(s, hdr, ctx):
+  r = TYPES['sensor_msgs/msg/Range']
+  return [('range', r(header=hdr, radiation_type=r.INFRARED, field_of_view=0.0,
+                      min_range=float(ctx.field('min_range_m', 0.0)),
+                      max_range=float(ctx.field('max_range_m', float('inf'))),
+                      range=float(s['distance_m']), variance=float(s['variance'])))]
+
+
+@register('fibril_sim/lidar')
+def _lidar(s, hdr, ctx):
+  """One `sensor_msgs/msg/LaserScan` per elevation ring (`<id>/scan`, or `<id>/scan_<r>` with
+  several rings; beams are azimuth-major): ranges as delivered (REP 117: +inf no return /
+  beyond max, −inf below min), `time_increment` from the beam firing times, no intensities."""
+  ls = TYPES['sensor_msgs/msg/LaserScan']
+  nh, nv = int(ctx.field('horizontal_samples', 1)), int(ctx.field('vertical_samples', 1))
+  lo = math.radians(float(ctx.field('horizontal_min_deg', -180.0)))
+  hi = math.radians(float(ctx.field('horizontal_max_deg', 180.0)))
+  inc = (hi - lo) / (nh - 1) if nh > 1 else 0.0
+  ranges = np.asarray(s['range_m'], np.float32).reshape(nh, nv)
+  times = np.asarray(s['beam_time_s'], np.float64).reshape(nh, nv)
+  out = []
+  for r in range(nv):
+    t = times[:, r]
+    dt = float((t[-1] - t[0]) / (nh - 1)) if nh > 1 else 0.0
+    out.append(('scan' if nv == 1 else f'scan_{r}', ls(
+        header=hdr, angle_min=lo, angle_max=lo + inc * (nh - 1), angle_increment=inc,
+        time_increment=dt, scan_time=float(ctx.field('sweep_time_s', 0.0)),
+        range_min=float(ctx.field('min_range_m', 0.0)),
+        range_max=float(ctx.field('max_range_m', float('inf'))),
+        ranges=np.ascontiguousarray(ranges[:, r]), intensities=np.zeros(0, np.float32))))
+  return out
+
+
+@register('fibril_sim/camera')
+def _camera(s, hdr, ctx):
+  """`<id>/camera_info` (`sensor_msgs/msg/CameraInfo`, plumb_bob: the OpenCV k1 k2 p1 p2 k3)
+  and `<id>/landmarks` (`geometry_msgs/msg/PolygonStamped`, one point per configured landmark
+  in its order: x = u, y = v in pixels, z = depth in metres; NaN for a landmark not visible).
+  ROS 2 has no standard message for image points; a polygon keeps them in one stamped message
+  without an image."""
+  T = TYPES
+  fx, fy = float(ctx.field('fx_px', 1.0)), float(ctx.field('fy_px', 1.0))
+  cx, cy = float(ctx.field('cx_px', 0.0)), float(ctx.field('cy_px', 0.0))
+  k = np.array([fx, 0, cx, 0, fy, cy, 0, 0, 1], np.float64)
+  info = T['sensor_msgs/msg/CameraInfo'](
+      header=hdr, height=int(ctx.field('height_px', 0)), width=int(ctx.field('width_px', 0)),
+      distortion_model='plumb_bob',
+      d=np.asarray(ctx.field('distortion', (0.0,) * 5), np.float64), k=k,
+      r=np.eye(3).reshape(-1),
+      p=np.array([fx, 0, cx, 0, 0, fy, cy, 0, 0, 0, 1, 0], np.float64), binning_x=0,
+      binning_y=0, roi=T['sensor_msgs/msg/RegionOfInterest'](
+          x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+  uv = np.asarray(s['uv_px'], np.float64)
+  vis = np.asarray(s['visible'], bool)
+  depth = np.asarray(s['depth_m'], np.float64)
+  pts = [T['geometry_msgs/msg/Point32'](
+      x=float(u[0]) if v else math.nan, y=float(u[1]) if v else math.nan,
+      z=float(z) if v else math.nan) for u, v, z in zip(uv, vis, depth)]
+  poly = T['geometry_msgs/msg/PolygonStamped'](
+      header=hdr, polygon=T['geometry_msgs/msg/Polygon'](points=pts))
+  return [('camera_info', info), ('landmarks', poly)]
+
+
+@register('fibril_sim/optical_flow')
+def _optical_flow(s, hdr, ctx):
+  """ROS 2 has no standard optical-flow message (PX4 and MAVROS each define their own), so the
+  sample goes out as standard pieces: `<id>/flow` (`geometry_msgs/msg/Vector3Stamped`: x, y the
+  integrated flow in rad over the frame, z its integration time in s), `<id>/body_rate`
+  (`Vector3Stamped`: the integrated body rates, rad) and `<id>/quality`
+  (`std_msgs/msg/UInt8`, 0–255; no header: its MCAP log time is the arrival)."""
+  T = TYPES
+  f = np.asarray(s['flow_rad'], np.float64)
+  return [('flow', T['geometry_msgs/msg/Vector3Stamped'](
+              header=hdr, vector=vector3((f[0], f[1], float(s['integration_time_s']))))),
+          ('body_rate', T['geometry_msgs/msg/Vector3Stamped'](
+              header=hdr, vector=vector3(s['body_rate_rad']))),
+          ('quality', T['std_msgs/msg/UInt8'](data=int(np.clip(s['quality'], 0, 255))))]
+
+
+# ----------------------------------------------------------------------- the run
+
+
+def _group(arrays, prefix: str) -> dict[str, dict[str, np.ndarray]]:
+  """`{'sensor/imu/x': a}` → `{'imu': {'x': a}}` for one prefix."""
+  out: dict[str, dict[str, np.ndarray]] = {}
+  for key in arrays:
+    parts = key.split('/')
+    if len(parts) == 3 and parts[0] == prefix:
+      out.setdefault(parts[1], {})[parts[2]] = arrays[key]
+  return out
+
+
+def namespace(world: int) -> str:
+  return f'/world_{world:04d}'
+
+
+def read_run(run_dir) -> tuple[dict, dict]:
+  """`(trace arrays, meta)` of a run directory; one-line errors for what is missing."""
+  run_dir = pathlib.Path(run_dir)
+  if not run_dir.is_dir():
+    raise FibrilError(f'{run_dir}: run directory not found')
+  trace, meta_path = run_dir / 'trace.npz', run_dir / 'meta.json'
+  if not meta_path.is_file():
+    raise FibrilError(f'{run_dir}: no meta.json (not a fibril-mjx run directory)')
+  if not trace.is_file():
+    raise FibrilError(f'{run_dir}: no trace.npz (the run kept no traces: --trace-worlds 0)')
+  meta = json.loads(meta_path.read_text())
+  with np.load(trace) as z:
+    arrays = {k: z[k] for k in z.files}
+  return arrays, meta
+
+
+_BOOK = ('new_data', 'valid', 'sequence', 'sample_tick', 'arrival_tick')
+
+
+def _converter(ctype: str | None, sample_fields: set) -> Converter | None:
+  if ctype in CONVERTERS:
+    return CONVERTERS[ctype]
+  return by_fields if field_mappable(sample_fields) else None
+
+
+def _config(meta, cid) -> dict:
+  c = (meta.get('components') or {}).get(cid) or {}
+  return {k: (v.get('value') if isinstance(v, dict) else v)
+          for k, v in (c.get('fields') or {}).items()}
+
+
+def messages(run_dir, worlds: list[int] | None = None, *, unmapped: list | None = None
+             ) -> Iterator[tuple[str, str, int, int, int, object]]:
+  """The messages of an export, in time order.
+
+  Args:
+    unmapped: if given, the ids of components with no message mapping are appended to it.
+
+  Yields:
+    `(topic, ROS 2 type name, log_time_ns, publish_time_ns, sequence, message object)`.
+  """
+  arrays, meta = read_run(run_dir)
+  dt_ns = int(round(float(meta['dt_s']) * 1e9))
+  traced = [int(w) for w in arrays['world_index']]
+  if worlds is None:
+    worlds = traced
+  for w in worlds:
+    if w not in traced:
+      raise FibrilError(f'{run_dir}: world {w} is not in trace.npz; traced worlds: '
+                        f'{", ".join(map(str, traced))}')
+  sensor, truth = _group(arrays, 'sensor'), _group(arrays, 'truth')
+  types = {cid: (c or {}).get('type') for cid, c in (meta.get('components') or {}).items()}
+  n_ticks = arrays['time_s'].shape[0]
+  convs = {}
+  for cid, fields in sensor.items():
+    convs[cid] = _converter(types.get(cid), set(fields) - set(_BOOK))
+    if convs[cid] is None:
+      if unmapped is not None:
+        unmapped.append(cid)
+      warnings.warn(f'{run_dir}: component {cid!r} ({types.get(cid) or "unknown type"}, '
+                    f'fields {", ".join(sorted(set(fields) - set(_BOOK)))}) has no ROS 2 '
+                    'message mapping: not exported', UnmappedComponentWarning, stacklevel=2)
+  out = []
+  for w in worlds:
+    row, ns = traced.index(w), namespace(w)
+    for cid, fields in sensor.items():
+      conv = convs[cid]
+      if conv is None:
+        continue
+      ctx = Context(cid, _config(meta, cid), ns)
+      f = {k: v[row] for k, v in fields.items()}
+      names = [k for k in f if k not in _BOOK]
+      for t in np.flatnonzero(f['new_data'] & f['valid']):
+        stamp_ns = int(f['sample_tick'][t]) * dt_ns
+        log_ns = int(f['arrival_tick'][t]) * dt_ns
+        s = {k: f[k][t] for k in names}
+        frame = f'{ns[1:]}/world' if 'orientation' in s and 'angular_velocity' not in s \
+            else f'{ns[1:]}/{cid}'
+        for suffix, msg in conv(s, header(stamp_ns, frame), ctx):
+          out.append((log_ns, f'{ns}/{cid}/{suffix}', msg.__msgtype__, stamp_ns,
+                      int(f['sequence'][t]), msg))
+    for cid, fields in truth.items():
+      f = {k: v[row] for k, v in fields.items()}
+      if not field_mappable(set(f) - {'gyro_bias'}):
+        continue
+      ctx = Context(cid, {}, ns)
+      frame = f'{ns[1:]}/world' if 'orientation' in f and 'angular_velocity' not in f \
+          else f'{ns[1:]}/{cid}'
+      for t in range(n_ticks):
+        t_ns = t * dt_ns
+        s = {k: f[k][t] for k in f if k != 'gyro_bias'}
+        hdr = header(t_ns, frame)
+        msgs = (_imu(s, hdr, ctx, truth=True) if 'angular_velocity' in s
+                and 'linear_acceleration' in s else
+                _orientation(s, hdr, ctx) if 'orientation' in s else [])
+        if {'position', 'velocity', 'applied_effort'} <= set(s):
+          msgs += _joint(s, hdr, ctx)
+        for suffix, msg in msgs:
+          out.append((t_ns, f'{ns}/{cid}/truth/{suffix}', msg.__msgtype__, t_ns, t, msg))
+  out.sort(key=lambda m: (m[0], m[1]))
+  for log_ns, topic, datatype, publish_ns, seq, msg in out:
+    yield topic, datatype, log_ns, log_ns, seq, msg
+
+
+def schema_text(datatype: str) -> str:
+  """The `ros2msg` definition of a type (with its dependencies), from the typestore."""
+  return TYPESTORE.generate_msgdef(datatype, ros_version=2)[0]
+
+
+def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: bool = False
+                ) -> dict[str, int]:
+  """Writes the run's messages to `out` (an `.mcap` file, ROS 2 profile, CDR).
+
+  Args:
+    run_dir: a `fibril-mjx run` output directory (trace.npz, meta.json).
+    out: the file to write (written to a temporary sibling, renamed when complete).
+    worlds: global world indices to export (default: every traced world).
+    overwrite: replace an existing `out`.
+
+  Returns:
+    `{topic: message count}`. Components without a mapping raise an
+    `UnmappedComponentWarning` naming them.
+  """
+  from mcap.writer import Writer
+  out = pathlib.Path(out)
+  if out.exists() and not overwrite:
+    raise FibrilError(f'{out}: already exists (use --overwrite to replace it)')
+  _, meta = read_run(run_dir)
+  msgs = messages(run_dir, worlds)
+  tmp = out.parent / f'.{out.name}.partial-{os.getpid()}'
+  counts: dict[str, int] = {}
+  try:
+    with open(tmp, 'wb') as fh:
+      writer = Writer(fh)
+      writer.start(profile='ros2', library=f'fibril_mjx {__version__} (rosbags)')
+      schemas: dict[str, int] = {}
+      channels: dict[str, int] = {}
+      writer.add_metadata('fibril_run', {
+          k: json.dumps(meta.get(k)) for k in ('fibril_mjx', 'manifest', 'manifest_sha256',
+                                               'seed', 'worlds', 'dt_s', 'ticks')})
+      writer.add_metadata('fibril_components', {
+          cid: c.get('type', '') for cid, c in (meta.get('components') or {}).items()})
+      for topic, datatype, log_ns, pub_ns, seq, msg in msgs:
+        if topic not in channels:
+          if datatype not in schemas:
+            schemas[datatype] = writer.register_schema(
+                datatype, 'ros2msg', schema_text(datatype).encode())
+          channels[topic] = writer.register_channel(topic, 'cdr', schemas[datatype])
+        data = bytes(TYPESTORE.serialize_cdr(msg, datatype))
+        writer.add_message(channels[topic], log_time=log_ns, data=data, publish_time=pub_ns,
+                           sequence=seq & 0xFFFFFFFF)
+        counts[topic] = counts.get(topic, 0) + 1
+      writer.finish()
+    os.replace(tmp, out)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
+  return counts

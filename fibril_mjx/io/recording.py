@@ -1,0 +1,427 @@
+"""Recordings: logs of real or simulated devices in one file, for fitting and tuning.
+
+A recording is one `.npz` (NumPy) or `.parquet` (needs `pyarrow`) file of named arrays (a ROS
+bag with a topic mapping reads as the same thing: `read_recording(bag, topics=...)`,
+`fibril_mjx.io.bags`):
+
+| key | shape | meaning |
+| --- | --- | --- |
+| `sensor/<component id>/<field>` | `(S, ...)` | delivered samples of one sensing component, e.g. `angular_velocity (S, 3)` |
+| `sensor/<component id>/sample_time_s` | `(S,)` | acquisition time of each sample (device or host clock), strictly increasing |
+| `sensor/<component id>/arrival_time_s` | `(S,)` | when the consumer received it, non-decreasing, ≥ the sample time |
+| `sensor/<component id>/sequence` | `(S,)` | optional acquisition counter (gaps = lost samples) |
+| `command/<component id>/<field>` | `(C, ...)` | optional commands issued to an actuator component |
+| `command/<component id>/time_s` | `(C,)` | their issue times, non-decreasing |
+| `truth/<component id>/<field>`, `truth/<component id>/time_s` | `(T, ...)`, `(T,)` | optional ground truth (simulated recordings); fitting never reads it |
+| `initial/qpos`, `initial/qvel` | `(nq,)`, `(nv,)` | optional initial MuJoCo state |
+| `meta` | JSON text | `{"manifest": ..., "source": ..., "units": {...}, ...}` |
+
+Times are seconds on one clock per recording. Field names and units are those of the
+component's sample type (`fibril_sim/imu_sample/v1`: rad/s, m/s² ...). `read_recording`
+validates the file and reports the first problem as one line `file: key = value: rule`
+(missing field, non-monotonic time, NaN, shape mismatch). `read_csv` imports a CSV log with
+a column mapping; `recording_from_trace` turns one world of a simulated rollout into a
+recording (samples where `new_data`, truth kept under `truth/`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from fibril_mjx.errors import ConfigError, FibrilError
+
+PREFIXES = ('sensor', 'command', 'truth', 'initial')
+SAMPLE_TIME = 'sample_time_s'
+ARRIVAL_TIME = 'arrival_time_s'
+COMMAND_TIME = 'time_s'
+
+
+@dataclasses.dataclass
+class Recording:
+  """A recording in memory.
+
+  Attributes:
+    sensors: `{component id: {field: (S, ...) array}}`, each with `sample_time_s` and
+      `arrival_time_s`.
+    commands: `{component id: {field: (C, ...) array}}`, each with `time_s`.
+    truth: `{component id: {field: array}}` (never used for fitting).
+    initial: `{'qpos': (nq,), 'qvel': (nv,)}` or empty.
+    meta: JSON-serializable dict (manifest, source, units, ...).
+    path: the file it was read from, if any.
+  """
+  sensors: dict
+  commands: dict = dataclasses.field(default_factory=dict)
+  truth: dict = dataclasses.field(default_factory=dict)
+  initial: dict = dataclasses.field(default_factory=dict)
+  meta: dict = dataclasses.field(default_factory=dict)
+  path: str | None = None
+
+  def sensor(self, cid: str) -> dict:
+    """Fields of one sensing component; one-line error if absent."""
+    if cid not in self.sensors:
+      raise ConfigError(self.path or '<recording>', f'sensor/{cid}',
+                        f'no such component in the recording (has: '
+                        f'{", ".join(sorted(self.sensors)) or "none"})')
+    return self.sensors[cid]
+
+  def arrays(self) -> dict:
+    """Flat `{key: array}` as stored (without `meta`)."""
+    out = {}
+    for prefix, group in (('sensor', self.sensors), ('command', self.commands),
+                          ('truth', self.truth)):
+      for cid, fields in group.items():
+        for f, a in fields.items():
+          out[f'{prefix}/{cid}/{f}'] = np.asarray(a)
+    for f, a in self.initial.items():
+      out[f'initial/{f}'] = np.asarray(a)
+    return out
+
+
+# ------------------------------------------------------------------------ validation
+
+
+def _err(file, key, rule, value=ConfigError._MISSING):
+  return ConfigError(str(file), key, rule, value)
+
+
+# Sample fields whose type defines ±inf (fibril_sim/range_sample/v1: +inf no return / beyond
+# range, −inf below the minimum range, as REP 117 has it); NaN is still rejected.
+INFINITY_ALLOWED = ('distance_m',)
+
+
+def _check_finite(file, key, a):
+  if a.dtype.kind in 'fc':
+    bad = ~np.isfinite(a)
+    if key.startswith('sensor/') and key.rsplit('/', 1)[-1] in INFINITY_ALLOWED:
+      bad = np.isnan(a)
+    if np.any(bad):
+      idx = np.argwhere(bad)[0]
+      raise _err(file, key, f'must be finite (NaN/inf at index {tuple(int(i) for i in idx)})',
+                 a[tuple(idx)].item())
+
+
+def _check_time(file, key, t, strict):
+  if t.ndim != 1:
+    raise _err(file, key, f'must be 1-D (S,), got shape {t.shape}')
+  d = np.diff(t)
+  bad = d <= 0 if strict else d < 0
+  if np.any(bad):
+    i = int(np.argmax(bad)) + 1
+    word = 'strictly increasing' if strict else 'non-decreasing'
+    raise _err(file, f'{key}[{i}]', f'must be {word} (previous value {t[i - 1]!r})',
+               float(t[i]))
+
+
+def validate(rec: Recording) -> Recording:
+  """Checks a recording; raises a one-line `ConfigError` naming the file and key."""
+  file = rec.path or '<recording>'
+  if not isinstance(rec.meta, dict):
+    raise _err(file, 'meta', 'must be a JSON object', rec.meta)
+  for key, a in rec.arrays().items():
+    _check_finite(file, key, a)
+  if not rec.sensors and not rec.commands:
+    raise _err(file, 'sensor', 'a recording needs at least one sensor/<id>/... or '
+               'command/<id>/... key')
+  for cid, fields in rec.sensors.items():
+    for t in (SAMPLE_TIME, ARRIVAL_TIME):
+      if t not in fields:
+        raise _err(file, f'sensor/{cid}/{t}', 'missing (required for every sensor component)')
+    ts = np.asarray(fields[SAMPLE_TIME], np.float64)
+    ta = np.asarray(fields[ARRIVAL_TIME], np.float64)
+    _check_time(file, f'sensor/{cid}/{SAMPLE_TIME}', ts, strict=True)
+    _check_time(file, f'sensor/{cid}/{ARRIVAL_TIME}', ta, strict=False)
+    if ta.shape != ts.shape:
+      raise _err(file, f'sensor/{cid}/{ARRIVAL_TIME}',
+                 f'must have the shape of {SAMPLE_TIME} {ts.shape}, got {ta.shape}')
+    early = ta < ts
+    if np.any(early):
+      i = int(np.argmax(early))
+      raise _err(file, f'sensor/{cid}/{ARRIVAL_TIME}[{i}]',
+                 f'must be >= {SAMPLE_TIME}[{i}] = {ts[i]!r}', float(ta[i]))
+    for f, a in fields.items():
+      a = np.asarray(a)
+      if a.ndim == 0 or a.shape[0] != ts.shape[0]:
+        raise _err(file, f'sensor/{cid}/{f}',
+                   f'leading dimension must be the sample count {ts.shape[0]}, got shape '
+                   f'{a.shape}')
+    if len(fields) < 3:
+      raise _err(file, f'sensor/{cid}', 'has only times; at least one sample field needed')
+  for cid, fields in rec.commands.items():
+    if COMMAND_TIME not in fields:
+      raise _err(file, f'command/{cid}/{COMMAND_TIME}', 'missing (required for every command '
+                 'component)')
+    t = np.asarray(fields[COMMAND_TIME], np.float64)
+    _check_time(file, f'command/{cid}/{COMMAND_TIME}', t, strict=False)
+    for f, a in fields.items():
+      a = np.asarray(a)
+      if a.ndim == 0 or a.shape[0] != t.shape[0]:
+        raise _err(file, f'command/{cid}/{f}',
+                   f'leading dimension must be the command count {t.shape[0]}, got shape '
+                   f'{a.shape}')
+  for f in rec.initial:
+    if f not in ('qpos', 'qvel'):
+      raise _err(file, f'initial/{f}', "unknown key (known: initial/qpos, initial/qvel)")
+  return rec
+
+
+def _from_flat(arrays: dict, meta: dict, file) -> Recording:
+  rec = Recording({}, meta=meta, path=str(file))
+  groups = {'sensor': rec.sensors, 'command': rec.commands, 'truth': rec.truth}
+  for key, a in arrays.items():
+    parts = key.split('/')
+    if parts[0] == 'initial' and len(parts) == 2:
+      rec.initial[parts[1]] = a
+    elif parts[0] in groups and len(parts) == 3 and all(parts):
+      groups[parts[0]].setdefault(parts[1], {})[parts[2]] = a
+    else:
+      raise _err(file, key, 'unknown key: expected sensor/<id>/<field>, command/<id>/<field>, '
+                 'truth/<id>/<field>, initial/qpos|qvel or meta')
+  return rec
+
+
+# ------------------------------------------------------------------------ files
+
+
+def _parquet():
+  try:
+    import pyarrow  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+  except ImportError:
+    raise FibrilError('.parquet recordings need pyarrow (pip install pyarrow); '
+                      'use .npz otherwise') from None
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  return pa, pq
+
+
+def write_recording(path, rec: Recording) -> pathlib.Path:
+  """Writes `rec` to `path` (`.npz` or `.parquet`) after validating it.
+
+  Parquet layout: one row per array with columns `key` (string), `dtype` (string), `shape`
+  (list<int64>) and `data` (binary, C-order bytes); `meta` is the JSON schema metadata
+  entry `fibril_meta`.
+
+  Returns:
+    the path written.
+  """
+  path = pathlib.Path(path)
+  rec.path = rec.path or str(path)
+  validate(rec)
+  arrays = rec.arrays()
+  meta = json.dumps(rec.meta, sort_keys=True, default=_json_default)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if path.suffix == '.npz':
+    with open(path, 'wb') as fh:
+      np.savez_compressed(fh, meta=np.array(meta), **arrays)
+  elif path.suffix == '.parquet':
+    pa, pq = _parquet()
+    keys = list(arrays)
+    table = pa.table({
+        'key': pa.array(keys, pa.string()),
+        'dtype': pa.array([arrays[k].dtype.str for k in keys], pa.string()),
+        'shape': pa.array([list(arrays[k].shape) for k in keys], pa.list_(pa.int64())),
+        'data': pa.array([np.ascontiguousarray(arrays[k]).tobytes() for k in keys],
+                         pa.binary()),
+    }).replace_schema_metadata({'fibril_meta': meta})
+    pq.write_table(table, path)
+  else:
+    raise _err(path, '', 'recording files end in .npz or .parquet', path.suffix)
+  return path
+
+
+def _json_default(o):
+  if isinstance(o, np.generic):
+    return o.item()
+  if isinstance(o, np.ndarray):
+    return o.tolist()
+  return str(o)
+
+
+def read_recording(path, *, topics=None, types: dict | None = None) -> Recording:
+  """Reads and validates a recording; one-line errors on bad input.
+
+  Args:
+    path: a `.npz` or `.parquet` recording, or a ROS bag (a rosbag2 directory, a `.mcap` /
+      `.db3` file or a ROS 1 `.bag`; `fibril_mjx.io.bags`).
+    topics: for a bag, the topic mapping (`'imu=/imu/data,...'` or `{id: topic}`); required
+      for bags, ignored otherwise.
+    types: for a bag, optional `{component id: component type}` (`fibril_mjx.io.bags.read_bag`).
+  """
+  from fibril_mjx.io import bags
+  path = pathlib.Path(path)
+  if bags.is_bag(path):
+    if topics is None:
+      raise FibrilError(f'{path}: a ROS bag needs a topic mapping (--topics ID=TOPIC[,ID=TOPIC], '
+                        'or topics: {ID: TOPIC} in a tune file)')
+    return bags.read_bag(path, topics, types=types)
+  if not path.is_file():
+    raise FibrilError(f'{path}: recording not found')
+  if path.suffix == '.npz':
+    try:
+      with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError) as e:
+      raise _err(path, '', f'not a readable .npz file ({e})') from None
+    meta_raw = arrays.pop('meta', None)
+    meta_raw = None if meta_raw is None else str(meta_raw)
+  elif path.suffix == '.parquet':
+    pa, pq = _parquet()
+    try:
+      table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 — any pyarrow failure is a bad file
+      raise _err(path, '', f'not a readable .parquet file ({e})') from None
+    for col in ('key', 'dtype', 'shape', 'data'):
+      if col not in table.column_names:
+        raise _err(path, col, 'missing column of the recording layout')
+    arrays = {}
+    for k, dt, shape, data in zip(*(table.column(c).to_pylist()
+                                    for c in ('key', 'dtype', 'shape', 'data'))):
+      arrays[k] = np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape).copy()
+    md = table.schema.metadata or {}
+    meta_raw = md.get(b'fibril_meta')
+    meta_raw = None if meta_raw is None else meta_raw.decode()
+  else:
+    raise _err(path, '', 'recording files end in .npz or .parquet', path.suffix)
+  if meta_raw is None:
+    raise _err(path, 'meta', 'missing (a JSON object with manifest, source, units)')
+  try:
+    meta = json.loads(meta_raw)
+  except json.JSONDecodeError as e:
+    raise _err(path, 'meta', f'not valid JSON ({e.msg})') from None
+  return validate(_from_flat(arrays, meta, path))
+
+
+# ------------------------------------------------------------------------ from a trace
+
+
+def recording_from_trace(trace: dict, world: int, dt: float | None = None, *, sim=None,
+                         meta: dict | None = None) -> Recording:
+  """One world of a rollout trace as a recording.
+
+  Every sensing component's delivered samples (ticks where `new_data`) become
+  `sensor/<id>/<field>` with `sample_time_s = sample_tick·dt`, `arrival_time_s =
+  arrival_tick·dt` and `sequence`; `trace['truth']` (if recorded, `observe_truth=True`)
+  becomes `truth/<id>/<field>` per tick with `truth/<id>/time_s`, kept apart from samples.
+
+  Args:
+    trace: `sim.rollout(...)[1]`, leaves `(nworld, T, ...)` (NumPy or JAX).
+    world: index into the world axis.
+    dt: physics timestep in seconds (or pass `sim`).
+    sim: the `Simulation` (for `dt` and the manifest path in `meta`).
+    meta: extra metadata merged into `{'source': 'fibril_mjx simulation', ...}`.
+
+  Returns:
+    a validated `Recording`.
+  """
+  if dt is None:
+    if sim is None:
+      raise ValueError('recording_from_trace needs dt or sim')
+    dt = sim.dt
+  info = {'source': 'fibril_mjx simulation', 'dt_s': float(dt), 'world': int(world),
+          'units': 'sample-type units (rad, rad/s, m/s^2); times in s'}
+  if sim is not None:
+    info['manifest'] = str(sim.manifest.path)
+    info['components'] = {cid: c.type for cid, c in sim.components.items()}
+  info.update(meta or {})
+  rec = Recording({}, meta=info)
+  for cid, out in trace.get('sensor', {}).items():
+    if not hasattr(out, 'new_data') or not hasattr(out, 'sample'):
+      continue
+    new = np.asarray(out.new_data[world]).astype(bool)
+    fields = {}
+    sample = out.sample
+    names = sample._fields if hasattr(sample, '_fields') else ()
+    for f in names:
+      fields[f] = np.asarray(getattr(sample, f)[world])[new]
+    fields[SAMPLE_TIME] = np.asarray(out.sample_tick[world])[new].astype(np.float64) * dt
+    fields[ARRIVAL_TIME] = np.asarray(out.arrival_tick[world])[new].astype(np.float64) * dt
+    fields['sequence'] = np.asarray(out.sequence[world])[new].astype(np.int64)
+    rec.sensors[cid] = fields
+  for cid, fields in trace.get('truth', {}).items():
+    d = {f: np.asarray(a[world]) for f, a in fields.items()}
+    n = next(iter(d.values())).shape[0]
+    d[COMMAND_TIME] = np.arange(n, dtype=np.float64) * dt
+    rec.truth[cid] = d
+  return validate(rec)
+
+
+# ------------------------------------------------------------------------ CSV
+
+
+def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recording:
+  """Imports a CSV log (header row, one sample per row) with a column mapping.
+
+  Mapping (a dict, e.g. from YAML):
+
+      component: imu                 # component id the samples belong to
+      columns:
+        sample_time_s: t             # required
+        arrival_time_s: t_rx         # optional; defaults to the sample time
+        angular_velocity: [gx, gy, gz]
+        linear_acceleration: [ax, ay, az]
+      scale: {angular_velocity: 0.017453292519943295, sample_time_s: 1.0e-6}  # optional
+      meta: {source: bench log 2024-05-02, units: {angular_velocity: rad/s}}  # optional
+
+  Rows are sorted by nothing: the sample times must already increase. A missing column, a
+  non-numeric cell or NaN is a one-line error naming the file, the column and the row.
+
+  Returns:
+    a validated `Recording` with one sensor component.
+  """
+  import csv
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FibrilError(f'{path}: CSV file not found')
+  if not isinstance(mapping, dict):
+    raise _err(mapping_file, '', 'the CSV mapping must be a mapping', mapping)
+  for key in mapping:
+    if key not in ('component', 'columns', 'scale', 'meta'):
+      raise _err(mapping_file, key, 'unknown key (known: component, columns, scale, meta)')
+  cid = mapping.get('component')
+  cols = mapping.get('columns')
+  if not isinstance(cid, str) or not cid:
+    raise _err(mapping_file, 'component', 'required: the component id of the samples', cid)
+  if not isinstance(cols, dict) or SAMPLE_TIME not in cols:
+    raise _err(mapping_file, f'columns.{SAMPLE_TIME}', 'required: the sample time column')
+  scale = mapping.get('scale') or {}
+  with open(path, newline='') as fh:
+    rows = list(csv.reader(fh))
+  if not rows:
+    raise _err(path, '', 'empty CSV file')
+  header = [h.strip() for h in rows[0]]
+  body = rows[1:]
+  index = {h: i for i, h in enumerate(header)}
+
+  def column(name, field):
+    if name not in index:
+      from fibril_mjx.errors import did_you_mean
+      raise _err(path, f'column {name!r}', f'missing (mapped to {field} in {mapping_file})'
+                 + did_you_mean(name, header))
+    j = index[name]
+    out = np.empty(len(body))
+    for r, row in enumerate(body):
+      cell = row[j].strip() if j < len(row) else ''
+      try:
+        out[r] = float(cell)
+      except ValueError:
+        raise _err(path, f'column {name!r} row {r + 2}', 'must be a number', cell) from None
+      if not np.isfinite(out[r]):
+        raise _err(path, f'column {name!r} row {r + 2}', 'must be finite', cell)
+    return out
+
+  fields: dict[str, Any] = {}
+  for field, spec in cols.items():
+    names = spec if isinstance(spec, list) else [spec]
+    data = np.stack([column(str(n), field) for n in names], axis=-1)
+    data = data[:, 0] if not isinstance(spec, list) else data
+    fields[field] = data * float(scale.get(field, 1.0))
+  if ARRIVAL_TIME not in fields:
+    fields[ARRIVAL_TIME] = fields[SAMPLE_TIME].copy()
+  meta = {'source': f'CSV {path.name}', **(mapping.get('meta') or {})}
+  rec = Recording({cid: fields}, meta=meta, path=str(path))
+  return validate(rec)

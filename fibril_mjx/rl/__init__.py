@@ -1,0 +1,1 @@
+"""Reinforcement learning over the simulator (a Brax environment)."""

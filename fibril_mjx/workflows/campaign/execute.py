@@ -1,0 +1,240 @@
+"""`fibril-mjx campaign`: chunks of worlds → atomic Parquet parts, `campaign.json`, resume,
+local or Ray backend, progress over all chunks, then the report.
+
+Output directory:
+
+- `parts/part-NNNNN.parquet` — one per chunk of the plan, one row per world (written to a
+  temporary name and renamed, so a part is complete or absent);
+- `campaign.json` — hashes (campaign file, manifest, MJCF model, profiles, package
+  versions), options, the chunk plan and the completed chunks (rewritten atomically after
+  each part);
+- `summary.txt`, `summary.json`, `*.png` — the report (`report.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import time
+from importlib import metadata
+
+import jax
+import numpy as np
+
+from fibril_mjx.batch import worlds
+from fibril_mjx.workflows.campaign import engine
+from fibril_mjx.workflows.campaign import spec as sp
+from fibril_mjx.errors import FibrilError
+
+FORMAT = 'fibril_campaign_output/1'
+PACKAGES = ('fibril_mjx', 'jax', 'jaxlib', 'mujoco', 'mujoco-mjx', 'numpy', 'scipy', 'pyarrow')
+
+
+def _sha(path) -> str:
+  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def hashes(plan: engine.Plan) -> dict:
+  """What a campaign's results depend on besides the code: files and package versions."""
+  man = plan.sim.manifest
+  profiles = hashlib.sha256()
+  for pid in sorted(man.catalog.profiles):
+    p = man.catalog.profiles[pid]
+    profiles.update(pid.encode() + b'\0' + pathlib.Path(p.file).read_bytes())
+  versions = {}
+  for name in PACKAGES:
+    try:
+      versions[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      versions[name] = None
+  return {'campaign': plan.campaign.sha256, 'manifest': _sha(plan.campaign.manifest),
+          'model': _sha(man.model_path), 'profiles': profiles.hexdigest(), 'packages': versions}
+
+
+def options(plan: engine.Plan) -> dict:
+  c = plan.campaign
+  # The device count and the XLA CPU code generation are part of the options: with the ISA
+  # of `worlds.cpu_flags` (no FMA) a row is bitwise the same at any device count; with
+  # `--cpu-isa native` only at the same count, and the two code generations differ.
+  return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
+          'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
+          'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa()}
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
+  with open(tmp, 'wb') as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def write_part(path: pathlib.Path, cols: dict) -> None:
+  """One Parquet part, atomically."""
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  table = pa.table({k: np.asarray(v) for k, v in cols.items()})
+  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
+  pq.write_table(table, tmp)
+  with open(tmp, 'rb') as f:
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def read_rows(out) -> dict:
+  """All rows of a campaign directory, sorted by world: `{column: array}`."""
+  import pyarrow.parquet as pq
+  import pyarrow as pa
+  parts = sorted((pathlib.Path(out) / 'parts').glob('part-*.parquet'))
+  if not parts:
+    raise FibrilError(f'{out}: no result parts')
+  table = pa.concat_tables([pq.read_table(p) for p in parts])
+  cols = {k: table.column(k).to_numpy() for k in table.column_names}
+  order = np.argsort(cols['world'], kind='stable')
+  return {k: v[order] for k, v in cols.items()}
+
+
+def _part(out, i) -> pathlib.Path:
+  return pathlib.Path(out) / 'parts' / f'part-{i:05d}.parquet'
+
+
+def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
+  """A Ray task: runs one chunk in a worker (the plan is built once per worker process) on
+  as many XLA devices and the same CPU code generation as the driver, so that its rows are
+  bitwise the driver's."""
+  # effective when this worker has not started JAX yet
+  worlds.cpu_flags(n_devices, bitwise=cpu_isa != 'native')
+  import jax
+  if len(jax.local_devices()) != n_devices or worlds.cpu_isa() != cpu_isa:
+    raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s) and CPU ISA '
+                      f'{worlds.cpu_isa()}, the driver uses {n_devices} and {cpu_isa}; rows '
+                      'would not be bitwise equal to a local run')
+  key = (campaign_path, tuple(sorted(opts.items())))
+  plans = globals().setdefault('_WORKER_PLANS', {})
+  if key not in plans:
+    plans[key] = engine.Plan(sp.read(campaign_path, **opts))
+  return plans[key].run_chunk(lo, hi)
+
+
+def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
+        backend='local', ray_address=None, report=True, progress=None, plan=None) -> dict:
+  """Runs (or resumes) a campaign into `out`; returns `campaign.json`'s content.
+
+  Args:
+    worlds, duration_s, chunk_worlds: replace the campaign file's values.
+    resume: continue `out`, skipping completed chunks; refuses when any hash or option differs.
+    backend: `local` (this process) or `ray` (each chunk a Ray task; `ray_address` of an
+      existing cluster, e.g. `127.0.0.1:6379` or `ray://head:10001`; None starts a local one).
+    plan: an `engine.Plan` already built for this campaign and these options (its compiled
+      programs are reused, e.g. by `bench/campaign.py`); None builds one.
+  """
+  if backend not in ('local', 'ray'):
+    raise FibrilError(f'--backend {backend!r}: must be local or ray')
+  opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds}
+  camp = sp.read(campaign_path, **opts)
+  out = pathlib.Path(out)
+  meta_path = out / 'campaign.json'
+  if out.exists() and any(out.iterdir()) and not resume:
+    raise FibrilError(f'{out}: output directory exists and is not empty (use --resume to '
+                      'continue it, or another --out)')
+  if resume and not meta_path.is_file() and out.exists() and any(out.iterdir()):
+    raise FibrilError(f'{out}: not a campaign directory (no campaign.json)')
+  if plan is None:
+    plan = engine.Plan(camp)
+  else:
+    same = lambda c: (c.sha256, c.worlds, c.seed, c.duration_s, c.chunk_worlds)  # noqa: E731
+    if same(plan.campaign) != same(camp):
+      raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
+  meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
+          'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
+          'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,
+          'fields': [{'path': f.path, 'kind': f.kind, 'dist': f.dist.dist,
+                      'params': {k: list(v) for k, v in f.dist.params.items()},
+                      'relative': f.dist.relative, 'columns': f.columns}
+                     for f in plan.fields],
+          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
+                       for k, v in (camp.scenario or {}).items()},
+          'metrics': plan.metrics,
+          'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
+                       for c in camp.criteria],
+          'completed': []}
+  if resume and meta_path.is_file():
+    old = json.loads(meta_path.read_text())
+    diffs = [k for k in ('hashes', 'options', 'chunks', 'fields', 'metrics', 'criteria')
+             if old.get(k) != meta[k]]
+    if diffs:
+      detail = []
+      for k in diffs:
+        if isinstance(meta[k], dict) and isinstance(old.get(k), dict):
+          detail += [f'{k}.{x}' for x in meta[k] if old[k].get(x) != meta[k][x]]
+        else:
+          detail.append(k)
+      raise FibrilError(f'{out}: cannot resume: {", ".join(detail)} differ from the run in '
+                        'this directory (same campaign file, manifest, profiles, packages and '
+                        'options are required; use another --out)')
+    meta['completed'] = sorted(i for i in old.get('completed', []) if _part(out, i).is_file())
+  (out / 'parts').mkdir(parents=True, exist_ok=True)
+  for stale in [*(out / 'parts').glob('.part-*.tmp-*'), *out.glob('.campaign.json.tmp-*')]:
+    stale.unlink(missing_ok=True)   # left by a killed run: never renamed, never counted
+  _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+  todo = [i for i in range(len(plan.chunks)) if i not in set(meta['completed'])]
+
+  from tqdm import tqdm
+  done_worlds = sum(plan.chunks[i][1] - plan.chunks[i][0] for i in meta['completed'])
+  bar = tqdm(total=camp.worlds, initial=done_worlds, unit='world', desc=camp.file.name,
+             file=sys.stderr, dynamic_ncols=True,
+             disable=(progress is False) or os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
+  t0 = time.perf_counter()
+
+  def finish(i, cols):
+    write_part(_part(out, i), cols)
+    meta['completed'] = sorted(set(meta['completed']) | {i})
+    _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+    bar.update(plan.chunks[i][1] - plan.chunks[i][0])
+
+  try:
+    if backend == 'local':
+      for i in todo:
+        finish(i, plan.run_chunk(*plan.chunks[i]))
+    else:
+      _run_ray(plan, camp, opts, todo, ray_address, finish)
+  finally:
+    bar.close()
+  meta['run_s'] = time.perf_counter() - t0
+  _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+  if report:
+    from fibril_mjx.workflows.campaign import report as rp
+    rp.write(out, plan, meta)
+  return meta
+
+
+def _run_ray(plan, camp, opts, todo, address, finish):
+  try:
+    import ray
+  except ImportError:
+    raise FibrilError('--backend ray needs the optional extra: pip install "fibril_mjx[ray]"'
+                      ) from None
+  started = not ray.is_initialized()
+  if started:
+    ray.init(address=address, include_dashboard=False, log_to_driver=False,
+             ignore_reinit_error=True)
+  try:
+    task = ray.remote(_ray_chunk)
+    n_devices = len(jax.local_devices())
+    path = str(camp.file.resolve())
+    slots = max(1, int(ray.cluster_resources().get('CPU', 1)))
+    pending, queue = {}, list(todo)
+    while queue or pending:
+      while queue and len(pending) < slots:
+        i = queue.pop(0)
+        pending[task.remote(path, opts, *plan.chunks[i], n_devices, worlds.cpu_isa())] = i
+      ready, _ = ray.wait(list(pending), num_returns=1)
+      for ref in ready:
+        finish(pending.pop(ref), ray.get(ref))
+  finally:
+    if started:
+      ray.shutdown()

@@ -1,0 +1,118 @@
+"""JSON Schema of the SimulationManifest (SPEC §3.1), generated from the pydantic models.
+
+`components[]` is a union discriminated by `type`: one entry schema per registered component
+type, whose `config` is that type's pydantic config model plus `profiles`. Generated on demand
+from the models in the installed package (nothing to go stale): `fibril-mjx schema`, or
+`manifest_schema()` / `schema_json()` here.
+
+A config field that a shipped profile for the type can supply (e.g. `period_s`) is not
+required in the schema, since the profile layer may provide it; every other required field
+of the config model stays required. Unknown keys are rejected at every level, as `load` does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any, Literal, Optional, Union
+
+import pydantic
+
+from fibril_mjx.config import paths
+from fibril_mjx.config.manifest import LAYERS, Catalog, ManifestModel
+
+SCHEMA_ID = 'https://fibril.dev/schemas/fibril_manifest-1.json'
+
+
+def component_config_models() -> dict[str, type[pydantic.BaseModel]]:
+  """`{component type: pydantic config model}` of every registered component type.
+
+  Uses the registry's `config_model` where the registry records one, else the module's
+  `CONFIG_MODEL` attribute, else the single `...ConfigModel` class the module defines.
+  """
+  from fibril_mjx import components
+  out: dict[str, type[pydantic.BaseModel]] = {}
+  for type_name, entry in (getattr(components, 'TYPES', None) or {}).items():
+    if getattr(entry, 'config_model', None) is not None:
+      out[type_name] = entry.config_model
+  for type_name, module in (getattr(components, 'MODULES', None) or {}).items():
+    if type_name in out:
+      continue
+    model = getattr(module, 'CONFIG_MODEL', None)
+    if model is None:
+      found = [v for k, v in vars(module).items() if k.endswith('ConfigModel')
+               and isinstance(v, type) and issubclass(v, pydantic.BaseModel)
+               and v.__module__ == module.__name__]
+      model = found[0] if len(found) == 1 else None
+    if model is not None:
+      out[type_name] = model
+  return dict(sorted(out.items()))
+
+
+def _profile_fields(type_name: str) -> set[str]:
+  """Fields that some shipped profile for `type_name` sets."""
+  cat = Catalog([paths.profiles_dir()])
+  return {f for p in cat.profiles.values() if type_name in p.component_types for f in p.fields}
+
+
+def _def_name(type_name: str) -> str:
+  return re.sub(r'[^A-Za-z0-9]+', '_', type_name).strip('_')
+
+
+class _ProfilesModel(pydantic.BaseModel):
+  """`config.profiles`: profile ids by layer (SPEC §3.2)."""
+  model_config = pydantic.ConfigDict(extra='forbid', title='profiles')
+  device: Optional[str] = None
+  empirical: Optional[str] = None
+  transport: Optional[str] = None
+
+
+assert tuple(_ProfilesModel.model_fields) == LAYERS
+
+
+@functools.lru_cache(maxsize=None)
+def manifest_schema() -> dict[str, Any]:
+  """The manifest JSON Schema (draft 2020-12) as a dict."""
+  models = component_config_models()
+  entries = []
+  for type_name, cfg_model in models.items():
+    name = _def_name(type_name)
+    cfg = pydantic.create_model(f'{name}_config', __base__=cfg_model,
+                                __doc__=cfg_model.__doc__ or f'config of {type_name}',
+                                profiles=(Optional[_ProfilesModel], None))
+    entry = pydantic.create_model(
+        name, __doc__=f'A `{type_name}` component.',
+        __config__=pydantic.ConfigDict(extra='forbid'),
+        id=(str, pydantic.Field(min_length=1)),
+        type=(Literal[type_name], ...),
+        config=(cfg, {}))
+    entries.append(entry)
+  union = Union[tuple(entries)] if len(entries) > 1 else entries[0]
+  component = pydantic.Field(discriminator='type') if len(entries) > 1 else pydantic.Field()
+
+  from typing import Annotated
+  schema_model = pydantic.create_model(
+      'SimulationManifest', __base__=ManifestModel,
+      __doc__='Fibril SimulationManifest (SPEC §3.1).',
+      components=(list[Annotated[union, component]], pydantic.Field(default_factory=list)))
+  schema = schema_model.model_json_schema(mode='validation')
+  defs = schema.get('$defs', {})
+  for type_name, cfg_model in models.items():
+    cfg_def = defs.get(f'{_def_name(type_name)}_config')
+    if cfg_def is None:
+      continue
+    optional = _profile_fields(type_name)
+    req = [f for f in cfg_def.get('required', []) if f not in optional]
+    if req:
+      cfg_def['required'] = req
+    else:
+      cfg_def.pop('required', None)
+  out = {'$schema': 'https://json-schema.org/draft/2020-12/schema', '$id': SCHEMA_ID}
+  out.update(schema)
+  return out
+
+
+def schema_json() -> str:
+  """`manifest_schema()` as indented JSON text (what `fibril-mjx schema` prints)."""
+  return json.dumps(manifest_schema(), indent=2, sort_keys=False) + '\n'

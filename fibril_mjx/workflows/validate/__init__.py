@@ -1,0 +1,116 @@
+"""`fibril-mjx validate`: the sensor-modelling guide's minimum test set (SPEC §12) as rigs.
+
+The tool builds its own MJCF rigs around a copy of one IMU / AHRS component (the resolved
+config of the user's manifest: profiles, instance fields; the user's robot is not needed),
+runs them batched (many worlds = many independent realizations in one rollout) and compares
+what the simulated device delivers with what its configuration says.
+
+The checks per sensor family, with their rigs, are listed in the module that implements them:
+`inertial` (IMU / AHRS: static Allan / noise, six orientations, rate table, range, Bode,
+timing, geometry), `nav` (magnetometer, barometer, airspeed, rangefinder: static noise and
+Gauss–Markov rigs), `gnss` and `extero` (optical flow: translation and rotation rigs; lidar: a static
+fan rig; camera: a static landmark grid);
+`common` holds the `Check` line, the timing check, the summary and the output staging shared
+by all of them.
+
+Tolerances are sampling errors of the run (k = 4 standard errors, from the number of
+samples / worlds / equivalent degrees of freedom) plus stated systematic allowances (the
+output LSB, float32 rounding); each check states its basis in the summary.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import numpy as np
+
+from fibril_mjx.errors import ConfigError, FibrilError
+from fibril_mjx.workflows.validate import common, extero, gnss, inertial, nav
+from fibril_mjx.workflows.validate.common import Check, render
+from fibril_mjx.workflows.validate.extero import (CAMERA_TYPE, FLOW_TYPE, LIDAR_TYPE, run_camera, run_flow, run_lidar)
+from fibril_mjx.workflows.validate.gnss import GNSS_TYPE, run_gnss
+from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED, run_inertial
+from fibril_mjx.workflows.validate.nav import NAV_TYPES, run_nav
+from fibril_mjx.batch.simulation import load as load_simulation
+
+__all__ = ['run', 'render', 'resolved_config', 'Check', 'SUPPORTED', 'NAV_TYPES', 'GNSS_TYPE',
+           'common', 'inertial', 'nav', 'gnss']
+
+
+def resolved_config(manifest_path, cid: str) -> tuple[str, dict]:
+  """`(type, {field: value})` of component `cid` after profile layering (no sensor names).
+
+  Builds the user's manifest (so every profile and config rule is checked once, with the
+  usual one-line errors) and reads the component's resolved fields.
+  """
+  sim = load_simulation(manifest_path)
+  if cid not in sim.components:
+    raise ConfigError(str(manifest_path), 'components', 'no component with id '
+                      f'{cid!r} (has: {", ".join(sim.components)})', cid)
+  comp = sim.components[cid]
+  supported = SUPPORTED + tuple(NAV_TYPES) + (GNSS_TYPE, FLOW_TYPE, LIDAR_TYPE,
+                                                  CAMERA_TYPE)
+  if comp.type not in supported:
+    raise ConfigError(str(manifest_path), f'components[{list(sim.components).index(cid)}].type',
+                      f'validate supports {", ".join(supported)}', comp.type)
+  cfg = {}
+  for name, fv in comp.fields:
+    if name in SENSOR_FIELDS or name == 'profiles':
+      continue
+    cfg[name] = _plain(fv.value)
+  return comp.type, cfg
+
+
+def _plain(v):
+  if isinstance(v, (tuple, list)):
+    return [_plain(x) for x in v]
+  if isinstance(v, np.generic):
+    return v.item()
+  return v
+
+
+def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
+        worlds: int = 16, seed: int = 0, perturb: dict | None = None, overwrite=False,
+        progress=print) -> dict:
+  """Runs every check and writes `out/` (summary.txt/json, plots, the rig files).
+
+  Args:
+    manifest_path: the user's manifest; `component` the id of an IMU / AHRS in it.
+    out: output directory (must not exist unless `overwrite`).
+    static_duration_s: length of the static records (longer resolves slower terms).
+    worlds: worlds per rig (independent realizations).
+    perturb: manifest fields changed in the simulated device only (the checks still use the
+      configured values): a deliberate mismatch, to see which checks catch it.
+
+  Returns:
+    the summary dict (`passed`, `checks`, ...).
+  """
+  t0 = time.time()
+  out = pathlib.Path(out)
+  if out.exists() and not overwrite:
+    raise FibrilError(f'{out}: output directory exists (use --overwrite)')
+  ctype, cfg = resolved_config(manifest_path, component)
+  perturb = dict(perturb or {})
+  for k in perturb:
+    if k not in cfg:
+      raise ConfigError('--perturb', k, 'not a field of this component', perturb[k])
+  if ctype == GNSS_TYPE:
+    return run_gnss(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                    worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == FLOW_TYPE:
+    return run_flow(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                    worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == CAMERA_TYPE:
+    return run_camera(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                      worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype == LIDAR_TYPE:
+    return run_lidar(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
+                     worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
+  if ctype in NAV_TYPES:
+    return run_nav(manifest_path, component, ctype, cfg, out,
+                   static_duration_s=static_duration_s, worlds=worlds, seed=seed,
+                   perturb=perturb, progress=progress, t0=t0)
+  return run_inertial(manifest_path, component, ctype, cfg, out,
+                      static_duration_s=static_duration_s, worlds=worlds, seed=seed,
+                      perturb=perturb, progress=progress, t0=t0)

@@ -1,0 +1,284 @@
+"""What every `fibril-mjx validate` rig shares: the `Check` line of the summary and its
+formatting, collection of delivered samples, the transport timing check (IMU / AHRS and GNSS),
+the rig files, the staged output directory and the summary (`summary.txt` / `summary.json`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+import yaml
+from fibril_mjx.config.version import __version__
+
+G = 9.80665
+K_SIGMA = 4.0
+
+
+# ------------------------------------------------------------------------------- checks
+
+
+@dataclasses.dataclass
+class Check:
+  """One pass/fail line of the summary."""
+  name: str
+  quantity: str
+  measured: object
+  configured: object
+  tolerance: object
+  basis: str
+  passed: bool | None          # None: not resolvable / informational
+  plot: str = ''
+  note: str = ''
+
+  def __post_init__(self):
+    if self.passed is not None:
+      self.passed = bool(self.passed)   # NumPy bools are not `False`
+
+  def as_dict(self):
+    return {k: _jsonable(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _jsonable(v):
+  if isinstance(v, dict):
+    return {k: _jsonable(x) for k, x in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [_jsonable(x) for x in v]
+  if isinstance(v, np.ndarray):
+    return _jsonable(v.tolist())
+  if isinstance(v, (np.floating, float)):
+    return None if not np.isfinite(v) else float(v)
+  if isinstance(v, (np.integer,)):
+    return int(v)
+  if isinstance(v, np.bool_):
+    return bool(v)
+  return v
+
+
+def _fmt(v):
+  if v is None:
+    return '—'
+  if isinstance(v, (list, tuple, np.ndarray)):
+    return '[' + ', '.join(_fmt(x) for x in np.asarray(v, dtype=object).ravel()) + ']'
+  if isinstance(v, (bool, np.bool_)):
+    return str(bool(v))
+  if isinstance(v, (int, np.integer)):
+    return str(int(v))
+  if isinstance(v, (float, np.floating)):
+    return f'{float(v):.5g}'
+  return str(v)
+
+
+def _axes_str(i):
+  return 'xyz'[i]
+
+
+# ------------------------------------------------------------------------- data helpers
+
+
+def _collect(sim, params, keys, n_ticks, seg, fields):
+  """Runs `n_ticks` in segments; returns `{cid: {field: (W, n_acq, ...)}}` of the delivered
+  samples indexed by acquisition (sequence) number, NaN where lost, plus 'delivered'."""
+  import jax
+  state = sim.reset(params, keys)
+  first = jax.tree.map(np.asarray, sim.outputs(state))['sensor']
+  chunks = {cid: {f: [] for f in fields + ('new_data', 'sequence', 'sample_tick')}
+            for cid in first}
+  for cid, d in first.items():
+    for f in fields:
+      chunks[cid][f].append(np.asarray(getattr(d.sample, f))[:, None])
+    for f in ('new_data', 'sequence', 'sample_tick'):
+      chunks[cid][f].append(np.asarray(getattr(d, f))[:, None])
+  done = 0
+  while done < n_ticks:
+    state, outs = sim.run(params, state, seg, record=True)
+    outs = outs['sensor']
+    for cid, d in outs.items():
+      for f in fields:
+        chunks[cid][f].append(np.swapaxes(np.asarray(getattr(d.sample, f)), 0, 1))
+      for f in ('new_data', 'sequence', 'sample_tick'):
+        chunks[cid][f].append(np.swapaxes(np.asarray(getattr(d, f)), 0, 1))
+    done += seg
+  return {cid: {f: np.concatenate(v, axis=1) for f, v in c.items()} for cid, c in chunks.items()}
+
+
+def _by_sequence(c: dict, field: str, n_acq: int):
+  """`(W, n_acq, ...)` float64 samples indexed by sequence number (NaN where not delivered)."""
+  v = c[field]
+  new = c['new_data'].astype(bool)
+  seq = c['sequence']
+  out = np.full((v.shape[0], n_acq) + v.shape[2:], np.nan)
+  w, t = np.nonzero(new & (seq >= 0) & (seq < n_acq))
+  out[w, seq[w, t]] = v[w, t]
+  return out
+
+
+# ------------------------------------------------------------------------------- timing
+
+
+def _timing(dev, dt, sens, fig_dir):
+  periods, lats, missing, total = [], [], 0, 0
+  sched_err = 0
+  for name, d in sens.items():
+    new = np.asarray(d.new_data).astype(bool)
+    st, at, seq = np.asarray(d.sample_tick), np.asarray(d.arrival_tick), np.asarray(d.sequence)
+    for w in range(new.shape[0]):
+      s, a, n = st[w, new[w]], at[w, new[w]], seq[w, new[w]]
+      if s.size < 2:
+        continue
+      periods.append(np.diff(s) / np.maximum(np.diff(n), 1) * dt)
+      lats.append((a - s) * dt)
+      total += int(n[-1]) + 1
+      missing += int(n[-1]) + 1 - s.size
+      nominal = dev.phase_s + n * dev.period_s
+      e = s * dt - nominal
+      sched_err += int(np.sum((e < -1e-6 * dt) | (e >= dt * (1 + 1e-6))))
+  periods = np.concatenate(periods)
+  lats = np.concatenate(lats)
+  # Reference transport (SPEC §4), NumPy: release = max(k + ceil(max(0, L + J·z)/dt), prev).
+  g = np.random.default_rng(12345)
+  n_ref = 200000
+  k = np.arange(n_ref) * round(dev.period_s / dt)
+  secs = np.maximum(0.0, dev.latency_s + dev.jitter_s * g.standard_normal(n_ref))
+  rel = np.maximum.accumulate(k + np.ceil(secs / dt - 1e-6))
+  ref = (rel - k) * dt
+  n = lats.size
+  checks = []
+  ok_p = sched_err == 0
+  checks.append(Check('timing.period', 'sample period [s] (mean; schedule error count)',
+                      {'mean': float(periods.mean()), 'min': float(periods.min()),
+                       'max': float(periods.max()), 'off_schedule': sched_err},
+                      dev.period_s, f'each sample time within [t_n, t_n + dt), dt = {dt:g} s',
+                      'integer-tick schedule t_n = phase + n·period rounded up to a tick', ok_p))
+  tol_m = K_SIGMA * max(ref.std(), 1e-12) / math.sqrt(n) + 1e-9
+  ok_l = abs(lats.mean() - ref.mean()) <= tol_m
+  checks.append(Check('timing.latency', 'mean latency arrival − sample [s]', float(lats.mean()),
+                      dev.latency_s, tol_m, f'vs the reference transport on {dt:g} s ticks '
+                      f'(mean {ref.mean():.6g} s: latency rounded up to whole ticks); '
+                      f'{K_SIGMA:g}× std error of {n} deliveries', ok_l))
+  tol_j = K_SIGMA * max(ref.std(), 1e-12) / math.sqrt(2 * n) + 1e-9
+  ok_j = abs(lats.std() - ref.std()) <= tol_j + dt / math.sqrt(12) * (dev.jitter_s > 0)
+  checks.append(Check('timing.jitter', 'latency std [s]', float(lats.std()), dev.jitter_s,
+                      tol_j, f'vs the reference transport std {ref.std():.6g} s (tick '
+                      f'quantization, non-decreasing release); {K_SIGMA:g}× std error',
+                      bool(ok_j)))
+  p = dev.loss_probability
+  frac = missing / max(total, 1)
+  tol_p = K_SIGMA * math.sqrt(max(p * (1 - p), 1e-12) / max(total, 1)) + 3.0 / max(total, 1)
+  checks.append(Check('timing.loss', 'fraction of sequence numbers never delivered',
+                      frac, p, tol_p, f'{K_SIGMA:g}× binomial std of {total} acquisitions',
+                      abs(frac - p) <= tol_p))
+  plot = _plot_timing(fig_dir, periods, lats, ref, dev)
+  for c in checks:
+    c.plot = plot
+  return checks
+
+
+def _plt():
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def _plot_timing(fig_dir, periods, lats, ref, dev):
+  plt = _plt()
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  axes[0].hist(periods * 1e3, bins=50)
+  axes[0].axvline(dev.period_s * 1e3, color='k', ls='--', label='configured')
+  axes[0].set_xlabel('sample period [ms]')
+  axes[0].legend(fontsize=7)
+  bins = np.linspace(min(lats.min(), ref.min()), max(lats.max(), ref.max()) + 1e-9, 50) * 1e3
+  axes[1].hist(lats * 1e3, bins=bins, density=True, alpha=0.6, label='measured')
+  axes[1].hist(ref * 1e3, bins=bins, density=True, histtype='step', color='k',
+               label='reference transport')
+  axes[1].axvline(dev.latency_s * 1e3, color='r', ls='--', label='configured latency_s')
+  axes[1].set_xlabel('latency [ms]')
+  axes[1].legend(fontsize=7)
+  path = fig_dir / 'timing.png'
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path.name
+
+
+# ------------------------------------------------------------------------------- output
+
+
+def _write_rig(dirpath, name, xml, doc):
+  (dirpath / f'{name}.xml').write_text(xml)
+  path = dirpath / f'{name}.yaml'
+  path.write_text(yaml.safe_dump(doc, sort_keys=False))
+  return path
+
+
+@contextlib.contextmanager
+def _staged_output(out: pathlib.Path):
+  """A temporary directory beside `out` (with `rigs/`) that replaces `out` when the block
+  completes and is removed when it raises: a reader never sees half a result."""
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
+                                      else None))
+  try:
+    (tmp / 'rigs').mkdir()
+    yield tmp
+    if out.exists():
+      shutil.rmtree(out)
+    os.replace(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+
+
+def _write_summary(tmp: pathlib.Path, summary: dict) -> None:
+  (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
+  (tmp / 'summary.txt').write_text(render(summary))
+
+
+def _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed, wall):
+  failed = [c.name for c in checks if c.passed is False]
+  return {'manifest': str(manifest_path), 'component': component, 'type': dev.type,
+          'config': dev.config, 'perturb': perturb, 'static_duration_s': dur, 'worlds': worlds,
+          'seed': seed, 'fibril_mjx': __version__, 'wall_s': round(wall, 1),
+          'k_sigma': K_SIGMA, 'passed': not failed, 'failed': failed,
+          'checks': [c.as_dict() for c in checks]}
+
+
+def render(summary: dict) -> str:
+  """The human-readable summary: one block per check, measured vs configured."""
+  lines = [f"validate {summary['component']} ({summary['type']}) from {summary['manifest']}",
+           f"static records {summary['static_duration_s']:g} s, {summary['worlds']} worlds per "
+           f"rig, seed {summary['seed']}, tolerances {summary['k_sigma']:g} standard errors "
+           f"+ stated allowances; {summary['wall_s']:g} s"]
+  if summary['perturb']:
+    lines.append(f"PERTURBED device (checks use the configured values): {summary['perturb']}")
+  lines.append('')
+  for c in summary['checks']:
+    status = {True: 'PASS', False: 'FAIL', None: 'n/a '}[c['passed']]
+    lines.append(f"{status}  {c['name']}: {c['quantity']}")
+    lines.append(f"      measured   {_fmt_any(c['measured'])}")
+    lines.append(f"      configured {_fmt_any(c['configured'])}")
+    lines.append(f"      tolerance  {_fmt_any(c['tolerance'])} — {c['basis']}")
+    if c.get('note'):
+      lines.append(f"      note       {c['note']}")
+    if c.get('plot'):
+      lines.append(f"      plot       {c['plot']}")
+  n_fail = len(summary['failed'])
+  lines.append('')
+  lines.append('ALL CHECKS PASSED' if not n_fail else
+               f"{n_fail} CHECK(S) FAILED: {', '.join(summary['failed'])}")
+  return '\n'.join(lines) + '\n'
+
+
+def _fmt_any(v):
+  if isinstance(v, dict):
+    return '{' + ', '.join(f'{k}: {_fmt_any(x)}' for k, x in v.items()) + '}'
+  if isinstance(v, list):
+    return _fmt(np.asarray(v, dtype=object)) if v and not isinstance(v[0], dict) else str(v)
+  return _fmt(v)

@@ -1,0 +1,219 @@
+"""Navigation sensors (`fibril_sim/magnetometer`, `fibril_sim/barometer`, `fibril_sim/airspeed`,
+`fibril_sim/rangefinder`) in `fibril-mjx validate`: the static noise rig and, where configured,
+the Gauss–Markov rig:
+
+| check | rig | compares |
+| --- | --- | --- |
+| `static_noise.<field>` (magnetometer, barometer, airspeed, rangefinder) | one static site, slow terms removed | per-axis std of sample − per-world mean vs √(σ² + q²/12), lag-1 whiteness |
+| `static_gauss_markov.<field>` (magnetometer, barometer) | the same with the Gauss–Markov / common-mode terms on | structure function at lags 1, 0.3τ, τ vs the configured model |
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import textwrap
+import time
+
+import numpy as np
+
+from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary)
+from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.mechanisms.rng import world_keys
+
+# type -> (sample field, white-noise σ field, resolution field, binding fields -> rig sensor
+# kind ('site' or an MJCF sensor element), slow terms set to zero in the rig, terms removed).
+NAV_TYPES = {
+    'fibril_sim/magnetometer': (
+        'magnetic_field_ut', 'noise_stddev_ut', 'resolution_ut', {'site': 'site'},
+        ('bias_instability_stddev_ut', 'common_mode_stddev_ut'),
+        ('current_components', 'current_coefficients_ut_per_a', 'common_mode_stream')),
+    'fibril_sim/barometer': (
+        'pressure_pa', 'noise_stddev_pa', 'resolution_pa', {'site': 'site'},
+        ('bias_instability_stddev_pa', 'common_mode_stddev_pa'),
+        ('common_mode_stream', 'throttle_actuator', 'throttle_bias_points', 'throttle_bias_pa',
+         'velocity_sensor', 'airspeed_bias_points_m_s', 'airspeed_bias_pa')),
+    'fibril_sim/airspeed': (
+        'differential_pressure_pa', 'noise_stddev_pa', 'resolution_pa',
+        {'velocity_sensor': 'velocimeter'}, (), ()),
+    'fibril_sim/rangefinder': (
+        'distance_m', 'noise_stddev_m', 'resolution_m', {'rangefinder_sensor': 'rangefinder'},
+        (), ()),
+}
+# Gauss–Markov terms checked by a second static rig: (σ field, τ field, in the world frame).
+NAV_GM = {
+    'fibril_sim/magnetometer': (('bias_instability_stddev_ut', 'bias_correlation_time_s', False),
+                                ('common_mode_stddev_ut', 'common_mode_correlation_time_s',
+                                 True)),
+    'fibril_sim/barometer': (('bias_instability_stddev_pa', 'bias_correlation_time_s', False),
+                             ('common_mode_stddev_pa', 'common_mode_correlation_time_s', False)),
+}
+NAV_SKIP = 5     # leading samples dropped (filters started at the first value: a margin only)
+
+
+def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str, dict, float]:
+  """Static rig for a navigation sensor: one site on a bench (hinge about the vertical through
+  its centre of mass, at rest) looking down at a ground plane. Returns (xml, manifest, true
+  range of the site above the ground). Slow terms (Gauss–Markov drift, common mode, current /
+  throttle couplings) and faults are removed, so the residual about each world's mean is the
+  white noise + quantization alone."""
+  _, _, _, binds, zero, drop = NAV_TYPES[ctype]
+  h = 1.0
+  if ctype == 'fibril_sim/rangefinder':
+    lo, hi = float(cfg.get('min_range_m', 0.0)), float(cfg['max_range_m'])
+    if not lo < h < hi:
+      h = 0.5 * (lo + hi)
+  sensors = ''.join(f'    <{kind} name="nav_{k}" site="s_nav"/>\n'
+                    for k, kind in binds.items() if kind != 'site')
+  xml = textwrap.dedent(f"""\
+      <mujoco model="fibril_validate_nav_static">
+        <option timestep="{float(cfg['period_s'])!r}" integrator="implicitfast" gravity="0 0 -{G!r}"/>
+        <asset><material name="ground" rgba="1 1 1 1"/></asset>
+        <worldbody>
+          <geom name="ground" type="plane" size="50 50 0.1" material="ground" contype="0"
+                conaffinity="0"/>
+          <body name="bench" pos="0 0 {h!r}">
+            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
+            <geom type="box" size="0.05 0.05 0.01" mass="1" contype="0" conaffinity="0"/>
+            <site name="s_nav" zaxis="0 0 -1"/>
+          </body>
+        </worldbody>
+      """) + (f'  <sensor>\n{sensors}  </sensor>\n' if sensors else '') + '</mujoco>\n'
+  c = dict(cfg, **overrides)    # a perturbed slow term only reaches the Gauss–Markov rig
+  c = {k: v for k, v in c.items() if k not in drop and k != 'faults'}
+  for k in zero:
+    if k in c and not keep_gm:
+      c[k] = [0.0, 0.0, 0.0] if isinstance(c[k], list) else 0.0
+  if keep_gm and c.get('common_mode_stream') is None and 'common_mode_stream' in cfg:
+    c['common_mode_stream'] = 'validate_common_mode'
+  for k, kind in binds.items():
+    c[k] = 's_nav' if kind == 'site' else f'nav_{k}'
+  doc = {'fibril_manifest': 1, 'model': 'static.xml',
+         'components': [{'id': 'dut', 'type': ctype, 'config': c}]}
+  return xml, doc, h
+
+
+def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
+  """White-noise std and lag-1 autocorrelation per axis of the static residual."""
+  field, sig_f, q_f, _, zero, _ = NAV_TYPES[ctype]
+  sig = np.broadcast_to(np.asarray(cfg.get(sig_f, 0.0), np.float64), z.shape[2:]).copy()
+  if ctype == 'fibril_sim/rangefinder':
+    sig = sig + float(cfg.get('noise_fraction', 0.0)) * h   # θ = 0: no incidence term
+  q = float(cfg.get(q_f, 0.0))
+  expected = np.sqrt(sig ** 2 + q * q / 12.0)
+  z = z[:, NAV_SKIP:]
+  z = np.where(np.isfinite(z), z, np.nan)
+  res = z - np.nanmean(z, axis=1, keepdims=True)
+  n_valid = np.sum(np.isfinite(res), axis=(0, 1))
+  dof = n_valid - z.shape[0]                        # one mean per world removed
+  meas = np.sqrt(np.nansum(res ** 2, axis=(0, 1)) / np.maximum(dof, 1))
+  tol = K_SIGMA * expected / np.sqrt(2.0 * np.maximum(dof, 1))
+  a = np.nan_to_num(res[:, 1:])
+  b = np.nan_to_num(res[:, :-1])
+  rho = np.sum(a * b, axis=(0, 1)) / np.maximum(np.sum(b * b, axis=(0, 1)), 1e-300)
+  tol_r = K_SIGMA / np.sqrt(np.maximum(dof, 1))
+  flat = np.atleast_1d(sig < 0.5 * q)
+  gm = [k for k in zero if np.any(np.asarray(cfg.get(k, 0.0)) > 0)]
+  note = (f'configured Gauss–Markov / common-mode terms {", ".join(gm)} set to 0 in the rig '
+          '(their own rig: static_gauss_markov)' if gm else '')
+  if np.all(flat) and q > 0:
+    ok, ok_r = None, None
+    note = (note + '; ' if note else '') + (
+        f'σ {_fmt(sig)} < q/2 = {q / 2:g}: a static input is quantization-dominated, the '
+        'q²/12 model does not hold (not resolvable)')
+  else:
+    ok = bool(np.all(np.abs(meas - expected) <= tol))
+    ok_r = bool(np.all(np.abs(rho) <= tol_r))
+  axes = '' if z.ndim == 2 else ' per axis'
+  return [
+      Check(f'static_noise.{field}', f'std of sample − per-world mean{axes}, static rig '
+            f'({dur_s:g} s)', meas, {'noise_stddev': sig, 'resolution': q,
+                                     'sqrt(σ²+q²/12)': expected}, tol,
+            f'|measured − sqrt(σ² + q²/12)| ≤ {K_SIGMA:g}·σ/√(2N) (std error of a std '
+            f'estimate), N = {_fmt(dof)} samples (all worlds, less one mean per world)',
+            ok, note=note),
+      Check(f'static_noise_whiteness.{field}', f'lag-1 autocorrelation of the residual{axes}',
+            rho, 0.0, tol_r, f'white noise: |ρ₁| ≤ {K_SIGMA:g}/√N', ok_r),
+  ]
+
+
+def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
+            perturb, progress, t0) -> dict:
+  """`validate` for a navigation sensor: the static noise rig only."""
+  import types
+
+  out = pathlib.Path(out)
+  field = NAV_TYPES[ctype][0]
+  with _staged_output(out) as tmp:
+    rigs = tmp / 'rigs'
+    xml, doc, h = nav_rig(ctype, cfg, perturb)
+    sim = load_simulation(_write_rig(rigs, 'static', xml, doc))
+    period = float(cfg['period_s'])
+    n_acq = int(round(static_duration_s / period))
+    n_seg = int(math.ceil((n_acq + 50) / 5000))
+    seg = int(math.ceil((n_acq + 50) / n_seg))
+    progress(f'static noise rig: {worlds} worlds x {n_seg * seg} ticks '
+             f'({n_seg * seg * period:g} s)')
+    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                    n_seg * seg, seg, (field,))
+    z = _by_sequence(data['dut'], field, n_acq)
+    checks = _nav_checks(ctype, cfg, z, h, static_duration_s)
+    gm = [(sf, tf, wf) for sf, tf, wf in NAV_GM.get(ctype, ())
+          if np.any(np.asarray(cfg.get(sf, 0.0)) > 0) and float(cfg.get(tf, 0.0)) > 0]
+    if gm:
+      xml, doc, h = nav_rig(ctype, cfg, perturb, keep_gm=True)
+      sim = load_simulation(_write_rig(rigs, 'static_gm', xml, doc))
+      progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
+      data = _collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
+                      n_seg * seg, seg, (field,))
+      z = _by_sequence(data['dut'], field, n_acq)
+      checks.append(_nav_gm_check(ctype, cfg, z, gm, xml, period))
+    dev = types.SimpleNamespace(type=ctype, config=cfg)
+    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
+                       worlds, seed, time.time() - t0)
+    _write_summary(tmp, summary)
+  return summary
+
+
+def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
+  """Structure function E[(z[t+L] − z[t])²] at a few lags against the configured model
+  2(σ_w² + q²/12) + Σ 2σ²(1 − φ^L), φ = exp(−Δ/τ) (constant biases cancel; no mean removed).
+  Tolerance: 4 standard errors of the mean across worlds (independent realizations)."""
+  import mujoco
+  field, sig_f, q_f = NAV_TYPES[ctype][:3]
+  z = z[:, NAV_SKIP:]
+  n = z.shape[1]
+  shape = z.shape[2:]
+  white = np.broadcast_to(np.asarray(cfg.get(sig_f, 0.0), np.float64), shape) ** 2 + \
+      float(cfg.get(q_f, 0.0)) ** 2 / 12.0
+  var_terms = []
+  for sf, tf, world in gm:
+    s2 = np.broadcast_to(np.asarray(cfg[sf], np.float64), shape) ** 2
+    if world:   # common mode in the world frame: m = S·Rᵀ·d in sensor axes
+      m = mujoco.MjModel.from_xml_string(xml)
+      d = mujoco.MjData(m)
+      mujoco.mj_kinematics(m, d)
+      a = np.asarray(cfg.get('soft_iron', np.eye(3)), np.float64) @ d.site_xmat[0].reshape(3, 3).T
+      s2 = (a ** 2) @ s2
+    var_terms.append((s2, float(cfg[tf])))
+  tau_max = max(t for _, t in var_terms)
+  lags = sorted({1} | {int(x) for x in (round(0.3 * tau_max / period), round(tau_max / period))
+                       if 1 < x <= n // 4})
+  meas, exp_, tol, ok = [], [], [], True
+  for L in lags:
+    d2 = (z[:, L:] - z[:, :-L]) ** 2
+    per_world = np.nanmean(d2, axis=1)                    # (W, ...)
+    mu = per_world.mean(axis=0)
+    se = per_world.std(axis=0, ddof=1) / math.sqrt(per_world.shape[0])
+    e = 2 * white + sum(2 * s2 * (1 - math.exp(-L * period / t)) for s2, t in var_terms)
+    t_ = K_SIGMA * se
+    ok &= bool(np.all(np.abs(mu - e) <= t_))
+    meas.append(mu), exp_.append(e), tol.append(t_)
+  terms = ', '.join(f'{sf} {_fmt(np.asarray(cfg[sf]))} τ {cfg[tf]:g} s' for sf, tf, _ in gm)
+  return Check(f'static_gauss_markov.{field}',
+               f'structure function E[(z[t+L] − z[t])²] at lags L = {lags} samples '
+               f'(L·Δ = {_fmt(np.asarray(lags) * period)} s)',
+               {f'L={L}': m for L, m in zip(lags, meas)},
+               {f'L={L}': e for L, e in zip(lags, exp_)}, {f'L={L}': t for L, t in zip(lags, tol)},
+               f'2(σ² + q²/12) + Σ 2σ_gm²(1 − exp(−LΔ/τ)) for {terms}; {K_SIGMA:g}× std error '
+               f'of the mean over {z.shape[0]} worlds', ok)

@@ -1,0 +1,342 @@
+"""The world axis (fibril_mjx.batch.worlds): chunking, devices, sub-batches, shared physics, per-world
+models, divergence and the physics implementation choice — on the tiny rig, few ticks."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+import fibril_mjx
+from fibril_mjx.workflows import run as runner
+from fibril_mjx.batch import worlds
+from fibril_mjx.errors import FibrilError
+from conftest import ahrs_entry, write_rig
+
+NOISY = dict(period_s=0.004, latency_s=0.002, jitter_s=0.002, loss_probability=0.1,
+             angular_velocity_noise_stddev=[0.01, 0.02, 0.03],
+             yaw_rate_bias_stddev_rad_s=0.01)
+TICKS = 6
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope='module')
+def rig(tmp_path_factory):
+  path = write_rig(tmp_path_factory.mktemp('worlds'), [ahrs_entry(**NOISY)])
+  return path, fibril_mjx.load(path)
+
+
+def tree_equal(a, b):
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(la) == len(lb)
+  for x, y in zip(la, lb):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def pick(tree, i):
+  return jax.tree.map(lambda x: np.asarray(x)[i], tree)
+
+
+# ------------------------------------------------------------------ layout (pure)
+
+def test_layout_pads_to_devices_times_sub_batches_and_never_runs_one_lane():
+  lay = worlds.layout(1, 1, None)
+  assert (lay.sub_batch, lay.n_sub, lay.padded) == (2, 1, 2)
+  lay = worlds.layout(1025, 2, 600)
+  assert lay.n_devices == 2 and lay.sub_batch <= 600 and lay.sub_batch >= 2
+  assert lay.padded >= 1025 and lay.padded % 2 == 0
+  assert lay.padded - 1025 < 2 * lay.n_sub   # least padding for that many sub-batches
+  assert worlds.layout(3, 8, None).n_devices == 3
+  assert worlds.chunks(1025, 1024) == [(0, 1024), (1024, 1025)]
+  assert worlds.chunks(5, None) == [(0, 5)]
+
+
+def test_lapack_safe_sub_batch_follows_the_jaxlib_split_rule():
+  """A 10x10 Cholesky costs 10³/3 = 333 FLOP in jaxlib's estimate: 600 matrices stay below
+  the 200 000-FLOP split, 601 do not."""
+  a = jnp.eye(10, dtype=jnp.float32)
+  k, why = worlds.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), a)
+  assert k == 600 and 'cholesky' in why
+  k, _ = worlds.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), jnp.stack([a] * 4))
+  assert k == 150
+  assert worlds.lapack_safe_sub_batch(lambda x: x * 2, a)[0] is None
+
+
+def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
+  monkeypatch.setattr(worlds.platform, 'machine', lambda: 'x86_64')
+  env = {}
+  assert worlds.cpu_flags(3, environ=env) == 3
+  assert env['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX'
+  assert worlds.cpu_isa(env) == 'AVX' and worlds.cpu_isa({}) == 'native'
+  assert worlds.cpu_flags(None, environ=env) == 3           # already set: kept
+  assert env['XLA_FLAGS'].count('max_isa') == 1
+  env = {'XLA_FLAGS': '--foo --xla_force_host_platform_device_count=4 --xla_cpu_max_isa=AVX2'}
+  assert worlds.cpu_flags(2, environ=env) == 2 and env['XLA_FLAGS'].count('device_count') == 1
+  assert '--xla_cpu_max_isa=AVX2' in env['XLA_FLAGS'] and 'isa=AVX ' not in env['XLA_FLAGS']
+  env = {}
+  worlds.cpu_flags(2, bitwise=False, environ=env)
+  assert 'max_isa' not in env['XLA_FLAGS']
+  monkeypatch.setattr(worlds.platform, 'machine', lambda: 'aarch64')
+  env = {}
+  worlds.cpu_flags(2, environ=env)
+  assert 'max_isa' not in env['XLA_FLAGS']                 # an x86 flag only
+  assert worlds.cpu_flags(None, environ={}) >= 1
+
+
+def test_remainder_chunk_of_one_world_is_bitwise_equal_cli(rig, tmp_path):
+  """`fibril-mjx run --worlds 1025` with `--chunk-worlds 1024` (a remainder chunk of one world)
+  and 1000: every world's metrics are identical, world 1024 included (the bug of issue 9)."""
+  path, _ = rig
+  rows = []
+  for chunk in (1024, 1000):
+    runner.run(path, worlds=1025, seed=0, duration_s=TICKS * 0.002, out=tmp_path / str(chunk),
+               trace_worlds=0, chunk_worlds=chunk, segments=1, share_physics=False)
+    rows.append(np.loadtxt(tmp_path / str(chunk) / 'worlds.csv', delimiter=',', skiprows=1))
+  np.testing.assert_array_equal(rows[0], rows[1])
+  assert rows[0].shape[0] == 1025
+
+
+def test_world_in_any_batch_and_sub_batch_is_bitwise_equal(rig):
+  _, sim = rig
+  keys = fibril_mjx.world_keys(0, 9)
+  p = sim.default_params(9)
+  _, a = sim.rollout(p, keys, TICKS, share_physics=False)
+  _, b = sim.rollout(p, keys, TICKS, share_physics=False, sub_batch=2, chunk_worlds=4)
+  tree_equal(a, b)
+  _, c = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, 8), TICKS,
+                     share_physics=False)
+  tree_equal(pick(c, 0), pick(a, 8))
+
+
+def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
+  """Two XLA CPU devices (set before JAX initializes, so in a subprocess): 9 worlds on 1 and
+  on 2 devices, per-world and shared physics, give identical traces."""
+  path, _ = rig
+  code = textwrap.dedent(f"""
+      import jax, numpy as np, fibril_mjx
+      assert len(jax.devices()) == 2, jax.devices()
+      sim = fibril_mjx.load({str(path)!r})
+      keys = fibril_mjx.world_keys(0, 9)
+      for share in (False, True):
+        outs = [sim.rollout(sim.default_params(9), keys, {TICKS}, devices=d,
+                            share_physics=share)[1] for d in (1, 2)]
+        for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
+          np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+      # a model pinned to device 0 (sim.mx), with a per-world field, on both devices
+      damp = np.tile(np.asarray(sim.mx.dof_damping), (9, 1)) * np.linspace(1, 2, 9)[:, None]
+      mx = sim.mx.replace(dof_damping=jax.device_put(damp, jax.devices()[0]))
+      outs = [sim.rollout(sim.default_params(9), keys, {TICKS}, devices=d, model=mx,
+                          model_axes={{'dof_damping': 0}}, share_physics=False)[1]
+              for d in (1, 2)]
+      for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+      print('DEVICES_OK', sim.layout(9, devices=2).describe())
+      """)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+             JAX_PLATFORMS='cpu')
+  r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                     timeout=900, cwd=str(tmp_path))
+  assert 'DEVICES_OK' in r.stdout, r.stdout + r.stderr
+  assert '2 device(s)' in r.stdout
+
+
+def test_estimator_world_is_bitwise_equal_in_any_layout(tmp_path):
+  """The IMU + attitude-EKF example (matrix products, a 3×3 solve, trig): world `w` gives the
+  same bits in a batch of 9 on one device, in lanes reversed, on 2 devices in sub-batches of 2
+  (with padding), and alone. Needs the CLI's XLA CPU flags (`worlds.cpu_flags`: no FMA), set
+  before JAX initializes, so it runs in a subprocess."""
+  code = textwrap.dedent(f"""
+      import jax, numpy as np, fibril_mjx
+      from fibril_mjx.batch import worlds
+      assert len(jax.devices()) == 2, jax.devices()
+      sim = fibril_mjx.load({str(REPO / 'manifests' / 'imu_ekf.yaml')!r})
+      n, ticks = 9, 120
+      keys, p = fibril_mjx.world_keys(0, n), sim.default_params(n)
+      def run(idx, **kw):
+        pick = lambda x: x[np.asarray(idx)]
+        _, tr = sim.rollout(jax.tree.map(pick, p), keys[np.asarray(idx)], ticks,
+                            share_physics=False, **kw)
+        return jax.tree.map(np.asarray, tr)
+      base = run(range(n), devices=1)
+      rev = jax.tree.map(lambda x: x[::-1], run(range(n)[::-1], devices=1))
+      two = run(range(n), devices=2, sub_batch=2)
+      alone = run([8], devices=1)
+      for other in (rev, two):
+        for x, y in zip(jax.tree.leaves(base), jax.tree.leaves(other)):
+          np.testing.assert_array_equal(x, y)
+      for x, y in zip(jax.tree.leaves(base), jax.tree.leaves(alone)):
+        np.testing.assert_array_equal(x[8], y[0])
+      q = base['sensor']['ekf_quat'].sample.orientation
+      assert np.all(np.isfinite(q)) and np.ptp(q[:, -1], axis=0).max() > 0   # worlds differ
+      print('LAYOUTS_OK', sim.layout(n, devices=2, sub_batch=2).describe())
+      """)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  worlds.cpu_flags(2, environ=env)
+  r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
+                     timeout=900, cwd=str(tmp_path))
+  assert 'LAYOUTS_OK' in r.stdout, r.stdout + r.stderr[-3000:]
+  assert '2 device(s) x 3 sub-batch(es) of 2 (+3 padding)' in r.stdout
+
+
+# ------------------------------------------------------------------ shared physics
+
+def test_shared_physics_matches_per_world_physics(rig):
+  """Sensor-only Monte Carlo: the shared trajectory's sensor outputs equal the per-world
+  path to float rounding (tolerance 1e-5 relative + 1e-6 absolute: the physics is compiled
+  unbatched, so XLA may round differently), and are bitwise reproducible."""
+  _, sim = rig
+  share, why = sim.physics_sharing()
+  assert share, why
+  keys = fibril_mjx.world_keys(0, 5)
+  p = sim.default_params(5)
+  st, shared = sim.rollout(p, keys, TICKS)
+  assert st.data.qpos.ndim == 1          # one trajectory, no world axis
+  _, per_world = sim.rollout(p, keys, TICKS, share_physics=False)
+  for x, y in zip(jax.tree.leaves(shared), jax.tree.leaves(per_world)):
+    x, y = np.asarray(x), np.asarray(y)
+    if np.issubdtype(x.dtype, np.floating):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    else:
+      np.testing.assert_array_equal(x, y)
+  tree_equal(shared, sim.rollout(p, keys, TICKS)[1])
+  assert not sim.physics_sharing(share_physics=False)[0]
+  assert 'switched off' in sim.physics_sharing(share_physics=False)[1]
+
+
+def test_physics_sharing_reasons(rig):
+  _, sim = rig
+  assert 'controller' in sim.physics_sharing(controller=lambda o, c: ({}, c))[1]
+  assert 'MJCF' in sim.physics_sharing(model_fields=('dof_damping',))[1]
+  assert 'initial state' in sim.physics_sharing(qpos_offset=np.zeros((2, 2)))[1]
+
+
+# ------------------------------------------------------------------ per-world model and state
+
+def test_per_world_damping_equals_separate_runs(rig):
+  _, sim = rig
+  damping = np.array([[0.05, 0.2], [0.2, 0.2], [3.0, 0.01]], np.float32)
+  keys = fibril_mjx.world_keys(0, 3)
+  p = sim.default_params(3)
+  model = sim.mx.replace(dof_damping=jnp.asarray(damping))
+  st, tr = sim.rollout(p, keys, 30, model=model, model_axes={'dof_damping': 0})
+  for w in range(3):
+    mw = sim.mx.replace(dof_damping=jnp.asarray(damping[w]))
+    st1, tr1 = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, w), 30,
+                           model=mw, share_physics=False)
+    np.testing.assert_allclose(np.asarray(st.data.qvel)[w], np.asarray(st1.data.qvel)[0],
+                               rtol=1e-6, atol=1e-7)
+    for x, y in zip(jax.tree.leaves(pick(tr, w)), jax.tree.leaves(pick(tr1, 0))):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  qv = np.abs(np.asarray(st.data.qvel))
+  assert qv[2, 0] < qv[0, 0]                # more yaw damping, slower yaw
+  with pytest.raises(FibrilError, match='leading world axis'):
+    sim.rollout(p, keys, 2, model=sim.mx, model_axes={'dof_damping': 0})
+
+
+def test_initial_state_offsets(rig):
+  _, sim = rig
+  keys = fibril_mjx.world_keys(0, 2)
+  q = np.array([[0.0, 0.0], [0.3, -0.2]], np.float32)
+  st = sim.reset(sim.default_params(2), keys, qpos_offset=q)
+  np.testing.assert_allclose(np.asarray(st.data.qpos), q + np.asarray(sim.mx.qpos0), atol=1e-7)
+  base = sim.reset(sim.default_params(2), keys)
+  tree_equal(pick(st.components, 0), pick(base.components, 0))
+  v = np.array([[0.0, 0.0], [1.0, 0.0]], np.float32)
+  st2, _ = sim.rollout(sim.default_params(2), keys, 3, qvel_offset=v, record=False)
+  assert abs(float(st2.data.qvel[1, 0])) > abs(float(st2.data.qvel[0, 0]))
+
+
+# ------------------------------------------------------------------ divergence
+
+SERVO_XML = """\
+<mujoco model="turntable_kp8e6">
+  <option timestep="0.002" integrator="implicitfast"/>
+  <worldbody>
+    <body name="plate">
+      <joint name="yaw" type="hinge" axis="0 0 1"/>
+      <geom type="cylinder" size="0.1 0.01" mass="0.05" contype="0" conaffinity="0"/>
+      <site name="imu" pos="0.05 0 0.02"/>
+    </body>
+  </worldbody>
+  <actuator><position name="yaw_servo" joint="yaw" kp="8e6" kv="0"/></actuator>
+  <sensor>
+    <framequat name="quat" objtype="site" objname="imu"/>
+    <gyro name="gyro" site="imu"/>
+    <accelerometer name="accel" site="imu"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def test_diverged_worlds_are_results_not_crashes(tmp_path):
+  """A turntable servo with kp=8e6, kv=0 goes non-finite: the run still writes everything,
+  reports the diverged worlds with their first tick and excludes them from the statistics."""
+  (tmp_path / 'servo.xml').write_text(SERVO_XML)
+  doc = {'fibril_manifest': 1, 'model': 'servo.xml',
+         'actuator_script': [{'actuator': 'yaw_servo', 'amplitude': 2.5, 'frequency_hz': 5}],
+         'components': [ahrs_entry(period_s=0.004)]}
+  path = tmp_path / 'm.yaml'
+  path.write_text(yaml.safe_dump(doc))
+  out = tmp_path / 'out'
+  summary = runner.run(path, worlds=4, seed=0, duration_s=0.2, out=out, trace_worlds=2,
+                       segments=2)
+  d = summary['diverged']
+  assert d['count'] == 4 and all(t > 0 for t in d['first_tick'])
+  for f in ('summary.txt', 'summary.json', 'meta.json', 'worlds.csv', 'trace.npz'):
+    assert (out / f).exists(), f
+  text = (out / 'summary.txt').read_text()
+  assert '4 of 4 worlds diverged' in text
+  rows = np.loadtxt(out / 'worlds.csv', delimiter=',', skiprows=1)
+  np.testing.assert_array_equal(rows[:, 1], d['first_tick'])
+  assert json.loads((out / 'summary.json').read_text())['diverged']['count'] == 4
+
+
+def test_divergence_flag_in_the_state(rig):
+  _, sim = rig
+  st, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 3, record=False)
+  np.testing.assert_array_equal(np.asarray(st.diverged), [-1, -1])
+
+
+# ------------------------------------------------------------------ physics implementation
+
+def test_warp_is_refused_without_an_nvidia_gpu(rig):
+  path, _ = rig
+  if any(d.platform == 'gpu' for d in jax.devices()):
+    pytest.skip('a GPU is visible')
+  with pytest.raises(FibrilError, match='NVIDIA'):
+    fibril_mjx.load(path, impl='warp')
+  with pytest.raises(FibrilError, match='unknown'):
+    fibril_mjx.load(path, impl='cuda')
+  with pytest.raises(FibrilError, match='not differentiable'):
+    worlds.check_impl('warp', gradients=True)
+
+
+def test_plan_shows_impl_sharing_and_sub_batch(rig):
+  from fibril_mjx.workflows import plan
+  _, sim = rig
+  text = plan.render(sim)
+  assert 'physics: MJX-JAX' in text and 'physics sharing: shared' in text
+  assert 'sub-batch' in text
+  isa = worlds.cpu_isa()     # the tests run with the CLI's code generation (conftest, x86)
+  want = 'native ISA (FMA)' if isa == 'native' else f'{isa} (no FMA)'
+  assert f'CPU code generation: {want}' in text, text
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_the_cpu_with_quick():
+  """`bench/gpu.sh --quick` (the prepared GPU check) runs here: MJX-Warp is refused with its
+  reason, MJX-JAX rows and the C ratio print."""
+  r = subprocess.run(['bash', str(REPO / 'bench' / 'gpu.sh'), '--quick'], capture_output=True,
+                     text=True, timeout=1500, cwd=str(REPO),
+                     env=dict(os.environ, PY=sys.executable))
+  assert r.returncode == 0, r.stdout + r.stderr
+  assert 'impl warp: skipped' in r.stdout and 'NVIDIA' in r.stdout
+  assert 'jax  ahrs_turntable' in r.stdout and 'c_ratio_turntable_64=' in r.stdout

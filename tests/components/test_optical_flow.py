@@ -1,0 +1,146 @@
+"""`fibril_sim/optical_flow`: integrated flow, integrated body rates, quality and integration
+time over each frame against a float64 reference built from MuJoCo C (`mj_objectVelocity`,
+`mj_ray` for the height) and the named-stream draws, over a trajectory that crosses
+saturation (body rate), the range limits and blur; flow scale on a pure translation
+(closed form −v/h); the shipped PMW3901-class profile; config rules."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import jax
+import numpy as np
+import pytest
+
+import extero_helpers as eh
+from fibril_mjx.components.sensors import optical_flow
+from fibril_mjx.errors import FibrilError
+
+BASE = dict(fov_deg=42.0, resolution_px=35, min_range_m=0.08, max_range_m=3.0,
+            max_flow_rate_rad_s=7.4, max_angular_rate_rad_s=6.0, period_s=0.01)
+
+
+def make(**cfg):
+  ctx, cat = eh.context()
+  raw = {'site': 'flow', **BASE, **cfg}
+  return optical_flow.build('flow0', {k: v for k, v in raw.items() if v is not None}, ctx, cat)
+
+
+@pytest.fixture(scope='module')
+def traj():
+  """A rig translating and turning over the ground; it climbs above 3 m and spins past the
+  angular-rate limit part of the time. Each tick is an independent C state (kinematics only)."""
+  m = eh.model()
+  n = 400
+  t = np.arange(n) * eh.DT
+  ds = []
+  for k in range(n):
+    h = 1.0 + 2.5 * max(0.0, math.sin(2 * math.pi * t[k] / 0.8))  # above 3 m for a while
+    q = eh.random_quat(np.random.default_rng(k % 7), 0.15)
+    w = (4.0 * math.sin(9 * t[k]), 7.0 * math.sin(5 * t[k]), 1.0)   # |ω_xy| up to ~7 rad/s
+    ds.append(eh.state(m, pos=(0.5 * t[k], 0.0, h), quat=q, vel=(2.0, -1.0, 0.3), omega=w))
+  return m, ds, eh.stack(m, ds)
+
+
+def reference(m, ds, cfg, wk, due_ticks):
+  """Float64 per-frame integrals of the modelled flow (module docstring of the component)."""
+  rig = eh.mujoco.mj_name2id(m, eh.mujoco.mjtObj.mjOBJ_BODY, 'rig')
+  tex = np.array(cfg.get('group_texture', [1.0] * 6))
+  px_per_rad = cfg['resolution_px'] / math.radians(cfg['fov_deg'])
+  rows = []
+  for d in ds:
+    p, R = eh.site_pose(m, d, 'flow')
+    v, w = eh.site_velocity(m, d, 'flow')
+    vs, ws = R.T @ v, R.T @ w
+    dist, g, _ = eh.c_ray(m, d, p, R[:, 2], rig)
+    dd = dist if dist > 0 else 1.0
+    f = np.array([-vs[0] / dd - ws[1], -vs[1] / dd + ws[0]])
+    q = 255.0 * float(cfg['min_range_m'] <= dist <= cfg['max_range_m'] and dist > 0
+                      and math.hypot(ws[0], ws[1]) <= cfg['max_angular_rate_rad_s'])
+    q *= tex[m.geom_group[g]] if g >= 0 else tex[0]
+    q *= cfg.get('illumination', 1.0)
+    e = cfg.get('exposure_s', 0.0)
+    if e:
+      q /= 1 + (np.linalg.norm(f) * e * px_per_rad / cfg.get('blur_half_quality_px', 1.0)) ** 2
+    fm = np.clip(f, -cfg['max_flow_rate_rad_s'], cfg['max_flow_rate_rad_s']) if q > 0 else 0 * f
+    rows.append((fm, ws, q, dist))
+  out, start = [], 0
+  for n, k in enumerate(due_ticks):
+    seg = rows[start:k + 1]
+    flow = sum(r[0] for r in seg) * eh.DT
+    gyro = sum(r[1] for r in seg) * eh.DT
+    qs = np.array([r[2] for r in seg])
+    tracked = [r[3] for r in seg if r[2] > 0]
+    sigma = cfg.get('noise_stddev_rad', 0.0) + cfg.get('noise_per_m_rad', 0.0) * (
+        np.mean(tracked) if tracked else 0.0)
+    key = jax.random.fold_in(jax.random.fold_in(wk, np.uint32(zlib.crc32(b'flow0'))),
+                             np.uint32(zlib.crc32(b'noise')))
+    z = np.asarray(jax.random.normal(jax.random.fold_in(key, np.uint32(n)), (2,)), np.float64)
+    out.append((flow + sigma * z, gyro, len(seg) * eh.DT, qs.mean()))
+    start = k + 1
+  return [np.array(x) for x in zip(*out)]
+
+
+def test_frames_match_float64_reference(traj):
+  m, ds, data = traj
+  cfg = dict(BASE, noise_stddev_rad=2e-3, noise_per_m_rad=1.5e-3, exposure_s=0.004,
+             blur_half_quality_px=1.5, illumination=0.8,
+             group_texture=[0.6, 1.0, 1.0, 1.0, 1.0, 1.0])
+  c = make(**cfg)
+  wk = jax.random.PRNGKey(3)
+  _, out, tr = eh.drive(c, data, wk=wk)
+  due = [c.schedule.tick_of(k) for k in range(80) if c.schedule.tick_of(k) < len(ds)]
+  flow, gyro, t_int, q = reference(m, ds, cfg, wk, due)
+  nd = out.new_data
+  s = out.sample
+  assert nd.sum() == len(due)
+  np.testing.assert_allclose(s.integration_time_s[nd], t_int, rtol=1e-6)
+  np.testing.assert_allclose(s.body_rate_rad[nd], gyro, atol=2e-6)
+  np.testing.assert_allclose(s.flow_rad[nd], flow, atol=2e-5)
+  assert np.all(np.abs(s.quality[nd] - np.round(q)) <= 1)
+  # the trajectory exercises every branch: full, reduced and zero quality frames
+  assert (q == 0).any() and ((q > 0) & (q < 100)).any() and (q > 110).any()
+
+
+def test_pure_translation_flow_scale():
+  """Level, 1.5 m above the ground, 1 m/s along the sensor's x: ḟ_x = −v/h exactly."""
+  m = eh.model()
+  h, v = 1.5, 1.0
+  d = eh.state(m, pos=(0.0, 0.0, h + 0.02), vel=(0.0, 0.0, 0.0))
+  # flow site: zaxis (0, 0, −1) → site x = world x? read it back and move along it
+  _, R = eh.site_pose(m, d, 'flow')
+  d = eh.state(m, pos=(0.0, 0.0, h + 0.02), vel=tuple(v * R[:, 0]))
+  c = make(period_s=0.01)
+  _, out, _ = eh.drive(c, eh.stack(m, [d] * 26))
+  nd = out.new_data
+  f = out.sample.flow_rad[nd][1:] / out.sample.integration_time_s[nd][1:, None]
+  np.testing.assert_allclose(f[:, 0], -v / h, rtol=1e-5)
+  np.testing.assert_allclose(f[:, 1], 0.0, atol=1e-6)
+  assert np.all(out.sample.quality[nd] == 255)
+
+
+def test_profile_loads():
+  c = make(profiles={'device': 'pmw3901_nominal'}, **{k: None for k in BASE})
+  assert c.cfg.fov_deg == 42.0 and c.cfg.max_flow_rate_rad_s == 7.4
+  assert c.cfg.min_range_m == 0.08
+
+
+def test_config_rules(tmp_path):
+  import yaml
+
+  import fibril_mjx
+  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
+
+  def err(**cfg):
+    doc = {'fibril_manifest': 1, 'model': 'scene.xml',
+           'components': [{'id': 'f', 'type': optical_flow.TYPE,
+                           'config': {'site': 'flow', **BASE, **cfg}}]}
+    (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
+    with pytest.raises(FibrilError) as e:
+      fibril_mjx.load(str(tmp_path / 'm.yaml'))
+    return str(e.value)
+  P = 'components[0].config'
+  assert f'{P}.exposure_s = 0.02: must be ≤ period_s = 0.01' in err(exposure_s=0.02)
+  assert f'{P}.max_range_m = 0.05: must be > min_range_m = 0.08' in err(max_range_m=0.05)
+  assert f'{P}.illumination' in err(illumination=1.5)

@@ -1,0 +1,206 @@
+"""RL environment (`fibril_mjx.rl.env`): the Brax API contract (shapes, jit, vmap, determinism by
+rng), observations = delivered outputs with `new_data`, truth apart, actions through the motor
+adapter, per-episode Params, auto-reset; and a few Brax PPO iterations on the example task.
+
+References are computed here from the simulator's public API (`sim.reset`, `sim.outputs`),
+not from the environment's helpers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fibril_mjx
+from fibril_mjx.rl.env import FibrilEnv, State
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EPISODE = 3
+spec = importlib.util.spec_from_file_location('train_ppo', REPO / 'examples' / 'train_ppo.py')
+train_ppo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train_ppo)
+
+
+@pytest.fixture(scope='module')
+def sim():
+  return fibril_mjx.load(REPO / 'manifests' / 'rl' / 'leg_hold.yaml')
+
+
+@pytest.fixture(scope='module')
+def env(sim):
+  return train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=False)
+
+
+@pytest.fixture(scope='module')
+def jitted(env):
+  return jax.jit(env.reset), jax.jit(env.step)
+
+
+def reference_obs(sim, params, rng):
+  """The observation at reset, from `sim.reset` / `sim.run` / `sim.outputs` directly: the env's
+  reset observes the last tick before its first step (tick control_ticks − 1 = 4)."""
+  k_world, k_goal, _, _ = jax.random.split(rng, 4)
+  pb = jax.tree.map(lambda x: x[None], params)
+  ps = sim.reset(pb, k_world[None])
+  ps, _ = sim.run(pb, ps, 4, record=False)
+  out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
+  hip, imu = out['sensor']['hip'], out['sensor']['imu']
+  goal = jax.random.uniform(k_goal, (), jnp.float32, -train_ppo.TARGET_RAD, train_ppo.TARGET_RAD)
+  return np.concatenate([
+      [hip.sample.position, hip.sample.velocity, hip.sample.applied_effort, hip.new_data],
+      imu.sample.angular_velocity, imu.sample.linear_acceleration, [imu.new_data],
+      [goal]]).astype(np.float32), out
+
+
+def test_contract_shapes(env, jitted):
+  reset, step = jitted
+  s = reset(jax.random.PRNGKey(0))
+  assert isinstance(s, State)
+  assert env.observation_size == 12 and env.action_size == 1
+  assert s.obs.shape == (12,) and s.obs.dtype == jnp.float32
+  assert s.reward.shape == s.done.shape == ()
+  assert set(s.metrics) == {'angle_error_rad'}
+  for key in ('truncation', 'episode_done', 'episode_metrics', 'truth', 'params', 'rng'):
+    assert key in s.info
+  s2 = step(s, jnp.zeros(1))
+  assert jax.tree.structure(s2) == jax.tree.structure(s)
+  assert all(a.shape == b.shape and a.dtype == b.dtype
+             for a, b in zip(jax.tree.leaves(s), jax.tree.leaves(s2)))
+  assert s.replace(reward=jnp.ones(())).reward == 1
+
+
+def test_observation_is_the_delivered_output(sim, env, jitted):
+  rng = jax.random.PRNGKey(3)
+  s = jitted[0](rng)
+  want, out = reference_obs(sim, sim.default_params(), rng)
+  np.testing.assert_allclose(np.asarray(s.obs), want, rtol=1e-6, atol=1e-7)
+  assert int(s.pipeline_state.tick) == 4
+  assert s.obs[10] == 1.0                      # the IMU (1 kHz) delivers at every tick
+  truth = np.concatenate([np.ravel(x) for x in jax.tree.leaves(out['truth']['hip'])]
+                         + [np.ravel(x) for x in jax.tree.leaves(out['truth']['imu'])])
+  np.testing.assert_allclose(np.asarray(s.info['truth']), truth.astype(np.float32), rtol=1e-6,
+                             atol=1e-7)
+
+
+def test_jit_matches_eager_and_is_deterministic_by_rng(env, jitted):
+  reset, step = jitted
+  a = jnp.array([0.5])
+  k = jax.random.PRNGKey(11)
+  s_j = step(reset(k), a)
+  s_e = env.step(env.reset(k), a)
+  for x, y in zip(jax.tree.leaves(s_j), jax.tree.leaves(s_e)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+  s_again = step(reset(k), a)
+  for x, y in zip(jax.tree.leaves(s_j), jax.tree.leaves(s_again)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  other = reset(jax.random.PRNGKey(12))
+  assert not np.array_equal(np.asarray(other.obs), np.asarray(reset(k).obs))  # noise, goal
+
+
+def test_vmap_matches_single_worlds(env, jitted):
+  keys = jax.random.split(jax.random.PRNGKey(5), 3)
+  actions = jnp.array([[1.0], [-1.0], [0.2]])
+  batch = jax.jit(jax.vmap(lambda k, a: env.step(env.reset(k), a)))(keys, actions)
+  for i in range(3):
+    one = jitted[1](jitted[0](keys[i]), actions[i])
+    np.testing.assert_allclose(np.asarray(batch.obs[i]), np.asarray(one.obs), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(float(batch.reward[i]), float(one.reward), rtol=1e-5)
+
+
+def test_action_reward_and_truth(sim, env, jitted):
+  reset, step = jitted
+  s = reset(jax.random.PRNGKey(2))
+  s1 = step(s, jnp.array([1.0]))
+  out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(s1.pipeline_state))
+  # the effort command went through the motor adapter: issued and applied at tick 5 (the first
+  # of the step), reported at tick 9 (its last; the reset observed tick 4)
+  assert int(s.pipeline_state.tick) == 4 and int(s1.pipeline_state.tick) == 9
+  assert out['truth']['hip']['applied_effort'] == pytest.approx(train_ppo.EFFORT_SCALE, rel=1e-5)
+  assert out['sensor']['hip'].sample.applied_effort == pytest.approx(train_ppo.EFFORT_SCALE,
+                                                                      rel=1e-5)
+  q, goal = float(out['truth']['hip']['position']), float(s.info['goal'])
+  assert float(s1.reward) == pytest.approx(-(q - goal) ** 2 - 0.01, rel=1e-5)
+  assert float(s1.metrics['angle_error_rad']) == pytest.approx(abs(q - goal), rel=1e-5)
+  assert q > 0   # positive effort turns the hip positive
+
+
+def test_auto_reset_and_episode_metrics(env, jitted):
+  reset, step = jitted
+  s = reset(jax.random.PRNGKey(7))
+  rewards = []
+  for _ in range(EPISODE):
+    prev = s
+    s = step(s, jnp.array([0.3]))
+    rewards.append(float(s.reward))
+  assert float(s.done) == 1.0 and float(s.info['truncation']) == 1.0
+  assert int(s.info['steps']) == 0
+  fresh = reset(prev.info['rng'])            # the next episode starts from the carried rng
+  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(fresh.obs))
+  assert float(s.info['goal']) == float(fresh.info['goal'])
+  em = s.info['episode_metrics']
+  assert float(em['length']) == EPISODE
+  assert float(em['sum_reward']) == pytest.approx(sum(rewards), rel=1e-5)
+  s = step(s, jnp.array([0.3]))
+  assert float(s.done) == 0.0 and float(s.info['episode_metrics']['length']) == 1
+
+
+def test_params_passed_at_reset(sim, env, jitted):
+  p = sim.default_params()
+  big = train_ppo.randomize_gyro_bias(jax.random.PRNGKey(0), p, stddev=0.5)
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(p['imu']), jax.tree.leaves(big['imu'])))
+  rng = jax.random.PRNGKey(9)
+  s_big, s_nom = env.reset(rng, big), env.reset(rng)
+  want, _ = reference_obs(sim, big, rng)
+  np.testing.assert_allclose(np.asarray(s_big.obs), want, rtol=1e-6, atol=1e-6)
+  gyro = slice(4, 7)
+  assert np.max(np.abs(np.asarray(s_big.obs[gyro]) - np.asarray(s_nom.obs[gyro]))) > 0.05
+  # kept for the next episodes when no randomize function is set
+  s = s_big
+  for _ in range(EPISODE):
+    s = jitted[1](s, jnp.zeros(1))
+  for a, b in zip(jax.tree.leaves(s.info['params']), jax.tree.leaves(big)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_randomize_draws_params_per_episode(sim):
+  env = train_ppo.make_env(sim, episode_length=EPISODE, randomize=True)
+  p0 = env.reset(jax.random.PRNGKey(0)).info['params']['imu']
+  p1 = env.reset(jax.random.PRNGKey(1)).info['params']['imu']
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)))
+
+
+def test_privileged_observation(sim):
+  env = train_ppo.make_env(sim, episode_length=EPISODE, randomize=False, privileged_obs=True)
+  s = env.reset(jax.random.PRNGKey(0))
+  assert env.observation_size == {'state': (12,), 'privileged_state': (12 + s.info['truth'].shape[0],)}
+  np.testing.assert_array_equal(np.asarray(s.obs['privileged_state'][12:]),
+                                np.asarray(s.info['truth']))
+
+
+def test_unknown_observed_component(sim):
+  task = train_ppo.make_env(sim, episode_length=EPISODE, randomize=False).task
+  import dataclasses
+  with pytest.raises(ValueError, match=r"Task.observe: no component 'hipp'; components: hip, imu"):
+    FibrilEnv(sim, dataclasses.replace(task, observe={'hipp': None}))
+
+
+def test_brax_ppo_few_iterations(sim):
+  pytest.importorskip('brax')
+  env = train_ppo.make_env(sim, episode_length=4, control_ticks=5)
+  make_policy, params, curve = train_ppo.train(
+      env, timesteps=2 * 4 * 4 * 2, num_envs=4, episode_length=4, num_evals=1, hidden=(8,),
+      unroll_length=4, batch_size=4, num_minibatches=2, num_updates_per_batch=1,
+      num_eval_envs=4, run_evals=False)   # no evaluator: one compile less
+  assert curve == []
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params))
+  policy = make_policy(params, deterministic=True)
+  action, _ = policy(env.reset(jax.random.PRNGKey(0)).obs[None], jax.random.PRNGKey(1))
+  assert action.shape == (1, 1) and bool(jnp.all(jnp.isfinite(action)))

@@ -1,0 +1,101 @@
+"""The package's layers (README "Where things live"): each imports only the layers below it.
+
+Read from the source itself (every `import` statement, at any depth, of every module under
+`fibril_mjx/`), so a new module or a new import is checked the day it is written. The layer of a
+module is its first package under `fibril_mjx/`; `fibril_mjx/errors.py` is the floor every layer
+may use, and `fibril_mjx/__init__.py` (the public API by name) may use any.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parents[2] / 'fibril_mjx'
+
+# bottom → top; a module may import its own layer and those before it
+LAYERS = ('errors', 'config', 'mechanisms', 'physics', 'core', 'components', 'builder',
+          'batch', 'analysis', 'io', 'workflows', 'rl', 'cli')
+
+
+def modules() -> dict[str, pathlib.Path]:
+  out = {}
+  for f in sorted(PKG.rglob('*.py')):
+    parts = list(f.relative_to(PKG).with_suffix('').parts)
+    if parts[-1] == '__init__':
+      parts = parts[:-1]
+    out['.'.join(['fibril_mjx'] + parts)] = f
+  return out
+
+
+def imports(path: pathlib.Path, known: dict) -> list[tuple[int, str]]:
+  """`(line, imported fibril_mjx module)` of every import statement in a file."""
+  out = []
+  for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+    if isinstance(node, ast.Import):
+      out += [(node.lineno, a.name) for a in node.names if a.name.startswith('fibril_mjx')]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+        node.module.split('.')[0] == 'fibril_mjx'):
+      for a in node.names:
+        sub = f'{node.module}.{a.name}'
+        out.append((node.lineno, sub if sub in known else node.module))
+  return out
+
+
+def layer(module: str) -> str | None:
+  parts = module.split('.')
+  return parts[1] if len(parts) > 1 else None   # None: the root package itself
+
+
+def violations(mods: dict) -> list[str]:
+  bad = []
+  for mod, path in mods.items():
+    src = layer(mod)
+    if src is None:
+      continue
+    for line, target in imports(path, mods):
+      dst = layer(target)
+      rel = f'{path.relative_to(PKG.parent)}:{line}'
+      if dst is None:
+        bad.append(f'{rel}: imports the root package `fibril_mjx` (import the module that '
+                   'defines the name instead)')
+      elif dst not in LAYERS or src not in LAYERS:
+        bad.append(f'{rel}: {target} is in no layer of {LAYERS}')
+      elif LAYERS.index(dst) > LAYERS.index(src):
+        bad.append(f'{rel}: layer {src!r} imports {target} from the higher layer {dst!r}')
+  return bad
+
+
+def test_every_layer_imports_only_layers_below_it():
+  bad = violations(modules())
+  assert not bad, '\n'.join(bad)
+
+
+def test_every_package_folder_is_a_layer():
+  tops = {p.name for p in PKG.iterdir() if p.is_dir() and (p / '__init__.py').exists()}
+  assert tops <= set(LAYERS), sorted(tops - set(LAYERS))
+  assert {p.stem for p in PKG.glob('*.py')} <= {'__init__', 'errors'}
+
+
+def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
+  """The rule is not vacuous: a mechanism importing the batch layer is reported."""
+  fake = tmp_path / 'fibril_mjx'
+  (fake / 'mechanisms').mkdir(parents=True)
+  (fake / 'batch').mkdir()
+  (fake / '__init__.py').write_text('')
+  (fake / 'mechanisms' / '__init__.py').write_text('')
+  (fake / 'batch' / '__init__.py').write_text('')
+  (fake / 'batch' / 'simulation.py').write_text('X = 1\n')
+  (fake / 'mechanisms' / 'rng.py').write_text(
+      'def f():\n  from fibril_mjx.batch.simulation import X\n  return X\n')
+  monkeypatch.setattr(__import__(__name__), 'PKG', fake)
+  bad = violations(modules())
+  assert len(bad) == 1 and "layer 'mechanisms' imports fibril_mjx.batch.simulation" in bad[0], bad
+
+
+@pytest.mark.parametrize('module', ['fibril_mjx.mechanisms.rng', 'fibril_mjx.batch.simulation',
+                                    'fibril_mjx.cli'])
+def test_layer_of(module):
+  assert layer(module) in LAYERS

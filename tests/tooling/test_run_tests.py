@@ -1,0 +1,147 @@
+"""tools/run_tests.py itself: a hung file is stopped and reported with its stacks, a file that
+runs no test fails unless a selection was asked for, xfail / xpass / skip are counted, and a
+missing optional dependency fails. Runs the runner on a throw-away tests directory (no JAX)."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SUMMARY = re.compile(r'^(\d+) passed, (\d+) failed, (\d+) skipped, (\d+) xfailed, (\d+) xpassed'
+                     r'(?:, (\d+) deselected)?$', re.M)
+
+CONFTEST = textwrap.dedent(f"""\
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location('fibril_tests_conftest',
+                                                   {str(ROOT / 'tests' / 'conftest.py')!r})
+    _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+    """)
+FILES = {
+    'test_hang.py': """\
+        import time
+
+        def deadlocked_here():
+          time.sleep(600)
+
+        def test_hangs():
+          deadlocked_here()
+        """,
+    'test_empty.py': '"""no tests"""\n',
+    'test_mixed.py': """\
+        import pytest
+
+        def test_passes():
+          assert True
+
+        @pytest.mark.xfail(reason='expected')
+        def test_xfails():
+          assert False
+
+        @pytest.mark.xfail(reason='expected, but passes')
+        def test_xpasses():
+          assert True
+
+        def test_skips():
+          pytest.skip('not here')
+        """,
+    'test_optional.py': """\
+        import pytest
+
+        nope = pytest.importorskip('fibril_mjx_no_such_module')
+
+        def test_needs_it():
+          assert nope
+        """,
+}
+
+
+@pytest.fixture(scope='module')
+def suite(tmp_path_factory):
+  d = tmp_path_factory.mktemp('suite')
+  (d / 'conftest.py').write_text(CONFTEST)
+  for name, text in FILES.items():
+    (d / name).write_text(textwrap.dedent(text))
+  return d
+
+
+def _run(d, *args):
+  # no shared JAX cache here: the throw-away files never import jax
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  env.pop('FIBRIL_MJX_REQUIRE_OPTIONAL', None)
+  return subprocess.run([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), *args],
+                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+def test_hang_empty_optional_fail_and_every_outcome_is_counted(suite):
+  r = _run(suite, '--jobs', '2', '--file-timeout', '6',
+           *(str(suite / n) for n in sorted(FILES)))
+  out = r.stdout
+  assert r.returncode == 1, out
+  status = {name: s.strip() for s, name in re.findall(r'^(ok  |FAIL) (test_\w+\.py)', out, re.M)}
+  assert status == {'test_hang.py': 'FAIL', 'test_empty.py': 'FAIL', 'test_mixed.py': 'ok',
+                    'test_optional.py': 'FAIL'}, out
+  assert re.search(r'^FAIL test_hang\.py .*timed out after 6 s', out, re.M), out
+  assert re.search(r'^FAIL test_empty\.py .*no tests ran', out, re.M), out
+  # the hung process's stack, dumped before the kill, names the function it hung in
+  stacks = out[out.index('Python stacks of test_hang.py'):]
+  assert 'deadlocked_here' in stacks and 'test_hangs' in stacks, out
+  assert 'fibril_mjx_no_such_module' in out and 'FIBRIL_MJX_REQUIRE_OPTIONAL=1' in out, out
+  # closing line: passed, failed (hang + empty uncounted: one each; optional: its error),
+  # then skipped, xfailed, xpassed
+  m = SUMMARY.findall(out)
+  assert len(m) == 1 and out.rstrip().splitlines()[-1].startswith(f'{m[0][0]} passed'), out
+  assert m[0][:5] == ('1', '3', '1', '1', '1'), out
+
+
+def test_a_selection_that_matches_nothing_is_not_a_failure(suite):
+  r = _run(suite, '-k', 'no_test_is_named_like_this', str(suite / 'test_mixed.py'),
+           str(suite / 'test_empty.py'))
+  assert r.returncode == 0, r.stdout
+  assert SUMMARY.findall(r.stdout) == [('0', '0', '0', '0', '0', '4')], r.stdout
+
+
+def test_without_the_runner_a_missing_optional_dependency_still_skips(suite):
+  # the requirement is the runner's (the install is ours); plain pytest keeps importorskip
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  env.pop('FIBRIL_MJX_REQUIRE_OPTIONAL', None)
+  r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                      str(suite / 'test_optional.py')], capture_output=True, text=True,
+                     env=env, cwd=suite, timeout=120)
+  assert r.returncode in (0, 5) and '1 skipped' in r.stdout, r.stdout   # 5: none collected
+
+
+def _running(path: str) -> list[int]:
+  pids = []
+  for p in pathlib.Path('/proc').iterdir():
+    try:
+      if p.name.isdigit() and path.encode() in (p / 'cmdline').read_bytes():
+        pids.append(int(p.name))
+    except OSError:
+      pass
+  return pids
+
+
+@pytest.mark.skipif(not pathlib.Path('/proc/self/cmdline').exists(), reason='needs /proc')
+def test_stopping_the_runner_stops_its_files(suite):
+  import signal
+  import time
+  hang = str(suite / 'test_hang.py')
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  p = subprocess.Popen([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), '--file-timeout',
+                        '100', hang], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+  deadline = time.monotonic() + 60
+  while len(_running(hang)) < 2 and time.monotonic() < deadline:   # the runner and its file
+    time.sleep(0.1)
+  assert len(_running(hang)) >= 2
+  time.sleep(1.0)
+  p.send_signal(signal.SIGTERM)
+  assert p.wait(timeout=30) == 128 + signal.SIGTERM
+  deadline = time.monotonic() + 10
+  while _running(hang) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not _running(hang)

@@ -1,0 +1,106 @@
+"""`validate`'s temperature sweep with soak (`validate/thermal.py`): the configured k1, k2 of the
+example manifest are recovered within the stated tolerance, and a simulated device whose k1
+differs from its configuration fails the k1 check (and only it).
+
+The lag is shortened (τ = 0.02 s: a 0.2 s soak) and the record is 1 s per set-point so the rig
+runs in seconds; the tolerance is the check's own (4 standard errors from the configured noise).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from fibril_mjx.workflows import validate
+from fibril_mjx.workflows.validate import inertial, thermal
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _sweep(tmp_path, perturb):
+  ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
+  cfg['temperature_time_constant_s'] = 0.02
+  dev = inertial.device_from_config('imu', ctype, cfg)
+  rigs = tmp_path / 'rigs'
+  rigs.mkdir()
+  return cfg, {c.name: c for c in inertial._thermal_sweep(
+      dev, cfg, perturb, rigs, 2, 0, 1.0, lambda *a: None, 0.0)}
+
+
+def test_sweep_recovers_k1_k2(tmp_path):
+  cfg, checks = _sweep(tmp_path, {})
+  assert set(checks) == {f'thermal.{ch}.{k}' for ch in thermal.CHANNELS for k in ('k1', 'k2')}
+  for c in checks.values():
+    assert c.passed, (c.name, c.measured, c.configured, c.tolerance)
+    # the tolerance tells every configured coefficient from zero
+    nz = np.abs(np.asarray(c.configured)) > 0
+    assert np.all(np.asarray(c.tolerance)[nz] < 0.6 * np.abs(np.asarray(c.configured))[nz])
+  assert 'soak 0.2 s' in checks['thermal.angular_velocity.k1'].basis
+
+
+def test_sweep_catches_a_wrong_k1(tmp_path):
+  _, cfg0 = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
+  k1 = np.asarray(cfg0['angular_velocity_bias_temperature_k1']) * 1.2
+  _, checks = _sweep(tmp_path, {'angular_velocity_bias_temperature_k1': k1.tolist()})
+  assert not checks['thermal.angular_velocity.k1'].passed
+  assert checks['thermal.angular_velocity.k2'].passed
+  assert checks['thermal.linear_acceleration.k1'].passed
+
+
+def test_other_rigs_hold_the_ambient_at_t_ref():
+  ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
+  dev = inertial.device_from_config('imu', ctype, cfg)
+  entry = inertial._entry(dev, 'px', {})['config']
+  assert entry['ambient_temperature_c'] == [cfg['reference_temperature_c']]
+  assert entry['ambient_temperature_time_s'] == [0.0]
+
+
+def test_fit_profile_fits_k1_k2_from_soaked_logs(tmp_path):
+  """Five soaked logs (one world per set-point, one compiled rig) written as recordings, then
+  `fit-profile --thermal`: the fitted k1, k2 agree with the simulated unit within 4 of their
+  standard errors (+ float32)."""
+  import jax
+
+  import fibril_mjx
+  from fibril_mjx import cli
+  from fibril_mjx.io import recording as rc
+  from fibril_mjx.workflows.validate.common import _write_rig
+  ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
+  plan = thermal.sweep_plan(cfg, cfg['period_s'], 1.0)
+  xml, doc = thermal.sweep_rig(cfg, plan, {'ambient_temperature_time_s': [0.0],
+                                           'ambient_temperature_c': [25.0]})
+  rigs = tmp_path / 'rigs'
+  rigs.mkdir()
+  sim = fibril_mjx.load(_write_rig(rigs, 'thermal', xml, doc))
+  c = sim.components['pz']
+  set_points = np.array([5.0, 15.0, 25.0, 35.0, 45.0])
+  params = sim.default_params(len(set_points))
+  params['pz'] = c.set_param(params['pz'], 'ambient_temperature_c',
+                             set_points[:, None].astype(np.float32))
+  _, trace = sim.rollout(params, fibril_mjx.world_keys(3, len(set_points)), 1500)
+  trace = jax.device_get(trace)
+  paths = []
+  for w in range(len(set_points)):
+    p = tmp_path / f'soak_{w}.npz'
+    rc.write_recording(p, rc.recording_from_trace(trace, w, sim=sim))
+    paths.append(str(p))
+  out = tmp_path / 'fit' / 'unit.yaml'
+  assert cli.main(['fit-profile', '--type', 'fibril_sim/imu', '--component', 'pz', '--thermal',
+                   *paths, '--reference-temperature-c', '25', '--out', str(out)]) == 0
+  import json
+  fit = json.loads((tmp_path / 'fit' / 'unit_fit.json').read_text())
+  se = {u['field']: u['se'] for u in fit['uncertainty']}
+  for ch in thermal.CHANNELS:
+    for k in ('k1', 'k2'):
+      name = f'{ch}_bias_temperature_{k}'
+      want = np.asarray(cfg[name], np.float64)
+      if k == 'k1':
+        want = want + np.asarray(cfg[f'{ch}_scale_temperature_k1']) * (
+            np.array([0, 0, 9.81]) if ch == 'linear_acceleration' else 0.0)
+      got = np.asarray(fit['fields'][name])
+      s = np.array([se[f'{name}[{a}]'] for a in range(3)])
+      assert np.all(np.abs(got - want) <= 4 * s + 1e-6 * np.abs(want) + 1e-9), (name, got, want, s)
+  assert fit['fields']['reference_temperature_c'] == 25.0
+  assert 'Thermal: one soaked log per set-point' in (tmp_path / 'fit' / 'unit_evidence.md'
+                                                     ).read_text()
