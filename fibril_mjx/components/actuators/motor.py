@@ -34,47 +34,25 @@ new setpoint is applied at that instant.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import pydantic
 
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation
 from fibril_mjx.components import base
-from fibril_mjx.components.base import Positive
 from fibril_mjx.mechanisms.schedule import Schedule
+from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
+from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
+    DUTY, EFFORT, HOLD, KINDS, NONE, POSITION, TRAJECTORY, VELOCITY, MotorConfigModel,
+    _check_compatible, _scale_source, accepted_for)
 
 TYPE = 'fibril_sim/motor'
 SAMPLE_TYPE = 'fibril_sim/motor_feedback/v1'
 SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
-
-KINDS = ('none', 'position', 'velocity', 'effort', 'duty', 'trajectory')
-NONE, POSITION, VELOCITY, EFFORT, DUTY, TRAJECTORY = range(6)
-HOLD = 6   # internal mode: hold a captured position
-
-
-class MotorConfigModel(actuation.MotorTimingConfig):
-  """Validated manifest config of `fibril_sim/motor` (SPEC §6.2 field list)."""
-  actuator: str
-  logical_units_per_joint_unit: float = 1.0
-  command_velocity_limit: Optional[Positive] = None
-  trajectory_acceleration_limit: Optional[Positive] = None
-  duty_velocity_scale: Optional[Positive] = None
-  duty_effort_scale: Optional[Positive] = None
-  zero_duty_hold: bool = False
-  hold_when_uncommanded: bool = False
-  safe_command: float = 0.0
-
-  @pydantic.field_validator('logical_units_per_joint_unit')
-  @classmethod
-  def _scale(cls, v):
-    if v == 0:
-      raise ValueError('must be finite and non-zero')
-    return v
 
 
 class MotorCommand(NamedTuple):
@@ -153,20 +131,6 @@ class Held(NamedTuple):
   new: jax.Array
 
 
-class Plan(NamedTuple):
-  """A time-optimal trapezoid from `(p0, v0)` to rest at `p0 + sigma·dist`, started at
-  application instant `n0` (joint units; `u0 = sigma·v0`)."""
-  p0: jax.Array
-  u0: jax.Array
-  sigma: jax.Array
-  peak: jax.Array
-  t1: jax.Array
-  t2: jax.Array
-  t3: jax.Array
-  dist: jax.Array
-  n0: jax.Array
-
-
 class Generator(NamedTuple):
   """Setpoint generator of a position-setpoint actuator (joint units).
 
@@ -209,44 +173,6 @@ class State(NamedTuple):
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
   scale: jax.Array
-
-
-def trapezoid_plan(p0, v0, target, vmax, amax, n0) -> Plan:
-  """Time-optimal rest-ending profile from `(p0, v0)` with |v| ≤ vmax, |a| ≤ amax (|v0| ≤ vmax).
-
-  Direction: towards the target after accounting for the stopping distance `v0|v0|/(2a)`;
-  accelerate to the peak, cruise at vmax if the peak would exceed it, decelerate to rest.
-  """
-  e = target - p0
-  d = e - v0 * jnp.abs(v0) / (2 * amax)
-  sigma = jnp.where(d != 0, jnp.sign(d), jnp.where(v0 != 0, jnp.sign(v0), 1.0))
-  u0 = sigma * v0
-  dist = sigma * e
-  peak = jnp.sqrt(jnp.maximum(0.0, (2 * amax * dist + u0 * u0) / 2))
-  cruise = peak > vmax
-  peak = jnp.minimum(peak, vmax)
-  d1 = (peak * peak - u0 * u0) / (2 * amax)
-  d3 = peak * peak / (2 * amax)
-  t1 = jnp.maximum(0.0, (peak - u0) / amax)
-  t2 = jnp.where(cruise, jnp.maximum(0.0, (dist - d1 - d3) / vmax), 0.0)
-  t3 = peak / amax
-  return Plan(p0, u0, sigma, peak, t1, t2, t3, dist, jnp.asarray(n0, jnp.int32))
-
-
-def trapezoid_sample(pl: Plan, t, amax):
-  """Position and velocity of a plan at time `t ≥ 0` after its start."""
-  u0, vp, t1, t2, t3 = pl.u0, pl.peak, pl.t1, pl.t2, pl.t3
-  d1 = u0 * t1 + amax * t1 * t1 / 2
-  ta = jnp.minimum(t, t1)
-  tc = jnp.clip(t - t1, 0.0, t2)
-  td = jnp.clip(t - t1 - t2, 0.0, t3)
-  s = jnp.where(t < t1, u0 * ta + amax * ta * ta / 2,
-                d1 + vp * tc + vp * td - amax * td * td / 2)
-  u = jnp.where(t < t1, u0 + amax * ta, jnp.where(t < t1 + t2, vp, vp - amax * td))
-  done = t >= t1 + t2 + t3
-  s = jnp.where(done, pl.dist, s)
-  u = jnp.where(done, 0.0, u)
-  return pl.p0 + pl.sigma * s, pl.sigma * u
 
 
 @dataclasses.dataclass(frozen=True)
@@ -527,72 +453,6 @@ class Motor(actuation.FeedbackOutput):
                  if self.binding.forcerange is not None else
                  'NaN: the actuator has no forcerange to normalize by')]
     return lines
-
-
-def _check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
-  """Construction errors for conversions the bound actuator cannot honour."""
-  sem = b.semantic
-  what = f'the bound actuator {b.name!r} ({b.transmission_input}) takes ' + (
-      f'a {sem} setpoint' if sem != 'effort' else 'an effort command')
-
-  def bad(field, why):
-    base.check(False, *origin(field), f'{what}: {why}', getattr(cfg, field))
-
-  if sem in ('position', 'velocity') and 'duty_effort_scale' in given:
-    bad('duty_effort_scale', 'a duty command can become a velocity setpoint '
-        '(duty_velocity_scale), not an effort')
-  if sem == 'effort':
-    if 'duty_velocity_scale' in given:
-      bad('duty_velocity_scale', 'a duty command can become an effort (duty_effort_scale), '
-          'not a velocity setpoint')
-    if 'command_velocity_limit' in given:
-      bad('command_velocity_limit', 'there is no position or velocity setpoint to limit')
-  if sem != 'position':
-    if 'trajectory_acceleration_limit' in given:
-      bad('trajectory_acceleration_limit', 'trajectory commands generate a position setpoint '
-          'and need a position input (<position> or dcmotor input="pos")')
-    for f in ('zero_duty_hold', 'hold_when_uncommanded'):
-      if getattr(cfg, f):
-        bad(f, 'holding the current position needs a position input (<position> or dcmotor '
-            'input="pos")')
-  if cfg.trajectory_acceleration_limit is not None and cfg.command_velocity_limit is None:
-    base.check(False, *origin('trajectory_acceleration_limit'),
-               'requires command_velocity_limit (a trapezoidal trajectory needs both limits)',
-               cfg.trajectory_acceleration_limit)
-  if cfg.zero_duty_hold and cfg.duty_velocity_scale is None:
-    base.check(False, *origin('zero_duty_hold'), 'requires duty_velocity_scale (it changes how '
-               'duty commands are converted)', cfg.zero_duty_hold)
-
-
-def accepted_for(cfg: MotorConfigModel, semantic: str) -> tuple[int, ...]:
-  if semantic == 'position':
-    k = [POSITION, VELOCITY]
-    if cfg.command_velocity_limit is not None:
-      k.append(TRAJECTORY)
-    if cfg.duty_velocity_scale is not None:
-      k.append(DUTY)
-  elif semantic == 'velocity':
-    k = [VELOCITY] + ([DUTY] if cfg.duty_velocity_scale is not None else [])
-  else:
-    k = [EFFORT] + ([DUTY] if cfg.duty_effort_scale is not None else [])
-  return tuple(sorted(k))
-
-
-def _scale_source(fields, ctx) -> str:
-  """Where the logical scale comes from: a wheel/pulley assembly (radius) or the config layers;
-  never both (construction error)."""
-  asm = ctx.assembly
-  fv = fields.get('logical_units_per_joint_unit')
-  if asm is None or asm.logical_scale is None:
-    src = 'default' if fv is None or fv.layer == 'default' else (
-        f'{fv.layer} {fv.source}' if fv.layer != 'config' else 'config')
-    return src
-  if fv is not None and fv.layer != 'default':
-    base.check(False, fv.file, fv.path,
-               f'already derived from {asm.path} ({asm.type} radius {asm.radius:g} -> '
-               f'{asm.logical_scale:g} logical units per joint unit); a scale is defined in '
-               'one place: remove it here', fv.value)
-  return f'from {asm.path}: {asm.type} radius {asm.radius:g}'
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
