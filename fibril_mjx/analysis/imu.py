@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.analysis import stats
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -20,7 +21,6 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
 
-  from fibril_mjx.analysis import stats
 
   new = sensor['new_data'][world].astype(bool)
   st = np.clip(sensor['sample_tick'][world], 0, None)[new]

@@ -10,6 +10,8 @@ from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.faults.spec import DeviceConfig, default_params, init_state  # noqa: F401
+from fibril_mjx.mechanisms.schedule import Schedule
+from fibril_mjx.errors import did_you_mean
 
 
 # ----------------------------------------------------------------------- scaffolding
@@ -53,7 +55,6 @@ def stream_keys(world_key, cid: str, sources, shared: dict | None = None) -> dic
 
 def build_timing(cfg: DeviceConfig, ctx, origin):
   """`(Schedule, Transport)` of a `DeviceConfig` (SPEC §4)."""
-  from fibril_mjx.mechanisms.schedule import Schedule
   schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
   transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
                                  cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
@@ -64,7 +65,6 @@ def bind_site(ctx, name: str, origin, field: str = 'site') -> int:
   """Id of MuJoCo site `name` in the compiled model (error with a suggestion otherwise)."""
   import mujoco
 
-  from fibril_mjx.errors import did_you_mean
   m = ctx.model
   sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, name)
   if sid < 0:

@@ -23,6 +23,7 @@ import numpy as np
 from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _fmt_any, _staged_output, _summary, _timing, _write_rig, _write_summary)
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.mechanisms.rng import world_keys
+from fibril_mjx.mechanisms import geodesy
 
 GNSS_TYPE = 'fibril_sim/gnss'
 GNSS_SUBSTEPS = (4, 40)  # physics ticks per solution period in the rig: the fewest in this
@@ -377,7 +378,6 @@ def _gnss_collect(sim, params, keys, n_ticks, seg, n_acq, origin) -> dict:
   `fibril_mjx.mechanisms.geodesy`, minus the true antenna) and the velocity error."""
   import jax
 
-  from fibril_mjx.mechanisms import geodesy
   state = sim.reset(params, keys)
   out = {}
 
@@ -447,7 +447,6 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
   """`validate` for `fibril_sim/gnss`: the static GNSS rig (`gnss_rig`, `gnss_checks`)."""
   import types
 
-  from fibril_mjx.mechanisms import geodesy
   out = pathlib.Path(out)
   with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
