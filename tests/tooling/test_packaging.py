@@ -500,3 +500,15 @@ def test_setuptools_build_lays_out_package_data(tmp_path):
   target = tmp_path / 'lib'
   _install_build_py(src, target)
   _check_installed(tmp_path, target)
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+  """`[tool.setuptools] packages` is an explicit list (the built-in assets and profiles are
+  mapped in from the repository root, which package discovery cannot express): a package folder
+  missing from it would be left out of a wheel."""
+  import tomllib
+  listed = set(tomllib.loads((REPO / 'pyproject.toml').read_text())['tool']['setuptools']['packages'])
+  folders = {'.'.join(p.parent.relative_to(REPO).parts)
+             for p in (REPO / 'fibril_mjx').rglob('__init__.py') if '__pycache__' not in p.parts}
+  assert folders - listed == set(), f'add to pyproject.toml [tool.setuptools] packages: {sorted(folders - listed)}'
+  assert {p for p in listed - folders if not p.startswith('fibril_mjx._data.')} == set()
