@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 
+from fibril_mjx.batch import worlds
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import protocol
+from fibril_mjx.physics import dcmotor
 
 
 def _fmt(v) -> str:
@@ -47,7 +49,6 @@ def render(sim) -> str:
     out.extend(f'  {line}' for line in sim.command_script.describe())
   native = {}
   if sim.dcmotor is not None:
-    from fibril_mjx.physics import dcmotor
     native = {d['actuator_id']: d for d in dcmotor.describe(sim.dcmotor, sim.mj_model)}
   out.append('components:')
   for cid, c in sim.components.items():
@@ -101,7 +102,6 @@ def world_axis_lines(sim) -> list[str]:
   """The physics implementation, whether worlds share one physics trajectory, the
   LAPACK-safe sub-batch and, on a CPU, the code generation (`fibril_mjx.batch.worlds`)."""
   import jax
-  from fibril_mjx.batch import worlds
   share, why = sim.physics_sharing()
   cap, cap_why = sim.sub_batch_cap()
   lines = [f'physics: {worlds.describe_impl(sim.impl)}',
