@@ -11,9 +11,9 @@ stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log tim
 (`arrival_tick · dt`), the instant a consumer would receive it; times start at 0 (simulation
 time). The MCAP message sequence is the sample's `sequence`.
 
-Which messages a component writes is its type's `ros` part in the registry
-(`fibril_mjx.core.registry`; the built-in types' converters are defined and registered here,
-with `register`); a converter turns one delivered sample into `(topic suffix, message)` pairs:
+Which messages a component writes is its type's `ros` part in `fibril_mjx.core.registry` (the
+built-in ones are registered here); a converter turns one delivered sample into `(topic suffix,
+message)` pairs:
 
 | component type | topic | message |
 | --- | --- | --- |
@@ -33,21 +33,16 @@ A type without a registered converter is exported by its fields when they are th
 above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
 JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
 (`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
-sensor type gives its mapping as the `ros` part of its one registration:
+sensor type gives its mapping as the `ros` part of its registration (`@register(type)` sets
+that part alone):
 
 ```python
-import fibril_mjx
-from fibril_mjx.io import mcap_export
-
 def thermometer_ros(s, header, ctx):     # s: {field: value of this sample}
-  T = mcap_export.TYPES
-  return [('temperature', T['sensor_msgs/msg/Temperature'](
+  return [('temperature', mcap_export.TYPES['sensor_msgs/msg/Temperature'](
       header=header, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
 
 fibril_mjx.register('acme/thermometer', build=build, config_model=Config, ros=thermometer_ros)
 ```
-
-(`@mcap_export.register('acme/thermometer')` sets the `ros` part alone.)
 
 `ctx` (`Context`) carries the component id, its resolved config fields (`ctx.field(name)`, from
 the run's meta.json) and the world namespace.

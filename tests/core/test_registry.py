@@ -144,8 +144,8 @@ STATIC_RIG = textwrap.dedent("""\
     <mujoco model="toy_static">
       <option timestep="0.002"/>
       <worldbody>
-        <body name="plate"><geom type="box" size="0.1 0.1 0.01" mass="1"/>
-          <site name="s"/></body>
+        <body name="plate"><joint name="yaw" type="hinge" axis="0 0 1"/>
+          <geom type="box" size="0.1 0.1 0.01" mass="1"/><site name="s"/></body>
       </worldbody>
       <sensor><gyro name="gyro" site="s"/></sensor>
     </mujoco>
