@@ -35,12 +35,10 @@ from conftest import write_rig
 from fibril_mjx import cli
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg
-from fibril_mjx.config.validation import Strict
 from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import mcap_export
-from fibril_mjx.mechanisms import rng, transport
-from fibril_mjx.mechanisms.schedule import Schedule
+from fibril_mjx.mechanisms import faults, rng, transport
 from fibril_mjx.workflows import schema
 from fibril_mjx.workflows.validate import common as vcommon
 
@@ -51,10 +49,10 @@ DT = 0.002                       # the rig's timestep (tests/conftest.py RIG_XML
 
 # ------------------------------------------------- the toy sensor's module (this file only)
 
-class ToyConfig(Strict):
-  """Gyro z + offset + white noise, one sample per period."""
+class ToyConfig(faults.DeviceConfig):
+  """A one-axis rate gyro: the z rate of a MuJoCo gyro + offset + white noise, on the usual
+  schedule and transport fields (`period_s`, `latency_s`, ...)."""
   gyroscope_sensor: str
-  period_s: float
   offset: float = 0.0
   noise_stddev: NonNeg = 0.0
 
@@ -65,7 +63,7 @@ class ToyParams(NamedTuple):
 
 
 class ToySample(NamedTuple):
-  yaw_rate: jax.Array
+  yaw_rate: jax.Array            # rad/s
 
 
 class ToyState(NamedTuple):
@@ -75,15 +73,8 @@ class ToyState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Toy(base.SensorBase):
-  id: str
-  cfg: ToyConfig
-  schedule: Schedule
-  transport: transport.Transport
-  adr: int
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
+class Toy(base.SensorFields):
+  adr: int                       # sensordata address of the gyro
 
   type = TOY
   sample_type = 'test/registry_toy_sample/v1'
@@ -92,8 +83,7 @@ class Toy(base.SensorBase):
   def init(self, params, world_key):
     streams = {s: rng.stream_key(world_key, self.id, s)
                for s in ('noise', 'delivery_jitter', 'delivery_loss')}
-    queue, held = transport.init(self.transport, ToySample(jnp.float32(0.0)))
-    return ToyState(streams, queue, held)
+    return ToyState(streams, *transport.init(self.transport, ToySample(jnp.float32(0.0))))
 
   def acquire(self, p, s, data, tick, n):
     y = data.sensordata[self.adr + 2]
@@ -107,24 +97,22 @@ class Toy(base.SensorBase):
     return {'yaw_rate': data.sensordata[self.adr + 2]}
 
   def describe(self):
-    return self.describe_timing() + [f'gyro z at sensordata[{self.adr + 2}]']
+    return self.describe_terms([f'gyro z at sensordata[{self.adr + 2}]'],
+                               ('offset', 'noise_stddev'))
 
 
 def build_toy(cid, raw, ctx, catalog):
-  cfg, fields = base.resolve_config(ToyConfig, TOY, raw, catalog=catalog, file=ctx.file,
-                                    path=ctx.path)
-  gyro = ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3)
-  origin = base.field_origin(fields, ctx)
-  sched = Schedule.build(cfg.period_s, 0.0, ctx.dt, 'next_boundary', origin=origin)
-  tr = transport.Transport.build(0.0, 0.0, 0.0, cfg.period_s, ctx.dt, 'next_boundary',
-                                 origin=origin)
-  return Toy(cid, cfg, sched, tr, gyro.adr, ctx.dt, tuple(fields.items()), frozenset(ctx.vary))
+  sb = base.SensorBuild(ToyConfig, TOY, cid, raw, ctx, catalog)
+  gyro = ctx.sensor('gyroscope_sensor', sb.cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3)
+  return sb.make(Toy, adr=gyro.adr)
 
 
 def toy_metrics(sensor, truth):
-  """Per world: mean error of the delivered samples (the offset, plus noise)."""
+  """Per world: mean error of the delivered samples against the truth at their sample tick
+  (the offset, plus noise)."""
   new = sensor['new_data']
-  err = (sensor['yaw_rate'] - truth['yaw_rate']) * new
+  at = np.take_along_axis(truth['yaw_rate'], np.clip(sensor['sample_tick'], 0, None), axis=1)
+  err = (sensor['yaw_rate'] - at) * new
   return {'mean_error': err.sum(1) / np.maximum(new.sum(1), 1)}
 
 
@@ -191,9 +179,10 @@ PROFILE = {
     'provenance': {'source': 'a made-up part for the registry test',
                    'evidence': 'evidence/registry_toy.md',
                    'fields': {'period_s': 'ASSUMPTION: every 2 ticks',
+                              'latency_s': 'ASSUMPTION: one tick',
                               'offset': 'DERIVED in the evidence note',
                               'noise_stddev': 'DERIVED in the evidence note'}},
-    'fields': {'period_s': 0.004, 'offset': 0.25, 'noise_stddev': 0.01}}
+    'fields': {'period_s': 0.004, 'latency_s': 0.002, 'offset': 0.25, 'noise_stddev': 0.01}}
 EVIDENCE = ('# Registry toy\n\nOffset 0.25 rad/s and white noise 0.01 rad/s per sample: '
             'chosen for the test, read back by `fibril-mjx validate`.\n')
 
@@ -257,8 +246,10 @@ def test_run_validate_and_export_mcap(manifest, tmp_path, capsys, monkeypatch):
   with np.load(run / 'trace.npz') as z:
     trace = {k: z[k] for k in z.files}
   new = trace['sensor/toy/new_data'].astype(bool)
-  err = trace['sensor/toy/yaw_rate'] - trace['truth/toy/yaw_rate']
-  per_world = [err[w][new[w]].mean() for w in range(3)]
+  truth, st = trace['truth/toy/yaw_rate'], trace['sensor/toy/sample_tick']
+  per_world = [np.mean([trace['sensor/toy/yaw_rate'][w, t] - truth[w, st[w, t]]
+                        for t in np.flatnonzero(new[w])]) for w in range(3)]
+  assert (trace['sensor/toy/arrival_tick'] - st)[new].tolist() == [1] * new.sum()  # latency
   assert comp['metrics']['mean_error']['mean'] == pytest.approx(np.mean(per_world), abs=1e-6)
   assert comp['metrics']['mean_error']['mean'] == pytest.approx(
       0.25, abs=4 * 0.01 / math.sqrt(new.sum()))
