@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -59,3 +60,7 @@ def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
   ax.set_xlabel('time [s]')
   common.hist_across_worlds(axes[2, 1], per_world_err, 'orientation error RMS per world [deg]')
   common.save(fig, path, title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/ahrs', metrics=host_metrics, plot=plot)

@@ -6,6 +6,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_mean, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -29,3 +30,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
              usable(sensor, z))],
            ('differential pressure error RMS per world [Pa]',
             metrics.get('differential_pressure_error_rms_pa', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/airspeed', metrics=host_metrics, plot=plot)

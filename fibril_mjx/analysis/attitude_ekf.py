@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.core import registry
 
 
 def attitude_error_rad(q_est, q_true):
@@ -116,3 +117,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_mjx/attitude_ekf', metrics=host_metrics, plot=plot)

@@ -14,6 +14,7 @@ import numpy as np
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_mean, masked_rms, nav_plot, usable
 from fibril_mjx.components.sensors.barometer import ISA_EXPONENT, LAPSE_K_M, isa_pressure
+from fibril_mjx.core import registry
 
 P0_PA, T0_K = 101325.0, 288.15      # ISA sea level
 
@@ -62,3 +63,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
              'p [Pa]', ideal, p, ok)],
            ('pressure error std per world [Pa]', metrics.get('pressure_error_std_pa', [])),
            title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/barometer', metrics=host_metrics, plot=plot)

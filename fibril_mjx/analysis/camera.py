@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis.common import masked_mean, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -38,3 +39,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
             (f'{cid}: largest motion blur among visible landmarks', 'px', None,
              np.where(vis, blur, 0).max(-1), ok)],
            ('visible fraction per world', metrics.get('visible_fraction', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/camera', metrics=host_metrics, plot=plot)

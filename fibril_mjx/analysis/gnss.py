@@ -14,6 +14,7 @@ import numpy as np
 from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 FIX_3D = 3
 
@@ -81,3 +82,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   nav_plot(path, time_s, sensor, world, panels,
            ('horizontal position error RMS per world [m]',
             metrics.get('horizontal_error_rms_m', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/gnss', metrics=host_metrics, plot=plot)

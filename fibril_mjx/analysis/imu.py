@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx.analysis import common
-from fibril_mjx.analysis import stats
+from fibril_mjx.analysis import common, stats
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -20,7 +20,6 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
-
 
   new = sensor['new_data'][world].astype(bool)
   st = np.clip(sensor['sample_tick'][world], 0, None)[new]
@@ -55,3 +54,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
                             'angular velocity error RMS per world [rad/s]')
   common.save(fig, path, title)
 
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/imu', metrics=host_metrics, plot=plot)

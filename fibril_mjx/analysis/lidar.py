@@ -7,6 +7,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import masked_mean, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -38,3 +39,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
            [(f'{cid}: fraction of valid beams per scan', '-', None, valid.mean(-1), ok),
             (f'{cid}: mean valid range per scan', 'm', None, mean_r, ok & np.isfinite(mean_r))],
            ('range error RMS per world [m]', metrics.get('range_error_rms_m', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/lidar', metrics=host_metrics, plot=plot)

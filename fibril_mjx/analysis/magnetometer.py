@@ -10,6 +10,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -33,3 +34,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   nav_plot(path, time_s, sensor, world, panels,
            ('magnetic field error RMS per world [µT]',
             metrics.get('magnetic_field_error_rms_ut', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/magnetometer', metrics=host_metrics, plot=plot)

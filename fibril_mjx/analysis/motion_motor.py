@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -40,3 +41,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
       points={0: [('delivered feedback', t_fb, sensor['position'][world][new], 'tab:orange')],
               1: [('feedback applied_effort', t_fb, sensor['applied_effort'][world][new],
                    'tab:orange')]})
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/motion_motor', metrics=host_metrics, plot=plot)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -41,3 +42,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   ], hist=('tracking error RMS per world', metrics['tracking_error_rms']),
       points={1: [('delivered feedback', t_fb, sensor['position'][world][new], 'tab:orange')],
               2: [('feedback current', t_fb, sensor['current'][world][new], 'tab:green')]})
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/motor', metrics=host_metrics, plot=plot)

@@ -7,6 +7,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_mean, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def _rates(sensor):
@@ -42,3 +43,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
             (f'{cid}: quality', '0-255', None, q, usable(sensor))],
            ('flow rate error RMS per world [rad/s]',
             metrics.get('flow_rate_error_rms_rad_s', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/optical_flow', metrics=host_metrics, plot=plot)

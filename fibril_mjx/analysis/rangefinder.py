@@ -7,6 +7,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.analysis.common import fraction, masked_rms, nav_plot, usable
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -31,3 +32,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
            [(f'{cid}: distance (in-range samples; truth −1 = no hit not drawn)', 'd [m]',
              np.where(ref >= 0, ref, np.nan), z, ok)],
            ('distance error RMS per world [m]', metrics.get('distance_error_rms_m', [])), title)
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/rangefinder', metrics=host_metrics, plot=plot)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import common
+from fibril_mjx.core import registry
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -21,3 +22,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
        [('command', truth['command'][world], 'k-'),
         ('applied to ctrl', truth['applied'][world], 'tab:red')]),
   ], hist=('ctrl − command RMS per world', metrics['ctrl_minus_command_rms']))
+
+
+# This type's host-side parts (the workflows find this module by walking analysis/).
+registry.add('fibril_sim/scalar_actuator', metrics=host_metrics, plot=plot)

@@ -8,9 +8,17 @@ from typing import Any
 
 import mujoco
 
+from fibril_mjx import components
+from fibril_mjx.config.manifest import ComponentConfig
+from fibril_mjx.core import command_script, protocol, registry
 from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, SensorBinding  # noqa: F401
 from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.physics import assemblies, dcmotor
 from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
+from fibril_mjx.physics.mjx import mjx
+
+# Every built-in component type: each module under components/ registers itself when imported.
+registry.discover(components)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -86,13 +94,6 @@ def build(manifest, vary: dict | None = None) -> Built:
     vary: `{component id: [manifest field, ...]}` — per-world fields compiled into the graph
       even when their manifest value is the default (so a per-world value takes effect).
   """
-  from fibril_mjx.physics import assemblies, dcmotor
-  from fibril_mjx.core import command_script
-  from fibril_mjx.physics.mjx import mjx
-  from fibril_mjx.components import TYPES
-  from fibril_mjx.core import protocol
-  from fibril_mjx.config.manifest import ComponentConfig
-
   file = str(manifest.path)
   spec = load_spec(manifest.model_path, manifest.packages)
   # Robot geometry and calibration are materialized into the spec before compile (SPEC §3.3,
@@ -110,10 +111,11 @@ def build(manifest, vary: dict | None = None) -> Built:
   components = {}
   for i, entry in enumerate(manifest.model.components):
     path = f'components[{i}]'
-    if entry.type not in TYPES:
+    known = registry.types('build')
+    if entry.type not in known:
       raise ConfigError(file, f'{path}.type', 'unknown component type'
-                        + did_you_mean(entry.type, TYPES) +
-                        f'; known types: {", ".join(sorted(TYPES))}', entry.type)
+                        + did_you_mean(entry.type, known) +
+                        f'; known types: {", ".join(known)}', entry.type)
     if entry.id == DCMOTOR_PARAMS:
       raise ConfigError(file, f'{path}.id', 'reserved name', entry.id)
     ctx = BuildContext(mj_model, dt, file, f'{path}.config',
@@ -121,7 +123,7 @@ def build(manifest, vary: dict | None = None) -> Built:
                        entries=tuple((e.id, e.type) for e in manifest.model.components),
                        vary=frozenset(vary.get(entry.id, ())))
     raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
-    component = TYPES[entry.type].build(entry.id, raw, ctx, manifest.catalog)
+    component = registry.get(entry.type).build(entry.id, raw, ctx, manifest.catalog)
     protocol.check(component)
     components[entry.id] = component
   vary = _check_vary(manifest, components, vary)
@@ -144,7 +146,6 @@ def build(manifest, vary: dict | None = None) -> Built:
 
 def _check_one_driver_per_actuator(manifest, components: dict) -> None:
   """Each MuJoCo actuator is written by one component (or the actuator_script), never two."""
-  from fibril_mjx.core import protocol
   file = str(manifest.path)
   owner = {}
   for i, s in enumerate(manifest.model.actuator_script):

@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
+import warnings
+
+import yaml
+
+# No module below initializes a JAX backend when imported (the XLA flags of `cpu_flags` in
+# `main` are read when JAX first initializes one, after the command line is parsed).
+from fibril_mjx.batch.simulation import load
+from fibril_mjx.batch.worlds import WorldsStalled, cpu_flags
+from fibril_mjx.config.overrides import parse_assignments
+from fibril_mjx.config.validation import load_yaml
+from fibril_mjx.errors import ConfigError, FibrilError
+from fibril_mjx.io import mavlink_hil, mcap_export
+from fibril_mjx.workflows import fit_profile, plan, profiles as profiles_cli, replay, schema, tune
+from fibril_mjx.workflows import run as runner
+from fibril_mjx.workflows import validate
+from fibril_mjx.workflows.campaign import execute as campaign_run
 
 
 def _setup_jax():
@@ -17,17 +34,12 @@ def _setup_jax():
 
 
 def _cmd_plan(args) -> int:
-  from fibril_mjx.batch.simulation import load
-  from fibril_mjx.workflows import plan
-  from fibril_mjx.config.overrides import parse_assignments
   sim = load(args.manifest, overrides=parse_assignments(args.set))
   print(plan.render(sim))
   return 0
 
 
 def _cmd_export_mcap(args) -> int:
-  import warnings
-  from fibril_mjx.io import mcap_export
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always', mcap_export.UnmappedComponentWarning)
     counts = mcap_export.export_mcap(args.run_dir, args.out,
@@ -40,7 +52,6 @@ def _cmd_export_mcap(args) -> int:
 
 
 def _cmd_schema(args) -> int:
-  from fibril_mjx.workflows import schema
   text = schema.schema_json()
   if args.out:
     with open(args.out, 'w', encoding='utf-8') as f:
@@ -51,7 +62,6 @@ def _cmd_schema(args) -> int:
 
 
 def _cmd_profiles(args) -> int:
-  from fibril_mjx.workflows import profiles as profiles_cli
   print(profiles_cli.render(args.action, args.name, manifest=args.manifest))
   return 0
 
@@ -77,7 +87,6 @@ def _add_extra_commands(sub) -> None:
 
 
 def _cmd_export_mavlink(args) -> int:
-  from fibril_mjx.io import mavlink_hil
   chosen = {k: getattr(args, k) for k in ('imu', 'mag', 'baro', 'airspeed', 'gps')
             if getattr(args, k) is not None}
   r = mavlink_hil.export_tlog(args.run_dir, args.out, world=args.world, chosen=chosen,
@@ -110,15 +119,12 @@ def _add_mavlink_command(sub) -> None:
 
 
 def _cmd_validate(args) -> int:
-  import yaml as _yaml
-  from fibril_mjx.workflows import validate
   perturb = {}
   for item in args.perturb:
     if '=' not in item:
-      from fibril_mjx.errors import ConfigError
       raise ConfigError('--perturb', item, 'expected FIELD=VALUE (YAML value)')
     k, v = item.split('=', 1)
-    perturb[k.strip()] = _yaml.safe_load(v)
+    perturb[k.strip()] = yaml.safe_load(v)
   summary = validate.run(args.manifest, args.component, args.out,
                          static_duration_s=args.static_duration, worlds=args.worlds,
                          seed=args.seed, perturb=perturb, overwrite=args.overwrite)
@@ -128,12 +134,9 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_fit_profile(args) -> int:
-  from fibril_mjx.workflows import fit_profile
   csv_map = None
   if args.csv_map:
-    from fibril_mjx.config.validation import load_yaml
-    import pathlib as _pl
-    csv_map = (load_yaml(_pl.Path(args.csv_map)), args.csv_map)
+    csv_map = (load_yaml(pathlib.Path(args.csv_map)), args.csv_map)
   res = fit_profile.fit_profile(component_type=args.type, component=args.component,
                                 out=args.out, profile_id=args.id, static=args.static,
                                 six=args.six_orientation, timing=args.timing, csv_map=csv_map,
@@ -192,7 +195,6 @@ def _add_validation_commands(sub) -> None:
 
 
 def _cmd_campaign(args) -> int:
-  from fibril_mjx.workflows.campaign import execute as campaign_run
   campaign_run.run(args.campaign, args.out, worlds=args.worlds, duration_s=args.duration,
                    chunk_worlds=args.chunk_worlds, resume=args.resume, backend=args.backend,
                    ray_address=args.ray_address)
@@ -200,7 +202,6 @@ def _cmd_campaign(args) -> int:
 
 
 def _cmd_replay(args) -> int:
-  from fibril_mjx.workflows import replay
   res = replay.replay(args.dir, args.world, args.out, overwrite=args.overwrite)
   same = res.get('equal_to_campaign_row')
   print(f'wrote {args.out}/: metrics.json, trace.npz, plots'
@@ -230,8 +231,6 @@ def _add_campaign_commands(sub) -> None:
 
 
 def _cmd_run(args) -> int:
-  from fibril_mjx.workflows import run as runner
-  from fibril_mjx.batch.worlds import WorldsStalled
   try:
     runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
                out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
@@ -260,7 +259,6 @@ def _positive_float(text):
 
 
 def _cmd_tune(args) -> int:
-  from fibril_mjx.workflows import tune
   res = tune.run_cli(args.tune_file, args.out, overwrite=args.overwrite)
   print(tune.render_report(res), end='')
   print(f'wrote {args.out} (overlay.yaml, report.txt, report.json, loss_curve.png, '
@@ -324,11 +322,9 @@ def main(argv=None) -> int:
   _add_validation_commands(sub)
   _add_tune_command(sub)
   args = parser.parse_args(argv)
-  from fibril_mjx.batch.worlds import cpu_flags
   # One XLA CPU device per core (or --devices N), no FMA (--cpu-isa), before JAX initializes.
   cpu_flags(getattr(args, 'devices', None), bitwise=isa_args.cpu_isa == 'avx')
   _setup_jax()
-  from fibril_mjx.errors import FibrilError
   try:
     return args.func(args)
   except FibrilError as e:

@@ -1,37 +1,47 @@
-"""Component types by manifest `type`, and the public way to add one.
+"""Component types: one module per device type, in `sensors/`, `actuators/` and `estimators/`.
 
-Each component type is a module (see `fibril_mjx/core/protocol.py` for the contract) that defines `TYPE`, its
-config model and `build(cid, raw_config, ctx, catalog) -> component`, and registers itself
-here with `register`. Host-side metrics and plots of a type live apart, in
-`fibril_mjx.analysis` (registered there by type).
+Each module (see `fibril_mjx/core/protocol.py` for the contract) defines `TYPE`, its config
+model and `build(cid, raw_config, ctx, catalog) -> component`, and registers them at its end
+in the one registry, `fibril_mjx.core.registry` (with `registry.add`). No list names the
+modules: the builder imports every module of these folders (`registry.discover`), so a new
+module is all a new built-in type needs. Host-side metrics and plots of a type live apart, in
+`fibril_mjx.analysis`, and register there by type.
+
+`register` / `unregister` / `TYPES` are the earlier names of the registry's component part,
+kept for code that uses them; a new type registers all its parts in one call with
+`fibril_mjx.register`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable
+from typing import Callable, Iterator, Mapping
+
+from fibril_mjx.core import registry
+from fibril_mjx.core.registry import Entry as ComponentType  # noqa: F401  (type, build, config_model, ...)
 
 
-@dataclasses.dataclass(frozen=True)
-class ComponentType:
-  """A registered component type.
+class _Types(Mapping):
+  """`{type: entry}` of the registered types that have a `build` (live, read-only)."""
 
-  Attributes:
-    type: manifest `type`, e.g. `fibril_sim/imu`.
-    build: `(cid, raw_config, ctx, catalog) -> component` (host side).
-    config_model: its pydantic config model (for the JSON Schema), or None.
-  """
-  type: str
-  build: Callable
-  config_model: type | None = None
+  def __getitem__(self, type_name: str) -> ComponentType:
+    entry = registry.ENTRIES.get(type_name)
+    if entry is None or entry.build is None:
+      raise KeyError(type_name)
+    return entry
+
+  def __iter__(self) -> Iterator[str]:
+    return (t for t, e in registry.ENTRIES.items() if e.build is not None)
+
+  def __len__(self) -> int:
+    return sum(1 for _ in self)
 
 
-TYPES: dict[str, ComponentType] = {}
+TYPES: Mapping[str, ComponentType] = _Types()
 
 
 def register(type_name: str, build: Callable, *, config_model: type | None = None,
              replace: bool = False) -> None:
-  """Makes `type_name` available to manifests.
+  """Makes `type_name` available to manifests (its `build` and `config_model` parts).
 
   Args:
     type_name: the manifest `type` (`vendor/name`).
@@ -42,23 +52,9 @@ def register(type_name: str, build: Callable, *, config_model: type | None = Non
   """
   if type_name in TYPES and not replace:
     raise ValueError(f'component type {type_name!r} is already registered')
-  TYPES[type_name] = ComponentType(type_name, build, config_model)
+  registry.add(type_name, build=build, config_model=config_model, replace=True)
 
 
 def unregister(type_name: str) -> None:
-  TYPES.pop(type_name, None)
-
-
-def _register_builtin():
-  from fibril_mjx.components.sensors import (ahrs, airspeed, barometer, gnss, imu, magnetometer, rangefinder)
-  from fibril_mjx.components.estimators import attitude_ekf
-  from fibril_mjx.components.actuators import motion_motor, motor, scalar_actuator
-  for module in (ahrs, scalar_actuator, motor, motion_motor, imu, attitude_ekf, magnetometer,
-                 barometer, airspeed, gnss, rangefinder):
-    register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
-  from fibril_mjx.components.sensors import camera, lidar, optical_flow
-  for module in (camera, lidar, optical_flow):
-    register(module.TYPE, module.build, config_model=module.CONFIG_MODEL)
-
-
-_register_builtin()
+  """Removes the type and every part registered for it."""
+  registry.unregister(type_name)

@@ -51,7 +51,10 @@ from typing import Callable
 
 import numpy as np
 
+from fibril_mjx.components.actuators.motor import KINDS
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
+from fibril_mjx.io import recording_data as rc
+from fibril_mjx.io.mcap_export import TYPESTORE
 
 SUFFIXES = ('.bag', '.mcap', '.db3')
 SENSOR, COMMAND = 'sensor', 'command'
@@ -244,7 +247,6 @@ def _joint(m, ctx):
 
 
 def _joint_command(m, ctx):
-  from fibril_mjx.components.actuators.motor import KINDS
   i = _joint_index(m, ctx)
   for kind in ('position', 'velocity', 'effort'):
     a = np.asarray(getattr(m, kind), np.float64)
@@ -334,8 +336,6 @@ def read_bag(path, topics, *, types: dict | None = None, origin: str = '--topics
     a validated `Recording` whose `path` is the bag.
   """
   from rosbags.highlevel import AnyReader
-  from fibril_mjx.io import recording as rc
-  from fibril_mjx.io.mcap_export import TYPESTORE
   path = pathlib.Path(path)
   bag = str(path)
   entries = topics if isinstance(topics, list) else parse_topics(topics, origin)

@@ -55,6 +55,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.io.mcap_export import read_run
 
 IMU, MAG, BARO, AIRSPEED, GPS = 'imu', 'mag', 'baro', 'airspeed', 'gps'
 # The sample fields that identify each source (as `mcap_export` maps fields to messages).
@@ -334,7 +335,6 @@ def stream_rollout(sim, trace: Mapping, *, world: int = 0, chosen: Mapping | Non
 def run_packets(run_dir, *, world: int | None = None, chosen: Mapping | None = None,
                 **encoder_kw) -> tuple[dict[str, str], Iterator[Packet]]:
   """`(sources, packets)` of one traced world of a run directory (default: the first)."""
-  from fibril_mjx.io.mcap_export import read_run
   arrays, meta = read_run(run_dir)
   traced = [int(w) for w in arrays['world_index']]
   if world is None:

@@ -11,8 +11,8 @@ stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log tim
 (`arrival_tick · dt`), the instant a consumer would receive it; times start at 0 (simulation
 time). The MCAP message sequence is the sample's `sequence`.
 
-Which messages a component writes is a small registry, `component type → converter`
-(`CONVERTERS`, `register`); a converter turns one delivered sample into `(topic suffix,
+Which messages a component writes is its type's `ros` part in `fibril_mjx.core.registry` (the
+built-in ones are registered here); a converter turns one delivered sample into `(topic suffix,
 message)` pairs:
 
 | component type | topic | message |
@@ -33,16 +33,15 @@ A type without a registered converter is exported by its fields when they are th
 above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
 JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
 (`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
-sensor type registers its own mapping:
+sensor type gives its mapping as the `ros` part of its registration (`@register(type)` sets
+that part alone):
 
 ```python
-from fibril_mjx.io import mcap_export
-
-@mcap_export.register('fibril_sim/thermometer')
-def _thermometer(s, header, ctx):        # s: {field: value of this sample}
-  T = mcap_export.TYPES
-  return [('temperature', T['sensor_msgs/msg/Temperature'](
+def thermometer_ros(s, header, ctx):     # s: {field: value of this sample}
+  return [('temperature', mcap_export.TYPES['sensor_msgs/msg/Temperature'](
       header=header, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
+
+fibril_mjx.register('acme/thermometer', build=build, config_model=Config, ros=thermometer_ros)
 ```
 
 `ctx` (`Context`) carries the component id, its resolved config fields (`ctx.field(name)`, from
@@ -79,8 +78,9 @@ from typing import Callable, Iterator
 import numpy as np
 from rosbags.typesys import Stores, get_typestore
 
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.config.version import __version__
+from fibril_mjx.core import registry
+from fibril_mjx.errors import FibrilError
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 TYPES = TYPESTORE.types   # `{'sensor_msgs/msg/Imu': message class, ...}`
@@ -104,14 +104,13 @@ class Context:
 
 # converter(sample: {field: value}, header: std_msgs/msg/Header, ctx) -> [(suffix, message)]
 Converter = Callable[[dict, object, Context], list]
-CONVERTERS: dict[str, Converter] = {}
 
 
 def register(component_type: str) -> Callable[[Converter], Converter]:
-  """Decorator: `converter` writes the messages of every component of `component_type`
-  (replacing an earlier registration)."""
+  """Decorator: `converter` writes the messages of every component of `component_type` (the
+  type's `ros` part in the registry, replacing an earlier one)."""
   def deco(fn: Converter) -> Converter:
-    CONVERTERS[component_type] = fn
+    registry.add(component_type, ros=fn, replace=True)
     return fn
   return deco
 
@@ -386,8 +385,9 @@ _BOOK = ('new_data', 'valid', 'sequence', 'sample_tick', 'arrival_tick')
 
 
 def _converter(ctype: str | None, sample_fields: set) -> Converter | None:
-  if ctype in CONVERTERS:
-    return CONVERTERS[ctype]
+  conv = registry.get(ctype).ros if ctype else None
+  if conv is not None:
+    return conv
   return by_fields if field_mappable(sample_fields) else None
 
 

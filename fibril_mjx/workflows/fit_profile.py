@@ -33,6 +33,7 @@ import pathlib
 import numpy as np
 import yaml
 
+from fibril_mjx.io import bags
 from fibril_mjx.io import recording as rc
 from fibril_mjx.analysis import stats
 from fibril_mjx.errors import ConfigError, FibrilError
@@ -47,7 +48,6 @@ K_SIGMA = 4.0
 def load(path, csv_map=None, topics=None, component_type=None, component=None):
   """A recording from `.npz` / `.parquet`, `.csv` with a column mapping (dict), or a ROS bag
   with a topic mapping (`fibril_mjx.io.bags`)."""
-  from fibril_mjx.io import bags
   path = pathlib.Path(path)
   if bags.is_bag(path):
     if topics is None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
+from fibril_mjx.batch import worlds
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import protocol
-from fibril_mjx.batch import worlds
 from fibril_mjx.physics import dcmotor
 
 

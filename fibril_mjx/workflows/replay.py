@@ -15,12 +15,12 @@ import numpy as np
 from fibril_mjx import analysis
 from fibril_mjx.analysis import common
 from fibril_mjx.errors import FibrilError
-from fibril_mjx.workflows.campaign import engine, execute as runmod, spec
+from fibril_mjx.workflows.campaign import engine, spec
+from fibril_mjx.workflows.campaign import execute as runmod
 
 
 def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   """Replays `world` of the campaign in `campaign_dir` into `out`; returns metrics.json."""
-
   campaign_dir, out = pathlib.Path(campaign_dir), pathlib.Path(out)
   meta_path = campaign_dir / 'campaign.json'
   if not meta_path.is_file():

@@ -24,6 +24,7 @@ import sys
 import time
 
 import jax
+import mujoco
 import numpy as np
 from tqdm import tqdm
 
@@ -31,6 +32,8 @@ from fibril_mjx import analysis
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import common
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.batch import simulation as simulator
+from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
 
 
@@ -100,8 +103,6 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       (`Simulation.physics_sharing`); False: one physics rollout per world.
     impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
   """
-  import mujoco
-  from fibril_mjx.batch import simulation as simulator, worlds as worlds_mod
 
   out = pathlib.Path(out)
   if out.exists() and any(out.iterdir()) and not overwrite:

@@ -15,39 +15,24 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import pydantic
 
+from fibril_mjx import components
 from fibril_mjx.config import paths
 from fibril_mjx.config.manifest import LAYERS, Catalog, ManifestModel
+from fibril_mjx.core import registry
 
 SCHEMA_ID = 'https://fibril.dev/schemas/fibril_manifest-1.json'
 
 
 def component_config_models() -> dict[str, type[pydantic.BaseModel]]:
-  """`{component type: pydantic config model}` of every registered component type.
-
-  Uses the registry's `config_model` where the registry records one, else the module's
-  `CONFIG_MODEL` attribute, else the single `...ConfigModel` class the module defines.
-  """
-  from fibril_mjx import components
-  out: dict[str, type[pydantic.BaseModel]] = {}
-  for type_name, entry in (getattr(components, 'TYPES', None) or {}).items():
-    if getattr(entry, 'config_model', None) is not None:
-      out[type_name] = entry.config_model
-  for type_name, module in (getattr(components, 'MODULES', None) or {}).items():
-    if type_name in out:
-      continue
-    model = getattr(module, 'CONFIG_MODEL', None)
-    if model is None:
-      found = [v for k, v in vars(module).items() if k.endswith('ConfigModel')
-               and isinstance(v, type) and issubclass(v, pydantic.BaseModel)
-               and v.__module__ == module.__name__]
-      model = found[0] if len(found) == 1 else None
-    if model is not None:
-      out[type_name] = model
-  return dict(sorted(out.items()))
+  """`{component type: pydantic config model}` of every type a manifest may name that has one
+  (the registry's `config_model` part, once every built-in module has registered)."""
+  registry.discover(components)
+  models = {t: registry.get(t).config_model for t in registry.types('build')}
+  return {t: m for t, m in models.items() if m is not None}
 
 
 def _profile_fields(type_name: str) -> set[str]:
@@ -91,7 +76,6 @@ def manifest_schema() -> dict[str, Any]:
   union = Union[tuple(entries)] if len(entries) > 1 else entries[0]
   component = pydantic.Field(discriminator='type') if len(entries) > 1 else pydantic.Field()
 
-  from typing import Annotated
   schema_model = pydantic.create_model(
       'SimulationManifest', __base__=ManifestModel,
       __doc__='Fibril SimulationManifest (SPEC §3.1).',

@@ -329,3 +329,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
 
 
 CONFIG_MODEL = MotionMotorConfigModel
+
+# The registration: this module is the type (found by the builder walking components/).
+from fibril_mjx.core import registry  # noqa: E402
+registry.add(TYPE, build=build, config_model=CONFIG_MODEL)

@@ -333,3 +333,7 @@ def bind(cid, cfg: AttitudeEkfConfigModel, fields, ctx: BuildContext, imu_c: imu
 
 
 CONFIG_MODEL = AttitudeEkfConfigModel
+
+# The registration: this module is the type (found by the builder walking components/).
+from fibril_mjx.core import registry  # noqa: E402
+registry.add(TYPE, build=build, config_model=CONFIG_MODEL)

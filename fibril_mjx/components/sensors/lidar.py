@@ -253,3 +253,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Lidar:
 
 
 CONFIG_MODEL = LidarConfigModel
+
+# The registration: this module is the type (found by the builder walking components/).
+from fibril_mjx.core import registry  # noqa: E402
+registry.add(TYPE, build=build, config_model=CONFIG_MODEL)

@@ -22,12 +22,13 @@ import time
 from importlib import metadata
 
 import jax
-import numpy as np
 
 from fibril_mjx.batch import worlds
-from fibril_mjx.workflows.campaign import engine
-from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.workflows.campaign import engine
+from fibril_mjx.workflows.campaign import report as rp
+from fibril_mjx.workflows.campaign import spec as sp
+from fibril_mjx.workflows.campaign.parts import _part, _write_atomic, read_rows, write_part  # noqa: F401
 
 FORMAT = 'fibril_campaign_output/1'
 PACKAGES = ('fibril_mjx', 'jax', 'jaxlib', 'mujoco', 'mujoco-mjx', 'numpy', 'scipy', 'pyarrow')
@@ -62,44 +63,6 @@ def options(plan: engine.Plan) -> dict:
   return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
           'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
           'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa()}
-
-
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-  with open(tmp, 'wb') as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
-def write_part(path: pathlib.Path, cols: dict) -> None:
-  """One Parquet part, atomically."""
-  import pyarrow as pa
-  import pyarrow.parquet as pq
-  table = pa.table({k: np.asarray(v) for k, v in cols.items()})
-  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-  pq.write_table(table, tmp)
-  with open(tmp, 'rb') as f:
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
-def read_rows(out) -> dict:
-  """All rows of a campaign directory, sorted by world: `{column: array}`."""
-  import pyarrow.parquet as pq
-  import pyarrow as pa
-  parts = sorted((pathlib.Path(out) / 'parts').glob('part-*.parquet'))
-  if not parts:
-    raise FibrilError(f'{out}: no result parts')
-  table = pa.concat_tables([pq.read_table(p) for p in parts])
-  cols = {k: table.column(k).to_numpy() for k in table.column_names}
-  order = np.argsort(cols['world'], kind='stable')
-  return {k: v[order] for k, v in cols.items()}
-
-
-def _part(out, i) -> pathlib.Path:
-  return pathlib.Path(out) / 'parts' / f'part-{i:05d}.parquet'
 
 
 def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
@@ -207,7 +170,6 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   meta['run_s'] = time.perf_counter() - t0
   _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   if report:
-    from fibril_mjx.workflows.campaign import report as rp
     rp.write(out, plan, meta)
   return meta
 

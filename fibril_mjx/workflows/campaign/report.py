@@ -12,7 +12,7 @@ import pathlib
 import numpy as np
 from scipy import stats
 
-from fibril_mjx.workflows.campaign import execute as runmod
+from fibril_mjx.workflows.campaign import parts
 from fibril_mjx.workflows.campaign.fields import choice_label
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -136,7 +136,7 @@ def worst(rows: dict, meta: dict, k: int = 10) -> tuple[str, list]:
 
 def write(out, plan, meta) -> dict:
   out = pathlib.Path(out)
-  rows = runmod.read_rows(out)
+  rows = parts.read_rows(out)
   res = analyse(rows, meta)
   metric, bad = worst(rows, meta)
   res['worst'] = {'metric': metric, 'worlds': [

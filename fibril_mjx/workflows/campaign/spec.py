@@ -13,8 +13,9 @@ import math
 import pathlib
 from typing import Any
 
+from fibril_mjx.config.manifest import CommandScriptEntry, ScriptEntry
+from fibril_mjx.config.validation import load_yaml, validate
 from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
-from fibril_mjx.config.validation import load_yaml
 
 DISTRIBUTIONS = {
     'uniform': ('low', 'high'),
@@ -199,8 +200,6 @@ def _check_metric_expr(file, path, expr, errors):
 def _check_scenario(file, raw, errors) -> dict | None:
   """`scenario:` — `actuator_script:` and/or `command_script:` entry lists in the manifest's
   own vocabulary, each replacing the manifest's list (an empty list: no such drive)."""
-  from fibril_mjx.config.manifest import CommandScriptEntry, ScriptEntry
-  from fibril_mjx.config.validation import validate
   if raw is None:
     return None
   if not isinstance(raw, dict) or not raw:

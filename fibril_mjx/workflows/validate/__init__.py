@@ -11,7 +11,10 @@ timing, geometry), `nav` (magnetometer, barometer, airspeed, rangefinder: static
 Gauss–Markov rigs), `gnss` and `extero` (optical flow: translation and rotation rigs; lidar: a static
 fan rig; camera: a static landmark grid);
 `common` holds the `Check` line, the timing check, the summary and the output staging shared
-by all of them.
+by all of them. Each module registers its rigs by component type (the `validation_rig` part of
+`fibril_mjx.core.registry`); this package imports every module of its folder, and `run` calls
+the rig registered for the component's type (a type registered elsewhere, with
+`fibril_mjx.register(..., validation_rig=...)`, is validated the same way).
 
 Tolerances are sampling errors of the run (k = 4 standard errors, from the number of
 samples / worlds / equivalent degrees of freedom) plus stated systematic allowances (the
@@ -21,21 +24,25 @@ output LSB, float32 rounding); each check states its basis in the summary.
 from __future__ import annotations
 
 import pathlib
+import sys
 import time
 
 import numpy as np
 
-from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.workflows.validate import common, extero, gnss, inertial, nav
-from fibril_mjx.workflows.validate.common import Check, render
-from fibril_mjx.workflows.validate.extero import (CAMERA_TYPE, FLOW_TYPE, LIDAR_TYPE, run_camera, run_flow, run_lidar)
-from fibril_mjx.workflows.validate.gnss import GNSS_TYPE, run_gnss
-from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED, run_inertial
-from fibril_mjx.workflows.validate.nav import NAV_TYPES, run_nav
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
+from fibril_mjx.errors import ConfigError, FibrilError
+from fibril_mjx.workflows.validate import common, gnss, inertial, nav
+from fibril_mjx.workflows.validate.common import Check, render
+from fibril_mjx.workflows.validate.gnss import GNSS_TYPE
+from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED
+from fibril_mjx.workflows.validate.nav import NAV_TYPES
 
 __all__ = ['run', 'render', 'resolved_config', 'Check', 'SUPPORTED', 'NAV_TYPES', 'GNSS_TYPE',
            'common', 'inertial', 'nav', 'gnss']
+
+# Every rig of this folder: each module registers its rigs by type when imported.
+registry.discover(sys.modules[__name__])
 
 
 def resolved_config(manifest_path, cid: str) -> tuple[str, dict]:
@@ -49,8 +56,7 @@ def resolved_config(manifest_path, cid: str) -> tuple[str, dict]:
     raise ConfigError(str(manifest_path), 'components', 'no component with id '
                       f'{cid!r} (has: {", ".join(sim.components)})', cid)
   comp = sim.components[cid]
-  supported = SUPPORTED + tuple(NAV_TYPES) + (GNSS_TYPE, FLOW_TYPE, LIDAR_TYPE,
-                                                  CAMERA_TYPE)
+  supported = registry.types('validation_rig')
   if comp.type not in supported:
     raise ConfigError(str(manifest_path), f'components[{list(sim.components).index(cid)}].type',
                       f'validate supports {", ".join(supported)}', comp.type)
@@ -76,7 +82,8 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
   """Runs every check and writes `out/` (summary.txt/json, plots, the rig files).
 
   Args:
-    manifest_path: the user's manifest; `component` the id of an IMU / AHRS in it.
+    manifest_path: the user's manifest; `component` the id of a component in it whose type
+      has a rig (`registry.types('validation_rig')`).
     out: output directory (must not exist unless `overwrite`).
     static_duration_s: length of the static records (longer resolves slower terms).
     worlds: worlds per rig (independent realizations).
@@ -95,22 +102,6 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
   for k in perturb:
     if k not in cfg:
       raise ConfigError('--perturb', k, 'not a field of this component', perturb[k])
-  if ctype == GNSS_TYPE:
-    return run_gnss(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
-                    worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
-  if ctype == FLOW_TYPE:
-    return run_flow(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
-                    worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
-  if ctype == CAMERA_TYPE:
-    return run_camera(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
-                      worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
-  if ctype == LIDAR_TYPE:
-    return run_lidar(manifest_path, component, cfg, out, static_duration_s=static_duration_s,
-                     worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)
-  if ctype in NAV_TYPES:
-    return run_nav(manifest_path, component, ctype, cfg, out,
-                   static_duration_s=static_duration_s, worlds=worlds, seed=seed,
-                   perturb=perturb, progress=progress, t0=t0)
-  return run_inertial(manifest_path, component, ctype, cfg, out,
-                      static_duration_s=static_duration_s, worlds=worlds, seed=seed,
-                      perturb=perturb, progress=progress, t0=t0)
+  rig = registry.get(ctype).validation_rig
+  return rig(manifest_path, component, ctype, cfg, out, static_duration_s=static_duration_s,
+             worlds=worlds, seed=seed, perturb=perturb, progress=progress, t0=t0)

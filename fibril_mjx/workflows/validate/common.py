@@ -16,6 +16,7 @@ import tempfile
 
 import numpy as np
 import yaml
+
 from fibril_mjx.config.version import __version__
 
 G = 9.80665
@@ -282,3 +283,15 @@ def _fmt_any(v):
   if isinstance(v, list):
     return _fmt(np.asarray(v, dtype=object)) if v and not isinstance(v[0], dict) else str(v)
   return _fmt(v)
+
+
+# ------------------------------------------------------------------------------- registry
+
+
+def one_type_rig(run):
+  """A `run(manifest_path, cid, cfg, out, **options)` of one component type as the registry's
+  `validation_rig(manifest_path, cid, ctype, cfg, out, **options)` (the type is implied)."""
+  def rig(manifest_path, cid, ctype, cfg, out, **options):
+    return run(manifest_path, cid, cfg, out, **options)
+  rig.__module__, rig.__doc__ = run.__module__, run.__doc__
+  return rig

@@ -38,8 +38,9 @@ import warnings
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary)
+from fibril_mjx.workflows.validate.common import (K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary, one_type_rig)
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
 FLOW_TYPE = 'fibril_sim/optical_flow'
@@ -469,3 +470,9 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
   return summary
+
+
+# The rigs of these types (validate finds this module by walking its package).
+registry.add(FLOW_TYPE, validation_rig=one_type_rig(run_flow))
+registry.add(LIDAR_TYPE, validation_rig=one_type_rig(run_lidar))
+registry.add(CAMERA_TYPE, validation_rig=one_type_rig(run_camera))

@@ -20,8 +20,10 @@ import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _fmt_any, _staged_output, _summary, _timing, _write_rig, _write_summary)
+from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _fmt_any, _staged_output, _summary, _timing, _write_rig, _write_summary, one_type_rig)
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
+from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.mechanisms import geodesy
 
@@ -475,3 +477,7 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
   return summary
+
+
+# The rig of this type (validate finds this module by walking its package).
+registry.add(GNSS_TYPE, validation_rig=one_type_rig(run_gnss))

@@ -31,6 +31,7 @@ from fibril_mjx.analysis import stats
 from fibril_mjx.workflows.validate import thermal
 from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _axes_str, _by_sequence, _collect, _fmt, _plt, _staged_output, _summary, _timing, _write_rig, _write_summary)
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
 SUPPORTED = ('fibril_sim/imu', 'fibril_sim/ahrs')
@@ -895,3 +896,8 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)
   return summary
+
+
+# The rig of these types (validate finds this module by walking its package).
+for _type in SUPPORTED:
+  registry.add(_type, validation_rig=run_inertial)

@@ -19,6 +19,7 @@ import numpy as np
 
 from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary)
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
 # type -> (sample field, white-noise σ field, resolution field, binding fields -> rig sensor
@@ -217,3 +218,8 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
                {f'L={L}': e for L, e in zip(lags, exp_)}, {f'L={L}': t for L, t in zip(lags, tol)},
                f'2(σ² + q²/12) + Σ 2σ_gm²(1 − exp(−LΔ/τ)) for {terms}; {K_SIGMA:g}× std error '
                f'of the mean over {z.shape[0]} worlds', ok)
+
+
+# The rig of these types (validate finds this module by walking its package).
+for _type in NAV_TYPES:
+  registry.add(_type, validation_rig=run_nav)
