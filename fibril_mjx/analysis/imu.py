@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx.analysis import common
+from fibril_mjx.analysis import common, plotting
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -16,9 +16,7 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   """Truth vs delivered samples for one world, the Allan deviation of its gyro error, and the
   error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   from fibril_mjx.analysis import stats
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import pathlib
-import shutil
 
 import numpy as np
 
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.config.version import __version__
+from fibril_mjx.analysis import plotting
+from fibril_mjx.io import outdir
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 
 
@@ -141,15 +140,8 @@ def write_outputs(res: TuneResult, out, *, overwrite: bool = False) -> pathlib.P
   """Writes `overlay.yaml`, `report.txt`, `report.json`, `loss_curve.png`,
   `heldout_traces.png` to `out` (a temporary sibling renamed when complete)."""
   import yaml
-  out = pathlib.Path(out)
-  if out.exists():
-    if not overwrite:
-      raise FibrilError(f'{out}: already exists (use --overwrite)')
-    shutil.rmtree(out)
-  tmp = out.parent / f'.{out.name}.partial-{os.getpid()}'
-  shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
-  try:
+  out = outdir.claim(out, overwrite=overwrite)
+  with outdir.staged(out) as tmp:
     ov = overlay_dict(res)
     (tmp / 'overlay.yaml').write_text(
         '# written by fibril-mjx tune; include with parameter_overlays: [{file: <this file>}]\n'
@@ -165,17 +157,11 @@ def write_outputs(res: TuneResult, out, *, overwrite: bool = False) -> pathlib.P
           'iterations': res.iterations, 'wall_s': res.wall_s, 'collinear': res.collinear}
     (tmp / 'report.json').write_text(json.dumps(js, indent=2))
     _plots(res, tmp)
-    tmp.rename(out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   return out
 
 
 def _plots(res: TuneResult, d: pathlib.Path):
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.semilogy(res.loss_curve)
   ax.set_xlabel('iteration')
@@ -214,7 +200,8 @@ def _plots(res: TuneResult, d: pathlib.Path):
 
 
 def run_cli(tune_file, out, *, overwrite=False) -> TuneResult:
-  """`fibril-mjx tune TUNE.yaml --out DIR`."""
+  """`fibril-mjx tune TUNE.yaml --out DIR` (`DIR` is refused before the fit, not after it)."""
+  outdir.claim(out, overwrite=overwrite)
   res = tune(tune_file)
   write_outputs(res, out, overwrite=overwrite)
   return res

@@ -20,12 +20,11 @@ output LSB, float32 rounding); each check states its basis in the summary.
 
 from __future__ import annotations
 
-import pathlib
 import time
 
 import numpy as np
 
-from fibril_mjx.errors import ConfigError, FibrilError
+from fibril_mjx.errors import ConfigError
 from fibril_mjx.workflows.validate import common, extero, gnss, inertial, nav
 from fibril_mjx.workflows.validate.common import Check, render
 from fibril_mjx.workflows.validate.extero import (CAMERA_TYPE, FLOW_TYPE, LIDAR_TYPE, run_camera, run_flow, run_lidar)
@@ -33,6 +32,7 @@ from fibril_mjx.workflows.validate.gnss import GNSS_TYPE, run_gnss
 from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED, run_inertial
 from fibril_mjx.workflows.validate.nav import NAV_TYPES, run_nav
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.io import outdir
 
 __all__ = ['run', 'render', 'resolved_config', 'Check', 'SUPPORTED', 'NAV_TYPES', 'GNSS_TYPE',
            'common', 'inertial', 'nav', 'gnss']
@@ -77,7 +77,7 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
 
   Args:
     manifest_path: the user's manifest; `component` the id of an IMU / AHRS in it.
-    out: output directory (must not exist unless `overwrite`).
+    out: output directory (must not hold anything unless `overwrite`).
     static_duration_s: length of the static records (longer resolves slower terms).
     worlds: worlds per rig (independent realizations).
     perturb: manifest fields changed in the simulated device only (the checks still use the
@@ -87,9 +87,7 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
     the summary dict (`passed`, `checks`, ...).
   """
   t0 = time.time()
-  out = pathlib.Path(out)
-  if out.exists() and not overwrite:
-    raise FibrilError(f'{out}: output directory exists (use --overwrite)')
+  out = outdir.claim(out, overwrite=overwrite)
   ctype, cfg = resolved_config(manifest_path, component)
   perturb = dict(perturb or {})
   for k in perturb:
