@@ -9,16 +9,15 @@ import re
 
 import numpy as np
 
+from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
+from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
 
 # Fields that parametrize random processes: held at zero in the fitted model.
 STOCHASTIC = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')
-# MJCF physical fields that can be fitted: `element:name.attribute` -> mjx.Model field.
-_JOINT_DOF = {'damping': 'dof_damping', 'armature': 'dof_armature',
-              'frictionloss': 'dof_frictionloss'}
-_JOINT = {'stiffness': 'jnt_stiffness'}
-_DCMOTOR = {'resistance': 'resistance_ohm', 'motorconst': 'motorconst'}
+# MJCF physical fields that can be fitted (`physics.mjcf_fields` says where each lives).
+_JOINT_ATTRIBUTES = [a for e, a in mjcf_fields.MODEL_FIELDS if e == 'joint']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +69,7 @@ def _stochastic_overrides(sim, fitted: set) -> list:
 
 def _resolve_params(spec: TuneSpec, sim) -> list[Param]:
   """Expands the tune file's parameters to scalar `Param`s against the fitted simulation."""
-  from fibril_mjx.builder.build import DCMOTOR_PARAMS
   f = spec.path
-  m = sim.mj_model
-  import mujoco
   out = []
   base = sim.default_params()
   for i, p in enumerate(spec.parameters):
@@ -111,76 +107,82 @@ def _resolve_params(spec: TuneSpec, sim) -> list[Param]:
         out.append(Param(name, 'component', (cid, field), e, lo, hi, log, init,
                          ('component', cid, field)))
       continue
-    key = str(p['mjcf'])
-    mt = re.fullmatch(r'(\w+):([^.]+)\.(\w+)(?:\[(\d+)\])?', key)
-    if not mt:
-      raise ConfigError(f, f'{where}.mjcf', 'expected ELEMENT:NAME.ATTRIBUTE, e.g. '
-                        'joint:yaw.damping or actuator:motor.gainprm[0]', key)
-    element, ename, attr, k = mt.group(1), mt.group(2), mt.group(3), mt.group(4)
-    k = None if k is None else int(k)
-    init = p.get('init')
-    if element == 'joint':
-      jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, ename)
-      if jid < 0:
-        names = [m.joint(j).name for j in range(m.njnt)]
-        raise ConfigError(f, f'{where}.mjcf', 'no joint of that name' + did_you_mean(ename, names),
-                          key)
-      if attr in _JOINT_DOF:
-        adr, ndof = int(m.jnt_dofadr[jid]), {0: 6, 1: 3, 2: 1, 3: 1}[int(m.jnt_type[jid])]
-        cur = float(getattr(m, _JOINT_DOF[attr])[adr])
-        target = (_JOINT_DOF[attr], tuple(range(adr, adr + ndof)))
-      elif attr in _JOINT:
-        cur = float(getattr(m, _JOINT[attr])[jid])
-        target = (_JOINT[attr], (jid,))
-      else:
-        raise ConfigError(f, f'{where}.mjcf', 'fittable joint attributes: '
-                          + ', '.join([*_JOINT_DOF, *_JOINT]), key)
-      out.append(Param(key, 'mjx', target, (), lo, hi, log,
-                       float(init if init is not None else cur),
-                       ('mjcf', 'joint', ename, attr, None)))
-    elif element == 'body':
-      bid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, ename)
-      if bid < 0 or attr != 'mass':
-        raise ConfigError(f, f'{where}.mjcf', 'needs an existing body and attribute mass', key)
-      out.append(Param(key, 'mjx', ('body_mass', (bid,)), (), lo, hi, log,
-                       float(init if init is not None else m.body_mass[bid]),
-                       ('mjcf', 'body', ename, 'mass', None)))
-    elif element == 'geom':
-      gid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, ename)
-      if gid < 0 or attr != 'friction':
-        raise ConfigError(f, f'{where}.mjcf', 'needs an existing geom and attribute friction '
-                          '(sliding friction, [0])', key)
-      j = 0 if k is None else k
-      out.append(Param(key, 'mjx', ('geom_friction', (gid, j)), (), lo, hi, log,
-                       float(init if init is not None else m.geom_friction[gid, j]),
-                       ('mjcf', 'geom', ename, 'friction', j)))
-    elif element == 'actuator':
-      aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, ename)
-      if aid < 0:
-        names = [m.actuator(a).name for a in range(m.nu)]
-        raise ConfigError(f, f'{where}.mjcf', 'no actuator of that name'
-                          + did_you_mean(ename, names), key)
-      dset = sim.dcmotor
-      dc_ids = [] if dset is None else [int(a) for a in dset.actuator_id]
-      if aid in dc_ids and attr in _DCMOTOR:
-        di = dc_ids.index(aid)
-        cur = float(getattr(base[DCMOTOR_PARAMS], _DCMOTOR[attr])[di])
-        out.append(Param(key, 'dcmotor', (_DCMOTOR[attr], di), (), lo, hi, log,
-                         float(init if init is not None else cur),
-                         ('mjcf', 'actuator', ename, 'gainprm', 0 if attr == 'resistance' else 1)))
-      elif attr in ('gainprm', 'biasprm') and k is not None and aid not in dc_ids:
-        fld = f'actuator_{attr}'
-        out.append(Param(key, 'mjx', (fld, (aid, k)), (), lo, hi, log,
-                         float(init if init is not None else getattr(m, fld)[aid, k]),
-                         ('mjcf', 'actuator', ename, attr, k)))
-      else:
-        raise ConfigError(f, f'{where}.mjcf', 'fittable actuator attributes: gainprm[k], '
-                          'biasprm[k]; for a dcmotor: resistance, motorconst', key)
-    else:
-      raise ConfigError(f, f'{where}.mjcf', 'fittable elements: joint (damping, armature, '
-                        'frictionloss, stiffness), body (mass), geom (friction), actuator', key)
+    out.append(_mjcf_param(f, where, p, sim, base, lo, hi, log))
   for q in out:
     if not q.lower <= q.init <= q.upper:
       raise FibrilError(f'{f}: {q.name}: start value {q.init:g} outside bounds '
                         f'[{q.lower:g}, {q.upper:g}]')
   return out
+
+
+def _current(m, field: str, index: tuple) -> float:
+  """The compiled model's value at `index` of `field` (a joint's first dof)."""
+  return float(np.asarray(getattr(m, field)[index]).reshape(-1)[0])
+
+
+def _mjcf_param(f, where, p, sim, base, lo, hi, log) -> Param:
+  """The `Param` of a `mjcf: ELEMENT:NAME.ATTRIBUTE` entry: a joint, body, geom or actuator
+  array of the MJX model, or a dcmotor actuator's DcMotorParams field."""
+  key = str(p['mjcf'])
+  parsed = mjcf_fields.parse_key(key)
+  if parsed is None:
+    raise ConfigError(f, f'{where}.mjcf', 'expected ELEMENT:NAME.ATTRIBUTE, e.g. '
+                      'joint:yaw.damping or actuator:motor.gainprm[0]', key)
+  element, ename, attr, k = parsed.element, parsed.name, parsed.attribute, parsed.entry
+  m = sim.mj_model
+  init = p.get('init')
+  if element == 'joint':
+    jid = mjcf_fields.object_id(m, 'joint', ename)
+    if jid < 0:
+      names = mjcf_fields.object_names(m, 'joint')
+      raise ConfigError(f, f'{where}.mjcf', 'no joint of that name' + did_you_mean(ename, names),
+                        key)
+    located = mjcf_fields.model_index(m, 'joint', jid, attr)
+    if located is None:
+      raise ConfigError(f, f'{where}.mjcf', 'fittable joint attributes: '
+                        + ', '.join(_JOINT_ATTRIBUTES), key)
+    return Param(key, 'mjx', located, (), lo, hi, log,
+                 float(init if init is not None else _current(m, *located)),
+                 ('mjcf', 'joint', ename, attr, None))
+  if element == 'body':
+    bid = mjcf_fields.object_id(m, 'body', ename)
+    if bid < 0 or attr != 'mass':
+      raise ConfigError(f, f'{where}.mjcf', 'needs an existing body and attribute mass', key)
+    located = mjcf_fields.model_index(m, 'body', bid, 'mass')
+    return Param(key, 'mjx', located, (), lo, hi, log,
+                 float(init if init is not None else _current(m, *located)),
+                 ('mjcf', 'body', ename, 'mass', None))
+  if element == 'geom':
+    gid = mjcf_fields.object_id(m, 'geom', ename)
+    if gid < 0 or attr != 'friction':
+      raise ConfigError(f, f'{where}.mjcf', 'needs an existing geom and attribute friction '
+                        '(sliding friction, [0])', key)
+    j = 0 if k is None else k
+    located = mjcf_fields.model_index(m, 'geom', gid, 'friction', entry=j)
+    return Param(key, 'mjx', located, (), lo, hi, log,
+                 float(init if init is not None else _current(m, *located)),
+                 ('mjcf', 'geom', ename, 'friction', j))
+  if element == 'actuator':
+    aid = mjcf_fields.object_id(m, 'actuator', ename)
+    if aid < 0:
+      names = mjcf_fields.object_names(m, 'actuator')
+      raise ConfigError(f, f'{where}.mjcf', 'no actuator of that name'
+                        + did_you_mean(ename, names), key)
+    dset = sim.dcmotor
+    dc_ids = [] if dset is None else [int(a) for a in dset.actuator_id]
+    if aid in dc_ids and attr in mjcf_fields.DCMOTOR_ATTRIBUTES:
+      di = dc_ids.index(aid)
+      field, slot = mjcf_fields.DCMOTOR_ATTRIBUTES[attr]
+      cur = float(getattr(base[DCMOTOR_PARAMS], field)[di])
+      return Param(key, 'dcmotor', (field, di), (), lo, hi, log,
+                   float(init if init is not None else cur),
+                   ('mjcf', 'actuator', ename, 'gainprm', slot))
+    if attr in ('gainprm', 'biasprm') and k is not None and aid not in dc_ids:
+      located = mjcf_fields.model_index(m, 'actuator', aid, attr, entry=k)
+      return Param(key, 'mjx', located, (), lo, hi, log,
+                   float(init if init is not None else _current(m, *located)),
+                   ('mjcf', 'actuator', ename, attr, k))
+    raise ConfigError(f, f'{where}.mjcf', 'fittable actuator attributes: gainprm[k], '
+                      'biasprm[k]; for a dcmotor: resistance, motorconst', key)
+  raise ConfigError(f, f'{where}.mjcf', 'fittable elements: joint (damping, armature, '
+                    'frictionloss, stiffness), body (mass), geom (friction), actuator', key)

@@ -16,6 +16,7 @@ from fibril_mjx.io import recording as rec_mod
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.workflows.tune.params import _resolve_params, _stochastic_overrides
 from fibril_mjx.workflows.tune.spec import TuneSpec, _load_recording, read_tune_file
 
@@ -103,7 +104,6 @@ class Problem:
       w = self.spec.window_s if self.spec.window_s else longest + 2 * self.dt
       self.L = max(1, int(round(w / self.dt)))
     L = self.L
-    import mujoco  # noqa: F401
     data0s, windows, cmds, cmds0, starts = [], [], [], [], []
     m = self.sim.mj_model
     for r, end in zip(recs, ends):
@@ -163,7 +163,6 @@ class Problem:
 
   def _apply(self, u):
     """`(mx, params)` of one start from the fitted coordinates `u (P,)`."""
-    from fibril_mjx.builder.build import DCMOTOR_PARAMS
     mx, params = self.sim.mx, dict(self._base)
     for i, p in enumerate(self.params):
       x = jnp.exp(u[i]) if p.log else u[i]
@@ -176,10 +175,7 @@ class Problem:
       elif p.kind == 'mjx':
         name, idx = p.target
         arr = jnp.asarray(getattr(mx, name))
-        if len(idx) == 2 and arr.ndim == 2:
-          arr = arr.at[idx].set(x.astype(arr.dtype))
-        else:
-          arr = arr.at[np.asarray(idx)].set(x.astype(arr.dtype))
+        arr = arr.at[idx].set(x.astype(arr.dtype))    # every dof of a joint: one value
         mx = mx.replace(**{name: arr})
       else:
         name, di = p.target

@@ -8,10 +8,12 @@ import json
 import pathlib
 
 import numpy as np
+import yaml
 
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import plotting
 from fibril_mjx.io import outdir
+from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 
 
@@ -37,7 +39,6 @@ def overlay_dict(res: TuneResult) -> dict:
   comps: dict = {}
   mjcf: dict = {}
   m = prob.sim.mj_model
-  import mujoco
   for p, x in zip(prob.params, res.estimate):
     ov = p.overlay
     if ov[0] == 'component':
@@ -57,10 +58,10 @@ def overlay_dict(res: TuneResult) -> dict:
       else:
         if key not in mjcf:
           if element == 'actuator':
-            aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, name)
+            aid = mjcf_fields.object_id(m, 'actuator', name)
             mjcf[key] = np.array(getattr(m, f'actuator_{attr}')[aid], np.float64)
           else:
-            gid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name)
+            gid = mjcf_fields.object_id(m, 'geom', name)
             mjcf[key] = np.array(m.geom_friction[gid], np.float64)
         mjcf[key][k] = x
 
@@ -139,7 +140,6 @@ def _fmt(v):
 def write_outputs(res: TuneResult, out, *, overwrite: bool = False) -> pathlib.Path:
   """Writes `overlay.yaml`, `report.txt`, `report.json`, `loss_curve.png`,
   `heldout_traces.png` to `out` (a temporary sibling renamed when complete)."""
-  import yaml
   out = outdir.claim(out, overwrite=overwrite)
   with outdir.staged(out) as tmp:
     ov = overlay_dict(res)
