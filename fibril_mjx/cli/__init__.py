@@ -41,7 +41,7 @@ def _cmd_export_mcap(args) -> int:
 
 def _cmd_schema(args) -> int:
   from fibril_mjx.workflows import schema
-  text = schema.schema_json()
+  text = schema.schema_json(args.kind)
   if args.out:
     with open(args.out, 'w', encoding='utf-8') as f:
       f.write(text)
@@ -65,7 +65,10 @@ def _add_extra_commands(sub) -> None:
   e.add_argument('--out', required=True, help='the .mcap file to write')
   e.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   e.set_defaults(func=_cmd_export_mcap)
-  s = sub.add_parser('schema', help='print the manifest JSON Schema')
+  s = sub.add_parser('schema', help='print the JSON Schema of a manifest (or of a campaign or '
+                     'tune file)')
+  s.add_argument('--kind', choices=('manifest', 'campaign', 'tune'), default='manifest',
+                 help='which file format (default: manifest)')
   s.add_argument('--out', default=None, help='write to this file instead of stdout')
   s.set_defaults(func=_cmd_schema)
   pr = sub.add_parser('profiles', help='list the shipped profiles or show one with provenance')
