@@ -159,7 +159,8 @@ def _add_validation_commands(sub) -> None:
   v.add_argument('--component', required=True,
                  help='component id (of type fibril_sim/imu, ahrs, magnetometer, barometer, '
                  'airspeed, rangefinder, gnss, optical_flow, lidar or camera)')
-  v.add_argument('--out', required=True, help='output directory (must not exist)')
+  v.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   v.add_argument('--static-duration', type=_positive_float, default=100.0,
                  help='seconds of each static record (default 100; longer resolves slower '
                  'bias terms)')
@@ -276,7 +277,8 @@ def _add_tune_command(sub) -> None:
   t = sub.add_parser('tune', help='fit component fields and MJCF physical fields to recordings '
                      '(writes an overlay and a report)')
   t.add_argument('tune_file')
-  t.add_argument('--out', required=True, help='output directory (must not exist)')
+  t.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   t.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   t.set_defaults(func=_cmd_tune)
 
@@ -303,7 +305,8 @@ def main(argv=None) -> int:
   r.add_argument('--worlds', type=_positive_int, default=256)
   r.add_argument('--seed', type=int, default=0)
   r.add_argument('--duration', type=_positive_float, default=10.0, help='seconds')
-  r.add_argument('--out', required=True, help='output directory (must not exist)')
+  r.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   r.add_argument('--trace-worlds', type=int, default=16,
                  help='worlds whose full per-tick traces are written (default 16)')
   r.add_argument('--chunk-worlds', type=_positive_int, default=None,

@@ -11,14 +11,13 @@ checked later, by the campaign workflow.
 from __future__ import annotations
 
 import ast
-import math
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 import pydantic
-from pydantic import BeforeValidator, Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag
 
 from fibril_mjx.config.manifest import CommandScriptEntry, ScriptEntry
-from fibril_mjx.config.validation import Strict
+from fibril_mjx.config.validation import Strict, check, is_number
 from fibril_mjx.errors import did_you_mean
 
 DISTRIBUTIONS = {
@@ -35,26 +34,13 @@ TOP_KEYS = ('fibril_campaign', 'manifest', 'worlds', 'seed', 'duration_s', 'chun
 SCENARIO_KEYS = ('actuator_script', 'command_script')
 
 
-def _num(x) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def numbers(v) -> list[float] | None:
   """A number or a flat non-empty list of numbers → list of floats, else None."""
-  if _num(v):
+  if is_number(v):
     return [float(v)]
-  if isinstance(v, list) and v and all(_num(x) for x in v):
+  if isinstance(v, list) and v and all(is_number(x) for x in v):
     return [float(x) for x in v]
   return None
-
-
-def _check(test, rule: str):
-  """A before-validator: `v` passes when `test(v)`, else the error says `rule`."""
-  def check(v):
-    if not test(v):
-      raise ValueError(rule)
-    return v
-  return BeforeValidator(check)
 
 
 def _positive_int(v) -> bool:
@@ -62,11 +48,11 @@ def _positive_int(v) -> bool:
 
 
 # a number or a per-axis list of numbers
-Numbers = Annotated[Union[float, list[float]], _check(
+Numbers = Annotated[Union[float, list[float]], check(
     lambda v: numbers(v) is not None,
     'must be a finite number or a per-axis list of finite numbers')]
-PositiveInt = Annotated[int, _check(_positive_int, 'must be a positive integer')]
-Flag = Annotated[bool, _check(lambda v: isinstance(v, bool), 'must be true or false')]
+PositiveInt = Annotated[int, check(_positive_int, 'must be a positive integer')]
+Flag = Annotated[bool, check(lambda v: isinstance(v, bool), 'must be true or false')]
 
 
 def _per_axis(values: dict) -> tuple[int, dict] | None:
@@ -109,7 +95,7 @@ class _Dist(Strict):
 
 def _ordered(lo: str, hi: str, strict: bool):
   """An after-validator of `hi`: `lo <= hi` (or `<`) for every axis."""
-  def check(v, info: pydantic.ValidationInfo):
+  def ordered(v, info: pydantic.ValidationInfo):
     if lo not in info.data:
       return v
     pa = _per_axis({lo: info.data[lo], hi: v})
@@ -119,17 +105,17 @@ def _ordered(lo: str, hi: str, strict: bool):
       if not all(ok(full[lo][i], full[hi][i]) for i in range(n)):
         raise ValueError(f'{lo} must be {"<" if strict else "<="} {hi}')
     return v
-  return check
+  return ordered
 
 
 def _at_least(name: str, bound: float, strict: bool):
   """An after-validator: `name` >= bound (or >) on every axis."""
-  def check(v):
+  def bounded(v):
     vals = numbers(v) or []
     if not all(x > bound if strict else x >= bound for x in vals):
       raise ValueError(f'{name} must be {">" if strict else ">="} {bound:g}')
     return v
-  return check
+  return bounded
 
 
 class UniformDist(_Dist):
@@ -175,7 +161,7 @@ class ChoiceDist(_Dist):
   """`dist: choice`: `values` (numbers, lists, profile ids, mappings), optional `weights`."""
   NAME: ClassVar[str] = 'choice'
   dist: Literal['choice']
-  values: Annotated[list[Any], _check(lambda v: isinstance(v, list) and bool(v),
+  values: Annotated[list[Any], check(lambda v: isinstance(v, list) and bool(v),
                                       'must be a non-empty list')]
   weights: Optional[list[float]] = None
 
@@ -194,7 +180,7 @@ class ChoiceDist(_Dist):
 Distribution = Annotated[
     Union[UniformDist, NormalDist, TruncatedNormalDist, LognormalDist, ChoiceDist],
     Field(discriminator='dist'),
-    _check(lambda v: isinstance(v, dict), 'must be a mapping with dist: and its parameters')]
+    check(lambda v: isinstance(v, dict), 'must be a mapping with dist: and its parameters')]
 
 
 # ------------------------------------------------------------------------------- the rest
@@ -203,10 +189,10 @@ Distribution = Annotated[
 class ScenarioModel(Strict):
   """`scenario:` — `actuator_script:` and/or `command_script:` entry lists in the manifest's
   own vocabulary, each replacing the manifest's list (an empty list: no such drive)."""
-  actuator_script: Optional[Annotated[list[ScriptEntry], _check(
+  actuator_script: Optional[Annotated[list[ScriptEntry], check(
       lambda v: isinstance(v, list),
       "must be a list of entries as in the manifest's actuator_script")]] = None
-  command_script: Optional[Annotated[list[CommandScriptEntry], _check(
+  command_script: Optional[Annotated[list[CommandScriptEntry], check(
       lambda v: isinstance(v, list),
       "must be a list of entries as in the manifest's command_script")]] = None
 
@@ -243,10 +229,10 @@ def _is_user_metric(v) -> bool:
 MetricItem = Annotated[
     Union[Annotated[str, Tag('name')], Annotated[UserMetric, Tag('expr')]],
     Discriminator(lambda v: 'name' if isinstance(v, str) else 'expr'),
-    _check(lambda v: isinstance(v, str) or _is_user_metric(v),
+    check(lambda v: isinstance(v, str) or _is_user_metric(v),
            'must be a metric name or {name: NAME, expr: EXPRESSION}')]
 
-Finite = Annotated[float, _check(_num, 'must be a finite number')]
+Finite = Annotated[float, check(is_number, 'must be a finite number')]
 
 
 class CriterionModel(Strict):
@@ -266,33 +252,33 @@ class CriterionModel(Strict):
     return self
 
 
-Criterion = Annotated[CriterionModel, _check(
+Criterion = Annotated[CriterionModel, check(
     lambda v: isinstance(v, dict) and 'metric' in v,
     'must be {metric: NAME, max: X} and/or min: X')]
 
 
 class CampaignModel(Strict):
   """A campaign file: the manifest, the worlds, what varies per world, metrics and criteria."""
-  fibril_campaign: Annotated[Literal[1], _check(lambda v: v == 1 and not isinstance(v, bool),
+  fibril_campaign: Annotated[Literal[1], check(lambda v: v == 1 and not isinstance(v, bool),
                                                 'must be 1 (the schema version)')]
-  manifest: Annotated[str, _check(lambda v: isinstance(v, str), 'required: the manifest path, '
+  manifest: Annotated[str, check(lambda v: isinstance(v, str), 'required: the manifest path, '
                                   'relative to the campaign file')]
   worlds: PositiveInt
-  seed: Annotated[int, _check(lambda v: isinstance(v, int) and not isinstance(v, bool)
+  seed: Annotated[int, check(lambda v: isinstance(v, int) and not isinstance(v, bool)
                               and 0 <= v < 2 ** 31, 'must be an integer in [0, 2**31)')] = 0
-  duration_s: Annotated[float, _check(lambda v: _num(v) and v > 0,
+  duration_s: Annotated[float, check(lambda v: is_number(v) and v > 0,
                                       'must be a number > 0 (seconds)')]
   chunk_worlds: PositiveInt = 1024
-  scenario: Optional[Annotated[ScenarioModel, _check(
+  scenario: Optional[Annotated[ScenarioModel, check(
       lambda v: isinstance(v, dict) and bool(v),
       'must be a mapping with actuator_script: and/or command_script: (entry lists as in the '
       'manifest)')]] = None
-  vary: Annotated[dict[str, Distribution], _check(
+  vary: Annotated[dict[str, Distribution], check(
       lambda v: isinstance(v, dict), 'must be a mapping field path → distribution')] = {}
-  metrics: Optional[Annotated[list[MetricItem], _check(
+  metrics: Optional[Annotated[list[MetricItem], check(
       lambda v: isinstance(v, list),
       'must be a list of metric names or {name: ..., expr: ...}')]] = None
-  criteria: Annotated[dict[str, Criterion], _check(
+  criteria: Annotated[dict[str, Criterion], check(
       lambda v: isinstance(v, dict), 'must be a mapping name → {metric, max|min}')] = {}
 
   _MISSING: ClassVar[dict] = {

@@ -9,13 +9,12 @@ required: [lower, upper], lower < upper`). What needs the built manifest or the 
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 import pydantic
-from pydantic import BeforeValidator, Discriminator, Tag
+from pydantic import Discriminator, Tag
 
-from fibril_mjx.config.validation import Strict
+from fibril_mjx.config.validation import Strict, check, is_number
 from fibril_mjx.errors import did_you_mean
 
 METHODS = ('gauss_newton', 'adam', 'lbfgs')
@@ -24,19 +23,6 @@ TOP_KEYS = ('fibril_tune', 'manifest', 'train', 'heldout', 'parameters', 'loss',
 OPTIMIZER_KEYS = ('method', 'iterations', 'learning_rate', 'starts', 'start_spread', 'seed')
 RECORDING_RULE = ('a recording path, {csv: FILE, mapping: {...}} or {bag: PATH, topics: '
                   '{ID: TOPIC}}')
-
-
-def _check(test, rule: str):
-  """A before-validator: `v` passes when `test(v)`, else the error says `rule`."""
-  def check(v):
-    if not test(v):
-      raise ValueError(rule)
-    return v
-  return BeforeValidator(check)
-
-
-def _num(x) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class _UnknownKey:
@@ -60,7 +46,7 @@ class CsvRecording(Strict):
 class BagRecording(Strict):
   """A ROS bag (rosbag2 directory or ROS 1 `.bag`) and its topics by component id."""
   bag: str
-  topics: Annotated[Union[str, dict[str, Any]], _check(
+  topics: Annotated[Union[str, dict[str, Any]], check(
       bool, 'required for a bag: {ID: TOPIC}, e.g. {imu: /imu/data}')]
 
   @classmethod
@@ -82,9 +68,9 @@ Recording = Annotated[
     Union[Annotated[str, Tag('path')], Annotated[CsvRecording, Tag('csv')],
           Annotated[BagRecording, Tag('bag')]],
     Discriminator(_recording_kind),
-    _check(lambda v: isinstance(v, str) or isinstance(v, dict) and ('csv' in v or 'bag' in v),
+    check(lambda v: isinstance(v, str) or isinstance(v, dict) and ('csv' in v or 'bag' in v),
            RECORDING_RULE)]
-Recordings = Annotated[list[Recording], _check(lambda v: isinstance(v, list),
+Recordings = Annotated[list[Recording], check(lambda v: isinstance(v, list),
                                                'must be a list of recordings')]
 
 
@@ -92,7 +78,7 @@ Recordings = Annotated[list[Recording], _check(lambda v: isinstance(v, list),
 
 
 def _bounds_ok(b) -> bool:
-  return isinstance(b, list) and len(b) == 2 and all(_num(x) for x in b) and b[0] < b[1]
+  return isinstance(b, list) and len(b) == 2 and all(is_number(x) for x in b) and b[0] < b[1]
 
 
 class ParameterModel(_UnknownKey, Strict):
@@ -103,7 +89,7 @@ class ParameterModel(_UnknownKey, Strict):
   field: Optional[str] = None
   index: Optional[Union[int, list[int]]] = None
   log: bool = False
-  bounds: Annotated[tuple[float, float], _check(_bounds_ok, 'required: [lower, upper], '
+  bounds: Annotated[tuple[float, float], check(_bounds_ok, 'required: [lower, upper], '
                                                 'lower < upper')]
   init: Optional[Union[float, list[float]]] = None
 
@@ -144,13 +130,13 @@ class LossModel(_UnknownKey, Strict):
 
 class WindowsModel(_UnknownKey, Strict):
   """Multiple shooting: recordings cut into windows of `length_s` (default: one window)."""
-  length_s: Optional[Annotated[float, _check(lambda v: _num(v) and v > 0,
+  length_s: Optional[Annotated[float, check(lambda v: is_number(v) and v > 0,
                                              'a positive number of seconds')]] = None
 
 
 class OptimizerModel(_UnknownKey, Strict):
   """The optimizer and its settings."""
-  method: Annotated[Literal[METHODS], _check(lambda v: v in METHODS,
+  method: Annotated[Literal[METHODS], check(lambda v: v in METHODS,
                                              f'one of {", ".join(METHODS)}')] = 'gauss_newton'
   iterations: int = 30
   learning_rate: float = 0.05
@@ -165,13 +151,13 @@ def _nonempty(v) -> bool:
 
 class TuneModel(_UnknownKey, Strict):
   """A tune file: the manifest, the recordings, what is fitted and against what."""
-  fibril_tune: Annotated[Literal[1], _check(lambda v: v == 1 and not isinstance(v, bool),
+  fibril_tune: Annotated[Literal[1], check(lambda v: v == 1 and not isinstance(v, bool),
                                             'required: 1 (schema version)')]
-  manifest: Annotated[str, _check(_nonempty, 'required')]
-  train: Annotated[Recordings, _check(_nonempty, 'required')]
+  manifest: Annotated[str, check(_nonempty, 'required')]
+  train: Annotated[Recordings, check(_nonempty, 'required')]
   heldout: Optional[Recordings] = None
-  parameters: Annotated[list[ParameterModel], _check(_nonempty, 'required')]
-  loss: Annotated[list[LossModel], _check(_nonempty, 'required')]
+  parameters: Annotated[list[ParameterModel], check(_nonempty, 'required')]
+  loss: Annotated[list[LossModel], check(_nonempty, 'required')]
   windows: Optional[WindowsModel] = None
   optimizer: Optional[OptimizerModel] = None
   overlay_id: str = 'tuned'

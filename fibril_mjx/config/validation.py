@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
+import math
 import pathlib
 import re
 import types
@@ -15,6 +16,21 @@ import yaml
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean, join_path
 
 M = TypeVar('M', bound=pydantic.BaseModel)
+
+
+def is_number(x) -> bool:
+  """A finite int or float (not a bool)."""
+  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check(test: Callable[[Any], bool], rule: str) -> pydantic.BeforeValidator:
+  """A before-validator: a value passes when `test(value)`, else its error says `rule` (the
+  message of the field, in place of the type's own)."""
+  def run(v):
+    if not test(v):
+      raise ValueError(rule)
+    return v
+  return pydantic.BeforeValidator(run)
 
 
 class Strict(pydantic.BaseModel):
