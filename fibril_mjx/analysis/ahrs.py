@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx.analysis import common
+from fibril_mjx.analysis import common, plotting
 from fibril_mjx.core import registry
 
 
@@ -27,9 +27,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
 def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
           per_world_err: np.ndarray, title: str):
   """Truth vs AHRS (roll/pitch/yaw and rates) for one world; error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   new = sensor['new_data'][world].astype(bool)
   t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]

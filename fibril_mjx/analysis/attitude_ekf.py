@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx.analysis import common
+from fibril_mjx.analysis import common, plotting
 from fibril_mjx.core import registry
 
 
@@ -59,9 +59,7 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   """Truth vs estimate (roll/pitch/yaw) for one world, the attitude error over time of the
   traced worlds with world `world`'s 3σ bound, and the error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   new_all = sensor['new_data'].astype(bool)
   st_all = np.clip(sensor['sample_tick'], 0, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fibril_mjx.analysis import plotting
+
 
 def flatten(trace: dict) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` → `{'sensor/id/field': array}`."""
@@ -59,9 +61,7 @@ def plot_lines(path, time_s, title: str, panels: list, hist=None, points=None):
     points: optional `{panel index: [(label, t (n,), y (n,), colour), ...]}` drawn as dots
       (delivered samples).
   """
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   n = len(panels) + (hist is not None)
   fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n + 0.6), squeeze=False)
@@ -130,7 +130,7 @@ def hist_across_worlds(ax, values, xlabel: str) -> None:
 
 def save(fig, path, title: str) -> None:
   """Titles, lays out, writes and closes a figure."""
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
@@ -189,9 +189,7 @@ def nav_plot(path, time_s, sensor: dict, world: int, panels: list, hist: tuple,
       usable mask (nworld, T)), ...]`.
     hist: `(x label, per-world values)`.
   """
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(11, 2.4 * len(panels) + 3.0),
                            squeeze=False)

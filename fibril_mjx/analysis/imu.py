@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_mjx.analysis import common, stats
+from fibril_mjx.analysis import common, plotting, stats
 from fibril_mjx.core import registry
 
 
@@ -17,9 +17,7 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   """Truth vs delivered samples for one world, the Allan deviation of its gyro error, and the
   error distribution across worlds."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   new = sensor['new_data'][world].astype(bool)
   st = np.clip(sensor['sample_tick'][world], 0, None)[new]

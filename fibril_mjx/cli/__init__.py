@@ -52,7 +52,7 @@ def _cmd_export_mcap(args) -> int:
 
 
 def _cmd_schema(args) -> int:
-  text = schema.schema_json()
+  text = schema.schema_json(args.kind)
   if args.out:
     with open(args.out, 'w', encoding='utf-8') as f:
       f.write(text)
@@ -75,7 +75,10 @@ def _add_extra_commands(sub) -> None:
   e.add_argument('--out', required=True, help='the .mcap file to write')
   e.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   e.set_defaults(func=_cmd_export_mcap)
-  s = sub.add_parser('schema', help='print the manifest JSON Schema')
+  s = sub.add_parser('schema', help='print the JSON Schema of a manifest (or of a campaign or '
+                     'tune file)')
+  s.add_argument('--kind', choices=('manifest', 'campaign', 'tune'), default='manifest',
+                 help='which file format (default: manifest)')
   s.add_argument('--out', default=None, help='write to this file instead of stdout')
   s.set_defaults(func=_cmd_schema)
   pr = sub.add_parser('profiles', help='list the shipped profiles or show one with provenance')
@@ -159,7 +162,8 @@ def _add_validation_commands(sub) -> None:
   v.add_argument('--component', required=True,
                  help='component id (of type fibril_sim/imu, ahrs, magnetometer, barometer, '
                  'airspeed, rangefinder, gnss, optical_flow, lidar or camera)')
-  v.add_argument('--out', required=True, help='output directory (must not exist)')
+  v.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   v.add_argument('--static-duration', type=_positive_float, default=100.0,
                  help='seconds of each static record (default 100; longer resolves slower '
                  'bias terms)')
@@ -271,7 +275,8 @@ def _add_tune_command(sub) -> None:
   t = sub.add_parser('tune', help='fit component fields and MJCF physical fields to recordings '
                      '(writes an overlay and a report)')
   t.add_argument('tune_file')
-  t.add_argument('--out', required=True, help='output directory (must not exist)')
+  t.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   t.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   t.set_defaults(func=_cmd_tune)
 
@@ -298,7 +303,8 @@ def main(argv=None) -> int:
   r.add_argument('--worlds', type=_positive_int, default=256)
   r.add_argument('--seed', type=int, default=0)
   r.add_argument('--duration', type=_positive_float, default=10.0, help='seconds')
-  r.add_argument('--out', required=True, help='output directory (must not exist)')
+  r.add_argument('--out', required=True,
+                 help='output directory (new or empty, unless --overwrite)')
   r.add_argument('--trace-worlds', type=int, default=16,
                  help='worlds whose full per-tick traces are written (default 16)')
   r.add_argument('--chunk-worlds', type=_positive_int, default=None,

@@ -47,8 +47,6 @@ through. Sites that are rotated against the body must be aligned before export (
 from __future__ import annotations
 
 import math
-import os
-import pathlib
 import struct
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
@@ -56,6 +54,7 @@ import numpy as np
 
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io.mcap_export import read_run
+from fibril_mjx.io import outdir
 
 IMU, MAG, BARO, AIRSPEED, GPS = 'imu', 'mag', 'baro', 'airspeed', 'gps'
 # The sample fields that identify each source (as `mcap_export` maps fields to messages).
@@ -361,19 +360,11 @@ def export_tlog(run_dir, out, *, world: int | None = None, chosen: Mapping | Non
   Returns:
     `{'sources': {source: component id}, 'HIL_SENSOR': count, 'HIL_GPS': count}`.
   """
-  out = pathlib.Path(out)
-  if out.exists() and not overwrite:
-    raise FibrilError(f'{out}: already exists (use --overwrite to replace it)')
+  out = outdir.claim_file(out, overwrite=overwrite)
   sources, packets = run_packets(run_dir, world=world, chosen=chosen, **encoder_kw)
   counts = {'HIL_SENSOR': 0, 'HIL_GPS': 0}
-  tmp = out.parent / f'.{out.name}.partial-{os.getpid()}'
-  try:
-    with open(tmp, 'wb') as fh:
-      for p in packets:
-        fh.write(struct.pack('>Q', p.log_time_us) + p.buf)
-        counts[p.message.get_type()] += 1
-    os.replace(tmp, out)
-  except BaseException:
-    tmp.unlink(missing_ok=True)
-    raise
+  with outdir.staged_file(out) as tmp, open(tmp, 'wb') as fh:
+    for p in packets:
+      fh.write(struct.pack('>Q', p.log_time_us) + p.buf)
+      counts[p.message.get_type()] += 1
   return {'sources': sources, **counts}

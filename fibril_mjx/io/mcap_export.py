@@ -70,7 +70,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pathlib
 import warnings
 from typing import Callable, Iterator
@@ -81,6 +80,7 @@ from rosbags.typesys import Stores, get_typestore
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import registry
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.io import outdir
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 TYPES = TYPESTORE.types   # `{'sensor_msgs/msg/Imu': message class, ...}`
@@ -490,14 +490,11 @@ def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: boo
     `UnmappedComponentWarning` naming them.
   """
   from mcap.writer import Writer
-  out = pathlib.Path(out)
-  if out.exists() and not overwrite:
-    raise FibrilError(f'{out}: already exists (use --overwrite to replace it)')
+  out = outdir.claim_file(out, overwrite=overwrite)
   _, meta = read_run(run_dir)
   msgs = messages(run_dir, worlds)
-  tmp = out.parent / f'.{out.name}.partial-{os.getpid()}'
   counts: dict[str, int] = {}
-  try:
+  with outdir.staged_file(out) as tmp:
     with open(tmp, 'wb') as fh:
       writer = Writer(fh)
       writer.start(profile='ros2', library=f'fibril_mjx {__version__} (rosbags)')
@@ -519,8 +516,4 @@ def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: boo
                            sequence=seq & 0xFFFFFFFF)
         counts[topic] = counts.get(topic, 0) + 1
       writer.finish()
-    os.replace(tmp, out)
-  except BaseException:
-    tmp.unlink(missing_ok=True)
-    raise
   return counts

@@ -33,9 +33,9 @@ import pathlib
 import numpy as np
 import yaml
 
-from fibril_mjx.io import bags
+from fibril_mjx.io import bags, outdir
 from fibril_mjx.io import recording as rc
-from fibril_mjx.analysis import stats
+from fibril_mjx.analysis import plotting, stats
 from fibril_mjx.errors import ConfigError, FibrilError
 
 G = 9.80665
@@ -361,9 +361,7 @@ def fit_timing(cid, recs):
 
 
 def _plot_allan(fig_dir, ch, rows):
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(7, 5))
   for (axname, (taus, adev, rel), (ht, hadev, hmodel, hrel)), c in zip(
       rows, ('tab:red', 'tab:green', 'tab:blue')):
@@ -383,9 +381,7 @@ def _plot_allan(fig_dir, ch, rows):
 
 
 def _plot_timing(fig_dir, t):
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   axes[0].hist(t['periods'] * 1e3, bins=50)
   axes[0].set_xlabel('sample period [ms]')
@@ -485,10 +481,8 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   pid = profile_id or stem.name
   files = [out, stem.parent / f'{stem.name}_transport.yaml', stem.parent /
            f'{stem.name}_evidence.md', stem.parent / f'{stem.name}_fit.json']
-  if not overwrite:
-    for f in files:
-      if f.exists():
-        raise FibrilError(f'{f}: exists (use --overwrite)')
+  for f in files:
+    outdir.claim_file(f, overwrite=overwrite)
   out.parent.mkdir(parents=True, exist_ok=True)
   recs = {role: [load(p, csv_map, topics, component_type, component) for p in paths]
           for role, paths in (('static', static), ('six', six), ('timing', timing),
@@ -530,7 +524,7 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
              'fields': result['fields']}
   if not result['fields']:
     profile['fields'] = {}
-  out.write_text(yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
+  outdir.write_file(out, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True).encode())
   if tim:
     tprof = {'id': f'{pid}_transport', 'kind': 'transport', 'component_types': [component_type],
              'provenance': {'source': f'fibril-mjx fit-profile timing logs: {srcs}',
@@ -538,9 +532,10 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
              'fields': {'latency_s': _round(tim['latency_s']),
                         'jitter_s': _round(tim['jitter_s']),
                         'loss_probability': _round(tim['loss_probability'])}}
-    files[1].write_text(yaml.safe_dump(tprof, sort_keys=False))
-  files[2].write_text(_evidence(result, recs, how, six_fit, tim, plots, component))
-  files[3].write_text(json.dumps(result, indent=1, default=_json))
+    outdir.write_file(files[1], yaml.safe_dump(tprof, sort_keys=False).encode())
+  outdir.write_file(files[2], _evidence(result, recs, how, six_fit, tim, plots,
+                                        component).encode())
+  outdir.write_file(files[3], json.dumps(result, indent=1, default=_json).encode())
   return result
 
 

@@ -31,10 +31,10 @@ from tqdm import tqdm
 from fibril_mjx import analysis
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import common
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.batch import simulation as simulator
 from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
+from fibril_mjx.io import outdir
 
 
 def _jsonable(v):
@@ -104,9 +104,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
   """
 
-  out = pathlib.Path(out)
-  if out.exists() and any(out.iterdir()) and not overwrite:
-    raise FibrilError(f'{out}: output directory exists and is not empty (use --overwrite)')
+  out = outdir.claim(out, overwrite=overwrite)
   t_build = time.perf_counter()
   sim = simulator.load(manifest_path, impl=impl)
   build_s = time.perf_counter() - t_build
@@ -136,9 +134,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
   bar = tqdm(total=worlds * n_seg * seg, unit='world-step', unit_scale=True,
              desc=f'{pathlib.Path(manifest_path).name}', file=sys.stderr, dynamic_ncols=True,
              disable=os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
-  tmp = out.parent / f'.{out.name}.partial-{os.getpid()}'
-  shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
+  tmp = outdir.stage(out)
   layouts = []
   try:
     traces = _TraceFile(tmp / '.trace', trace_worlds, n_ticks + 1)
@@ -298,12 +294,10 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     shutil.rmtree(tmp / '.trace', ignore_errors=True)
     if plot_failed:
       (tmp / 'summary.txt').write_text('\n'.join(lines + plot_failed) + '\n')
-    if out.exists():
-      shutil.rmtree(out)
-    tmp.rename(out)
+    outdir.commit(tmp, out)
   except BaseException:
     bar.close()
-    shutil.rmtree(tmp, ignore_errors=True)
+    outdir.discard(tmp)
     raise
   print('\n'.join(lines))
   for line in plot_failed:

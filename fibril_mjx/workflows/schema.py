@@ -1,4 +1,5 @@
-"""JSON Schema of the SimulationManifest (SPEC §3.1), generated from the pydantic models.
+"""JSON Schemas of the file formats, generated from their pydantic models: the
+SimulationManifest (SPEC §3.1), the campaign file and the tune file (`KINDS`).
 
 `components[]` is a union discriminated by `type`: one entry schema per registered component
 type, whose `config` is that type's pydantic config model plus `profiles`. Generated on demand
@@ -21,10 +22,19 @@ import pydantic
 
 from fibril_mjx import components
 from fibril_mjx.config import paths
+from fibril_mjx.config.campaign import CampaignModel
 from fibril_mjx.config.manifest import LAYERS, Catalog, ManifestModel
 from fibril_mjx.core import registry
+from fibril_mjx.config.tune import TuneModel
 
 SCHEMA_ID = 'https://fibril.dev/schemas/fibril_manifest-1.json'
+DRAFT = 'https://json-schema.org/draft/2020-12/schema'
+# kind -> (the model of a file of that kind, its schema id)
+FORMATS = {
+    'campaign': (CampaignModel, 'https://fibril.dev/schemas/fibril_campaign-1.json'),
+    'tune': (TuneModel, 'https://fibril.dev/schemas/fibril_tune-1.json'),
+}
+KINDS = ('manifest', *FORMATS)
 
 
 def component_config_models() -> dict[str, type[pydantic.BaseModel]]:
@@ -92,11 +102,25 @@ def manifest_schema() -> dict[str, Any]:
       cfg_def['required'] = req
     else:
       cfg_def.pop('required', None)
-  out = {'$schema': 'https://json-schema.org/draft/2020-12/schema', '$id': SCHEMA_ID}
+  out = {'$schema': DRAFT, '$id': SCHEMA_ID}
   out.update(schema)
   return out
 
 
-def schema_json() -> str:
-  """`manifest_schema()` as indented JSON text (what `fibril-mjx schema` prints)."""
-  return json.dumps(manifest_schema(), indent=2, sort_keys=False) + '\n'
+@functools.lru_cache(maxsize=None)
+def file_schema(kind: str) -> dict[str, Any]:
+  """The JSON Schema (draft 2020-12) of a file of `kind` (one of `KINDS`) as a dict."""
+  if kind == 'manifest':
+    return manifest_schema()
+  if kind not in FORMATS:
+    raise ValueError(f'unknown schema kind {kind!r}; kinds: {", ".join(KINDS)}')
+  model, schema_id = FORMATS[kind]
+  out = {'$schema': DRAFT, '$id': schema_id}
+  out.update(model.model_json_schema(mode='validation'))
+  return out
+
+
+def schema_json(kind: str = 'manifest') -> str:
+  """`file_schema(kind)` as indented JSON text (what `fibril-mjx schema [--kind KIND]`
+  prints)."""
+  return json.dumps(file_schema(kind), indent=2, sort_keys=False) + '\n'

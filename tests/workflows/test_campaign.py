@@ -115,6 +115,27 @@ def test_unknown_field_and_metric_did_you_mean(rig, capsys, tmp_path):
   assert "criteria.a.metric" in lines[1] and 'did you mean' in lines[1]
 
 
+def test_campaign_file_rules_beyond_its_model(rig, tmp_path):
+  """What `fibril_mjx.config.campaign.CampaignModel` leaves to the reader: the manifest must
+  exist, the file must be there and be a mapping, and command-line values replace the file's
+  (also in its messages); the model's own rules are in tests/config/test_file_formats.py."""
+  path = write_campaign(rig, 'no_manifest.yaml', manifest='nope.yaml')
+  with pytest.raises(FibrilError, match=r"no_manifest\.yaml: manifest = 'nope\.yaml': file not "
+                     r'found \(.*nope\.yaml\)$'):
+    spec.read(path)
+  with pytest.raises(FibrilError, match=r'absent\.yaml: campaign file not found$'):
+    spec.read(tmp_path / 'absent.yaml')
+  (tmp_path / 'list.yaml').write_text('[1, 2]\n')
+  with pytest.raises(FibrilError, match=r'list\.yaml: must be a mapping$'):
+    spec.read(tmp_path / 'list.yaml')
+  path = write_campaign(rig, 'cli_values.yaml', vary={})
+  camp = spec.read(path, worlds=3, duration_s=0.5, chunk_worlds=2)
+  assert (camp.worlds, camp.duration_s, camp.chunk_worlds) == (3, 0.5, 2)
+  with pytest.raises(FibrilError, match=r'cli_values\.yaml: worlds = 0: must be a positive '
+                     r'integer$'):
+    spec.read(path, worlds=0)
+
+
 # ------------------------------------------------------------------------ sampling
 
 def _field(dist, shape=(), kind='param', nominal=0.0, path='x.y'):

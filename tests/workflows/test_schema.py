@@ -155,3 +155,34 @@ def test_load_rejects_what_the_schema_rejects(tmp_path, validator, mutation, rul
   (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
   with pytest.raises(fibril_mjx.FibrilError, match=rule):
     fibril_mjx.load(tmp_path / 'm.yaml')
+
+
+@pytest.mark.parametrize('kind, marker', [('campaign', 'fibril_campaign'),
+                                          ('tune', 'fibril_tune')])
+def test_campaign_and_tune_schemas(kind, marker, capsys, tmp_path):
+  """`fibril-mjx schema --kind campaign|tune`: valid draft 2020-12 schemas of those files, from
+  their pydantic models; the shipped files validate, an unknown key and a wrong version do
+  not."""
+  s = schema.file_schema(kind)
+  jsonschema.Draft202012Validator.check_schema(s)
+  assert s['$id'].endswith(f'{marker}-1.json') and s['$schema'] == schema.DRAFT
+  assert cli.main(['schema', '--kind', kind]) == 0
+  assert json.loads(capsys.readouterr().out) == s
+  assert cli.main(['schema', '--kind', kind, '--out', str(tmp_path / 's.json')]) == 0
+  assert json.loads((tmp_path / 's.json').read_text()) == s
+  v = jsonschema.Draft202012Validator(s)
+  docs = [yaml.safe_load(p.read_text()) for p in sorted((REPO / 'manifests').rglob('*.y*ml'))]
+  docs = [d for d in docs if isinstance(d, dict) and marker in d]
+  assert docs
+  for doc in docs:
+    assert not [e.message for e in v.iter_errors(doc)]
+    assert list(v.iter_errors({**doc, 'unknown_key': 1}))
+    assert list(v.iter_errors({**doc, marker: 2}))
+
+
+def test_schema_kinds():
+  assert schema.KINDS == ('manifest', 'campaign', 'tune')
+  assert schema.file_schema('manifest') == schema.manifest_schema()
+  assert schema.schema_json() == schema.schema_json('manifest')
+  with pytest.raises(ValueError, match='unknown schema kind'):
+    schema.file_schema('overlay')

@@ -326,3 +326,23 @@ def test_straight_through_quantize_and_saturate():
   assert v == pytest.approx(0.3 + 0.5)
   assert not signal.straight_through_active()
   assert jax.grad(f)(0.33) == 0.0
+
+
+def test_tune_file_rules_beyond_its_model(tmp_path):
+  """What `fibril_mjx.config.tune.TuneModel` leaves to the reader: a file that is no mapping,
+  a bag's topics (parsed as `--topics` is), a tune file that is not there; the model's own
+  rules are in tests/config/test_file_formats.py."""
+  path = tmp_path / 'tune.yaml'
+  with pytest.raises(FibrilError, match=r'tune\.yaml: a tune file is a mapping$'):
+    tune.tune_spec_from_dict([1], path)
+  raw = {'fibril_tune': 1, 'manifest': 'm.yaml', 'train': [{'bag': 'b', 'topics': 'imu'}],
+         'parameters': [{'component': 'imu', 'field': 'f', 'bounds': [0, 1]}],
+         'loss': [{'component': 'imu', 'field': 'f'}]}
+  with pytest.raises(ConfigError, match=r"tune\.yaml: train\[0\]\.topics = 'imu': expected "
+                     r'ID=TOPIC\[,ID=TOPIC\]'):
+    tune.tune_spec_from_dict(raw, path)
+  raw['train'] = ['train.npz']
+  spec = tune.tune_spec_from_dict(raw, path)
+  assert spec.train == [str(tmp_path / 'train.npz')] and spec.method == 'gauss_newton'
+  with pytest.raises(FibrilError, match=r'nope\.yaml: tune file not found'):
+    tune.read_tune_file(tmp_path / 'nope.yaml')

@@ -29,6 +29,7 @@ from fibril_mjx.workflows.campaign import engine
 from fibril_mjx.workflows.campaign import report as rp
 from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.workflows.campaign.parts import _part, _write_atomic, read_rows, write_part  # noqa: F401
+from fibril_mjx.io import outdir
 
 FORMAT = 'fibril_campaign_output/1'
 PACKAGES = ('fibril_mjx', 'jax', 'jaxlib', 'mujoco', 'mujoco-mjx', 'numpy', 'scipy', 'pyarrow')
@@ -99,11 +100,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
     raise FibrilError(f'--backend {backend!r}: must be local or ray')
   opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds}
   camp = sp.read(campaign_path, **opts)
-  out = pathlib.Path(out)
+  out = outdir.claim(out, overwrite=resume, hint='use --resume to continue it, or another --out')
   meta_path = out / 'campaign.json'
-  if out.exists() and any(out.iterdir()) and not resume:
-    raise FibrilError(f'{out}: output directory exists and is not empty (use --resume to '
-                      'continue it, or another --out)')
   if resume and not meta_path.is_file() and out.exists() and any(out.iterdir()):
     raise FibrilError(f'{out}: not a campaign directory (no campaign.json)')
   if plan is None:
@@ -141,7 +139,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                         'options are required; use another --out)')
     meta['completed'] = sorted(i for i in old.get('completed', []) if _part(out, i).is_file())
   (out / 'parts').mkdir(parents=True, exist_ok=True)
-  for stale in [*(out / 'parts').glob('.part-*.tmp-*'), *out.glob('.campaign.json.tmp-*')]:
+  for stale in [*(out / 'parts').glob('.part-*.partial-*'),
+                *out.glob('.campaign.json.partial-*')]:
     stale.unlink(missing_ok=True)   # left by a killed run: never renamed, never counted
   _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   todo = [i for i in range(len(plan.chunks)) if i not in set(meta['completed'])]

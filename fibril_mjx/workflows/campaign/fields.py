@@ -42,27 +42,9 @@ from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.workflows.campaign.spec import Distribution
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.config.manifest import LAYERS
+from fibril_mjx.physics import mjcf_fields
 
 STREAM = 'fibril_campaign'
-# (element, attribute) -> (mjx.Model field, index kind)
-MJCF_FIELDS = {
-    ('body', 'mass'): ('body_mass', 'id'),
-    ('body', 'inertia'): ('body_inertia', 'id'),
-    ('geom', 'friction'): ('geom_friction', 'id'),
-    ('joint', 'damping'): ('dof_damping', 'dof'),
-    ('joint', 'armature'): ('dof_armature', 'dof'),
-    ('joint', 'frictionloss'): ('dof_frictionloss', 'dof'),
-    ('joint', 'stiffness'): ('jnt_stiffness', 'id'),
-    ('actuator', 'gainprm'): ('actuator_gainprm', 'prefix'),
-    ('actuator', 'biasprm'): ('actuator_biasprm', 'prefix'),
-    ('actuator', 'gear'): ('actuator_gear', 'prefix'),
-}
-_OBJ = {'body': mujoco.mjtObj.mjOBJ_BODY, 'joint': mujoco.mjtObj.mjOBJ_JOINT,
-        'geom': mujoco.mjtObj.mjOBJ_GEOM, 'site': mujoco.mjtObj.mjOBJ_SITE,
-        'actuator': mujoco.mjtObj.mjOBJ_ACTUATOR, 'sensor': mujoco.mjtObj.mjOBJ_SENSOR,
-        'tendon': mujoco.mjtObj.mjOBJ_TENDON}
-_COUNT = {'body': 'nbody', 'joint': 'njnt', 'geom': 'ngeom', 'site': 'nsite',
-          'actuator': 'nu', 'sensor': 'nsensor', 'tendon': 'ntendon'}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -243,8 +225,8 @@ def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
     if which not in ('qpos', 'qvel'):
       raise _err(file, d, 'expected initial:qpos.JOINT or initial:qvel.JOINT'
                  + did_you_mean(which, ('qpos', 'qvel')))
-    jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, joint)
-    names = [m.joint(i).name for i in range(m.njnt)]
+    jid = mjcf_fields.object_id(m, 'joint', joint)
+    names = mjcf_fields.object_names(m, 'joint')
     if jid < 0:
       raise _err(file, d, 'no joint of that name' + did_you_mean(joint, names))
     if int(m.jnt_type[jid]) not in (int(mujoco.mjtJoint.mjJNT_HINGE),
@@ -254,51 +236,38 @@ def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
     nominal = np.asarray((m.qpos0 if which == 'qpos' else np.zeros(m.nv))[adr], np.float64)
     return Field(d.path, 'initial', d, _shape_for(file, d, ()), nominal * 0.0, None, None,
                  which, adr)
-  if element not in _OBJ or not dot:
+  objects = list(mjcf_fields.OBJECTS)
+  if element not in objects or not dot:
     raise _err(file, d, 'expected ELEMENT:NAME.ATTRIBUTE with ELEMENT one of '
-               + ', '.join(list(_OBJ) + ['initial']) + did_you_mean(element, list(_OBJ)))
-  oid = mujoco.mj_name2id(m, _OBJ[element], name)
+               + ', '.join(objects + ['initial']) + did_you_mean(element, objects))
+  oid = mjcf_fields.object_id(m, element, name)
   if oid < 0:
-    names = [mujoco.mj_id2name(m, _OBJ[element], i) or ''
-             for i in range(getattr(m, _COUNT[element]))]
+    names = mjcf_fields.object_names(m, element)
     raise _err(file, d, f'no {element} of that name' + did_you_mean(name, names))
   dc = sim.dcmotor
   if element == 'actuator' and dc is not None:
     ids = [int(i) for i in dc.actuator_id]
-    am = mujoco.mj_name2id(sim.mj_model, _OBJ['actuator'], name)
+    am = mjcf_fields.object_id(sim.mj_model, 'actuator', name)
     leaf = getattr(params[DCMOTOR_PARAMS], attr, None) if am in ids else None
     if leaf is not None and attr in params[DCMOTOR_PARAMS]._fields:
       k = ids.index(am)
       nominal = np.asarray(leaf[k], np.float64)
       return Field(d.path, 'dcmotor', d, _shape_for(file, d, nominal.shape), nominal,
                    target=attr, index=(k,))
-  key = (element, attr)
-  if key in MJCF_FIELDS:
-    target, how = MJCF_FIELDS[key]
+  where = mjcf_fields.model_index(m, element, oid, attr, count=_dist_len(d))
+  if where is not None:
+    target, index = where
     arr = np.asarray(getattr(sim.mx, target))
-    if how == 'id':
-      index = (oid,)
-    elif how == 'dof':
-      a, n = int(m.jnt_dofadr[oid]), _joint_dofs(m, oid)
-      index = (slice(a, a + n),) if n > 1 else (a,)
-    else:
-      k = _dist_len(d)
-      index = (oid, slice(0, k)) if k > 1 else (oid, 0)
     nominal = np.asarray(arr[index], np.float64)
     return Field(d.path, 'mjcf', d, _shape_for(file, d, nominal.shape), nominal,
                  target=target, index=index)
   if d.dist != 'choice':
-    per_world = sorted(a for (e, a) in MJCF_FIELDS if e == element)
+    per_world = sorted(a for (e, a) in mjcf_fields.MODEL_FIELDS if e == element)
     raise _err(file, d, f'{element} {attr} is not varied per world (per-world {element} '
                f'attributes: {", ".join(per_world) or "none"}); as static config only dist: '
                'choice is allowed', d.dist, '.dist')
   return Field(d.path, 'static', d, (), np.asarray(None, dtype=object), None, None,
                f'{element}:{name}', attr)
-
-
-def _joint_dofs(m, jid) -> int:
-  return {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}.get(
-      int(m.jnt_type[jid]), 1)
 
 
 # ------------------------------------------------------------------------------- sampling

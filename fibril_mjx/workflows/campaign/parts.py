@@ -4,21 +4,16 @@ and `replay`."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import numpy as np
 
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.io import outdir
 
 
 def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-  with open(tmp, 'wb') as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  outdir.write_file(path, data, fsync=True)
 
 
 def write_part(path: pathlib.Path, cols: dict) -> None:
@@ -26,11 +21,8 @@ def write_part(path: pathlib.Path, cols: dict) -> None:
   import pyarrow as pa
   import pyarrow.parquet as pq
   table = pa.table({k: np.asarray(v) for k, v in cols.items()})
-  tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-  pq.write_table(table, tmp)
-  with open(tmp, 'rb') as f:
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  with outdir.staged_file(path, fsync=True) as tmp:
+    pq.write_table(table, tmp)
 
 
 def read_rows(out) -> dict:

@@ -12,6 +12,7 @@ import pathlib
 import numpy as np
 from scipy import stats
 
+from fibril_mjx.analysis import plotting
 from fibril_mjx.workflows.campaign import parts
 from fibril_mjx.workflows.campaign.fields import choice_label
 
@@ -197,9 +198,7 @@ def write(out, plan, meta) -> dict:
 
 
 def _plots(out, rows, meta, res):
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = plotting.pyplot()
 
   ok = rows['pass'].astype(bool) if 'pass' in rows else None
   ms = meta['metrics']

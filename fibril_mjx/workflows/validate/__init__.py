@@ -37,6 +37,7 @@ from fibril_mjx.workflows.validate.common import Check, render
 from fibril_mjx.workflows.validate.gnss import GNSS_TYPE
 from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED
 from fibril_mjx.workflows.validate.nav import NAV_TYPES
+from fibril_mjx.io import outdir
 
 __all__ = ['run', 'render', 'resolved_config', 'Check', 'SUPPORTED', 'NAV_TYPES', 'GNSS_TYPE',
            'common', 'inertial', 'nav', 'gnss']
@@ -84,7 +85,7 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
   Args:
     manifest_path: the user's manifest; `component` the id of a component in it whose type
       has a rig (`registry.types('validation_rig')`).
-    out: output directory (must not exist unless `overwrite`).
+    out: output directory (must not hold anything unless `overwrite`).
     static_duration_s: length of the static records (longer resolves slower terms).
     worlds: worlds per rig (independent realizations).
     perturb: manifest fields changed in the simulated device only (the checks still use the
@@ -94,9 +95,7 @@ def run(manifest_path, component: str, out, *, static_duration_s: float = 100.0,
     the summary dict (`passed`, `checks`, ...).
   """
   t0 = time.time()
-  out = pathlib.Path(out)
-  if out.exists() and not overwrite:
-    raise FibrilError(f'{out}: output directory exists (use --overwrite)')
+  out = outdir.claim(out, overwrite=overwrite)
   ctype, cfg = resolved_config(manifest_path, component)
   perturb = dict(perturb or {})
   for k in perturb:

@@ -9,15 +9,14 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import pathlib
-import shutil
-import tempfile
 
 import numpy as np
 import yaml
 
 from fibril_mjx.config.version import __version__
+from fibril_mjx.analysis import plotting
+from fibril_mjx.io import outdir
 
 G = 9.80665
 K_SIGMA = 4.0
@@ -183,10 +182,7 @@ def _timing(dev, dt, sens, fig_dir):
 
 
 def _plt():
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  return plt
+  return plotting.pyplot()
 
 
 def _plot_timing(fig_dir, periods, lats, ref, dev):
@@ -222,19 +218,11 @@ def _write_rig(dirpath, name, xml, doc):
 
 @contextlib.contextmanager
 def _staged_output(out: pathlib.Path):
-  """A temporary directory beside `out` (with `rigs/`) that replaces `out` when the block
-  completes and is removed when it raises: a reader never sees half a result."""
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix='.validate_', dir=out.parent if out.parent.exists()
-                                      else None))
-  try:
+  """The staged output directory of `out` (`fibril_mjx.io.outdir`), with `rigs/`: a reader
+  never sees half a result."""
+  with outdir.staged(out) as tmp:
     (tmp / 'rigs').mkdir()
     yield tmp
-    if out.exists():
-      shutil.rmtree(out)
-    os.replace(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
 
 
 def _write_summary(tmp: pathlib.Path, summary: dict) -> None:

@@ -1,0 +1,77 @@
+"""Differentiable tuning against recordings (SPEC §11): fit continuous component fields and
+MJCF physical fields to measured samples by gradients through the components and MJX.
+
+The tune file (YAML):
+
+```yaml
+fibril_tune: 1
+manifest: ../ahrs_turntable.yaml        # relative to this file
+train: [recordings/train_0.npz]          # .npz / .parquet, {csv: log.csv, mapping: {...}},
+                                         # or a ROS bag {bag: run_0/, topics: {ahrs: /imu/data}}
+heldout: [recordings/heldout_0.npz]
+parameters:
+  - {mjcf: joint:yaw.damping, bounds: [0.01, 1.0], log: true}
+  - {component: ahrs, field: angular_velocity_bias, bounds: [-0.05, 0.05]}      # all 3 axes
+  - {component: ahrs, field: linear_acceleration_scale, index: 2, bounds: [0.8, 1.2]}
+  - {mjcf: actuator:motor.resistance, bounds: [0.1, 10], log: true}           # dcmotor R
+loss:
+  - {component: ahrs, field: angular_velocity, weight: 100.0}     # residual × weight (per axis list ok)
+windows: {length_s: 1.0}                 # multiple shooting (default: the whole recording)
+optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, seed: 0}
+```
+
+How the fit works:
+
+- **Fitted model.** The manifest is loaded with every stochastic term held at zero (fields
+  named `*stddev*`, `noise_density`, `random_walk`, `jitter_s`, `loss_probability` are set to
+  0 as overrides: noise statistics belong to `validate`, not to the fit) and with the fitted
+  component fields named in `vary`, so a field at its default still has a gradient. A static
+  field (schedules, latency, names — anything not in Params) is rejected with the reason.
+- **Straight-through derivatives.** Quantization and saturation are traced inside
+  `fibril_mjx.mechanisms.signal.straight_through()`: same forward values, derivative 1 (rounding has
+  zero derivative almost everywhere, so without this a quantized output would report a zero
+  gradient, silently).
+- **Forward-mode Jacobians.** MJX's constraint solver (joint limits, contacts) runs a
+  `lax.while_loop`, which reverse mode cannot differentiate; forward mode (`jax.jacfwd`) can,
+  exactly, at a cost of one tangent per parameter (the tangents are batched). Every optimizer
+  gets its gradient `2 Jᵀr / N` from that Jacobian.
+- **Multiple shooting.** Recordings are cut into windows of `length_s`. Window 0 starts from
+  the recording's `initial/qpos|qvel` (or the model's), every later window from the full
+  simulator state reached by the current estimate at its start (state estimated by
+  simulation, refreshed every iteration). Residuals are therefore exactly the single-shooting
+  residuals; derivatives are taken per window (all windows in one vmapped batch, bounded
+  length) with the window's start state held fixed — a truncated derivative: the parameters'
+  effect carried in from earlier windows is dropped, so with windows the Jacobian and the ±
+  are approximations (the default, one window, is exact).
+- **Loss.** For each `loss` entry, the component's delivered samples are compared with the
+  recorded ones at their sample times (`sample_time_s` → the model's acquisition at that tick);
+  residual = weight × (model − recorded); loss = mean squared residual over the recorded
+  samples (window padding excluded).
+- **Sensitivity check** at the start: a parameter whose Jacobian column is zero is reported
+  by name as unidentifiable (error); near-collinear combinations are listed in the report.
+- **Multi-start**: `starts` initial guesses (the first is the given start, the others drawn
+  uniformly within ±`start_spread` of it in the fitted coordinate) run as one vmapped batch;
+  the best is reported with the spread of the others.
+- **Uncertainty**: Gauss–Newton covariance `σ̂²·c·(JᵀJ)⁻¹` at the optimum, `σ̂² = rᵀr/(N−P)`,
+  `c = (1+ρ)/(1−ρ)` with ρ the lag-1 autocorrelation of the residuals (correlated sensor noise
+  would otherwise make the ± too small). The report's ± is 2σ.
+
+Optimizers: `gauss_newton` (Levenberg–Marquardt with exact forward-mode Jacobians; default),
+`adam` (optax), `lbfgs` (optax L-BFGS direction with a backtracking step). Bounds are kept by
+projection; `log: true` fits `log(x)` (positive quantities).
+"""
+
+from __future__ import annotations
+
+from fibril_mjx.workflows.tune.spec import (METHODS, LossTerm, TuneSpec, read_tune_file,
+                                            tune_spec_from_dict)
+from fibril_mjx.workflows.tune.params import STOCHASTIC, Param
+from fibril_mjx.workflows.tune.problem import DataSet, Problem
+from fibril_mjx.workflows.tune.optimise import TuneResult, tune
+from fibril_mjx.workflows.tune.report import overlay_dict, render_report, run_cli, write_outputs
+from fibril_mjx.workflows.tune.simulate import simulate_recording, simulate_recordings
+
+__all__ = ['METHODS', 'STOCHASTIC', 'DataSet', 'LossTerm', 'Param', 'Problem', 'TuneResult',
+           'TuneSpec', 'overlay_dict', 'read_tune_file', 'render_report', 'run_cli',
+           'simulate_recording', 'simulate_recordings', 'tune', 'tune_spec_from_dict',
+           'write_outputs']

@@ -1,0 +1,261 @@
+"""The fit: multi-start Gauss–Newton / Adam / L-BFGS, the sensitivity check and the
+uncertainty at the optimum (`tune`, `TuneResult`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fibril_mjx.errors import FibrilError
+from fibril_mjx.workflows.tune.problem import DataSet, Problem
+from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
+
+
+@dataclasses.dataclass
+class TuneResult:
+  """What `tune` returns (and `write_outputs` writes).
+
+  Attributes:
+    names, estimate, sigma (1σ, natural units), start, lower, upper: per parameter.
+    starts: `(S, P)` starting values; finals `(S, P)`; final_losses `(S,)`; best: index.
+    spread: `(P,)` standard deviation of the converged starts' estimates.
+    loss_curve: `(iterations + 1, S)` training loss per start.
+    train_rms_before / after, heldout_rms_before / after: `{term: (D,)}` residual RMS in the
+      sensor's units (unweighted).
+    train_loss, heldout_loss: final mean squared weighted residual.
+    unidentifiable_combinations: near-collinear parameter groups at the start (names).
+    correlation: `(P, P)` at the optimum.
+    traces: held-out traces for the plot.
+  """
+  names: list
+  estimate: np.ndarray
+  sigma: np.ndarray
+  start: np.ndarray
+  lower: np.ndarray
+  upper: np.ndarray
+  starts: np.ndarray
+  finals: np.ndarray
+  final_losses: np.ndarray
+  best: int
+  spread: np.ndarray
+  loss_curve: np.ndarray
+  train_rms_before: dict
+  train_rms_after: dict
+  heldout_rms_before: dict | None
+  heldout_rms_after: dict | None
+  train_loss: float
+  heldout_loss: float | None
+  correlation: np.ndarray
+  collinear: list
+  method: str
+  wall_s: float
+  iterations: int
+  traces: dict | None = None
+  problem: Any = None
+
+
+def _rms(per):
+  out = {}
+  for t, items in per.items():
+    num = sum(np.sum(((p - y) ** 2) * (w != 0), axis=1) for p, y, w, _ in items)  # (S, D)
+    den = sum(np.sum(w != 0, axis=0) for p, y, w, _ in items)
+    out[f'{t.component}.{t.field}'] = np.sqrt(num / np.maximum(den, 1))
+  return out
+
+
+def _pick(d, s):
+  return None if d is None else {k: v[s].tolist() for k, v in d.items()}
+
+
+def _sensitivity(prob: Problem, J0: np.ndarray):
+  norms = np.linalg.norm(J0, axis=0)
+  scale = max(float(norms.max()), 1e-300)
+  dead = [p.name for p, n in zip(prob.params, norms) if not n > 1e-7 * scale]
+  if dead:
+    raise FibrilError(f'{prob.spec.path}: unidentifiable parameter(s) {", ".join(dead)}: the '
+                      'loss does not change with them at the start (zero derivative) — add a '
+                      'loss term on a sensor that sees them, or remove them')
+  Jn = J0 / norms
+  _, sv, vt = np.linalg.svd(Jn, full_matrices=False)
+  out = []
+  for k in range(len(sv)):
+    if sv[k] < 1e-3 * sv[0]:
+      v = vt[k]
+      big = np.argsort(-np.abs(v))[:3]
+      out.append(' + '.join(f'{v[i]:+.2f}·{prob.params[i].name}' for i in big
+                            if abs(v[i]) > 0.1) + f' (singular value {sv[k] / sv[0]:.1e})')
+  return out
+
+
+def _lag1(r):
+  r = r[np.isfinite(r)]
+  if r.size < 3 or np.var(r) == 0:
+    return 0.0
+  return float(np.corrcoef(r[:-1], r[1:])[0, 1])
+
+
+def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
+  """Variance inflation `(1+ρ)/(1−ρ)` of serially correlated residuals (AR(1)), ρ the lag-1
+  autocorrelation per loss term and axis over consecutive samples, averaged over series."""
+  series: dict = {}
+  k = 0
+  for mp in ds.maps:
+    for t in prob.spec.loss:
+      idx, y, w, ts = mp[t]
+      n = y.size
+      block = r[k:k + n].reshape(y.shape)
+      k += n
+      for d in range(y.shape[1]):
+        ok = w[:, d] != 0
+        series.setdefault((t, d), []).append(block[ok, d])
+  factors = []
+  for parts in series.values():
+    rho = np.clip(_lag1(np.concatenate(parts)), 0.0, 0.95)
+    factors.append((1 + rho) / (1 - rho))
+  return float(np.mean(factors)) if factors else 1.0
+
+
+def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None = None
+         ) -> TuneResult:
+  """Fits the tune file's parameters; see the module docstring.
+
+  Args:
+    spec_or_path: a tune file path or a `TuneSpec`.
+    problem: a prepared `Problem` (reuses its compiled programs).
+
+  Returns:
+    a `TuneResult`.
+  """
+  t_start = time.perf_counter()
+  if problem is None:
+    spec = spec_or_path if isinstance(spec_or_path, TuneSpec) else read_tune_file(spec_or_path)
+    problem = Problem(spec, progress=progress)
+  prob, spec = problem, problem.spec
+  P, S = len(prob.params), max(1, spec.starts)
+  lo, hi = prob.bounds_u()
+  u0 = np.clip(prob.u0(), lo, hi)
+  rng = np.random.default_rng(spec.seed)
+  U = np.tile(u0, (S, 1))
+  if S > 1:
+    width = np.where([p.log for p in prob.params], np.log1p(spec.start_spread),
+                     spec.start_spread * np.maximum(np.abs(u0), 1e-3))
+    U[1:] = np.clip(u0 + rng.uniform(-1, 1, (S - 1, P)) * width, lo, hi)
+  starts = U.copy()
+
+  r, per0, J = prob.evaluate(U, prob.train, jacobian=True)
+  collinear = _sensitivity(prob, J[0])
+  N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
+  cost = np.sum(r ** 2, axis=1)
+  curve = [cost / N]
+  rms_before = _rms(per0)
+
+  from tqdm import tqdm
+  bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
+             disable=not prob.progress, leave=False)
+  if spec.method == 'gauss_newton':
+    lam = np.full(S, 1e-3)
+    for _ in bar:
+      g = np.einsum('snp,sn->sp', J, r)
+      H = np.einsum('snp,snq->spq', J, J)
+      D = np.einsum('spp->sp', H) + 1e-12
+      step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
+      Un = np.clip(U + step, lo, hi)
+      du = Un - U
+      # decrease of rᵀr the linear model predicts for the (projected) step
+      pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
+      if np.all(pred <= 1e-6 * cost):
+        break                     # converged: no start can decrease its loss any more
+      # residuals first; the Jacobian only where a step is accepted
+      rn, _, _ = prob.evaluate(Un, prob.train)
+      cn = np.sum(rn ** 2, axis=1)
+      ok = cn < cost
+      if ok.any():
+        Ua = np.where(ok[:, None], Un, U)
+        ra, _, Ja = prob.evaluate(Ua, prob.train, jacobian=True)
+        U, r, J = Ua, ra, Ja
+        cost = np.where(ok, cn, cost)
+      lam = np.where(ok, np.maximum(lam / 3, 1e-9), np.minimum(lam * 4, 1e9))
+      curve.append(cost / N)
+      bar.set_postfix(loss=f'{cost.min() / N:.4g}')
+      if np.all(lam >= 1e9):
+        break
+  else:
+    import optax
+    if spec.method == 'adam':
+      opt = optax.adam(spec.learning_rate)
+    else:
+      opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
+    state = jax.vmap(opt.init)(jnp.asarray(U))
+    upd = jax.jit(jax.vmap(lambda g, s, u: opt.update(g, s, u)))
+    for _ in bar:
+      g = 2.0 * np.einsum('snp,sn->sp', J, r) / N
+      updates, state = upd(jnp.asarray(g), state, jnp.asarray(U))
+      step = np.asarray(updates, np.float64)
+      if spec.method == 'lbfgs':
+        scale = np.ones(S)
+        for _ls in range(8):      # backtracking per start, all starts in one batch
+          Un = np.clip(U + scale[:, None] * step, lo, hi)
+          rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+          cn = np.sum(rn ** 2, axis=1)
+          bad = cn > cost
+          if not bad.any():
+            break
+          scale = np.where(bad, scale * 0.3, scale)
+        ok = cn <= cost
+      else:
+        Un = np.clip(U + step, lo, hi)
+        rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+        cn = np.sum(rn ** 2, axis=1)
+        ok = np.ones(S, bool)
+      U = np.where(ok[:, None], Un, U)
+      r = np.where(ok[:, None], rn, r)
+      J = np.where(ok[:, None, None], Jn, J)
+      cost = np.where(ok, cn, cost)
+      curve.append(cost / N)
+      bar.set_postfix(loss=f'{cost.min() / N:.4g}')
+  bar.close()
+
+  best = int(np.argmin(cost))
+  # uncertainty at the optimum of the best start
+  rb, Jb = r[best], J[best]
+  dof = max(N - P, 1)
+  s2 = float(rb @ rb) / dof
+  infl = _correlation_inflation(prob, prob.train, rb)
+  H = Jb.T @ Jb
+  cov_u = s2 * infl * np.linalg.pinv(H)
+  x = prob.natural(U[best])
+  logm = np.array([p.log for p in prob.params])
+  sig_u = np.sqrt(np.maximum(np.diag(cov_u), 0))
+  sigma = np.where(logm, x * sig_u, sig_u)
+  dn = np.where(sig_u > 0, sig_u, 1.0)
+  corr = cov_u / np.outer(dn, dn)
+  conv = cost <= 1.1 * cost[best]
+  spread = np.std(prob.natural(U[conv]), axis=0) if conv.sum() > 1 else np.zeros(P)
+
+  # before / after RMS on train and held-out (best start and the starting point)
+  UU = np.stack([starts[0], U[best]])
+  _, per_t, _ = prob.evaluate(UU, prob.train)
+  rms_t = _rms(per_t)
+  rms_h, h_loss, traces = None, None, None
+  if prob.heldout is not None:
+    rh, per_h, _ = prob.evaluate(UU, prob.heldout)
+    rms_h = _rms(per_h)
+    h_loss = float(np.sum(rh[1] ** 2) / prob.n_residuals(prob.heldout))
+    traces = {f'{t.component}.{t.field}': per_h[t] for t in spec.loss}
+  del per0, rms_before
+  return TuneResult(
+      names=[p.name for p in prob.params], estimate=x, sigma=sigma,
+      start=prob.natural(starts[0]), lower=np.array([p.lower for p in prob.params]),
+      upper=np.array([p.upper for p in prob.params]), starts=prob.natural(starts),
+      finals=prob.natural(U), final_losses=cost / N, best=best, spread=spread,
+      loss_curve=np.array(curve), train_rms_before=_pick(rms_t, 0),
+      train_rms_after=_pick(rms_t, 1), heldout_rms_before=_pick(rms_h, 0),
+      heldout_rms_after=_pick(rms_h, 1), train_loss=float(cost[best] / N), heldout_loss=h_loss,
+      correlation=corr, collinear=collinear, method=spec.method,
+      wall_s=time.perf_counter() - t_start, iterations=len(curve) - 1, traces=traces,
+      problem=prob)
