@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.error_models.core import is_set
 from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.mechanisms import transport as tp
@@ -94,17 +95,6 @@ def field_origin(fields: dict[str, FieldValue], ctx):
       return fv.file, fv.path
     return ctx.file, f'{ctx.path}.{name}'
   return origin
-
-
-def is_set(cfg: Strict, name: str) -> bool:
-  """Static switch of a term: on when the resolved value differs from the model's default.
-
-  Component code branches on it in Python, so a term left at its default is absent from the
-  traced graph (SPEC §1.2), not multiplied by zero.
-  """
-  v = getattr(cfg, name)
-  default = type(cfg).model_fields[name].default
-  return tuple(v) != tuple(default) if isinstance(v, tuple) else v != default
 
 
 def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:

@@ -55,8 +55,15 @@ class Ctx(NamedTuple):
     return self.n == 0
 
 
-def _none(*_):
-  return None
+def is_set(cfg, name: str) -> bool:
+  """Static switch of a term by value: the resolved field differs from the model's default.
+
+  Component code branches on it in Python, so a term left at its default is absent from the
+  traced graph (SPEC §1.2), not multiplied by zero.
+  """
+  v = getattr(cfg, name)
+  default = type(cfg).model_fields[name].default
+  return tuple(v) != tuple(default) if isinstance(v, tuple) else v != default
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, SLOW, STOCHASTIC, ConfigField, Term,
-                                          check)
+                                          check, is_set)
 from fibril_mjx.mechanisms import faults, rng
 from fibril_mjx.mechanisms import signal as sig
 
@@ -120,10 +120,10 @@ def common_mode(scale, tau: str, stream: str, state: str, shared: str, shape=())
     return {**st, state: u}, x + _scale(p, scale) * u, None
 
   def rules(b):
-    on = any(b.is_on(f) for f in names)
-    check(getattr(b.cfg, tau) > 0 or not on, *b.origin(tau),
+    check(getattr(b.cfg, tau) > 0 or not any(b.is_on(f) for f in names), *b.origin(tau),
           f'must be > 0 where {what} (Gauss–Markov correlation time)', getattr(b.cfg, tau))
-    check(getattr(b.cfg, shared) is not None or not on, *b.origin(shared),
+    check(getattr(b.cfg, shared) is not None or not any(is_set(b.cfg, f) for f in names),
+          *b.origin(shared),
           f'must name a shared stream where {what}', getattr(b.cfg, shared))
     faults.check_shared_stream(b.ctx, b.cid, b.cfg, shared, ('period_s', 'phase_s', tau),
                                b.origin)

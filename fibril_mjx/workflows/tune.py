@@ -23,7 +23,7 @@ optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, 
 How the fit works:
 
 - **Fitted model.** The manifest is loaded with every stochastic term held at zero (fields
-  named `*stddev*`, `noise_density`, `random_walk`, `jitter_s`, `loss_probability` are set to
+  each component declares in `stochastic_fields()`, read off its error model, are set to
   0 as overrides: noise statistics belong to `validate`, not to the fit) and with the fitted
   component fields named in `vary`, so a field at its default still has a gradient. A static
   field (schedules, latency, names — anything not in Params) is rejected with the reason.
@@ -88,8 +88,6 @@ from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.config.version import __version__
 
 METHODS = ('gauss_newton', 'adam', 'lbfgs')
-# Fields that parametrize random processes: held at zero in the fitted model.
-STOCHASTIC = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')
 # MJCF physical fields that can be fitted: `element:name.attribute` -> mjx.Model field.
 _JOINT_DOF = {'damping': 'dof_damping', 'armature': 'dof_armature',
               'frictionloss': 'dof_frictionloss'}
@@ -274,7 +272,7 @@ def _stochastic_overrides(sim, fitted: set) -> list:
   out = []
   for cid, c in sim.components.items():
     for name, fv in c.fields:
-      if not STOCHASTIC.search(name) or c.param_path(name) is None:
+      if name not in c.stochastic_fields() or c.param_path(name) is None:
         continue
       if (cid, name) in fitted:
         raise FibrilError(f'{cid}.{name}: a stochastic term cannot be fitted here (noise '
