@@ -244,7 +244,10 @@ class SensorBase(ComponentBase):
     return s.held
 
   def status(self, s) -> dict:
-    return {'lost': s.queue.lost, 'overflow': s.queue.overflow}
+    """Delivery counters, then the error model's (e.g. `clip_count`)."""
+    counters = self.errors.counters if self.errors is not None else ()
+    return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
+            **{n: getattr(s, n) for n in counters}}
 
   def describe_sensors(self) -> list[str]:
     """Plan lines of the bound MuJoCo sensors (attribute `sensors`: `SensorBinding`s)."""

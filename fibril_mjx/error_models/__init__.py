@@ -31,7 +31,8 @@ Adding an error term is one factory in `terms.py` (or a new module here) and its
    mean, variance or autocorrelation in closed form), and test that at its default it is
    compiled out.
 
-A sensor then gains the term by adding it to its chain: its manifest field, Params, State,
+`random_walk` was added this way (its factory, its export, `test_random_walk_variance_grows_
+linearly`); no sensor uses it yet. A sensor then gains a term by adding it to its chain: its manifest field, Params, State,
 streams, plan line and `tune` behaviour follow.
 """
 
@@ -40,9 +41,11 @@ from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC
                                           params_type, state_type, stream_keys)
 from fibril_mjx.error_models.terms import (bounds, common_mode, constant_bias,
                                            first_order_lag, gauss_markov, quantization,
-                                           saturation, turn_on_bias, white_noise)
+                                           random_walk, saturation, turn_on_bias,
+                                           white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
            'Term', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
-           'first_order_lag', 'gauss_markov', 'params_type', 'quantization', 'saturation',
+           'first_order_lag', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
+           'saturation',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

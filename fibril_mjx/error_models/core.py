@@ -85,6 +85,7 @@ class Term:
     redraw: `redraw(p, st, ctx, index) -> st` at a device reset, or None.
     variance: `variance(p, ctx) -> σ²` of its contribution per sample, or None.
     check: `check(build) -> None` build-time rules (raises `ConfigError`), or None.
+    counters: state fields a user should see in the sensor's status (e.g. clip counts).
   """
   name: str
   kind: str
@@ -100,6 +101,7 @@ class Term:
   redraw: Callable | None = None
   variance: Callable | None = None
   check: Callable | None = None
+  counters: tuple = ()
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -147,6 +149,10 @@ class Chain:
   @property
   def state(self) -> tuple[str, ...]:
     return tuple(self._state)
+
+  @property
+  def counters(self) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f for t in self.terms for f in t.counters))
 
   def stochastic_fields(self) -> tuple[str, ...]:
     """Fields scaling a random draw (stochastic and slow terms)."""

@@ -107,6 +107,18 @@ def gauss_markov(sigma: str, tau: str, stream: str, state: str, shape=(), at=Non
       (stream,), apply=apply, check=lambda b: _positive_where_on(b, tau, sigma))
 
 
+def random_walk(k: str, stream: str, state: str, shape=()) -> Term:
+  """`x + b[k]`, `b[0] = 0`, `b[k] = b[k−1] + K·√Δ·z[k]` (`signal.random_walk`; K in units/√s,
+  Var b[k] = K²·kΔ)."""
+
+  def apply(p, st, x, ctx):
+    b = sig.random_walk(st[state], rng.normal(ctx.streams[stream], ctx.n, shape), getattr(p, k),
+                        ctx.period_s, ctx.first)
+    return {**st, state: b}, x + b, None
+  return Term('random walk', SLOW, _nonneg((k,), shape), (k,), (k,), (k,),
+              ((state, _zeros(shape)),), (stream,), apply=apply)
+
+
 def common_mode(scale, tau: str, stream: str, state: str, shared: str, shape=()) -> Term:
   """`x + s·u[k]`: a unit Gauss–Markov process `u` (correlation time τ) on the shared stream
   `shared:<cfg.<shared>>`, so every sensor naming that stream sees the same process (weather,
@@ -172,7 +184,8 @@ def saturation(limit: str, count: str = 'clip_count', shape=()) -> Term:
     x, flags = sig.saturate(x, getattr(p, limit))
     return {**st, count: st[count] + flags.astype(jnp.int32)}, x, flags
   return Term('saturation', DETERMINISTIC, (ConfigField(limit, NonNeg, 0.0),), (limit,),
-              (limit,), (), ((count, _zeros(shape, jnp.int32)),), apply=apply)
+              (limit,), (), ((count, _zeros(shape, jnp.int32)),), apply=apply,
+              counters=(count,))
 
 
 def bounds(low: str, high: str, count: str = 'clip_count') -> Term:
@@ -191,7 +204,7 @@ def bounds(low: str, high: str, count: str = 'clip_count') -> Term:
           'limit)', hi)
   config = (ConfigField(low, NonNeg, 0.0), ConfigField(high, NonNeg, 0.0))
   return Term('range limits', DETERMINISTIC, config, (low, high), (low, high), (),
-              ((count, _zeros((), jnp.int32)),), apply=apply, check=rules)
+              ((count, _zeros((), jnp.int32)),), apply=apply, check=rules, counters=(count,))
 
 
 def quantization(step: str) -> Term:

@@ -125,6 +125,30 @@ def test_turn_on_bias_distribution_and_redraw():
   np.testing.assert_allclose(st2['turn_on'], sigma * z[2], rtol=1e-6)
 
 
+def test_random_walk_variance_grows_linearly():
+  """b[0] = 0, b[k] = b[k−1] + K√Δ z[k]: the float64 recursion on the stream's draws, and
+  Var b[k] = K²·kΔ across worlds."""
+  k_rw, dt, n, w = 0.3, 0.05, 25, 4000
+  c = em.chain(em.random_walk('k', 'walk', 'rw'))
+  out, _ = run(c, P(k=k_rw), 0.0, n, keys('dev', c.streams), period_s=dt)
+  z = ref_normals('dev', 'walk', n)
+  ref = np.concatenate([[0.0], np.cumsum(k_rw * np.sqrt(dt) * z[1:])])
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-7)
+
+  def world(key):
+    streams = faults.stream_keys(key, 'dev', c.streams)
+
+    def step(st, i):
+      st, x, _ = c.apply(P(k=k_rw), st, jnp.float32(0.0),
+                         em.Ctx(everything_on, streams, i, dt, {}))
+      return st, x
+    return jax.lax.scan(step, c.zero_state(), jnp.arange(n))[1]
+  b = np.asarray(jax.jit(jax.vmap(world))(jax.random.split(WK, w)), np.float64)
+  expected = k_rw ** 2 * np.arange(n) * dt
+  assert b[:, 0].max() == 0.0
+  assert np.all(np.abs(b[:, 1:].var(0) - expected[1:]) < 5 * expected[1:] * np.sqrt(2.0 / w))
+
+
 def test_common_mode_is_shared_between_sensors_naming_its_stream():
   """Two sensors naming one shared stream see the same unit process, each with its scale;
   the process is the unit Gauss–Markov recursion of the shared stream."""

@@ -46,6 +46,7 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
+  """The probe's own manifest fields (its error model adds the rest)."""
   velocity_sensor: str
   wind_m_s: Vec3 = (0.0, 0.0, 0.0)
   air_density_kg_m3: Positive = 1.225
@@ -138,9 +139,6 @@ class Airspeed(base.FaultySensorFields):
     b = self.velocity
     return {'probe_ground_speed_m_s': data.sensordata[b.adr], 'lagged_pressure_pa': s.lagged,
             'health': s.faults.health}
-
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
 
   def describe(self) -> list[str]:
     b = self.velocity

@@ -65,6 +65,7 @@ def isa_pressure(h_m, p0_pa, t0_k):
 
 
 class _OwnConfig(faults.DeviceConfig):
+  """The barometer's own manifest fields (its error model adds the rest)."""
   site: str
   altitude_offset_m: float = 0.0
   sea_level_pressure_pa: Positive = 101325.0
@@ -196,9 +197,6 @@ class Barometer(base.FaultySensorFields):
     health."""
     return {'site_z_m': data.site_xpos[self.site_id, 2], 'bias_pa': s.turn_on + s.gm,
             'health': s.faults.health}
-
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
 
   def describe(self) -> list[str]:
     c = self.cfg

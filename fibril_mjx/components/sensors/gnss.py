@@ -76,6 +76,7 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
+  """The receiver's own manifest fields (its error model adds the rest)."""
   velocity_sensor: str
   angular_velocity_sensor: str | None = None
   lever_arm_m: Vec3 = (0.0, 0.0, 0.0)

@@ -69,6 +69,7 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
+  """The magnetometer's own manifest fields (its error model adds the rest)."""
   site: str
   earth_field_ut: Vec3 | None = None
   declination_deg: float | None = None
@@ -205,9 +206,6 @@ class Magnetometer(base.FaultySensorFields):
     return {'magnetic_field_ut': smallmat.matvec(rot.T, s.earth_field),
             'yaw_rad': jnp.arctan2(rot[1, 0], rot[0, 0]),
             'bias_ut': s.turn_on + s.gm, 'current_a': s.current, 'health': s.faults.health}
-
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
 
   def describe(self) -> list[str]:
     c = self.cfg

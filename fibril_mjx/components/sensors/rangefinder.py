@@ -57,6 +57,7 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
+  """The rangefinder's own manifest fields (its error model adds the rest)."""
   rangefinder_sensor: str
   min_range_m: NonNeg = 0.0
   max_range_m: Positive
