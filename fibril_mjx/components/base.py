@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 import pydantic
 
+from fibril_mjx import error_models as em
+from fibril_mjx.error_models.core import is_set
+from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
@@ -19,11 +22,7 @@ from fibril_mjx.config.manifest import Catalog, FieldValue, layer_config, overla
 from fibril_mjx.mechanisms.schedule import Schedule
 from fibril_mjx.config.validation import Strict, validate
 
-NonNeg = Annotated[float, pydantic.Field(ge=0)]
-Positive = Annotated[float, pydantic.Field(gt=0)]
 Corr = Annotated[float, pydantic.Field(gt=-1, lt=1)]
-Vec3 = tuple[float, float, float]
-NonNeg3 = tuple[NonNeg, NonNeg, NonNeg]
 Positive3 = tuple[Positive, Positive, Positive]
 Corr3 = tuple[Corr, Corr, Corr]
 
@@ -98,17 +97,6 @@ def field_origin(fields: dict[str, FieldValue], ctx):
   return origin
 
 
-def is_set(cfg: Strict, name: str) -> bool:
-  """Static switch of a term: on when the resolved value differs from the model's default.
-
-  Component code branches on it in Python, so a term left at its default is absent from the
-  traced graph (SPEC §1.2), not multiplied by zero.
-  """
-  v = getattr(cfg, name)
-  default = type(cfg).model_fields[name].default
-  return tuple(v) != tuple(default) if isinstance(v, tuple) else v != default
-
-
 def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:
   if not cond:
     raise ConfigErrors([ConfigError(file, path, rule, value)])
@@ -136,8 +124,20 @@ class ComponentBase:
   default is compiled out unless the field is named for per-world variation (`vary`), and
   `compiled_out()` lists such fields so that a per-world value given for one is an error, not
   silently ignored.
+
+  `stochastic_fields()` lists the fields that scale a random draw (what `tune` holds at zero):
+  read off the component's error model (`errors`, an `fibril_mjx.error_models.Chain`) where it
+  has one, else its explicit `stochastic` declaration.
   """
   roles: frozenset = frozenset()
+  errors: em.Chain | None = None   # the error model, where the component is written as one
+  stochastic: tuple = ()           # explicit declaration of a component without `errors`
+
+  def stochastic_fields(self) -> tuple[str, ...]:
+    """Manifest fields that scale a random draw (noise, drift, per-episode biases)."""
+    if self.errors is not None:
+      return self.errors.stochastic_fields()
+    return tuple(self.stochastic)
 
   def param_path(self, field: str):
     fields = getattr(getattr(self, 'params_type', None), '_fields', ())
@@ -244,7 +244,10 @@ class SensorBase(ComponentBase):
     return s.held
 
   def status(self, s) -> dict:
-    return {'lost': s.queue.lost, 'overflow': s.queue.overflow}
+    """Delivery counters, then the error model's (e.g. `clip_count`)."""
+    counters = self.errors.counters if self.errors is not None else ()
+    return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
+            **{n: getattr(s, n) for n in counters}}
 
   def describe_sensors(self) -> list[str]:
     """Plan lines of the bound MuJoCo sensors (attribute `sensors`: `SensorBinding`s)."""
@@ -256,6 +259,17 @@ class SensorBase(ComponentBase):
     return [f'sample type {self.sample_type}',
             f'schedule: {self.schedule.describe()}',
             f'transport: {self.transport.describe()}']
+
+  def error_ctx(self, streams, n=0, period_s=None, **inputs) -> em.Ctx:
+    """What the error model's terms see: this sensor's switches and streams, sample `n`."""
+    return em.Ctx(self._on, streams, n, self.cfg.period_s if period_s is None else period_s,
+                  inputs)
+
+  def describe_errors(self, lines, own_terms=()) -> list[str]:
+    """`describe_terms` with the error model's plan lines and switch fields."""
+    switches = tuple(f for t in self.errors.terms for f in t.switches)
+    return self.describe_terms(list(lines) + ['error model:'] + self.errors.plan(self._on),
+                               tuple(own_terms) + switches)
 
   def describe_terms(self, lines, terms) -> list[str]:
     """The usual `describe`: timing, the sensor's own `lines`, the fields of `terms` that are

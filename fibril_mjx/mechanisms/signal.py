@@ -60,6 +60,13 @@ def lowpass_alpha(bandwidth_hz, period_s):
   return -jnp.expm1(-2.0 * jnp.pi * bandwidth_hz * period_s)
 
 
+def lag_alpha(period_s, time_constant_s):
+  """Update coefficient `α = 1 − exp(−Δ/τ)` of a first-order lag of time constant τ updated
+  every Δ; `τ <= 0` gives 1 (no lag), without a division by zero in the gradient."""
+  tau = jnp.where(time_constant_s > 0, time_constant_s, 1.0)
+  return jnp.where(time_constant_s > 0, -jnp.expm1(-period_s / tau), 1.0)
+
+
 def lowpass(y_prev, x, alpha, first):
   """`y = y_prev + α (x − y_prev)`; the first update returns `x` (no turn-on transient)."""
   return jnp.where(first, x, y_prev + alpha * (x - y_prev))

@@ -16,7 +16,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parents[2] / 'fibril_mjx'
 
 # bottom → top; a module may import its own layer and those before it
-LAYERS = ('errors', 'config', 'mechanisms', 'physics', 'core', 'components', 'builder',
+LAYERS = ('errors', 'config', 'mechanisms', 'error_models', 'physics', 'core', 'components', 'builder',
           'batch', 'analysis', 'io', 'workflows', 'rl', 'cli')
 
 

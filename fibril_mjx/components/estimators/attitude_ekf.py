@@ -156,6 +156,7 @@ class AttitudeEkf(base.ComponentBase):
   sample_type = SAMPLE_TYPE
   roles = frozenset({protocol.ESTIMATOR})
   params_type = Params
+  stochastic = ()   # draws nothing: its noise densities are the filter's model, not noise
 
 
   @property

@@ -143,6 +143,12 @@ class State(NamedTuple):
   thermal: Any = None   # `thermal.ThermalState`, or None when the thermal model is off
 
 
+# Fields that scale a random draw (what `tune` holds at zero).
+STOCHASTIC = ('orientation_noise_stddev_rad', 'angular_velocity_noise_stddev',
+              'linear_acceleration_noise_stddev', 'yaw_rate_bias_stddev_rad_s'
+              ) + thermal.STOCHASTIC
+
+
 @dataclasses.dataclass(frozen=True)
 class Ahrs(inertial.RateSensor):
   """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State.
@@ -153,6 +159,7 @@ class Ahrs(inertial.RateSensor):
   """
   type = TYPE
   sample_type = SAMPLE_TYPE
+  stochastic = STOCHASTIC
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]

@@ -27,40 +27,37 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
-from fibril_mjx.mechanisms import faults, rng, smallmat
-from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
-from fibril_mjx.components.base import NonNeg, Positive, Vec3
+from fibril_mjx.components.base import Positive, Vec3
 
 TYPE = 'fibril_sim/airspeed'
 SAMPLE_TYPE = 'fibril_sim/airspeed_sample/v1'
-SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
+
+# The error model: the probe's response (every physics tick), then the transducer's offset,
+# white noise, range and resolution (every acquisition).
+PROBE = em.chain(em.first_order_lag('response_time_s'))
+TRANSDUCER = em.chain(em.constant_bias('offset_pa'), em.white_noise('noise_stddev_pa'),
+                      em.saturation('range_pa'), em.quantization('resolution_pa'))
+ERRORS = em.chain(PROBE, TRANSDUCER)
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
-class AirspeedConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/airspeed` (Pa, m/s, kg/m³, s)."""
+class _OwnConfig(faults.DeviceConfig):
+  """The probe's own manifest fields (its error model adds the rest)."""
   velocity_sensor: str
   wind_m_s: Vec3 = (0.0, 0.0, 0.0)
   air_density_kg_m3: Positive = 1.225
-  response_time_s: NonNeg = 0.0
-  offset_pa: float = 0.0
-  noise_stddev_pa: NonNeg = 0.0
-  range_pa: NonNeg = 0.0
-  resolution_pa: NonNeg = 0.0
 
 
-class Params(NamedTuple):
-  """Per-world parameters (config names)."""
-  wind_m_s: jax.Array
-  air_density_kg_m3: jax.Array
-  response_time_s: jax.Array
-  offset_pa: jax.Array
-  noise_stddev_pa: jax.Array
-  range_pa: jax.Array
-  resolution_pa: jax.Array
-  faults: tuple
+AirspeedConfigModel = em.config_model(
+    'AirspeedConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
+    '`fibril_sim/airspeed` (Pa, m/s, kg/m³, s): its own fields and its error model\'s.',
+    __name__)
+Params = em.params_type('Params', ('wind_m_s', 'air_density_kg_m3'), ERRORS,
+                        doc='Per-world parameters (config names), faults.')
 
 
 class Sample(NamedTuple):
@@ -78,16 +75,9 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: streams, the lagged pressure and whether it started, clip count, queue,
-  held output, faults."""
-  streams: dict
-  lagged: jax.Array
-  started: jax.Array
-  clip_count: jax.Array
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
+    'Per-world state: streams, the error model\'s (lagged pressure and whether it started, '
+    'clip count), queue, held output, faults.'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,23 +90,21 @@ class Airspeed(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  errors = ERRORS
   fault_fields = ('differential_pressure_pa',)
   always_used = ('wind_m_s', 'air_density_kg_m3')
 
   def variance(self, p: Params):
-    v = jnp.float32(0.0)
-    if self._on('noise_stddev_pa'):
-      v = v + p.noise_stddev_pa ** 2
-    if self._on('resolution_pa'):
-      v = v + p.resolution_pa ** 2 / 12.0
-    return v
+    return ERRORS.variance(p, self.error_ctx({}))
 
   def init(self, p: Params, world_key) -> State:
-    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     z = jnp.float32(0.0)
     neutral = Sample(z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
     queue, held, fs = self.init_transport(neutral)
-    return State(streams, z, jnp.bool_(False), jnp.int32(0), queue, held, fs)
+    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
+                 faults=fs)
 
   def air_velocity(self, p: Params, data):
     """Air-relative velocity of the probe in site axes `(3,)` m/s."""
@@ -134,24 +122,16 @@ class Airspeed(base.FaultySensorFields):
     del tick
     if not self._on('response_time_s'):
       return s
-    q = self.ideal(p, data)
-    tau = jnp.where(p.response_time_s > 0, p.response_time_s, 1.0)
-    alpha = jnp.where(p.response_time_s > 0, -jnp.expm1(-self.dt / tau), 1.0)
-    return s._replace(lagged=jnp.where(s.started, s.lagged + alpha * (q - s.lagged), q),
-                      started=jnp.bool_(True))
+    ctx = self.error_ctx(s.streams, period_s=self.dt)
+    st, _, _ = PROBE.apply(p, ERRORS.state_of(s), self.ideal(p, data), ctx)
+    return s._replace(**st)
 
   def acquire(self, p: Params, s: State, data, tick, n):
     del tick
     x = s.lagged if self._on('response_time_s') else self.ideal(p, data)
-    if self._on('offset_pa'):
-      x = x + p.offset_pa
-    if self._on('noise_stddev_pa'):
-      x = x + p.noise_stddev_pa * rng.normal(s.streams['noise'], n)
-    x, flag, count = sig.limit_and_quantize(
-        x, s.clip_count, p.range_pa if self._on('range_pa') else None,
-        p.resolution_pa if self._on('resolution_pa') else None)
+    st, x, flag = TRANSDUCER.apply(p, ERRORS.state_of(s), x, self.error_ctx(s.streams, n))
     sample = Sample(x, self.variance(p), flag, jnp.int32(faults.HEALTHY))
-    return s._replace(clip_count=count), sample
+    return s._replace(**st), sample
 
   def truth(self, s: State, data) -> dict:
     """The probe-axis velocity relative to the ground (the wind is a per-world param, not
@@ -160,15 +140,12 @@ class Airspeed(base.FaultySensorFields):
     return {'probe_ground_speed_m_s': data.sensordata[b.adr], 'lagged_pressure_pa': s.lagged,
             'health': s.faults.health}
 
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
-
   def describe(self) -> list[str]:
     b = self.velocity
-    return self.describe_terms([
+    return self.describe_errors([
         f'probe: x axis of site {b.site!r} ({b.name}, velocimeter, adr {b.adr}); wind (world) '
         f'{list(self.cfg.wind_m_s)} m/s, density {self.cfg.air_density_kg_m3:g} kg/m³'],
-        ('response_time_s', 'offset_pa', 'noise_stddev_pa', 'range_pa', 'resolution_pa'))
+        ())
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:

@@ -30,9 +30,8 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
-from fibril_mjx.mechanisms import faults, rng, smallmat
-from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
@@ -40,9 +39,24 @@ from fibril_mjx.errors import ConfigError, did_you_mean
 
 TYPE = 'fibril_sim/barometer'
 SAMPLE_TYPE = 'fibril_sim/barometer_sample/v1'
-SOURCES = ('noise', 'bias_turn_on', 'bias_instability', 'delivery_jitter', 'delivery_loss')
 LAPSE_K_M = 0.0065
 ISA_EXPONENT = 5.255877   # g0·M/(R·L) with g0 9.80665, M 0.0289644, R 8.31432, L 0.0065
+
+# The error model, in application order: biases where the ISA pressure leaves the atmosphere,
+# white noise after the sensor's own couplings (temperature, throttle, airspeed), then the
+# pressure range and the resolution of the output.
+BIAS = em.chain(
+    em.turn_on_bias('bias_turn_on_stddev_pa'),
+    em.constant_bias('bias_pa'),
+    em.gauss_markov('bias_instability_stddev_pa', 'bias_correlation_time_s',
+                    'bias_instability', 'gm'),
+    em.common_mode('common_mode_stddev_pa', 'common_mode_correlation_time_s', 'weather',
+                   'common', 'common_mode_stream'))
+NOISE = em.chain(em.white_noise('noise_stddev_pa'))
+OUTPUT = em.chain(em.bounds('pressure_min_pa', 'pressure_max_pa'),
+                  em.quantization('resolution_pa'))
+ERRORS = em.chain(BIAS, NOISE, OUTPUT)
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 def isa_pressure(h_m, p0_pa, t0_k):
@@ -50,20 +64,12 @@ def isa_pressure(h_m, p0_pa, t0_k):
   return p0_pa * (1.0 - LAPSE_K_M * h_m / t0_k) ** ISA_EXPONENT
 
 
-class BarometerConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/barometer` (Pa, K, m)."""
+class _OwnConfig(faults.DeviceConfig):
+  """The barometer's own manifest fields (its error model adds the rest)."""
   site: str
   altitude_offset_m: float = 0.0
   sea_level_pressure_pa: Positive = 101325.0
   sea_level_temperature_k: Positive = 288.15
-  bias_pa: float = 0.0
-  bias_turn_on_stddev_pa: NonNeg = 0.0
-  bias_instability_stddev_pa: NonNeg = 0.0
-  bias_correlation_time_s: NonNeg = 0.0
-  common_mode_stream: str | None = None
-  common_mode_stddev_pa: NonNeg = 0.0
-  common_mode_correlation_time_s: NonNeg = 0.0
-  noise_stddev_pa: NonNeg = 0.0
   temperature_coefficient_pa_per_k: float = 0.0
   temperature_offset_k: float = 0.0
   reference_temperature_k: Positive = 298.15
@@ -74,35 +80,18 @@ class BarometerConfigModel(faults.DeviceConfig):
   wind_m_s: Vec3 = (0.0, 0.0, 0.0)
   airspeed_bias_points_m_s: tuple[NonNeg, ...] = ()
   airspeed_bias_pa: tuple[float, ...] = ()
-  pressure_min_pa: NonNeg = 0.0
-  pressure_max_pa: NonNeg = 0.0
-  resolution_pa: NonNeg = 0.0
 
 
-class Params(NamedTuple):
-  """Per-world parameters (config names; tables as arrays)."""
-  altitude_offset_m: jax.Array
-  sea_level_pressure_pa: jax.Array
-  sea_level_temperature_k: jax.Array
-  bias_pa: jax.Array
-  bias_turn_on_stddev_pa: jax.Array
-  bias_instability_stddev_pa: jax.Array
-  bias_correlation_time_s: jax.Array
-  common_mode_stddev_pa: jax.Array
-  common_mode_correlation_time_s: jax.Array
-  noise_stddev_pa: jax.Array
-  temperature_coefficient_pa_per_k: jax.Array
-  temperature_offset_k: jax.Array
-  reference_temperature_k: jax.Array
-  throttle_bias_points: jax.Array
-  throttle_bias_pa: jax.Array
-  wind_m_s: jax.Array
-  airspeed_bias_points_m_s: jax.Array
-  airspeed_bias_pa: jax.Array
-  pressure_min_pa: jax.Array
-  pressure_max_pa: jax.Array
-  resolution_pa: jax.Array
-  faults: tuple
+BarometerConfigModel = em.config_model(
+    'BarometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
+    '`fibril_sim/barometer` (Pa, K, m): its own fields and those of its error model.', __name__)
+OWN_PARAMS = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k',
+              'temperature_coefficient_pa_per_k', 'temperature_offset_k',
+              'reference_temperature_k', 'throttle_bias_points', 'throttle_bias_pa', 'wind_m_s',
+              'airspeed_bias_points_m_s', 'airspeed_bias_pa')
+Params = em.params_type('Params', OWN_PARAMS, ERRORS, doc='Per-world parameters (config '
+                        'names; tables as arrays): the sensor\'s own, its error model\'s, '
+                        'faults.')
 
 
 class Sample(NamedTuple):
@@ -122,17 +111,9 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: streams, turn-on offset, drift, unit common-mode process, clip count,
-  queue, held output, faults."""
-  streams: dict
-  turn_on: jax.Array
-  gm: jax.Array
-  common: jax.Array
-  clip_count: jax.Array
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
+    'Per-world state: streams, the error model\'s (turn-on offset, drift, unit common-mode '
+    'process, clip count), queue, held output, faults.'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +133,7 @@ class Barometer(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  errors = ERRORS
   fault_fields = ('pressure_pa',)
   always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 
@@ -159,31 +141,20 @@ class Barometer(base.FaultySensorFields):
     return self._on('temperature_coefficient_pa_per_k')
 
   def variance(self, p: Params):
-    v = jnp.float32(0.0)
-    if self._on('noise_stddev_pa'):
-      v = v + p.noise_stddev_pa ** 2
-    if self._on('resolution_pa'):
-      v = v + p.resolution_pa ** 2 / 12.0
-    return v
+    return ERRORS.variance(p, self.error_ctx({}))
 
   def init(self, p: Params, world_key) -> State:
-    name = self.cfg.common_mode_stream
-    streams = faults.stream_keys(world_key, self.id, SOURCES + ('weather',),
-                                 {'weather': name} if name else None)
-    turn_on = jnp.float32(0.0)
-    if self._on('bias_turn_on_stddev_pa'):
-      turn_on = p.bias_turn_on_stddev_pa * rng.normal(streams['bias_turn_on'], 0)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     z = jnp.float32(0.0)
     neutral = Sample(z, z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
     queue, held, fs = self.init_transport(neutral)
-    return State(streams, turn_on, z, z, jnp.int32(0), queue, held, fs)
+    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
+                 faults=fs)
 
   def on_reset(self, p: Params, s: State, index) -> State:
     """A device reset redraws the turn-on offset (draw `index` of its stream)."""
-    if not self._on('bias_turn_on_stddev_pa'):
-      return s
-    return s._replace(turn_on=p.bias_turn_on_stddev_pa * rng.normal(s.streams['bias_turn_on'],
-                                                                     index))
+    return s._replace(**ERRORS.redraw(p, ERRORS.state_of(s), self.error_ctx(s.streams), index))
 
   def height_m(self, p: Params, data):
     return data.site_xpos[self.site_id, 2] + p.altitude_offset_m
@@ -203,23 +174,10 @@ class Barometer(base.FaultySensorFields):
 
   def acquire(self, p: Params, s: State, data, tick, n):
     del tick
-    first = n == 0
-    per = self.cfg.period_s
+    ctx = self.error_ctx(s.streams, n)
     pres, temp = self.ideal(p, data)
     temp = temp + p.temperature_offset_k
-    x = pres + s.turn_on
-    if self._on('bias_pa'):
-      x = x + p.bias_pa
-    gm, common = s.gm, s.common
-    if self._on('bias_instability_stddev_pa'):
-      phi = sig.gauss_markov_phi(per, p.bias_correlation_time_s)
-      gm = sig.ar1(s.gm, rng.normal(s.streams['bias_instability'], n), phi,
-                   p.bias_instability_stddev_pa, first)
-      x = x + gm
-    if self._on('common_mode_stddev_pa'):
-      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
-      common = sig.ar1(s.common, rng.normal(s.streams['weather'], n), phi, 1.0, first)
-      x = x + p.common_mode_stddev_pa * common
+    st, x, _ = BIAS.apply(p, ERRORS.state_of(s), pres, ctx)
     if self._temperature_on():
       x = x + p.temperature_coefficient_pa_per_k * (temp - p.reference_temperature_k)
     if self.throttle_ctrl >= 0:
@@ -228,20 +186,10 @@ class Barometer(base.FaultySensorFields):
     if self.velocity is not None:
       x = x + jnp.interp(self.air_speed(p, data), p.airspeed_bias_points_m_s,
                          p.airspeed_bias_pa)
-    if self._on('noise_stddev_pa'):
-      x = x + p.noise_stddev_pa * rng.normal(s.streams['noise'], n)
-    flag = jnp.bool_(False)
-    count = s.clip_count
-    if self._on('pressure_min_pa') or self._on('pressure_max_pa'):
-      lo = p.pressure_min_pa
-      hi = p.pressure_max_pa if self._on('pressure_max_pa') else jnp.inf
-      flag = (x < lo) | (x > hi)
-      x = jnp.clip(x, lo, hi)
-      count = count + flag.astype(jnp.int32)
-    if self._on('resolution_pa'):
-      x = sig.quantize(x, p.resolution_pa)
+    st, x, _ = NOISE.apply(p, st, x, ctx)
+    st, x, flag = OUTPUT.apply(p, st, x, ctx)
     sample = Sample(x, temp, self.variance(p), flag, jnp.int32(faults.HEALTHY))
-    return s._replace(gm=gm, common=common, clip_count=count), sample
+    return s._replace(**st), sample
 
   def truth(self, s: State, data) -> dict:
     """Site height above mean sea level and the error-free ISA pressure there need the world's
@@ -250,23 +198,21 @@ class Barometer(base.FaultySensorFields):
     return {'site_z_m': data.site_xpos[self.site_id, 2], 'bias_pa': s.turn_on + s.gm,
             'health': s.faults.health}
 
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
-
   def describe(self) -> list[str]:
     c = self.cfg
-    return self.describe_terms([
+    return self.describe_errors([
         f'site {c.site!r}: ISA pressure (P0 {c.sea_level_pressure_pa:g} Pa, T0 '
         f'{c.sea_level_temperature_k:g} K), height offset {c.altitude_offset_m:g} m',
         f'throttle table on {c.throttle_actuator or "none"}; airspeed table via '
         f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}'],
-        [f for f in BarometerConfigModel.model_fields
-         if f.endswith(('_pa', '_k')) and f in Params._fields])
+        ('sea_level_pressure_pa', 'sea_level_temperature_k', 'temperature_coefficient_pa_per_k',
+         'temperature_offset_k', 'reference_temperature_k', 'throttle_bias_pa',
+         'airspeed_bias_pa'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
   sb = base.SensorBuild(BarometerConfigModel, TYPE, cid, raw, ctx, catalog)
-  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
+  cfg, origin = sb.cfg, sb.origin
   m = ctx.model
   for pts, vals in (('throttle_bias_points', 'throttle_bias_pa'),
                     ('airspeed_bias_points_m_s', 'airspeed_bias_pa')):
@@ -275,23 +221,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
                f'({len(x)})', list(y))
     base.check(all(b > a for a, b in zip(x, x[1:])), *origin(pts), 'must increase strictly',
                list(x))
-  base.check(not cfg.pressure_max_pa or cfg.pressure_max_pa > cfg.pressure_min_pa,
-             *origin('pressure_max_pa'), f'must be > pressure_min_pa = {cfg.pressure_min_pa:g} '
-             '(or 0: no upper limit)', cfg.pressure_max_pa)
   sid = faults.bind_site(ctx, cfg.site, origin)
-  base.check(cfg.bias_correlation_time_s > 0 or not (
-      cfg.bias_instability_stddev_pa > 0 or 'bias_instability_stddev_pa' in vary),
-      *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_pa > 0 '
-      '(Gauss–Markov correlation time)', cfg.bias_correlation_time_s)
-  base.check(cfg.common_mode_correlation_time_s > 0 or not cfg.common_mode_stddev_pa > 0,
-             *origin('common_mode_correlation_time_s'), 'must be > 0 where '
-             'common_mode_stddev_pa > 0 (Gauss–Markov correlation time)',
-             cfg.common_mode_correlation_time_s)
-  base.check(cfg.common_mode_stream is not None or not cfg.common_mode_stddev_pa > 0,
-             *origin('common_mode_stream'), 'must name a shared stream where '
-             'common_mode_stddev_pa > 0', cfg.common_mode_stream)
-  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
-                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  ERRORS.check(sb)
   throttle = -1
   if cfg.throttle_bias_points and cfg.throttle_actuator is None:
     raise ConfigError(*origin('throttle_actuator'), 'required with throttle_bias_points '

@@ -154,6 +154,7 @@ class Camera(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  stochastic = ('pixel_noise_stddev_px',)
   fault_fields = ('uv_px',)
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 

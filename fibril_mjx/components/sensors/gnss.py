@@ -45,9 +45,8 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx.mechanisms import faults, geodesy, rng, smallmat
-from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults, geodesy, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
@@ -55,30 +54,35 @@ from fibril_mjx.errors import ConfigError
 
 TYPE = 'fibril_sim/gnss'
 SAMPLE_TYPE = 'fibril_sim/gnss_sample/v1'
-SOURCES = ('horizontal_error', 'vertical_error', 'velocity_noise', 'delivery_jitter',
-           'delivery_loss')
 FIX_NONE, FIX_3D = 0, 3
 NO_FIX_DOP = 99.99
+H, V = 'horizontal', 'vertical'
+
+# The error model: the receiver's own position error (E, N, U Gauss–Markov, one state vector),
+# the common-mode part on a shared stream, and white velocity noise.
+POSITION = em.chain(
+    em.gauss_markov(f'{H}_error_stddev_m', f'{H}_correlation_time_s', f'{H}_error', 'error',
+                    (2,), at=(0, 2), size=3, add=False),
+    em.gauss_markov(f'{V}_error_stddev_m', f'{V}_correlation_time_s', f'{V}_error', 'error',
+                    at=2, size=3, add=False))
+COMMON = em.chain(em.common_mode(
+    (f'common_mode_{H}_stddev_m', f'common_mode_{H}_stddev_m', f'common_mode_{V}_stddev_m'),
+    'common_mode_correlation_time_s', 'atmosphere', 'common', 'common_mode_stream', (3,)))
+VELOCITY = em.chain(em.white_noise(
+    (f'{H}_velocity_noise_stddev_m_s', f'{H}_velocity_noise_stddev_m_s',
+     f'{V}_velocity_noise_stddev_m_s'), 'velocity_noise', (3,)))
+ERRORS = em.chain(POSITION, COMMON, VELOCITY)
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
-class GnssConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/gnss` (m, m/s, s, degrees)."""
+class _OwnConfig(faults.DeviceConfig):
+  """The receiver's own manifest fields (its error model adds the rest)."""
   velocity_sensor: str
   angular_velocity_sensor: str | None = None
   lever_arm_m: Vec3 = (0.0, 0.0, 0.0)
   origin_latitude_deg: float = pydantic.Field(ge=-89.9, le=89.9)
   origin_longitude_deg: float = pydantic.Field(ge=-180, le=180)
   origin_height_m: float = 0.0
-  horizontal_error_stddev_m: NonNeg = 0.0
-  horizontal_correlation_time_s: NonNeg = 0.0
-  vertical_error_stddev_m: NonNeg = 0.0
-  vertical_correlation_time_s: NonNeg = 0.0
-  horizontal_velocity_noise_stddev_m_s: NonNeg = 0.0
-  vertical_velocity_noise_stddev_m_s: NonNeg = 0.0
-  common_mode_stream: str | None = None
-  common_mode_horizontal_stddev_m: NonNeg = 0.0
-  common_mode_vertical_stddev_m: NonNeg = 0.0
-  common_mode_correlation_time_s: NonNeg = 0.0
   outage_start_s: tuple[NonNeg, ...] = ()
   outage_end_s: tuple[NonNeg, ...] = ()
   reacquisition_s: NonNeg = 0.0
@@ -89,25 +93,13 @@ class GnssConfigModel(faults.DeviceConfig):
   no_fix_accuracy_m: float = pydantic.Field(9999.0, ge=100)
 
 
-class Params(NamedTuple):
-  """Per-world parameters (config names; outages `(n_outages,)`)."""
-  lever_arm_m: jax.Array
-  horizontal_error_stddev_m: jax.Array
-  horizontal_correlation_time_s: jax.Array
-  vertical_error_stddev_m: jax.Array
-  vertical_correlation_time_s: jax.Array
-  horizontal_velocity_noise_stddev_m_s: jax.Array
-  vertical_velocity_noise_stddev_m_s: jax.Array
-  common_mode_horizontal_stddev_m: jax.Array
-  common_mode_vertical_stddev_m: jax.Array
-  common_mode_correlation_time_s: jax.Array
-  outage_start_s: jax.Array
-  outage_end_s: jax.Array
-  reacquisition_s: jax.Array
-  hdop: jax.Array
-  vdop: jax.Array
-  no_fix_accuracy_m: jax.Array
-  faults: tuple
+GnssConfigModel = em.config_model(
+    'GnssConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/gnss` '
+    '(m, m/s, s, degrees): its own fields and those of its error model.', __name__)
+Params = em.params_type(
+    'Params', ('lever_arm_m',), ERRORS, ('outage_start_s', 'outage_end_s', 'reacquisition_s',
+                                         'hdop', 'vdop', 'no_fix_accuracy_m'),
+    doc='Per-world parameters (config names; outages `(n_outages,)`), faults.')
 
 
 class Sample(NamedTuple):
@@ -138,18 +130,10 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: streams, the lever arm (for truth), position error `(3,)` (E, N, U
-  Gauss–Markov), unit common-mode process `(3,)`, the last fixed solution, queue, held output,
-  faults."""
-  streams: dict
-  lever_arm: jax.Array
-  error: jax.Array
-  common: jax.Array
-  last_fix: Sample
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', ('lever_arm',), ERRORS, ('last_fix', 'queue', 'held', 'faults'),
+                     doc='Per-world state: streams, the lever arm (for truth), the error '
+                     'model\'s (position error `(3,)` E, N, U; unit common-mode process '
+                     '`(3,)`), the last fixed solution, queue, held output, faults.')
 
 
 def _neutral(origin: geodesy.Origin) -> Sample:
@@ -176,6 +160,7 @@ class Gnss(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  errors = ERRORS
   fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
   always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')
 
@@ -183,13 +168,12 @@ class Gnss(base.FaultySensorFields):
     return bool(self.cfg.outage_start_s)
 
   def init(self, p: Params, world_key) -> State:
-    name = self.cfg.common_mode_stream
-    streams = faults.stream_keys(world_key, self.id, SOURCES + ('atmosphere',),
-                                 {'atmosphere': name} if name else None)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     neutral = _neutral(self.origin)
     queue, held, fs = self.init_transport(neutral)
-    z3 = jnp.zeros(3, jnp.float32)
-    return State(streams, p.lever_arm_m, z3, z3, neutral, queue, held, fs)
+    return State(streams, p.lever_arm_m, **ERRORS.init(p, self.error_ctx(streams)),
+                 last_fix=neutral, queue=queue, held=held, faults=fs)
 
   def antenna(self, lever_arm, data):
     """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""
@@ -215,39 +199,19 @@ class Gnss(base.FaultySensorFields):
             jnp.sqrt(p.vertical_error_stddev_m ** 2 + p.common_mode_vertical_stddev_m ** 2))
 
   def acquire(self, p: Params, s: State, data, tick, n):
-    first = n == 0
-    per = self.cfg.period_s
+    ctx = self.error_ctx(s.streams, n)
     pos, vel = self.antenna(p.lever_arm_m, data)
-    err, common = s.error, s.common
-    if self._on('horizontal_error_stddev_m'):
-      phi = sig.gauss_markov_phi(per, p.horizontal_correlation_time_s)
-      eh = sig.ar1(err[:2], rng.normal(s.streams['horizontal_error'], n, (2,)), phi,
-                   p.horizontal_error_stddev_m, first)
-      err = err.at[:2].set(eh)
-    if self._on('vertical_error_stddev_m'):
-      phi = sig.gauss_markov_phi(per, p.vertical_correlation_time_s)
-      err = err.at[2].set(sig.ar1(err[2], rng.normal(s.streams['vertical_error'], n), phi,
-                                  p.vertical_error_stddev_m, first))
-    pos = pos + err
-    if self._on('common_mode_horizontal_stddev_m') or self._on('common_mode_vertical_stddev_m'):
-      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
-      common = sig.ar1(s.common, rng.normal(s.streams['atmosphere'], n, (3,)), phi, 1.0, first)
-      scale = jnp.stack([p.common_mode_horizontal_stddev_m, p.common_mode_horizontal_stddev_m,
-                         p.common_mode_vertical_stddev_m])
-      pos = pos + scale * common
-    if self._on('horizontal_velocity_noise_stddev_m_s') or self._on(
-        'vertical_velocity_noise_stddev_m_s'):
-      sv = jnp.stack([p.horizontal_velocity_noise_stddev_m_s,
-                      p.horizontal_velocity_noise_stddev_m_s,
-                      p.vertical_velocity_noise_stddev_m_s])
-      vel = vel + sv * rng.normal(s.streams['velocity_noise'], n, (3,))
+    st, _, _ = POSITION.apply(p, ERRORS.state_of(s), pos, ctx)
+    pos = pos + st['error']
+    st, pos, _ = COMMON.apply(p, st, pos, ctx)
+    st, vel, _ = VELOCITY.apply(p, st, vel, ctx)
     lat, lon, h = geodesy.enu_to_geodetic_e7(self.origin, pos)
     h_acc, v_acc = self.accuracy(p)
     fixed = Sample(lat, lon, h, vel, h_acc, v_acc, p.horizontal_velocity_noise_stddev_m_s,
                    jnp.int32(FIX_3D), jnp.int32(self.cfg.satellites), p.hdop, p.vdop,
                    jnp.int32(faults.HEALTHY))
     if not self._outages():
-      return s._replace(error=err, common=common), fixed
+      return s._replace(**st), fixed
     fix = self.has_fix(p, jnp.asarray(tick, jnp.float32) * self.dt)
     last = s.last_fix
     big = p.no_fix_accuracy_m
@@ -256,7 +220,7 @@ class Gnss(base.FaultySensorFields):
                          satellites=jnp.int32(self.cfg.satellites_no_fix),
                          hdop=jnp.float32(NO_FIX_DOP), vdop=jnp.float32(NO_FIX_DOP))
     sample = jax.tree.map(lambda a, b: jnp.where(fix, a, b), fixed, lost)
-    return s._replace(error=err, common=common,
+    return s._replace(**st,
                       last_fix=jax.tree.map(lambda a, b: jnp.where(fix, a, b), fixed, last)
                       ), sample
 
@@ -274,14 +238,12 @@ class Gnss(base.FaultySensorFields):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    return self.describe_terms([
+    return self.describe_errors([
         f'antenna: site {self.velocity.site!r} + lever arm {list(c.lever_arm_m)} m; origin '
         f'{c.origin_latitude_deg:.7f}°, {c.origin_longitude_deg:.7f}°, {c.origin_height_m:g} m',
         f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s; common-mode '
         f'stream: {c.common_mode_stream or "none"}'],
-        ('lever_arm_m', 'horizontal_error_stddev_m', 'vertical_error_stddev_m',
-         'horizontal_velocity_noise_stddev_m_s', 'vertical_velocity_noise_stddev_m_s',
-         'common_mode_horizontal_stddev_m', 'common_mode_vertical_stddev_m'))
+        ('lever_arm_m',))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
@@ -307,19 +269,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
       raise ConfigError(*origin('angular_velocity_sensor'), f'must be on the site of '
                         f'velocity_sensor ({velocity.site!r}); it is on {gyro.site!r}',
                         cfg.angular_velocity_sensor)
-  for sig_f, tau_f in (('horizontal_error_stddev_m', 'horizontal_correlation_time_s'),
-                       ('vertical_error_stddev_m', 'vertical_correlation_time_s')):
-    base.check(getattr(cfg, tau_f) > 0 or not (getattr(cfg, sig_f) > 0 or sig_f in vary),
-               *origin(tau_f), f'must be > 0 where {sig_f} > 0 (Gauss–Markov correlation '
-               'time)', getattr(cfg, tau_f))
-  cm = cfg.common_mode_horizontal_stddev_m > 0 or cfg.common_mode_vertical_stddev_m > 0
-  base.check(cfg.common_mode_correlation_time_s > 0 or not cm,
-             *origin('common_mode_correlation_time_s'), 'must be > 0 where a common-mode '
-             'stddev > 0 (Gauss–Markov correlation time)', cfg.common_mode_correlation_time_s)
-  base.check(cfg.common_mode_stream is not None or not cm, *origin('common_mode_stream'),
-             'must name a shared stream where a common-mode stddev > 0', cfg.common_mode_stream)
-  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
-                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  ERRORS.check(sb)
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
   geo = geodesy.Origin.build(cfg.origin_latitude_deg, cfg.origin_longitude_deg,
                              cfg.origin_height_m)

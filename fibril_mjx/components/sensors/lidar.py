@@ -136,6 +136,7 @@ class Lidar(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  stochastic = ('noise_stddev_m', 'noise_fraction')
   fault_fields = ('range_m',)
   always_used = ('min_range_m', 'max_range_m')
 

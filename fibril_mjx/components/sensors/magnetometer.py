@@ -39,24 +39,37 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from fibril_mjx.mechanisms import faults, rng, smallmat
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
-from fibril_mjx.components.base import NonNeg, NonNeg3, Vec3
+from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
 
 TYPE = 'fibril_sim/magnetometer'
 SAMPLE_TYPE = 'fibril_sim/magnetometer_sample/v1'
-SOURCES = ('noise', 'bias_turn_on', 'bias_instability', 'delivery_jitter', 'delivery_loss')
 Mat3 = tuple[Vec3, Vec3, Vec3]
 IDENTITY = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
 ZERO3 = (0.0, 0.0, 0.0)
 
+# The error model: the common-mode disturbance joins the Earth field in the world frame; the
+# device's own errors enter in sensor axes after soft / hard iron and the current couplings.
+WORLD = em.chain(em.common_mode('common_mode_stddev_ut', 'common_mode_correlation_time_s',
+                                'external_field', 'common', 'common_mode_stream', (3,)))
+DEVICE = em.chain(
+    em.turn_on_bias('bias_turn_on_stddev_ut', (3,)),
+    em.gauss_markov('bias_instability_stddev_ut', 'bias_correlation_time_s', 'bias_instability',
+                    'gm', (3,)),
+    em.white_noise('noise_stddev_ut', shape=(3,)),
+    em.saturation('range_ut', shape=(3,)),
+    em.quantization('resolution_ut'))
+ERRORS = em.chain(WORLD, DEVICE)
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
-class MagnetometerConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/magnetometer` (fields in µT unless named)."""
+
+class _OwnConfig(faults.DeviceConfig):
+  """The magnetometer's own manifest fields (its error model adds the rest)."""
   site: str
   earth_field_ut: Vec3 | None = None
   declination_deg: float | None = None
@@ -67,16 +80,17 @@ class MagnetometerConfigModel(faults.DeviceConfig):
   current_components: tuple[str, ...] = ()
   current_coefficients_ut_per_a: tuple[Vec3, ...] = ()
   current_lag_s: NonNeg = 0.0
-  noise_stddev_ut: NonNeg3 = ZERO3
-  bias_turn_on_stddev_ut: NonNeg3 = ZERO3
-  bias_instability_stddev_ut: NonNeg3 = ZERO3
-  bias_correlation_time_s: NonNeg = 0.0
-  common_mode_stream: str | None = None
-  common_mode_stddev_ut: NonNeg3 = ZERO3
-  common_mode_correlation_time_s: NonNeg = 0.0
-  range_ut: NonNeg = 0.0
-  resolution_ut: NonNeg = 0.0
 
+
+MagnetometerConfigModel = em.config_model(
+    'MagnetometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
+    '`fibril_sim/magnetometer` (fields in µT unless named): its own and its error model\'s.',
+    __name__)
+OWN_PARAMS = ('earth_field_ut', 'hard_iron_ut', 'soft_iron', 'current_coefficients_ut_per_a',
+              'current_lag_s')
+Params = em.params_type('Params', OWN_PARAMS, ERRORS, doc='Per-world parameters (config '
+                        'names; `earth_field_ut` resolved from D/I/F; '
+                        '`current_coefficients_ut_per_a` `(n_currents, 3)`), faults.')
 
 
 def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
@@ -87,25 +101,6 @@ def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
   f = cfg.intensity_ut
   return np.array([f * math.cos(i) * math.sin(d), f * math.cos(i) * math.cos(d),
                    -f * math.sin(i)])
-
-
-class Params(NamedTuple):
-  """Per-world parameters (config names; `earth_field_ut` resolved from D/I/F;
-  `current_coefficients_ut_per_a` `(n_currents, 3)`)."""
-  earth_field_ut: jax.Array
-  hard_iron_ut: jax.Array
-  soft_iron: jax.Array
-  current_coefficients_ut_per_a: jax.Array
-  current_lag_s: jax.Array
-  noise_stddev_ut: jax.Array
-  bias_turn_on_stddev_ut: jax.Array
-  bias_instability_stddev_ut: jax.Array
-  bias_correlation_time_s: jax.Array
-  common_mode_stddev_ut: jax.Array
-  common_mode_correlation_time_s: jax.Array
-  range_ut: jax.Array
-  resolution_ut: jax.Array
-  faults: tuple
 
 
 class Sample(NamedTuple):
@@ -123,20 +118,10 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: streams, the world Earth field (for truth), lagged currents `(n,)`,
-  turn-on bias, Gauss–Markov bias and unit common-mode process `(3,)`, clip counts, queue,
-  held output, faults."""
-  streams: dict
-  earth_field: jax.Array
-  current: jax.Array
-  turn_on: jax.Array
-  gm: jax.Array
-  common: jax.Array
-  clip_count: jax.Array
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', ('earth_field', 'current'), ERRORS, ('queue', 'held', 'faults'),
+                     doc='Per-world state: streams, the world Earth field (for truth), lagged '
+                     'currents `(n,)`, the error model\'s (unit common-mode process, turn-on '
+                     'and Gauss–Markov bias `(3,)`, clip counts), queue, held output, faults.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,17 +138,15 @@ class Magnetometer(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  errors = ERRORS
   fault_fields = ('magnetic_field_ut',)
 
   def default_params(self) -> Params:
     c = self.cfg
-    f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-    coeff = np.asarray(c.current_coefficients_ut_per_a, np.float64).reshape(-1, 3)
-    return Params(f(earth_field(c)), f(c.hard_iron_ut), f(c.soft_iron), f(coeff),
-                  f(c.current_lag_s), f(c.noise_stddev_ut), f(c.bias_turn_on_stddev_ut),
-                  f(c.bias_instability_stddev_ut), f(c.bias_correlation_time_s),
-                  f(c.common_mode_stddev_ut), f(c.common_mode_correlation_time_s),
-                  f(c.range_ut), f(c.resolution_ut), faults.default_params(c))
+    resolved = {'earth_field_ut': earth_field(c), 'current_coefficients_ut_per_a': np.asarray(
+        c.current_coefficients_ut_per_a, np.float64).reshape(-1, 3)}
+    return Params(*(jnp.asarray(resolved[f] if f in resolved else getattr(c, f), jnp.float32)
+                    for f in Params._fields[:-1]), faults.default_params(c))
 
   def param_path(self, field: str):
     if field in ('declination_deg', 'inclination_deg', 'intensity_ut'):
@@ -174,33 +157,20 @@ class Magnetometer(base.FaultySensorFields):
     return self.param_path(field) == ('earth_field_ut',) or super().uses(field)
 
   def variance(self, p: Params):
-    v = jnp.zeros(3, jnp.float32)
-    if self._on('noise_stddev_ut'):
-      v = v + p.noise_stddev_ut ** 2
-    if self._on('resolution_ut'):
-      v = v + p.resolution_ut ** 2 / 12.0
-    return v
+    return ERRORS.variance(p, self.error_ctx({}), (3,))
 
   def init(self, p: Params, world_key) -> State:
-    shared = {'external_field': self.cfg.common_mode_stream} if self.cfg.common_mode_stream \
-        else {}
-    streams = faults.stream_keys(world_key, self.id, SOURCES + ('external_field',), shared)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     z3 = jnp.zeros(3, jnp.float32)
-    turn_on = z3
-    if self._on('bias_turn_on_stddev_ut'):
-      turn_on = p.bias_turn_on_stddev_ut * rng.normal(streams['bias_turn_on'], 0, (3,))
     neutral = Sample(z3, self.variance(p), jnp.zeros(3, bool), jnp.int32(faults.HEALTHY))
     queue, held, fs = self.init_transport(neutral)
     return State(streams, p.earth_field_ut, jnp.zeros(len(self.current_ids), jnp.float32),
-                 turn_on, z3, z3,
-                 jnp.zeros(3, jnp.int32), queue, held, fs)
+                 **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held, faults=fs)
 
   def on_reset(self, p: Params, s: State, index) -> State:
     """A device reset redraws the turn-on bias (draw `index` of its stream)."""
-    if not self._on('bias_turn_on_stddev_ut'):
-      return s
-    return s._replace(turn_on=p.bias_turn_on_stddev_ut *
-                      rng.normal(s.streams['bias_turn_on'], index, (3,)))
+    return s._replace(**ERRORS.redraw(p, ERRORS.state_of(s), self.error_ctx(s.streams), index))
 
   def observe(self, p: Params, s: State, env, tick) -> State:
     """Every tick: the lagged currents of the named components' delivered feedback."""
@@ -210,23 +180,14 @@ class Magnetometer(base.FaultySensorFields):
     i = jnp.stack([jnp.asarray(env[c].sample.current, jnp.float32).reshape(()) for c in
                    self.current_ids])
     if self._on('current_lag_s'):
-      tau = jnp.where(p.current_lag_s > 0, p.current_lag_s, 1.0)
-      alpha = jnp.where(p.current_lag_s > 0, -jnp.expm1(-self.dt / tau), 1.0)
-      i = s.current + alpha * (i - s.current)
+      i = s.current + sig.lag_alpha(self.dt, p.current_lag_s) * (i - s.current)
     return s._replace(current=i)
 
   def acquire(self, p: Params, s: State, data, tick, n):
     del tick
-    first = n == 0
-    per = self.cfg.period_s
+    ctx = self.error_ctx(s.streams, n)
     rot = data.site_xmat[self.site_id]
-    b_world = p.earth_field_ut
-    common = s.common
-    if self._on('common_mode_stddev_ut'):
-      phi = sig.gauss_markov_phi(per, p.common_mode_correlation_time_s)
-      common = sig.ar1(s.common, rng.normal(s.streams['external_field'], n, (3,)), phi, 1.0,
-                       first)
-      b_world = b_world + p.common_mode_stddev_ut * common
+    st, b_world, _ = WORLD.apply(p, ERRORS.state_of(s), p.earth_field_ut, ctx)
     m = smallmat.matvec(rot.T, b_world)
     if self._on('soft_iron'):
       m = smallmat.matvec(p.soft_iron, m)
@@ -234,20 +195,9 @@ class Magnetometer(base.FaultySensorFields):
       m = m + p.hard_iron_ut
     if self.current_ids:
       m = m + smallmat.matvec(p.current_coefficients_ut_per_a.T, s.current)
-    m = m + s.turn_on
-    gm = s.gm
-    if self._on('bias_instability_stddev_ut'):
-      phi = sig.gauss_markov_phi(per, p.bias_correlation_time_s)
-      gm = sig.ar1(s.gm, rng.normal(s.streams['bias_instability'], n, (3,)), phi,
-                   p.bias_instability_stddev_ut, first)
-      m = m + gm
-    if self._on('noise_stddev_ut'):
-      m = m + p.noise_stddev_ut * rng.normal(s.streams['noise'], n, (3,))
-    m, flags, count = sig.limit_and_quantize(
-        m, s.clip_count, p.range_ut if self._on('range_ut') else None,
-        p.resolution_ut if self._on('resolution_ut') else None)
+    st, m, flags = DEVICE.apply(p, st, m, ctx)
     sample = Sample(m, self.variance(p), flags, jnp.int32(faults.HEALTHY))
-    return s._replace(gm=gm, common=common, clip_count=count), sample
+    return s._replace(**st), sample
 
   def truth(self, s: State, data) -> dict:
     """Ideal Earth field in sensor axes (no disturbance or errors), the true yaw of the site
@@ -257,19 +207,14 @@ class Magnetometer(base.FaultySensorFields):
             'yaw_rad': jnp.arctan2(rot[1, 0], rot[0, 0]),
             'bias_ut': s.turn_on + s.gm, 'current_a': s.current, 'health': s.faults.health}
 
-  def status(self, s: State) -> dict:
-    return {**super().status(s), 'clip_count': s.clip_count}
-
   def describe(self) -> list[str]:
     c = self.cfg
-    return self.describe_terms([
+    return self.describe_errors([
         f'site {c.site!r} (id {self.site_id}); Earth field (world, µT) '
         f'{[round(float(v), 3) for v in earth_field(c)]}',
         f'currents from: {", ".join(self.current_ids) or "none"}',
         f'common-mode stream: {c.common_mode_stream or "none"}'],
-        ('hard_iron_ut', 'soft_iron', 'current_lag_s', 'noise_stddev_ut',
-         'bias_turn_on_stddev_ut', 'bias_instability_stddev_ut', 'common_mode_stddev_ut',
-         'range_ut', 'resolution_ut'))
+        ('hard_iron_ut', 'soft_iron', 'current_lag_s'))
 
 
 def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str, index: int):
@@ -292,7 +237,7 @@ def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str,
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   sb = base.SensorBuild(MagnetometerConfigModel, TYPE, cid, raw, ctx, catalog)
-  cfg, origin, vary = sb.cfg, sb.origin, sb.vary
+  cfg, origin = sb.cfg, sb.origin
   dii = (cfg.declination_deg, cfg.inclination_deg, cfg.intensity_ut)
   if cfg.earth_field_ut is not None and any(v is not None for v in dii):
     raise ConfigError(*origin('earth_field_ut'), 'give earth_field_ut or declination_deg/'
@@ -307,19 +252,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   sid = faults.bind_site(ctx, cfg.site, origin)
   for j, name in enumerate(cfg.current_components):
     earlier_feedback(ctx, cid, name, origin, 'current_components', j)
-  base.check(cfg.bias_correlation_time_s > 0 or not (
-      any(cfg.bias_instability_stddev_ut) or 'bias_instability_stddev_ut' in vary),
-      *origin('bias_correlation_time_s'), 'must be > 0 where bias_instability_stddev_ut > 0 '
-      '(Gauss–Markov correlation time)', cfg.bias_correlation_time_s)
-  base.check(cfg.common_mode_correlation_time_s > 0 or not (
-      any(cfg.common_mode_stddev_ut) or 'common_mode_stddev_ut' in vary),
-      *origin('common_mode_correlation_time_s'), 'must be > 0 where common_mode_stddev_ut > 0 '
-      '(Gauss–Markov correlation time)', cfg.common_mode_correlation_time_s)
-  base.check(cfg.common_mode_stream is not None or not any(cfg.common_mode_stddev_ut),
-             *origin('common_mode_stream'), 'must name a shared stream where '
-             'common_mode_stddev_ut > 0', cfg.common_mode_stream)
-  faults.check_shared_stream(ctx, cid, cfg, 'common_mode_stream',
-                             ('period_s', 'phase_s', 'common_mode_correlation_time_s'), origin)
+  ERRORS.check(sb)
   z3 = jnp.zeros(3, jnp.float32)
   return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)), site_id=sid,
                  current_ids=tuple(cfg.current_components))

@@ -136,6 +136,7 @@ class OpticalFlow(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  stochastic = ('noise_stddev_rad', 'noise_per_m_rad')
   fault_fields = ('flow_rad',)
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
 

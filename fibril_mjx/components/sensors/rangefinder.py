@@ -25,41 +25,51 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx.mechanisms import faults, rng
-from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 
 TYPE = 'fibril_sim/rangefinder'
 SAMPLE_TYPE = 'fibril_sim/range_sample/v1'
-SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
 
 
-class RangefinderConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/rangefinder` (m, deg)."""
+def beam_sigma(p, ctx):
+  """σ = (noise_stddev_m + noise_fraction·d)·(1 + incidence_noise_gain·(1/cos θ − 1)) at the
+  true distance `d` and incidence `cos θ` (`ctx.inputs`), terms at their default absent."""
+  d, cos = ctx.inputs['distance'], ctx.inputs['cos']
+  sigma = jnp.zeros_like(d)
+  if ctx.on('noise_stddev_m'):
+    sigma = sigma + p.noise_stddev_m
+  if ctx.on('noise_fraction'):
+    sigma = sigma + p.noise_fraction * jnp.maximum(d, 0.0)
+  if ctx.on('incidence_noise_gain'):
+    safe = jnp.maximum(cos, 1e-3)
+    sigma = sigma * (1.0 + p.incidence_noise_gain * (1.0 / safe - 1.0))
+  return sigma
+
+
+ERRORS = em.chain(em.white_noise(('noise_stddev_m', 'noise_fraction'), scale_fn=beam_sigma,
+                                 extra=('incidence_noise_gain',)),
+                  em.quantization('resolution_m'))
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
+
+
+class _OwnConfig(faults.DeviceConfig):
+  """The rangefinder's own manifest fields (its error model adds the rest)."""
   rangefinder_sensor: str
   min_range_m: NonNeg = 0.0
   max_range_m: Positive
-  noise_stddev_m: NonNeg = 0.0
-  noise_fraction: NonNeg = 0.0
-  incidence_noise_gain: NonNeg = 0.0
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
-  resolution_m: NonNeg = 0.0
 
 
-class Params(NamedTuple):
-  """Per-world parameters (config names; `max_incidence_deg` as its cosine is computed in the
-  graph)."""
-  min_range_m: jax.Array
-  max_range_m: jax.Array
-  noise_stddev_m: jax.Array
-  noise_fraction: jax.Array
-  incidence_noise_gain: jax.Array
-  max_incidence_deg: jax.Array
-  resolution_m: jax.Array
-  faults: tuple
+RangefinderConfigModel = em.config_model(
+    'RangefinderConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
+    '`fibril_sim/rangefinder` (m, deg): its own fields and its error model\'s.', __name__)
+Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'max_incidence_deg'), ERRORS,
+                        doc='Per-world parameters (config names; `max_incidence_deg` as its '
+                        'cosine is computed in the graph), faults.')
 
 
 class Sample(NamedTuple):
@@ -77,11 +87,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +100,13 @@ class Rangefinder(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  errors = ERRORS
   fault_fields = ('distance_m',)
   always_used = ('min_range_m', 'max_range_m')
 
   def init(self, p: Params, world_key) -> State:
-    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     z = jnp.float32(0.0)
     neutral = Sample(z, jnp.bool_(False), z, jnp.int32(faults.HEALTHY))
     queue, held, fs = self.init_transport(neutral)
@@ -112,30 +120,14 @@ class Rangefinder(base.FaultySensorFields):
     d = data.sensordata[self.sensor.adr]
     hit = d >= 0
     cos = self.cos_incidence(data)
-    sigma = jnp.float32(0.0)
-    noisy = self._on('noise_stddev_m') or self._on('noise_fraction')
-    if noisy:
-      sigma = jnp.zeros_like(d)
-      if self._on('noise_stddev_m'):
-        sigma = sigma + p.noise_stddev_m
-      if self._on('noise_fraction'):
-        sigma = sigma + p.noise_fraction * jnp.maximum(d, 0.0)
-      if self._on('incidence_noise_gain'):
-        safe = jnp.maximum(cos, 1e-3)
-        sigma = sigma * (1.0 + p.incidence_noise_gain * (1.0 / safe - 1.0))
-    x = d
-    if noisy:
-      x = x + sigma * rng.normal(s.streams['noise'], n)
-    if self._on('resolution_m'):
-      x = sig.quantize(x, p.resolution_m)
+    ctx = self.error_ctx(s.streams, n, distance=d, cos=cos)
+    _, x, _ = ERRORS.apply(p, {}, d, ctx)
     far = ~hit | (x > p.max_range_m)
     if self._on('max_incidence_deg'):
       far = far | (cos < jnp.cos(jnp.deg2rad(p.max_incidence_deg)))
     near = ~far & (x < p.min_range_m)     # also a noisy reading below 0 with min_range_m 0
     x = jnp.where(far, jnp.inf, jnp.where(near, -jnp.inf, x))
-    var = sigma ** 2
-    if self._on('resolution_m'):
-      var = var + p.resolution_m ** 2 / 12.0
+    var = ERRORS.variance(p, ctx)
     sample = Sample(x, ~(far | near), jnp.asarray(var, jnp.float32), jnp.int32(faults.HEALTHY))
     return s, sample
 
@@ -148,11 +140,10 @@ class Rangefinder(base.FaultySensorFields):
   def describe(self) -> list[str]:
     c = self.cfg
     b = self.sensor
-    return self.describe_terms([
+    return self.describe_errors([
         f'beam: z axis of site {b.site!r} ({b.name}, rangefinder, adr {b.adr}); range '
         f'{c.min_range_m:g} … {c.max_range_m:g} m'],
-        ('noise_stddev_m', 'noise_fraction', 'incidence_noise_gain', 'max_incidence_deg',
-         'resolution_m'))
+        ('max_incidence_deg',))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:

@@ -39,6 +39,9 @@ ZERO3 = (0.0, 0.0, 0.0)
 SOURCES = ('temperature_noise',)
 
 
+STOCHASTIC = ('temperature_noise_stddev_c',)   # fields scaling a random draw (tune holds them at 0)
+
+
 class ThermalConfig(Strict):
   """Config fields of the thermal model; a sensor's config model inherits them.
 

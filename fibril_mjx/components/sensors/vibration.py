@@ -38,6 +38,10 @@ SOURCES = tuple(f'{ch}_vibration_floor' for ch in CHANNELS)
 ZERO3 = (0.0, 0.0, 0.0)
 
 
+STOCHASTIC = ('angular_velocity_vibration_floor_stddev',
+              'linear_acceleration_vibration_floor_stddev')   # scale random draws
+
+
 class VibrationConfig(Strict):
   """Config fields of the vibration term; a sensor's config model inherits them.
 

@@ -23,7 +23,7 @@ optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, 
 How the fit works:
 
 - **Fitted model.** The manifest is loaded with every stochastic term held at zero (fields
-  named `*stddev*`, `noise_density`, `random_walk`, `jitter_s`, `loss_probability` are set to
+  each component declares in `stochastic_fields()`, read off its error model, are set to
   0 as overrides: noise statistics belong to `validate`, not to the fit) and with the fitted
   component fields named in `vary`, so a field at its default still has a gradient. A static
   field (schedules, latency, names — anything not in Params) is rejected with the reason.
@@ -65,13 +65,13 @@ from __future__ import annotations
 
 from fibril_mjx.workflows.tune.spec import (METHODS, LossTerm, TuneSpec, read_tune_file,
                                             tune_spec_from_dict)
-from fibril_mjx.workflows.tune.params import STOCHASTIC, Param
+from fibril_mjx.workflows.tune.params import Param
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 from fibril_mjx.workflows.tune.report import overlay_dict, render_report, run_cli, write_outputs
 from fibril_mjx.workflows.tune.simulate import simulate_recording, simulate_recordings
 
-__all__ = ['METHODS', 'STOCHASTIC', 'DataSet', 'LossTerm', 'Param', 'Problem', 'TuneResult',
+__all__ = ['METHODS', 'DataSet', 'LossTerm', 'Param', 'Problem', 'TuneResult',
            'TuneSpec', 'overlay_dict', 'read_tune_file', 'render_report', 'run_cli',
            'simulate_recording', 'simulate_recordings', 'tune', 'tune_spec_from_dict',
            'write_outputs']

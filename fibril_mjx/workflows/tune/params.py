@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import numpy as np
 
@@ -14,8 +13,6 @@ from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
 
-# Fields that parametrize random processes: held at zero in the fitted model.
-STOCHASTIC = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')
 # MJCF physical fields that can be fitted (`physics.mjcf_fields` says where each lives).
 _JOINT_ATTRIBUTES = [a for e, a in mjcf_fields.MODEL_FIELDS if e == 'joint']
 
@@ -56,7 +53,7 @@ def _stochastic_overrides(sim, fitted: set) -> list:
   out = []
   for cid, c in sim.components.items():
     for name, fv in c.fields:
-      if not STOCHASTIC.search(name) or c.param_path(name) is None:
+      if name not in c.stochastic_fields() or c.param_path(name) is None:
         continue
       if (cid, name) in fitted:
         raise FibrilError(f'{cid}.{name}: a stochastic term cannot be fitted here (noise '

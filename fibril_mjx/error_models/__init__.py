@@ -1,0 +1,51 @@
+"""Composable error models: small error terms and `chain`, in the style of optax transformations.
+
+A sensor writes its error model once, as a chain of terms in application order:
+
+    BIAS = em.chain(em.turn_on_bias('bias_turn_on_stddev_pa'), em.constant_bias('bias_pa'),
+                    em.gauss_markov('bias_instability_stddev_pa', 'bias_correlation_time_s',
+                                    'bias_instability', 'gm'))
+    NOISE = em.chain(em.white_noise('noise_stddev_pa'), em.quantization('resolution_pa'))
+    ERRORS = em.chain(BIAS, NOISE)
+
+and reads off `ERRORS` what used to be written out by hand: its config fields
+(`em.config_model`), Params (`em.params_type`), State (`em.state_type`), stream names
+(`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
+sample (`ERRORS.variance`), the build-time rules (`ERRORS.check`) and the fields `tune` holds at
+zero (`ERRORS.stochastic_fields()`). In the traced step it calls `BIAS.apply(p, st, x, ctx)`
+where the bias enters the signal and `NOISE.apply(...)` where the noise does; a term whose
+switch fields are all at their default (and not in `vary`) is skipped in Python, so it is absent
+from the graph.
+
+Adding an error term is one factory in `terms.py` (or a new module here) and its test:
+
+1. Write `def my_term(field: str, ...) -> Term` returning `Term(name, kind, config, params,
+   switches, random, state, streams, apply=..., variance=..., init=..., check=...)`, where
+   `config` lists the `ConfigField(name, annotation, default)`s it owns, `state` its
+   `(name, zero_fn)` pairs, `streams` the RNG stream names it draws, `random` the fields that
+   scale a draw (so `tune` holds them at zero), and `apply(p, st, x, ctx) -> (st, x, flags)`
+   is pure and uses a mechanism of `fibril_mjx.mechanisms` (write a new mechanism there, once,
+   if none fits).
+2. Export it below.
+3. Test it in `tests/error_models/` against a float64 NumPy model written in the test (its
+   mean, variance or autocorrelation in closed form), and test that at its default it is
+   compiled out.
+
+`random_walk` was added this way (its factory, its export, `test_random_walk_variance_grows_
+linearly`); no sensor uses it yet. A sensor then gains a term by adding it to its chain: its manifest field, Params, State,
+streams, plan line and `tune` behaviour follow.
+"""
+
+from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC, Chain,
+                                          ConfigField, Ctx, Term, chain, config_model,
+                                          params_type, state_type, stream_keys)
+from fibril_mjx.error_models.terms import (bounds, common_mode, constant_bias,
+                                           first_order_lag, gauss_markov, quantization,
+                                           random_walk, saturation, turn_on_bias,
+                                           white_noise)
+
+__all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
+           'Term', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
+           'first_order_lag', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
+           'saturation',
+           'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -1,0 +1,216 @@
+"""The error terms sensors compose: each a factory over manifest field names returning a `Term`.
+
+Every term reuses a mechanism of `fibril_mjx.mechanisms` (AR(1) / Gauss–Markov, first-order lag,
+saturation, quantization, named streams); none re-derives one. A field given as a tuple of
+names (`scale=('h', 'h', 'v')`) is stacked per axis, so one term serves a vector sensor whose
+axes have different scales.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import jax.numpy as jnp
+import pydantic
+
+from fibril_mjx.error_models.core import (DETERMINISTIC, SLOW, STOCHASTIC, ConfigField, Term,
+                                          check, is_set)
+from fibril_mjx.mechanisms import faults, rng
+from fibril_mjx.mechanisms import signal as sig
+
+NonNeg = Annotated[float, pydantic.Field(ge=0)]
+Positive = Annotated[float, pydantic.Field(gt=0)]
+Vec3 = tuple[float, float, float]
+NonNeg3 = tuple[NonNeg, NonNeg, NonNeg]
+ZERO3 = (0.0, 0.0, 0.0)
+
+
+def _nonneg(names, shape):
+  """Config fields of non-negative scales: a vector field for shape `(3,)` given by one name."""
+  if shape == (3,) and len(names) == 1:
+    return tuple(ConfigField(n, NonNeg3, ZERO3) for n in names)
+  return tuple(ConfigField(n, NonNeg, 0.0) for n in names)
+
+
+def _names(field) -> tuple[str, ...]:
+  return (field,) if isinstance(field, str) else tuple(dict.fromkeys(field))
+
+
+def _scale(p, field):
+  """The Params value of `field`, or the per-axis stack of a tuple of fields."""
+  if isinstance(field, str):
+    return getattr(p, field)
+  return jnp.stack([getattr(p, f) for f in field])
+
+
+def _zeros(shape, dtype=jnp.float32):
+  return lambda: jnp.zeros(shape, dtype)
+
+
+def _positive_where_on(build, tau: str, sigma: str):
+  """`tau > 0` where `sigma` is on (a Gauss–Markov process needs a correlation time)."""
+  check(getattr(build.cfg, tau) > 0 or not build.is_on(sigma), *build.origin(tau),
+        f'must be > 0 where {sigma} > 0 (Gauss–Markov correlation time)',
+        getattr(build.cfg, tau))
+
+
+def constant_bias(field: str, shape=()) -> Term:
+  """`x + b`: a fixed offset (`bias_pa`, `offset_pa`)."""
+  ann, default = (Vec3, ZERO3) if shape == (3,) else (float, 0.0)
+
+  def apply(p, st, x, ctx):
+    return st, x + getattr(p, field), None
+  return Term('constant bias', DETERMINISTIC, (ConfigField(field, ann, default),), (field,),
+              (field,), apply=apply)
+
+
+def turn_on_bias(field: str, shape=(), stream: str = 'bias_turn_on',
+                 state: str = 'turn_on') -> Term:
+  """`x + b_on`, `b_on ~ N(0, σ²)` drawn once per episode (draw 0 of `stream`), redrawn at a
+  device reset (draw `index`)."""
+
+  def draw(p, st, ctx, index):
+    return {**st, state: getattr(p, field) * rng.normal(ctx.streams[stream], index, shape)}
+
+  def apply(p, st, x, ctx):
+    return st, x + st[state], None
+  return Term('turn-on bias', SLOW, _nonneg((field,), shape), (field,), (field,), (field,),
+              ((state, _zeros(shape)),), (stream,),
+              init=lambda p, st, ctx: draw(p, st, ctx, 0), apply=apply, redraw=draw)
+
+
+def gauss_markov(sigma: str, tau: str, stream: str, state: str, shape=(), at=None,
+                 size=None, add: bool = True) -> Term:
+  """First-order Gauss–Markov drift of stationary σ and correlation time τ (exact AR(1)
+  discretization, stationary start: `signal.ar1` with `φ = exp(−Δ/τ)`).
+
+  Args:
+    shape: shape of one draw.
+    at: index (int) or `(start, stop)` of the draw in a larger state vector of `size`
+      (several processes sharing one state field, e.g. horizontal and vertical GNSS error).
+    add: whether `apply` adds the state to `x` (False: the sensor reads the state).
+  """
+  index = slice(*at) if isinstance(at, tuple) else at
+  st_shape = shape if size is None else (size,)
+
+  def apply(p, st, x, ctx):
+    phi = sig.gauss_markov_phi(ctx.period_s, getattr(p, tau))
+    z = rng.normal(ctx.streams[stream], ctx.n, shape)
+    if index is None:
+      g = sig.ar1(st[state], z, phi, getattr(p, sigma), ctx.first)
+    else:
+      g = st[state].at[index].set(sig.ar1(st[state][index], z, phi, getattr(p, sigma),
+                                          ctx.first))
+    return {**st, state: g}, (x + g if add else x), None
+  return Term('Gauss–Markov drift', SLOW, _nonneg((sigma,), shape) + (ConfigField(
+      tau, NonNeg, 0.0),), (sigma, tau), (sigma,), (sigma,), ((state, _zeros(st_shape)),),
+      (stream,), apply=apply, check=lambda b: _positive_where_on(b, tau, sigma))
+
+
+def random_walk(k: str, stream: str, state: str, shape=()) -> Term:
+  """`x + b[k]`, `b[0] = 0`, `b[k] = b[k−1] + K·√Δ·z[k]` (`signal.random_walk`; K in units/√s,
+  Var b[k] = K²·kΔ)."""
+
+  def apply(p, st, x, ctx):
+    b = sig.random_walk(st[state], rng.normal(ctx.streams[stream], ctx.n, shape), getattr(p, k),
+                        ctx.period_s, ctx.first)
+    return {**st, state: b}, x + b, None
+  return Term('random walk', SLOW, _nonneg((k,), shape), (k,), (k,), (k,),
+              ((state, _zeros(shape)),), (stream,), apply=apply)
+
+
+def common_mode(scale, tau: str, stream: str, state: str, shared: str, shape=()) -> Term:
+  """`x + s·u[k]`: a unit Gauss–Markov process `u` (correlation time τ) on the shared stream
+  `shared:<cfg.<shared>>`, so every sensor naming that stream sees the same process (weather,
+  an external field, the atmosphere), each with its own scale `s`."""
+  names = _names(scale)
+  what = f'{names[0]} > 0' if len(names) == 1 else 'a common-mode stddev > 0'
+
+  def apply(p, st, x, ctx):
+    phi = sig.gauss_markov_phi(ctx.period_s, getattr(p, tau))
+    u = sig.ar1(st[state], rng.normal(ctx.streams[stream], ctx.n, shape), phi, 1.0, ctx.first)
+    return {**st, state: u}, x + _scale(p, scale) * u, None
+
+  def rules(b):
+    check(getattr(b.cfg, tau) > 0 or not any(b.is_on(f) for f in names), *b.origin(tau),
+          f'must be > 0 where {what} (Gauss–Markov correlation time)', getattr(b.cfg, tau))
+    check(getattr(b.cfg, shared) is not None or not any(is_set(b.cfg, f) for f in names),
+          *b.origin(shared),
+          f'must name a shared stream where {what}', getattr(b.cfg, shared))
+    faults.check_shared_stream(b.ctx, b.cid, b.cfg, shared, ('period_s', 'phase_s', tau),
+                               b.origin)
+  config = (ConfigField(shared, str | None, None),) + _nonneg(names, shape) + (
+      ConfigField(tau, NonNeg, 0.0),)
+  return Term('common-mode process', SLOW, config, names + (tau,), names, names,
+              ((state, _zeros(shape)),), (stream,), shared=shared, apply=apply, check=rules)
+
+
+def white_noise(sigma, stream: str = 'noise', shape=(), scale_fn=None, extra=()) -> Term:
+  """`x + σ·w[k]`, `w` standard normal, one draw per sample (draw `n` of `stream`).
+
+  Args:
+    sigma: field (or per-axis tuple of fields) of the per-sample σ.
+    scale_fn: `scale_fn(p, ctx) -> σ` when σ depends on the sensor's inputs (e.g. a range);
+      then `sigma` lists the fields that scale it (any on switches the term on).
+    extra: further fields `scale_fn` reads that do not switch it (e.g. a gain on σ).
+  """
+  names = _names(sigma)
+  sigma_of = scale_fn or (lambda p, ctx: _scale(p, sigma))
+
+  def apply(p, st, x, ctx):
+    return st, x + sigma_of(p, ctx) * rng.normal(ctx.streams[stream], ctx.n, shape), None
+  return Term('white noise', STOCHASTIC, _nonneg(names, shape) + _nonneg(extra, ()),
+              names + tuple(extra), names, names, (), (stream,), apply=apply,
+              variance=lambda p, ctx: sigma_of(p, ctx) ** 2)
+
+
+def first_order_lag(tau: str, state: str = 'lagged', started: str = 'started') -> Term:
+  """First-order lag of time constant τ, updated every `ctx.period_s` and started at the first
+  value (no turn-on transient); `apply` returns the lagged value."""
+
+  def apply(p, st, x, ctx):
+    alpha = sig.lag_alpha(ctx.period_s, getattr(p, tau))
+    lagged = jnp.where(st[started], st[state] + alpha * (x - st[state]), x)
+    return {**st, state: lagged, started: jnp.bool_(True)}, lagged, None
+  return Term('first-order lag', DETERMINISTIC, (ConfigField(tau, NonNeg, 0.0),), (tau,),
+              (tau,), (), ((state, _zeros(())), (started, lambda: jnp.bool_(False))),
+              apply=apply)
+
+
+def saturation(limit: str, count: str = 'clip_count', shape=()) -> Term:
+  """Clips to `±limit` (`signal.saturate`); flags the clipped elements and counts them."""
+
+  def apply(p, st, x, ctx):
+    x, flags = sig.saturate(x, getattr(p, limit))
+    return {**st, count: st[count] + flags.astype(jnp.int32)}, x, flags
+  return Term('saturation', DETERMINISTIC, (ConfigField(limit, NonNeg, 0.0),), (limit,),
+              (limit,), (), ((count, _zeros(shape, jnp.int32)),), apply=apply,
+              counters=(count,))
+
+
+def bounds(low: str, high: str, count: str = 'clip_count') -> Term:
+  """Clips to `[low, high]` (high left at 0: no upper bound); flags and counts clipped
+  samples."""
+
+  def apply(p, st, x, ctx):
+    hi = getattr(p, high) if ctx.on(high) else jnp.inf
+    lo = getattr(p, low)
+    flag = (x < lo) | (x > hi)
+    return {**st, count: st[count] + flag.astype(jnp.int32)}, jnp.clip(x, lo, hi), flag
+
+  def rules(b):
+    lo, hi = getattr(b.cfg, low), getattr(b.cfg, high)
+    check(not hi or hi > lo, *b.origin(high), f'must be > {low} = {lo:g} (or 0: no upper '
+          'limit)', hi)
+  config = (ConfigField(low, NonNeg, 0.0), ConfigField(high, NonNeg, 0.0))
+  return Term('range limits', DETERMINISTIC, config, (low, high), (low, high), (),
+              ((count, _zeros((), jnp.int32)),), apply=apply, check=rules, counters=(count,))
+
+
+def quantization(step: str) -> Term:
+  """`step·round(x/step)` (`signal.quantize`); variance `step²/12` (uniform rounding error)."""
+
+  def apply(p, st, x, ctx):
+    return st, sig.quantize(x, getattr(p, step)), None
+  return Term('quantization', DETERMINISTIC, (ConfigField(step, NonNeg, 0.0),), (step,),
+              (step,), apply=apply, variance=lambda p, ctx: getattr(p, step) ** 2 / 12.0)

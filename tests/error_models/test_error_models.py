@@ -1,0 +1,312 @@
+"""`fibril_mjx.error_models`: each term against a float64 NumPy model written here (the
+Gauss–Markov recursion and its stationary variance and autocorrelation, the turn-on bias
+distribution, white-noise and quantization variances, saturation flags and counts), what
+`chain` derives (config fields, Params, State, streams, plan, stochastic fields), that a term
+at its default is absent from the traced graph, and that `tune` now holds the rangefinder's
+`noise_fraction` at zero (the field-name regex it replaces did not)."""
+
+from __future__ import annotations
+
+import re
+import types
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nav_helpers as nh
+from fibril_mjx import error_models as em
+from fibril_mjx.components.sensors import barometer, gnss, magnetometer, rangefinder
+from fibril_mjx.mechanisms import faults
+from fibril_mjx.workflows import tune
+
+WK = jax.random.PRNGKey(3)
+
+
+def keys(cid, sources, shared=None):
+  return faults.stream_keys(WK, cid, sources, shared)
+
+
+def ref_normals(cid, source, n, shape=(), shared=False):
+  """Draws 0..n-1 of a stream from the SPEC §4 formula (float64 copies)."""
+  name = ('shared:' + cid) if shared else cid
+  k = jax.random.fold_in(jax.random.fold_in(WK, np.uint32(zlib.crc32(name.encode()))),
+                         np.uint32(zlib.crc32(source.encode())))
+  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
+                              np.float64) for i in range(n)])
+
+
+def everything_on(_):
+  return True
+
+
+def nothing_on(_):
+  return False
+
+
+def run(chain, p, x0, n, streams, on=everything_on, period_s=0.1, **inputs):
+  """`n` samples of `chain.apply` on a constant input: `(outputs (n, ...), final state)`."""
+  st = chain.init(p, em.Ctx(on, streams, 0, period_s, inputs))
+  out = []
+  for k in range(n):
+    st, x, _ = chain.apply(p, st, jnp.asarray(x0, jnp.float32),
+                           em.Ctx(on, streams, k, period_s, inputs))
+    out.append(np.asarray(x, np.float64))
+  return np.stack(out), st
+
+
+def P(**kw):
+  return types.SimpleNamespace(**{k: jnp.asarray(v, jnp.float32) for k, v in kw.items()})
+
+
+# ------------------------------------------------------------------------------ terms
+
+
+def test_gauss_markov_matches_the_float64_recursion():
+  """b[0] = σ z[0], b[k] = φ b[k−1] + σ √(1−φ²) z[k], φ = exp(−Δ/τ): the exact AR(1) of a
+  first-order Gauss–Markov process, on the draws of its named stream."""
+  term = em.gauss_markov('s', 'tau', 'drift', 'gm', (3,))
+  c = em.chain(term)
+  sigma, tau, dt, n = np.array([0.5, 1.0, 2.0]), 0.7, 0.1, 40
+  out, _ = run(c, P(s=sigma, tau=tau), np.zeros(3), n, keys('dev', c.streams), period_s=dt)
+  z = ref_normals('dev', 'drift', n, (3,))
+  phi = np.exp(-dt / tau)
+  b = np.empty_like(z)
+  b[0] = sigma * z[0]
+  for k in range(1, n):
+    b[k] = phi * b[k - 1] + sigma * np.sqrt(1 - phi * phi) * z[k]
+  np.testing.assert_allclose(out, b, rtol=1e-5, atol=1e-6)
+
+
+def test_gauss_markov_stationary_variance_and_autocorrelation():
+  """Over many worlds, Var b[k] = σ² at every k (stationary start) and the lag-1
+  autocorrelation is φ = exp(−Δ/τ); tolerances from the sample size."""
+  sigma, tau, dt, n, w = 2.0, 0.5, 0.1, 30, 4000
+  c = em.chain(em.gauss_markov('s', 'tau', 'drift', 'gm'))
+  p = P(s=sigma, tau=tau)
+
+  def world(key):
+    streams = faults.stream_keys(key, 'dev', c.streams)
+    st = c.init(p, em.Ctx(everything_on, streams, 0, dt, {}))
+
+    def step(st, k):
+      st, x, _ = c.apply(p, st, jnp.float32(0.0), em.Ctx(everything_on, streams, k, dt, {}))
+      return st, x
+    return jax.lax.scan(step, st, jnp.arange(n))[1]
+  b = np.asarray(jax.jit(jax.vmap(world))(jax.random.split(WK, w)), np.float64)   # (w, n)
+  var = np.mean(b ** 2, axis=0)
+  tol = 5 * sigma ** 2 * np.sqrt(2.0 / w)
+  assert np.all(np.abs(var - sigma ** 2) < tol), var
+  phi = np.exp(-dt / tau)
+  rho = np.sum(b[:, 1:] * b[:, :-1]) / np.sum(b[:, :-1] ** 2)
+  assert abs(rho - phi) < 5 * (1 - phi ** 2) / np.sqrt(w * (n - 1)), (rho, phi)
+
+
+def test_turn_on_bias_distribution_and_redraw():
+  """b_on = σ·z, z draw 0 of `bias_turn_on` per episode: N(0, σ²) across worlds; a device
+  reset redraws it from draw `index`; it is constant across samples."""
+  sigma, w = np.array([0.3, 1.0, 3.0]), 5000
+  c = em.chain(em.turn_on_bias('s', (3,)))
+  p = P(s=sigma)
+
+  def world(key):
+    return c.init(p, em.Ctx(everything_on, faults.stream_keys(key, 'dev', c.streams), 0, 0.1,
+                            {}))['turn_on']
+  b = np.asarray(jax.vmap(world)(jax.random.split(WK, w)), np.float64)
+  assert np.all(np.abs(b.mean(0)) < 5 * sigma / np.sqrt(w))
+  assert np.all(np.abs(b.var(0) - sigma ** 2) < 5 * sigma ** 2 * np.sqrt(2.0 / w))
+  streams = keys('dev', c.streams)
+  out, st = run(c, p, np.ones(3), 5, streams)
+  z = ref_normals('dev', 'bias_turn_on', 3, (3,))
+  np.testing.assert_allclose(out, np.broadcast_to(1.0 + sigma * z[0], (5, 3)), rtol=1e-6)
+  st2 = c.redraw(p, st, em.Ctx(everything_on, streams, 0, 0.1, {}), 2)
+  np.testing.assert_allclose(st2['turn_on'], sigma * z[2], rtol=1e-6)
+
+
+def test_random_walk_variance_grows_linearly():
+  """b[0] = 0, b[k] = b[k−1] + K√Δ z[k]: the float64 recursion on the stream's draws, and
+  Var b[k] = K²·kΔ across worlds."""
+  k_rw, dt, n, w = 0.3, 0.05, 25, 4000
+  c = em.chain(em.random_walk('k', 'walk', 'rw'))
+  out, _ = run(c, P(k=k_rw), 0.0, n, keys('dev', c.streams), period_s=dt)
+  z = ref_normals('dev', 'walk', n)
+  ref = np.concatenate([[0.0], np.cumsum(k_rw * np.sqrt(dt) * z[1:])])
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-7)
+
+  def world(key):
+    streams = faults.stream_keys(key, 'dev', c.streams)
+
+    def step(st, i):
+      st, x, _ = c.apply(P(k=k_rw), st, jnp.float32(0.0),
+                         em.Ctx(everything_on, streams, i, dt, {}))
+      return st, x
+    return jax.lax.scan(step, c.zero_state(), jnp.arange(n))[1]
+  b = np.asarray(jax.jit(jax.vmap(world))(jax.random.split(WK, w)), np.float64)
+  expected = k_rw ** 2 * np.arange(n) * dt
+  assert b[:, 0].max() == 0.0
+  assert np.all(np.abs(b[:, 1:].var(0) - expected[1:]) < 5 * expected[1:] * np.sqrt(2.0 / w))
+
+
+def test_common_mode_is_shared_between_sensors_naming_its_stream():
+  """Two sensors naming one shared stream see the same unit process, each with its scale;
+  the process is the unit Gauss–Markov recursion of the shared stream."""
+  c = em.chain(em.common_mode('cm', 'tau', 'weather', 'common', 'stream'))
+  cfg = types.SimpleNamespace(stream='site')
+  dt, tau, n = 0.1, 1.0, 20
+  outs = []
+  for cid, scale in (('a', 2.0), ('b', 5.0)):
+    streams = faults.stream_keys(WK, cid, c.streams, c.shared_streams(cfg))
+    outs.append(run(c, P(cm=scale, tau=tau), 0.0, n, streams, period_s=dt)[0] / scale)
+  np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
+  z = ref_normals('site', 'weather', n, shared=True)
+  phi, u = np.exp(-dt / tau), np.empty(n)
+  u[0] = z[0]
+  for k in range(1, n):
+    u[k] = phi * u[k - 1] + np.sqrt(1 - phi * phi) * z[k]
+  np.testing.assert_allclose(outs[0], u, rtol=1e-5, atol=1e-6)
+
+
+def test_white_noise_per_axis_scales_and_variance():
+  """σ given per axis by a tuple of fields (GNSS: horizontal, horizontal, vertical): the draw
+  is σ·w on the stream, and the declared variance is σ²."""
+  c = em.chain(em.white_noise(('h', 'h', 'v'), 'velocity_noise', (3,)))
+  p = P(h=0.2, v=0.5)
+  out, _ = run(c, p, np.zeros(3), 4, keys('rx', c.streams))
+  sig = np.array([0.2, 0.2, 0.5])
+  np.testing.assert_allclose(out, sig * ref_normals('rx', 'velocity_noise', 4, (3,)),
+                             rtol=1e-6)
+  np.testing.assert_allclose(c.variance(p, em.Ctx(everything_on, {}, 0, 0.1, {}), (3,)),
+                             sig ** 2, rtol=1e-6)
+  assert c.params == ('h', 'v') and c.stochastic_fields() == ('h', 'v')
+
+
+def test_saturation_quantization_flags_counts_and_variance():
+  """Clip to ±L with per-element flags and cumulative counts, then round to q; the declared
+  variance is q²/12."""
+  c = em.chain(em.saturation('limit', shape=(3,)), em.quantization('q'))
+  p = P(limit=1.0, q=0.25)
+  ctx = em.Ctx(everything_on, {}, 0, 0.1, {})
+  st = c.init(p, ctx)
+  x = np.array([-1.7, 0.33, 1.2])
+  for _ in range(2):
+    st, y, flags = c.apply(p, st, jnp.asarray(x, jnp.float32), ctx)
+  np.testing.assert_allclose(y, 0.25 * np.round(np.clip(x, -1, 1) / 0.25), rtol=1e-6)
+  np.testing.assert_array_equal(flags, np.abs(x) > 1)
+  np.testing.assert_array_equal(st['clip_count'], 2 * (np.abs(x) > 1))
+  np.testing.assert_allclose(c.variance(p, ctx), 0.25 ** 2 / 12, rtol=1e-6)
+
+
+def test_first_order_lag_starts_at_the_first_value():
+  """y[0] = x[0], y[k] = y[k−1] + (1 − e^(−Δ/τ)) (x[k] − y[k−1])."""
+  c = em.chain(em.first_order_lag('tau'))
+  dt, tau = 0.01, 0.05
+  x = np.array([3.0, 1.0, 1.0, 2.0, -1.0])
+  st = c.init(P(tau=tau), em.Ctx(everything_on, {}, 0, dt, {}))
+  out = []
+  for v in x:
+    st, y, _ = c.apply(P(tau=tau), st, jnp.float32(v), em.Ctx(everything_on, {}, 0, dt, {}))
+    out.append(float(y))
+  a, ref = 1 - np.exp(-dt / tau), [x[0]]
+  for v in x[1:]:
+    ref.append(ref[-1] + a * (v - ref[-1]))
+  np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ chain
+
+
+def test_chain_derives_config_params_state_streams_and_plan():
+  c = em.chain(em.chain(em.turn_on_bias('b_on', (3,)), em.constant_bias('b', (3,))),
+               em.gauss_markov('gm_s', 'gm_tau', 'drift', 'gm', (3,)),
+               em.white_noise('w', shape=(3,)), em.quantization('q'))
+  assert [t.name for t in c.terms] == ['turn-on bias', 'constant bias', 'Gauss–Markov drift',
+                                       'white noise', 'quantization']
+  assert c.params == ('b_on', 'b', 'gm_s', 'gm_tau', 'w', 'q')
+  assert c.state == ('turn_on', 'gm')
+  assert c.streams == ('bias_turn_on', 'drift', 'noise')
+  assert c.stochastic_fields() == ('b_on', 'gm_s', 'w')
+  assert {f.name: f.default for f in c.config} == {
+      'b_on': (0.0,) * 3, 'b': (0.0,) * 3, 'gm_s': (0.0,) * 3, 'gm_tau': 0.0, 'w': (0.0,) * 3,
+      'q': 0.0}
+  params = em.params_type('Params', ('own',), c)
+  assert params._fields == ('own',) + c.params + ('faults',)
+  state = em.state_type('State', ('x',), c, ('queue',))
+  assert state._fields == ('streams', 'x', 'turn_on', 'gm', 'queue')
+  plan = c.plan(lambda f: f == 'w')
+  assert plan[3] == '  white noise [stochastic] (w): on'
+  assert plan[0] == '  turn-on bias [slow] (b_on): off (compiled out)'
+
+
+def test_chain_fails_loudly_on_conflicts():
+  with pytest.raises(ValueError, match='stream is drawn by two terms'):
+    em.chain(em.white_noise('a'), em.white_noise('b'))
+  with pytest.raises(ValueError, match="state field 'gm' declared twice"):
+    em.chain(em.gauss_markov('a', 't', 's1', 'gm', (3,)), em.gauss_markov('b', 'u', 's2', 'gm'))
+  with pytest.raises(TypeError, match='not an error term'):
+    em.chain(em.white_noise('a'), 'noise')
+
+
+def test_a_term_at_its_default_is_absent_from_the_graph():
+  """Switched off, no random draw and no arithmetic of the term is traced: the jaxpr of the
+  chain is the identity on x."""
+  c = em.chain(em.turn_on_bias('b_on'), em.gauss_markov('s', 'tau', 'drift', 'gm'),
+               em.white_noise('w'))
+  p = P(b_on=1.0, s=1.0, tau=1.0, w=1.0)
+  streams = keys('dev', c.streams)
+
+  def f(on, x):
+    st = c.init(p, em.Ctx(on, streams, 0, 0.1, {}))
+    return c.apply(p, st, x, em.Ctx(on, streams, 1, 0.1, {}))[1]
+  off = str(jax.make_jaxpr(lambda x: f(nothing_on, x))(jnp.float32(1.0)))
+  on = str(jax.make_jaxpr(lambda x: f(everything_on, x))(jnp.float32(1.0)))
+  assert 'random_bits' not in off and 'threefry' not in off and ' add ' not in off, off
+  assert 'random_bits' in on or 'threefry' in on, on
+
+
+# ------------------------------------------------------------------------------ sensors
+
+
+@pytest.mark.parametrize('module', [barometer, magnetometer, gnss, rangefinder])
+def test_ported_sensors_read_params_state_streams_off_their_chain(module):
+  e = module.ERRORS
+  assert module.Params._fields[-1] == 'faults'
+  assert set(e.params) <= set(module.Params._fields)
+  assert set(e.state) <= set(module.State._fields)
+  assert module.SOURCES == e.streams + ('delivery_jitter', 'delivery_loss')
+  model = module.CONFIG_MODEL.model_fields
+  for f in e.config:
+    assert model[f.name].default == f.default, f.name
+
+
+def test_stream_names_are_unchanged():
+  """The draws stay bitwise the same: every stream keeps its name."""
+  assert set(barometer.SOURCES) == {'noise', 'bias_turn_on', 'bias_instability', 'weather',
+                                    'delivery_jitter', 'delivery_loss'}
+  assert set(magnetometer.SOURCES) == {'noise', 'bias_turn_on', 'bias_instability',
+                                       'external_field', 'delivery_jitter', 'delivery_loss'}
+  assert set(gnss.SOURCES) == {'horizontal_error', 'vertical_error', 'velocity_noise',
+                               'atmosphere', 'delivery_jitter', 'delivery_loss'}
+  assert set(rangefinder.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+
+
+OLD_REGEX = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')
+
+
+def test_tune_holds_the_rangefinders_noise_fraction_at_zero():
+  """`tune` holds every field of a random draw at zero, read off the error model: the
+  rangefinder's `noise_fraction` (σ ∝ range) is one, though its name matched none of the
+  patterns of the regex this replaces."""
+  ctx, cat = nh.context()
+  c = rangefinder.build('lidar', {'rangefinder_sensor': 'range', 'period_s': 0.01,
+                                  'max_range_m': 12.0, 'noise_stddev_m': 0.02,
+                                  'noise_fraction': 0.01, 'incidence_noise_gain': 1.0}, ctx, cat)
+  assert set(c.stochastic_fields()) == {'noise_stddev_m', 'noise_fraction'}
+  assert not OLD_REGEX.search('noise_fraction')       # what the name-based rule missed
+  zeroed = tune._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}), set())
+  assert {z['field'] for z in zeroed} == {'noise_stddev_m', 'noise_fraction'}
+  assert all(z['value'] == 0.0 for z in zeroed)
+  with pytest.raises(Exception, match='stochastic term cannot be fitted'):
+    tune._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
+                               {('lidar', 'noise_fraction')})
