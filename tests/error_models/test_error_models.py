@@ -20,7 +20,7 @@ import nav_helpers as nh
 from fibril_mjx import error_models as em
 from fibril_mjx.components.sensors import barometer, gnss, magnetometer, rangefinder
 from fibril_mjx.mechanisms import faults
-from fibril_mjx.workflows import tune
+from fibril_mjx.workflows.tune import params as tune_params
 
 WK = jax.random.PRNGKey(3)
 
@@ -304,9 +304,9 @@ def test_tune_holds_the_rangefinders_noise_fraction_at_zero():
                                   'noise_fraction': 0.01, 'incidence_noise_gain': 1.0}, ctx, cat)
   assert set(c.stochastic_fields()) == {'noise_stddev_m', 'noise_fraction'}
   assert not OLD_REGEX.search('noise_fraction')       # what the name-based rule missed
-  zeroed = tune._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}), set())
+  zeroed = tune_params._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}), set())
   assert {z['field'] for z in zeroed} == {'noise_stddev_m', 'noise_fraction'}
   assert all(z['value'] == 0.0 for z in zeroed)
   with pytest.raises(Exception, match='stochastic term cannot be fitted'):
-    tune._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
+    tune_params._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
                                {('lidar', 'noise_fraction')})
