@@ -1,0 +1,93 @@
+"""The driver of the inertial validation (`run_inertial`, registered as the rig of
+`fibril_sim/imu` and `fibril_sim/ahrs`) and its thermal sweep."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import time
+
+import numpy as np
+
+from fibril_mjx.workflows.validate import thermal
+from fibril_mjx.workflows.validate.common import (_by_sequence, _collect, _staged_output, _summary, _write_rig, _write_summary)
+from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import registry
+from fibril_mjx.mechanisms.rng import world_keys
+from fibril_mjx.workflows.validate.inertial.device import CHANNELS, POSES, SUPPORTED, device_from_config  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.dynamic import _dynamic_checks  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.static import _static_checks  # noqa: F401
+
+
+# ------------------------------------------------------------------------------- driver
+
+
+def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
+  """The temperature sweep with soak (`validate/thermal.py`)."""
+  plan = thermal.sweep_plan(cfg, dev.period_s, window_s)
+  xml, doc = thermal.sweep_rig(cfg, plan, perturb)
+  sim = load_simulation(_write_rig(rigs, 'thermal', xml, doc))
+  progress(f'thermal sweep: {len(thermal.LEVELS_K)} set-points x {worlds} worlds x '
+           f'{plan.n_ticks} ticks (soak {plan.soak_s:g} s, record {plan.window_s:g} s)')
+  n_seg = int(math.ceil(plan.n_ticks / 5000))
+  seg = int(math.ceil(plan.n_ticks / n_seg))
+  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                  n_seg * seg, seg, CHANNELS)['pz']
+  n_acq = plan.n_ticks - 1
+  samples = {ch: _by_sequence(data, ch, n_acq) for ch in CHANNELS}
+  progress(f'  simulated ({time.time() - t0:.0f} s); thermal checks')
+  return thermal.sweep_checks(dev, cfg, plan, samples)
+
+
+def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
+                 perturb, progress, t0) -> dict:
+  """`validate` for `fibril_sim/imu` / `fibril_sim/ahrs`: the static and the dynamic rig."""
+  import jax
+
+  out = pathlib.Path(out)
+  dev = device_from_config(component, ctype, cfg)
+  with _staged_output(out) as tmp:
+    fig_dir = tmp
+    rigs = tmp / 'rigs'
+    # ---- static rig: long records, segments keep memory flat.
+    xml, doc = static_rig(dev, perturb)
+    sim = load_simulation(_write_rig(rigs, 'static', xml, doc))
+    n_acq = int(round(static_duration_s / dev.period_s))
+    n_seg = int(math.ceil((n_acq + 50) / 5000))
+    seg = int(math.ceil((n_acq + 50) / n_seg))
+    n_ticks = n_seg * seg
+    fields = ('angular_velocity', 'linear_acceleration') + (
+        ('orientation',) if ctype == 'fibril_sim/ahrs' else ())
+    progress(f'static rig: {len(POSES)} poses x {worlds} worlds x {n_ticks} ticks '
+             f'({n_ticks * dev.period_s:g} s)')
+    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                    n_ticks, seg, fields)
+    progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
+    checks = _static_checks(dev, data, n_acq, None, fig_dir)
+    del data
+    progress(f'  static checks done ({time.time() - t0:.0f} s)')
+    # ---- dynamic rig: rate table, range, sweeps, timing.
+    plan = dynamic_plan(dev)
+    xml, doc = dynamic_rig(dev, plan, perturb)
+    sim = load_simulation(_write_rig(rigs, 'dynamic', xml, doc))
+    progress(f'dynamic rig: 7 sensors x {worlds} worlds x {plan.n_ticks} ticks '
+             f'(dt {plan.dt:g} s)')
+    _, trace = sim.rollout(sim.default_params(worlds), world_keys(seed + 1, worlds),
+                           plan.n_ticks, observe_truth=True)
+    trace = jax.tree.map(np.asarray, trace)
+    progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
+    checks += _dynamic_checks(dev, plan, trace, fig_dir)
+    progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')
+    if ctype == 'fibril_sim/imu' and thermal.has_thermal(cfg):
+      checks += _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
+                               static_duration_s / len(thermal.LEVELS_K), progress, t0)
+    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
+                       worlds, seed, time.time() - t0)
+    _write_summary(tmp, summary)
+  return summary
+
+
+# The rig of these types (validate finds this module by walking its package).
+for _type in SUPPORTED:
+  registry.add(_type, validation_rig=run_inertial)
