@@ -32,16 +32,11 @@ def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
   new = sensor['new_data'][world].astype(bool)
   t_s = time_s[np.clip(sensor['sample_tick'][world], 0, None)][new]
   fig, axes = plt.subplots(3, 2, figsize=(13, 9))
-  labels = ('roll', 'pitch', 'yaw')
-  r_true, r_dev = common.rpy_deg(truth['orientation'][world]), common.rpy_deg(sensor['orientation'][world])[new]
-  for i in range(3):
-    ax = axes[i, 0]
-    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (device convention)')
-    ax.plot(t_s, r_dev[:, i], '.', ms=2, color='tab:red', label=f'{cid} sample')
-    ax.set_ylabel(f'{labels[i]} [deg]')
-  axes[0, 0].legend(loc='upper right', fontsize=8)
-  axes[0, 0].set_title(f'world {world}: orientation, truth vs delivered samples')
-  axes[2, 0].set_xlabel('time [s]')
+  common.plot_rpy(axes, time_s, truth['orientation'][world], t_s,
+                  common.rpy_deg(sensor['orientation'][world])[new],
+                  truth_label='truth (device convention)', label=f'{cid} sample',
+                  title=f'world {world}: orientation, truth vs delivered samples',
+                  ls='none', marker='.', ms=2)
   ax = axes[0, 1]
   for i, c in enumerate(('tab:red', 'tab:green', 'tab:blue')):
     ax.plot(time_s, truth['angular_velocity'][world][:, i], '-', color='k', lw=0.8)

@@ -66,16 +66,10 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   fig, axes = plt.subplots(3, 2, figsize=(13, 10))
   new = new_all[world]
   t_s = time_s[st_all[world]][new]
-  r_true = common.rpy_deg(truth['orientation'][world])
-  r_est = common.rpy_deg(sensor['orientation'][world])[new]
-  for i, name in enumerate(('roll', 'pitch', 'yaw')):
-    ax = axes[i, 0]
-    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label='truth (IMU site)')
-    ax.plot(t_s, r_est[:, i], '-', lw=0.8, color='tab:red', label=f'{cid} estimate')
-    ax.set_ylabel(f'{name} [deg]')
-  axes[0, 0].legend(loc='upper right', fontsize=8)
-  axes[0, 0].set_title(f'world {world}: attitude, truth vs estimate')
-  axes[2, 0].set_xlabel('time [s]')
+  common.plot_rpy(axes, time_s, truth['orientation'][world], t_s,
+                  common.rpy_deg(sensor['orientation'][world])[new],
+                  truth_label='truth (IMU site)', label=f'{cid} estimate',
+                  title=f'world {world}: attitude, truth vs estimate', ls='-', lw=0.8)
 
   ax = axes[0, 1]
   for w in range(new_all.shape[0]):

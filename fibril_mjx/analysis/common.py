@@ -214,3 +214,18 @@ def nav_plot(path, time_s, sensor: dict, world: int, panels: list, hist: tuple,
   xlabel, values = hist
   hist_across_worlds(axes[-1], values, xlabel)
   save(fig, path, title)
+
+
+def plot_rpy(axes, time_s, q_true, t_s, rpy_meas_deg, *, truth_label: str, label: str,
+             title: str, **style) -> None:
+  """The left column of an attitude figure: roll, pitch, yaw of the truth over every tick and of
+  the delivered samples / estimates at their stamps (`style`: their matplotlib line style)."""
+  r_true = rpy_deg(q_true)
+  for i, name in enumerate(('roll', 'pitch', 'yaw')):
+    ax = axes[i, 0]
+    ax.plot(time_s, r_true[:, i], 'k-', lw=1, label=truth_label)
+    ax.plot(t_s, rpy_meas_deg[:, i], color='tab:red', label=label, **style)
+    ax.set_ylabel(f'{name} [deg]')
+  axes[0, 0].legend(loc='upper right', fontsize=8)
+  axes[0, 0].set_title(title)
+  axes[2, 0].set_xlabel('time [s]')

@@ -18,3 +18,12 @@ def pyplot():
   matplotlib.use(BACKEND)
   import matplotlib.pyplot as plt
   return plt
+
+
+def save(fig, path, dpi: int = 100) -> str:
+  """Lays out, writes and closes `fig` (closing frees it: runs draw hundreds); returns the
+  file's name (what summaries list)."""
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  pyplot().close(fig)
+  return path.name

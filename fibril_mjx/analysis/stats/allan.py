@@ -4,7 +4,7 @@ equivalent degrees of freedom)."""
 from __future__ import annotations
 
 import numpy as np
-from fibril_mjx.analysis.stats.common import _as_signal, _check_rate  # noqa: F401
+from fibril_mjx.analysis.stats.common import _as_signal, _check_rate
 
 
 # ----------------------------------------------------------------------------- Allan

@@ -4,8 +4,8 @@ the AR(1) fit."""
 from __future__ import annotations
 
 import numpy as np
-from fibril_mjx.analysis.stats.allan import allan_cluster_sizes, allan_deviation, allan_edf  # noqa: F401
-from fibril_mjx.analysis.stats.common import _check_rate  # noqa: F401
+from fibril_mjx.analysis.stats.allan import allan_cluster_sizes, allan_deviation, allan_edf
+from fibril_mjx.analysis.stats.common import _check_rate
 
 
 # ------------------------------------------------------- Allan model and N/B/K extraction

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 from scipy import signal
-from fibril_mjx.analysis.stats.common import _as_signal, _check_rate  # noqa: F401
+from fibril_mjx.analysis.stats.common import _as_signal, _check_rate
 
 
 # ---------------------------------------------------------------- autocorrelation / PSD

@@ -214,3 +214,12 @@ def tilt_error_rad(q_est, q_true):
 
 
 # ------------------------------------------------------------------ quaternion EKF
+
+
+def predict_update_step(predict, update, params, state, gyro, accel, dt, new_data):
+  """One IMU sample of either EKF: `predict` with the gyro over `dt`, then `update` with the
+  lever-arm compensated accelerometer (`compensated_accel`); the state is kept when `new_data`
+  is False (a select, so it works under `vmap` with per-world masks)."""
+  a_c = compensated_accel(params, state, gyro, accel, dt)
+  new = update(params, predict(params, state, gyro, dt), a_c)
+  return _tree_where(new_data, new, state)

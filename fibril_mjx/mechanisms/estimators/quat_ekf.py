@@ -10,7 +10,9 @@ import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
-from fibril_mjx.mechanisms.estimators.common import EkfParams, Estimator, _accel_noise, _diag_cov, _kalman_update, _process_noise, _skew, _tree_where, compensated_accel  # noqa: F401
+from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
+                                                     _kalman_update, _process_noise, _skew,
+                                                     _tree_where, predict_update_step)
 
 
 class QuatEkfState(NamedTuple):
@@ -141,9 +143,8 @@ def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
   Returns:
     `QuatEkfState`.
   """
-  a_c = compensated_accel(params, state, gyro, accel, dt)
-  new = quat_ekf_update(params, quat_ekf_predict(params, state, gyro, dt), a_c)
-  return _tree_where(new_data, new, state)
+  return predict_update_step(quat_ekf_predict, quat_ekf_update, params, state, gyro, accel, dt,
+                             new_data)
 
 
 def quat_ekf_attitude(state: QuatEkfState):

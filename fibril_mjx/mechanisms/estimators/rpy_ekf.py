@@ -10,7 +10,9 @@ import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat, smallmat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
-from fibril_mjx.mechanisms.estimators.common import EkfParams, Estimator, _accel_noise, _diag_cov, _kalman_update, _process_noise, _tree_where, compensated_accel  # noqa: F401
+from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
+                                                     _kalman_update, _process_noise, _tree_where,
+                                                     predict_update_step)
 
 
 class RpyEkfState(NamedTuple):
@@ -192,9 +194,8 @@ def rpy_ekf_step(params: EkfParams, state: RpyEkfState, gyro, accel, dt,
   Returns:
     `RpyEkfState`.
   """
-  a_c = compensated_accel(params, state, gyro, accel, dt)
-  new = rpy_ekf_update(params, rpy_ekf_predict(params, state, gyro, dt), a_c)
-  return _tree_where(new_data, new, state)
+  return predict_update_step(rpy_ekf_predict, rpy_ekf_update, params, state, gyro, accel, dt,
+                             new_data)
 
 
 def rpy_ekf_attitude(state: RpyEkfState):

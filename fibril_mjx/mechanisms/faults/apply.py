@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import transport as tp
-from fibril_mjx.mechanisms.faults.spec import BAD, DEGRADED, FaultParams, FaultPlan, HEALTHY, INVALID, MISSED, OK, RECOVERING, WEAK, _DATA  # noqa: F401
+from fibril_mjx.mechanisms.faults.spec import (BAD, DEGRADED, FaultParams, FaultPlan, HEALTHY,
+                                               INVALID, MISSED, OK, RECOVERING, WEAK, _DATA)
 
 
 # ----------------------------------------------------------------------- health machine

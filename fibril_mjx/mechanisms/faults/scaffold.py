@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
-from fibril_mjx.mechanisms.faults.spec import DeviceConfig, default_params, init_state  # noqa: F401
+from fibril_mjx.mechanisms.faults.spec import DeviceConfig, default_params, init_state
 from fibril_mjx.mechanisms.schedule import Schedule
 from fibril_mjx.errors import did_you_mean
 

@@ -12,10 +12,10 @@ import yaml
 from fibril_mjx.io import outdir
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, TYPES, load  # noqa: F401
-from fibril_mjx.workflows.fit_profile.geometry import fit_six, fit_timing  # noqa: F401
-from fibril_mjx.workflows.fit_profile.plots import _plot_timing  # noqa: F401
-from fibril_mjx.workflows.fit_profile.static import fit_static  # noqa: F401
+from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, TYPES, load
+from fibril_mjx.workflows.fit_profile.geometry import fit_six, fit_timing
+from fibril_mjx.workflows.fit_profile.plots import _plot_timing
+from fibril_mjx.workflows.fit_profile.static import fit_static
 
 
 # ---------------------------------------------------------------------------- driver

@@ -8,7 +8,7 @@ import numpy as np
 
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import ConfigError
-from fibril_mjx.workflows.fit_profile.allan import G, HELDOUT  # noqa: F401
+from fibril_mjx.workflows.fit_profile.allan import G, HELDOUT
 
 
 # ----------------------------------------------------------------- six orientations

@@ -24,10 +24,7 @@ def _plot_allan(fig_dir, ch, rows):
   ax.legend(fontsize=6)
   ax.set_title(f'{ch}: Allan deviation, fitted model and held-out logs')
   path = fig_dir / f'fit_allan_{ch}.png'
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path.name
+  return plotting.save(fig, path)
 
 
 def _plot_timing(fig_dir, t):
@@ -38,7 +35,4 @@ def _plot_timing(fig_dir, t):
   axes[1].hist(t['latencies'] * 1e3, bins=50)
   axes[1].set_xlabel('latency arrival − sample [ms]')
   path = fig_dir / 'fit_timing.png'
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path.name
+  return plotting.save(fig, path)

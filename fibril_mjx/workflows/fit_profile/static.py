@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from fibril_mjx.analysis import stats
-from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, _episode_dispersion, _heldout_allan, _split, _uniform, fit_allan  # noqa: F401
-from fibril_mjx.workflows.fit_profile.plots import _plot_allan  # noqa: F401
+from fibril_mjx.workflows.fit_profile.allan import (CHANNELS, K_SIGMA, _episode_dispersion,
+                                                    _heldout_allan, _split, _uniform, fit_allan)
+from fibril_mjx.workflows.fit_profile.plots import _plot_allan
 
 
 # ------------------------------------------------------------------------- static

@@ -200,10 +200,7 @@ def _plot_timing(fig_dir, periods, lats, ref, dev):
   axes[1].set_xlabel('latency [ms]')
   axes[1].legend(fontsize=7)
   path = fig_dir / 'timing.png'
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path.name
+  return plotting.save(fig, path)
 
 
 # ------------------------------------------------------------------------------- output

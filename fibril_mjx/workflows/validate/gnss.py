@@ -25,7 +25,6 @@ from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.mechanisms.rng import world_keys
-from fibril_mjx.mechanisms import geodesy
 
 GNSS_TYPE = 'fibril_sim/gnss'
 GNSS_SUBSTEPS = (4, 40)  # physics ticks per solution period in the rig: the fewest in this

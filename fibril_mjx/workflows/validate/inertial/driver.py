@@ -14,10 +14,11 @@ from fibril_mjx.workflows.validate.common import (_by_sequence, _collect, _stage
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
-from fibril_mjx.workflows.validate.inertial.device import CHANNELS, POSES, SUPPORTED, device_from_config  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.dynamic import _dynamic_checks  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.static import _static_checks  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
+                                                           device_from_config)
+from fibril_mjx.workflows.validate.inertial.dynamic import _dynamic_checks
+from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig
+from fibril_mjx.workflows.validate.inertial.static import _static_checks
 
 
 # ------------------------------------------------------------------------------- driver

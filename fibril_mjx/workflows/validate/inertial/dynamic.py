@@ -8,10 +8,11 @@ import math
 import numpy as np
 
 from fibril_mjx.workflows.validate.common import K_SIGMA, Check, _axes_str, _fmt, _timing
-from fibril_mjx.workflows.validate.inertial.device import Device, RATE_SITES, SKIP, SUBSTEPS, UNITS, WINDOW  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.plots import _plot_bode  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.rigs import DynamicPlan  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.signals import _h_expected, _reference_filter  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.device import (Device, RATE_SITES, SKIP, SUBSTEPS,
+                                                           UNITS, WINDOW)
+from fibril_mjx.workflows.validate.inertial.plots import _plot_bode
+from fibril_mjx.workflows.validate.inertial.rigs import DynamicPlan
+from fibril_mjx.workflows.validate.inertial.signals import _h_expected, _reference_filter
 
 
 # ---------------------------------------------------------------------- the dynamic rig

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fibril_mjx.analysis import plotting
 from fibril_mjx.workflows.validate.common import K_SIGMA, _axes_str, _plt
-from fibril_mjx.workflows.validate.inertial.signals import _h_discrete  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.signals import _h_discrete
 
 
 # -------------------------------------------------------------------------------- plots
@@ -26,10 +27,7 @@ def _plot_allan(fig_dir, ch_name, units, rows):
   ax.grid(True, which='both', alpha=0.3)
   ax.legend(fontsize=7)
   path = fig_dir / f'static_allan_{ch_name}.png'
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path.name
+  return plotting.save(fig, path)
 
 
 def _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt):
@@ -52,7 +50,4 @@ def _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt
   a1.legend(fontsize=7)
   a1.set_title(f'sine sweep: {ch_name} (bandwidth {bw:g} Hz, output rate {fs:g} Hz)')
   path = fig_dir / f'bode_{ch_name}.png'
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path.name
+  return plotting.save(fig, path)

@@ -10,7 +10,8 @@ import textwrap
 
 from fibril_mjx.workflows.validate import thermal
 from fibril_mjx.workflows.validate.common import G
-from fibril_mjx.workflows.validate.inertial.device import Device, POSES, RATE_SITES, SKIP, SUBSTEPS, TONES, WINDOW  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.device import (Device, POSES, RATE_SITES, SKIP,
+                                                           SUBSTEPS, TONES, WINDOW)
 
 
 # --------------------------------------------------------------------------------- rigs

@@ -9,9 +9,9 @@ import numpy as np
 
 from fibril_mjx.analysis import stats
 from fibril_mjx.workflows.validate.common import G, K_SIGMA, Check, _axes_str, _by_sequence, _fmt
-from fibril_mjx.workflows.validate.inertial.device import Channel, Device, POSES, UNITS  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.plots import _plot_allan  # noqa: F401
-from fibril_mjx.workflows.validate.inertial.signals import _fill, _quat_err_vec  # noqa: F401
+from fibril_mjx.workflows.validate.inertial.device import Channel, Device, POSES, UNITS
+from fibril_mjx.workflows.validate.inertial.plots import _plot_allan
+from fibril_mjx.workflows.validate.inertial.signals import _fill, _quat_err_vec
 
 
 # ----------------------------------------------------------------------- the static rig
