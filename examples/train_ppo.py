@@ -3,9 +3,10 @@ curve.
 
 The policy sees the delivered RS00 feedback (position, velocity, applied effort, 5 ms CAN
 cadence) and ICM-42688-P samples with their `new_data` flags, plus the commanded angle; it
-commands hip effort through the `fibril_sim/motor` adapter every 5 ms. Each episode draws a new
+commands hip effort through the `fibril_sim/motor` adapter every 5 ms. Each reset draws a new
 world key (IMU noise and turn-on bias), a new target angle in [-0.6, 0.6] rad and a new nominal
-gyro bias (per-episode Params). Reward: -(q - q*)² - 0.01 a², with q the true joint angle.
+gyro bias (per-reset Params); Brax's own wrappers (vmap, episode, auto-reset) run the episodes.
+Reward: -(q - q*)² - 0.01 a², with q the true joint angle.
 
     .venv/bin/python examples/train_ppo.py --timesteps 300000 --out out/ppo
 """
@@ -88,9 +89,10 @@ def brax_jax_compat() -> None:
 def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=None,
           num_evals=8, hidden=(32, 32), unroll_length=10, batch_size=64, num_minibatches=4,
           num_updates_per_batch=4, num_eval_envs=64, run_evals=True):
-  """Brax PPO on `env`; returns `(make_policy, params, [(steps, eval reward)])`."""
+  """Brax PPO on the one-world `env`, under Brax's default training wrappers (`VmapWrapper`,
+  `EpisodeWrapper`, `AutoResetWrapper`); returns `(make_policy, params, [(steps, eval
+  reward)])`."""
   brax_jax_compat()
-  from brax.envs.wrappers.training import VmapWrapper
   from brax.training.agents.ppo import networks as ppo_networks
   from brax.training.agents.ppo import train as ppo
   curve = []
@@ -105,7 +107,7 @@ def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=N
                               value_hidden_layer_sizes=hidden)
   make_policy, params, _ = ppo.train(
       environment=env, num_timesteps=timesteps, episode_length=episode_length,
-      wrap_env_fn=lambda e, **_: VmapWrapper(e), num_envs=num_envs,
+      num_envs=num_envs,
       num_eval_envs=num_eval_envs, num_evals=num_evals, learning_rate=3e-4,
       entropy_cost=1e-3, discounting=0.97, unroll_length=unroll_length, batch_size=batch_size,
       num_minibatches=num_minibatches, num_updates_per_batch=num_updates_per_batch,

@@ -1,13 +1,16 @@
-"""fibril_mjx: the Fibril device model (sensors, actuator adapters) over MuJoCo MJX, batched."""
+"""fibril_mjx: the Fibril device model (sensors, actuator adapters) over MuJoCo MJX, batched.
 
-from fibril_mjx.config.version import __version__  # noqa: E402,F401
+The public API by name; the layers behind it are described in README.md ("How it is built").
+"""
 
-from fibril_mjx.mechanisms import estimators  # noqa: E402,F401
-from fibril_mjx.analysis import stats  # noqa: E402,F401
-from fibril_mjx.errors import ConfigError, FibrilError  # noqa: E402
-from fibril_mjx.mechanisms.rng import world_keys  # noqa: E402
-from fibril_mjx.batch.simulation import SimState, Simulation, load  # noqa: E402
-from fibril_mjx.core.registry import register  # noqa: E402
+from fibril_mjx.analysis import stats
+from fibril_mjx.batch.simulation import SimState, Simulation, load
+from fibril_mjx.config.version import __version__
+from fibril_mjx.core import pipeline
+from fibril_mjx.core.registry import register
+from fibril_mjx.errors import ConfigError, FibrilError
+from fibril_mjx.mechanisms import estimators
+from fibril_mjx.mechanisms.rng import world_keys
 
-__all__ = ['estimators', 'stats', 'ConfigError', 'FibrilError', 'SimState', 'Simulation', 'load', 'world_keys',
-           'register', '__version__']
+__all__ = ['estimators', 'stats', 'ConfigError', 'FibrilError', 'SimState', 'Simulation', 'load',
+           'pipeline', 'register', 'world_keys', '__version__']

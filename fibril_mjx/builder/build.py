@@ -3,14 +3,12 @@ components bound by name → scripts → MJX model, returned as one static `Buil
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import mujoco
 
 from fibril_mjx import components
 from fibril_mjx.config.manifest import ComponentConfig
 from fibril_mjx.core import command_script, protocol, registry
+from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, SensorBinding  # noqa: F401
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.physics import assemblies, dcmotor
@@ -19,51 +17,6 @@ from fibril_mjx.physics.mjx import mjx
 
 # Every built-in component type: each module under components/ registers itself when imported.
 registry.discover(components)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Built:
-  """Everything the host-side build resolves from a manifest: static and hashable.
-
-  Hash and equality come from what the compiled code depends on — the manifest's sha256, the
-  built components (themselves hashable by their static fields), the scripts and the dcmotor
-  binding — so equal manifests share compiled code.
-
-  Attributes:
-    manifest: the parsed manifest.
-    mj_model: the compiled MuJoCo model (assemblies and overlays applied).
-    physics_model: the model MJX steps (a twin without `dcmotor` actuators, else `mj_model`).
-    mx: its MJX model; `data0`: `mjx.Data` after `mj_forward` of the initial state.
-    dt: physics timestep (s).
-    components: `{id: component}` in manifest order.
-    actuator_script, command_script: the manifest's open-loop drives.
-    dcmotor: static dcmotor binding, or None.
-    assemblies, overlays: resolved assemblies and applied overlays (for the plan).
-    vary: `{component id: frozenset of fields}` compiled in for per-world variation.
-  """
-  manifest: Any
-  mj_model: mujoco.MjModel
-  physics_model: mujoco.MjModel
-  mx: Any
-  data0: Any
-  dt: float
-  components: dict
-  actuator_script: Any
-  command_script: Any
-  dcmotor: Any
-  assemblies: dict
-  overlays: tuple
-  vary: dict
-
-  def _key(self):
-    return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,
-            self.command_script, self.dcmotor, tuple(sorted(self.vary.items())))
-
-  def __hash__(self):
-    return hash(self._key())
-
-  def __eq__(self, other):
-    return isinstance(other, Built) and self._key() == other._key()
 
 
 def _check_vary(manifest, components: dict, vary: dict) -> dict:

@@ -1,2 +1,2 @@
-"""The component contract (roles, protocols, the build context) and the pieces every component
-and the pipeline share."""
+"""The component contract (roles, protocols, the build context), the static `Built` a build
+produces, and the one-world pipeline over it (`pipeline.init` / `pipeline.step`)."""

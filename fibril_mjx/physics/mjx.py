@@ -54,6 +54,15 @@ def step(m, d):
   return integrate(m, forward(m, d))
 
 
+def impl_fns(impl: str = 'jax'):
+  """`(forward, integrate)` of a physics implementation: the functions above for MJX-JAX; for
+  MJX-Warp (`'warp'`, NVIDIA GPUs only) its own `forward`, and its `step` as the integration
+  (Warp has no separate one, so a tick costs two forwards there)."""
+  if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
+    return _mjx.forward, lambda m, d: _mjx.step(m, d)
+  return forward, integrate
+
+
 class _Mjx:
   """`mujoco.mjx` with the `forward` / `integrate` / `step` above."""
   forward = staticmethod(forward)

@@ -1,10 +1,14 @@
-"""A Brax-compatible RL environment over a `Simulation` (SPEC §8).
+"""A Brax-compatible RL environment of one world, over the one-world pipeline (SPEC §8).
 
 `FibrilEnv(sim, task)` is one world: `reset(rng) -> State`, `step(state, action) -> State`,
 `observation_size`, `action_size`, and a `State` with `pipeline_state`, `obs`, `reward`, `done`,
-`metrics`, `info` (the fields and `replace` of `brax.envs.State`), so Brax's `VmapWrapper` and
-trainers (`brax.training.agents.ppo`) take it as it is. Brax is not needed to use it.
+`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes and auto-reset are
+Brax's own wrappers (`EpisodeWrapper`, `AutoResetWrapper`, and `VmapWrapper` for a batch;
+`wrap` here, or Brax PPO's default `wrap_env_fn`): `step` never computes a reset. Brax is not
+needed to use the env itself.
 
+- The state is one world's `pipeline.SimState` (`fibril_mjx.core.pipeline`), advanced by
+  `pipeline.step`; under `VmapWrapper` every leaf (the tick too) gets the env axis.
 - Observations are what the robot would see: the *delivered* outputs of the task's sensor and
   feedback components (latency, noise, lost samples, the held value between deliveries) with
   each component's `new_data` flag, plus the task's goal. Truth (the components' ideal outputs)
@@ -20,16 +24,12 @@ trainers (`brax.training.agents.ppo`) take it as it is. Brax is not needed to us
   `n·P … n·P + P − 1` (P = `control_ticks`), so an actuator whose application instants fall on
   multiples of P applies the action at the first tick of the step, as a policy running at the
   actuator's cadence expects.
-- Randomization per episode: every reset draws the world key from the rng (so noise, turn-on
-  biases and jitter differ per episode), the task goal from `sample_goal`, and the Params from
-  `randomize(rng, params)` when given; Params passed to `reset(rng, params)` are used as they
-  are and kept for the following episodes of that env (unless `randomize` is set).
-- Auto-reset on `done` (termination or the time limit): the returned state already holds the
-  next episode (as Brax's `AutoResetWrapper` does), with `reward`/`done` of the finished step,
-  `info['truncation']` set on time-limit ends, and `info['episode_metrics']` /
-  `info['episode_done']` kept as Brax's `EpisodeWrapper` keeps them. Train with
-  `wrap_env_fn=lambda env, **_: VmapWrapper(env)` (not Brax's default wrap, which would reset
-  a second time to its cached first state).
+- Randomization: a reset draws the world key from the rng (so noise, turn-on biases and jitter
+  differ per reset), the task goal from `sample_goal`, and the Params from
+  `randomize(rng, params)` when given (else `params`, default the manifest's). Brax's
+  `AutoResetWrapper` restarts a finished episode from the state its `reset` cached, so an env
+  of a batch repeats its first episode's draws; new draws come with each `reset` (Brax's
+  trainers reset their evaluation envs at every evaluation).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx.batch.simulation import Simulation
+from fibril_mjx.batch.simulation import Simulation, load
+from fibril_mjx.core import pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +49,13 @@ class State:
   """Environment state of one world (Brax `State` fields).
 
   Attributes:
-    pipeline_state: the `SimState` (a batch of one world).
+    pipeline_state: the world's `pipeline.SimState` (no world axis).
     obs: `(observation_size,)` float32, or `{'state', 'privileged_state'}` arrays.
     reward, done: float32 scalars of the last step.
     metrics: `{name: float32 scalar}` from the task's reward.
-    info: `rng` (next episode), `params` (this episode's Params), `goal`, `steps`, `truth`
-      (flattened truth of the observed components), `truncation`, `episode_done`,
-      `episode_metrics`.
+    info: `rng` (a key for the caller's next reset), `params` (this episode's Params), `goal`,
+      `truth` (flattened truth of the observed components); Brax's `EpisodeWrapper` adds
+      `steps`, `truncation`, `episode_done`, `episode_metrics`.
   """
   pipeline_state: Any
   obs: Any
@@ -90,7 +91,7 @@ class Task:
     goal_obs: `goal -> (n,)` appended to the observation, or None.
     control_ticks: physics ticks per environment step (the policy period is
       `control_ticks · dt`).
-    episode_length: steps before the time limit ends an episode.
+    episode_length: steps before the time limit ends an episode (`wrap`'s default).
   """
   observe: dict
   action_size: int
@@ -108,35 +109,26 @@ def _flat(leaves) -> jax.Array:
   return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float32)
 
 
-def _first(tree):
-  return jax.tree.map(lambda x: x[0], tree)
-
-
-def _batch1(tree):
-  return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
-
-
 class FibrilEnv:
   """Brax-compatible environment of one world of `sim` under `task` (see the module doc).
 
   Args:
     sim: a `Simulation` (`fibril_mjx.load(...)`) or a manifest path.
     task: the `Task`.
-    randomize: optional `(rng, params) -> params` applied at every reset (per-episode Params;
+    randomize: optional `(rng, params) -> params` applied at every reset (per-reset Params;
       `params` is one world's `{component id: Params}`).
-    auto_reset: reset inside `step` when done (default True).
+    params: one world's Params of every reset without `randomize` (default the manifest's).
     privileged_obs: observations as `{'state': robot view, 'privileged_state': robot view +
       truth}` instead of one array.
   """
 
   def __init__(self, sim: Simulation | str, task: Task, *, randomize: Callable | None = None,
-               auto_reset: bool = True, privileged_obs: bool = False):
+               params: dict | None = None, privileged_obs: bool = False):
     if not isinstance(sim, Simulation):
-      from fibril_mjx.batch.simulation import load
       sim = load(sim)
     self.sim, self.task, self.randomize = sim, task, randomize
-    self.auto_reset, self.privileged_obs = auto_reset, privileged_obs
-    self.default_params = sim.default_params()
+    self.privileged_obs = privileged_obs
+    self.default_params = sim.default_params() if params is None else params
     unknown = [cid for cid in task.observe if cid not in sim.components]
     if unknown:
       raise ValueError(f'Task.observe: no component {unknown[0]!r}; components: '
@@ -166,74 +158,61 @@ class FibrilEnv:
     return self
 
   def reset(self, rng: jax.Array, params: dict | None = None) -> State:
-    """Starts an episode of one world.
+    """Starts an episode of one world: `pipeline.init`, then ticks 1 … `control_ticks − 1`.
 
     Args:
       rng: `(2,)` key; the world key, goal and randomization are drawn from it.
-      params: one world's `{component id: Params}` (default: the manifest's, then
-        `randomize` if set).
+      params: one world's `{component id: Params}` (default: the env's, then `randomize` if
+        set).
     """
     k_world, k_goal, k_rand, k_next = jax.random.split(rng, 4)
     if params is None:
       params = self.default_params
       if self.randomize is not None:
         params = self.randomize(k_rand, params)
-    ps = self.sim.reset(_batch1(params), k_world[None])
+    ps = pipeline.init(self.sim.built, params, k_world, data0=self.sim.data0, mx=self.sim.mx,
+                       impl=self.sim.impl)
     if self.task.control_ticks > 1:   # observe the last tick before the first step (see above)
-      ps, _ = self.sim.run(_batch1(params), ps, self.task.control_ticks - 1, record=False)
-    out = _first(self.sim.outputs(ps))
+      ps = self._advance(params, ps, None, self.task.control_ticks - 1)
+    out = pipeline.outputs(self.sim.built, ps)
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()
     obs, truth = self._observe(out, goal)
     _, metrics = self.task.reward(out, goal, jnp.zeros((self.task.action_size,), jnp.float32))
     metrics = {k: jnp.zeros((), jnp.float32) for k in metrics}
     zero = jnp.zeros((), jnp.float32)
-    episode_metrics = {'sum_reward': zero, 'length': zero, **metrics}
-    info = {'rng': k_next, 'params': params, 'goal': goal, 'steps': jnp.zeros((), jnp.int32),
-            'truth': truth, 'truncation': zero, 'episode_done': zero,
-            'episode_metrics': episode_metrics}
+    info = {'rng': k_next, 'params': params, 'goal': goal, 'truth': truth}
     return State(ps, obs, zero, zero, metrics, info)
 
   def step(self, state: State, action: jax.Array) -> State:
-    """Applies `action` for `control_ticks` physics ticks; auto-resets when done."""
-    info = dict(state.info)
-    params, goal = info['params'], info['goal']
-    pb = _batch1(params)
-    trace = self._command_trace(action)
-    ps, _ = self.sim.run(pb, state.pipeline_state, self.task.control_ticks, record=False,
-                         commands=trace)
-    out = _first(self.sim.outputs(ps))
+    """Applies `action` for `control_ticks` physics ticks (`pipeline.step`); `done` is the
+    task's termination (the time limit is `EpisodeWrapper`'s)."""
+    params, goal = state.info['params'], state.info['goal']
+    ps = self._advance(params, state.pipeline_state, self._command_trace(action),
+                       self.task.control_ticks)
+    out = pipeline.outputs(self.sim.built, ps)
     reward, metrics = self.task.reward(out, goal, action)
-    reward = jnp.asarray(reward, jnp.float32)
     metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
     term = (jnp.asarray(self.task.done(out, goal), bool) if self.task.done is not None
             else jnp.zeros((), bool))
-    steps = info['steps'] + 1
-    time_up = steps >= self.task.episode_length
-    done = term | time_up
     obs, truth = self._observe(out, goal)
-
-    prev_done = info['episode_done']
-    em = dict(info['episode_metrics'])
-    em['sum_reward'] = em['sum_reward'] * (1 - prev_done) + reward
-    em['length'] = em['length'] * (1 - prev_done) + 1
-    for k, v in metrics.items():
-      em[k] = em[k] * (1 - prev_done) + v
-    info.update(steps=steps, truth=truth, truncation=(time_up & ~term).astype(jnp.float32),
-                episode_done=done.astype(jnp.float32), episode_metrics=em)
-    if self.auto_reset:
-      keep = None if self.randomize is not None else params
-      fresh = self.reset(info['rng'], keep)
-      sel = lambda a, b: jax.tree.map(lambda x, y: jnp.where(done, x, y), a, b)
-      ps, obs = sel(fresh.pipeline_state, ps), sel(fresh.obs, obs)
-      for k in ('rng', 'params', 'goal', 'steps', 'truth'):
-        info[k] = sel(fresh.info[k], info[k])
-    return State(ps, obs, reward, done.astype(jnp.float32), metrics, info)
+    return state.replace(pipeline_state=ps, obs=obs, reward=jnp.asarray(reward, jnp.float32),
+                         done=term.astype(jnp.float32), metrics=metrics,
+                         info={**state.info, 'truth': truth})
 
   # ------------------------------------------------------------------ helpers
 
+  def _advance(self, params, ps, trace, n_ticks: int):
+    """`n_ticks` one-world steps in a `lax.scan`; `trace` `{id: (n_ticks, ...)}` or None
+    (scripted / null commands)."""
+    def body(st, cmd):
+      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=self.sim.mx,
+                            impl=self.sim.impl)
+      return st, None
+    return jax.lax.scan(body, ps, trace, length=n_ticks)[0]
+
   def _command_trace(self, action) -> dict:
-    """`{id: command (control_ticks, 1, ...)}`: the action's commands at the first tick, the
-    null command (nothing issued) at the others."""
+    """`{id: command (control_ticks, ...)}`: the action's commands at the first tick, the null
+    command (nothing issued) at the others."""
     cmds = self.task.commands(action)
     null = self.sim.null_commands()
     n = self.task.control_ticks
@@ -241,7 +220,7 @@ class FibrilEnv:
     for cid, cmd in cmds.items():
       trace[cid] = jax.tree.map(
           lambda c, z: jnp.concatenate([jnp.asarray(c, z.dtype)[None],
-                                        jnp.broadcast_to(z, (n - 1,) + z.shape)])[:, None],
+                                        jnp.broadcast_to(z, (n - 1,) + z.shape)]),
           cmd, null[cid])
     return trace
 
@@ -264,3 +243,16 @@ class FibrilEnv:
     if self.privileged_obs:
       return {'state': obs, 'privileged_state': jnp.concatenate([obs, truth])}, truth
     return obs, truth
+
+
+def wrap(env: FibrilEnv, episode_length: int | None = None):
+  """`env` under Brax's own `EpisodeWrapper` (time limit, `steps`, `truncation`,
+  `episode_metrics`) and `AutoResetWrapper` (a done episode restarts from the state its reset
+  cached): one world, as Brax's training `wrap` is without its `VmapWrapper`.
+
+  Args:
+    episode_length: steps per episode (default `env.task.episode_length`).
+  """
+  from brax.envs.wrappers import training   # optional dependency: only the wrappers need it
+  env = training.EpisodeWrapper(env, episode_length or env.task.episode_length, 1)
+  return training.AutoResetWrapper(env)

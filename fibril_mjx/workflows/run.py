@@ -116,11 +116,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
   share, share_reason = sim.physics_sharing(share_physics=share_physics)
 
   # Bytes per world: the state carried on the device and the outputs recorded on the host.
-  p2, k2 = sim.default_params(2), simulator.world_keys(seed, 2)
-  st_shape = jax.eval_shape(lambda: sim._reset_batch(None, p2, k2, share=share))
-  out_shape = jax.eval_shape(lambda: sim.outputs(sim._reset_batch(None, p2, k2, share=share)))
-  state_b = worlds_mod.tree_nbytes(simulator._split_state(st_shape, share)[1]) / 2
-  tick_b = worlds_mod.tree_nbytes(out_shape) / 2
+  state_b, tick_b = sim.world_nbytes(share=share)
   trace_b = tick_b * (n_ticks + 1)
   budget = memory_budget_bytes or float(os.environ.get('FIBRIL_MJX_MEMORY_BUDGET', 2 ** 30))
   chunk = min(worlds, chunk_worlds or max(1, int(budget // max(trace_b, 1))))
@@ -157,7 +153,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       tick = 1
       for _ in range(n_seg):
         t0 = time.perf_counter() if not compiling else t0
-        state, _, outs = sim._run_world_major(p, state, seg, True, devices=devs)
+        state, outs = sim.run(p, state, seg, True, devices=devs, world_major=True)
         outs = watch.wait(outs)
         take = min(seg, n_ticks + 1 - tick)
         jax.tree.map(lambda h, x: h.__setitem__((slice(None), slice(tick, tick + take)),

@@ -50,7 +50,7 @@ def main(argv=None):
   out = pathlib.Path(a.out)
   sim = fibril_mjx.load(MANIFEST)
   for name, seed, yaw0 in RECORDINGS:
-    qpos0 = np.asarray(sim._data0.qpos, np.float64).copy()
+    qpos0 = np.asarray(sim.data0.qpos, np.float64).copy()
     qpos0[0] = yaw0
     rec = tune.simulate_recording(MANIFEST, overrides=truth_overrides(), seed=seed,
                                   duration_s=a.duration, qpos0=qpos0)

@@ -1,9 +1,11 @@
 """RL environment (`fibril_mjx.rl.env`): the Brax API contract (shapes, jit, vmap, determinism by
 rng), observations = delivered outputs with `new_data`, truth apart, actions through the motor
-adapter, per-episode Params, auto-reset; and a few Brax PPO iterations on the example task.
+adapter, per-reset Params, episodes and auto-reset by Brax's own wrappers; its observations
+after k steps equal `Simulation`'s for the same commands; and a few Brax PPO iterations on the
+example task.
 
-References are computed here from the simulator's public API (`sim.reset`, `sim.outputs`),
-not from the environment's helpers.
+References are computed here from the simulator's public API (`sim.reset`, `sim.run`,
+`sim.outputs`, `pipeline.outputs`), not from the environment's helpers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 import pytest
 
 import fibril_mjx
-from fibril_mjx.rl.env import FibrilEnv, State
+from fibril_mjx.core import pipeline
+from fibril_mjx.rl.env import FibrilEnv, State, wrap
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EPISODE = 3
@@ -33,7 +36,8 @@ def sim():
 
 @pytest.fixture(scope='module')
 def env(sim):
-  return train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=False)
+  """One world under Brax's EpisodeWrapper and AutoResetWrapper."""
+  return wrap(train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=False))
 
 
 @pytest.fixture(scope='module')
@@ -49,12 +53,17 @@ def reference_obs(sim, params, rng):
   ps = sim.reset(pb, k_world[None])
   ps, _ = sim.run(pb, ps, 4, record=False)
   out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
-  hip, imu = out['sensor']['hip'], out['sensor']['imu']
   goal = jax.random.uniform(k_goal, (), jnp.float32, -train_ppo.TARGET_RAD, train_ppo.TARGET_RAD)
+  return obs_of(out, goal), out
+
+
+def obs_of(out, goal):
+  """The task's observation, from one world's outputs."""
+  hip, imu = out['sensor']['hip'], out['sensor']['imu']
   return np.concatenate([
       [hip.sample.position, hip.sample.velocity, hip.sample.applied_effort, hip.new_data],
       imu.sample.angular_velocity, imu.sample.linear_acceleration, [imu.new_data],
-      [goal]]).astype(np.float32), out
+      [goal]]).astype(np.float32)
 
 
 def test_contract_shapes(env, jitted):
@@ -117,7 +126,7 @@ def test_action_reward_and_truth(sim, env, jitted):
   reset, step = jitted
   s = reset(jax.random.PRNGKey(2))
   s1 = step(s, jnp.array([1.0]))
-  out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(s1.pipeline_state))
+  out = jax.tree.map(np.asarray, pipeline.outputs(sim.built, s1.pipeline_state))
   # the effort command went through the motor adapter: issued and applied at tick 5 (the first
   # of the step), reported at tick 9 (its last; the reset observed tick 4)
   assert int(s.pipeline_state.tick) == 4 and int(s1.pipeline_state.tick) == 9
@@ -131,23 +140,57 @@ def test_action_reward_and_truth(sim, env, jitted):
 
 
 def test_auto_reset_and_episode_metrics(env, jitted):
+  """Brax's wrappers: the time limit ends the episode (truncation), the next step starts the
+  next episode from the state the reset cached, and the episode metrics restart."""
   reset, step = jitted
-  s = reset(jax.random.PRNGKey(7))
+  first = reset(jax.random.PRNGKey(7))
+  s = first
   rewards = []
   for _ in range(EPISODE):
-    prev = s
     s = step(s, jnp.array([0.3]))
     rewards.append(float(s.reward))
   assert float(s.done) == 1.0 and float(s.info['truncation']) == 1.0
-  assert int(s.info['steps']) == 0
-  fresh = reset(prev.info['rng'])            # the next episode starts from the carried rng
-  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(fresh.obs))
-  assert float(s.info['goal']) == float(fresh.info['goal'])
+  assert int(s.info['steps']) == EPISODE
+  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(first.obs))   # restarted
+  for a, b in zip(jax.tree.leaves(s.pipeline_state), jax.tree.leaves(first.pipeline_state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   em = s.info['episode_metrics']
   assert float(em['length']) == EPISODE
   assert float(em['sum_reward']) == pytest.approx(sum(rewards), rel=1e-5)
-  s = step(s, jnp.array([0.3]))
-  assert float(s.done) == 0.0 and float(s.info['episode_metrics']['length']) == 1
+  s2 = step(s, jnp.array([0.3]))
+  assert float(s2.done) == 0.0 and float(s2.info['episode_metrics']['length']) == 1
+  assert int(s2.info['steps']) == 1
+  one = step(first, jnp.array([0.3]))   # the second episode's first step is the first's
+  np.testing.assert_array_equal(np.asarray(s2.obs), np.asarray(one.obs))
+
+
+def test_observations_equal_the_simulation_for_the_same_commands(sim, env):
+  """k env steps of one world = `Simulation.reset` + `run` with the same command trace (the
+  action's command at the first tick of each step, null at the others), bitwise. The env is
+  unwrapped: more steps than an episode, and no auto-reset."""
+  reset, step = jax.jit(env.unwrapped.reset), jax.jit(env.unwrapped.step)
+  rng = jax.random.PRNGKey(4)
+  actions = [0.7, -0.4, 0.1, 1.0, -0.2]
+  s = reset(rng)
+  obs = []
+  for a in actions:
+    s = step(s, jnp.array([a]))
+    obs.append(np.asarray(s.obs))
+  k_world, _, _, _ = jax.random.split(rng, 4)
+  pb = jax.tree.map(lambda x: x[None], sim.default_params())
+  ps = sim.reset(pb, k_world[None])
+  ps, _ = sim.run(pb, ps, 4, record=False)
+  null = sim.null_commands()['hip']
+  goal = float(s.info['goal'])
+  for i, a in enumerate(actions):
+    cmd = train_ppo._commands(jnp.array([a]))['hip']
+    trace = {'hip': jax.tree.map(
+        lambda c, z: jnp.concatenate([jnp.asarray(c, z.dtype)[None],
+                                      jnp.broadcast_to(z, (4,) + z.shape)])[:, None], cmd, null)}
+    ps, _ = sim.run(pb, ps, 5, record=False, commands=trace)
+    out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
+    np.testing.assert_array_equal(obs[i], obs_of(out, goal))
+  assert int(s.pipeline_state.tick) == int(ps.tick) == 4 + 5 * len(actions)
 
 
 def test_params_passed_at_reset(sim, env, jitted):
@@ -156,20 +199,24 @@ def test_params_passed_at_reset(sim, env, jitted):
   assert any(not np.array_equal(np.asarray(a), np.asarray(b))
              for a, b in zip(jax.tree.leaves(p['imu']), jax.tree.leaves(big['imu'])))
   rng = jax.random.PRNGKey(9)
-  s_big, s_nom = env.reset(rng, big), env.reset(rng)
+  s_big, s_nom = env.unwrapped.reset(rng, big), env.unwrapped.reset(rng)
   want, _ = reference_obs(sim, big, rng)
   np.testing.assert_allclose(np.asarray(s_big.obs), want, rtol=1e-6, atol=1e-6)
   gyro = slice(4, 7)
   assert np.max(np.abs(np.asarray(s_big.obs[gyro]) - np.asarray(s_nom.obs[gyro]))) > 0.05
-  # kept for the next episodes when no randomize function is set
-  s = s_big
-  for _ in range(EPISODE):
-    s = jitted[1](s, jnp.zeros(1))
+  # an env built with these Params keeps them through its episodes (no randomize function)
+  task = env.unwrapped.task
+  wrapped = wrap(FibrilEnv(sim, task, params=big))
+  s = wrapped.reset(rng)
+  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(s_big.obs))
+  step = jax.jit(wrapped.step)
+  for _ in range(task.episode_length + 1):
+    s = step(s, jnp.zeros(1))
   for a, b in zip(jax.tree.leaves(s.info['params']), jax.tree.leaves(big)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_randomize_draws_params_per_episode(sim):
+def test_randomize_draws_params_per_reset(sim):
   env = train_ppo.make_env(sim, episode_length=EPISODE, randomize=True)
   p0 = env.reset(jax.random.PRNGKey(0)).info['params']['imu']
   p1 = env.reset(jax.random.PRNGKey(1)).info['params']['imu']

@@ -1,0 +1,59 @@
+"""`Built`: the static, hashable result of the host build, which the one-world pipeline
+(`fibril_mjx.core.pipeline`) runs.
+
+It sits in core/ (below builder/, which constructs it) so that the pipeline can name the type it
+takes, and its `Attributes` are the contract the pipeline reads; it depends on nothing but
+MuJoCo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import mujoco
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Built:
+  """Everything the host-side build resolves from a manifest: static and hashable.
+
+  Hash and equality come from what the compiled code depends on — the manifest's sha256, the
+  built components (themselves hashable by their static fields), the scripts and the dcmotor
+  binding — so equal manifests share compiled code.
+
+  Attributes:
+    manifest: the parsed manifest.
+    mj_model: the compiled MuJoCo model (assemblies and overlays applied).
+    physics_model: the model MJX steps (a twin without `dcmotor` actuators, else `mj_model`).
+    mx: its MJX model; `data0`: `mjx.Data` after `mj_forward` of the initial state.
+    dt: physics timestep (s).
+    components: `{id: component}` in manifest order.
+    actuator_script, command_script: the manifest's open-loop drives.
+    dcmotor: static dcmotor binding, or None.
+    assemblies, overlays: resolved assemblies and applied overlays (for the plan).
+    vary: `{component id: frozenset of fields}` compiled in for per-world variation.
+  """
+  manifest: Any
+  mj_model: mujoco.MjModel
+  physics_model: mujoco.MjModel
+  mx: Any
+  data0: Any
+  dt: float
+  components: dict
+  actuator_script: Any
+  command_script: Any
+  dcmotor: Any
+  assemblies: dict
+  overlays: tuple
+  vary: dict
+
+  def _key(self):
+    return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,
+            self.command_script, self.dcmotor, tuple(sorted(self.vary.items())))
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __eq__(self, other):
+    return isinstance(other, Built) and self._key() == other._key()

@@ -1,0 +1,433 @@
+"""The one-world pipeline (SPEC §8): `init` and `step` of one world over a `Built`, pure and
+jittable, as `mjx.step(m, d)` is. The world axis (`vmap` over worlds, `lax.scan` over ticks,
+devices, sub-batches, chunks) is a wrapper over these functions, in `fibril_mjx.batch`.
+
+One tick k (SPEC §4): the commands issued at tick k enter the actuators' transports, the
+actuators write `ctrl` at their application instants, `mjx.forward` evaluates the state `x_k`
+with those controls (positions, velocities, accelerations, `sensordata`), and the sensors,
+feedback and estimators acquire and deliver the tick's samples from it; the next tick starts by
+integrating `x_k` to `x_{k+1}` (`mjx.step` = forward + integrate, split in two). So a sample
+stamped tick k describes `x_k` — what MuJoCo C's `mj_forward` gives at that state — and each
+tick costs one forward. `init` runs tick 0; `step` integrates and runs one more tick.
+
+The tick counter and the schedules depend on static config only, so a batch wrapper keeps them
+unbatched (`vmap` with `in_axes=None` on `SimState.tick` and `SimState.clocks`) and an
+acquisition instant stays a real branch under `vmap`, not a select. Components are driven by
+their declared roles (`core/protocol.py`): actuators before physics, sensors and estimators
+after it, in manifest order.
+
+    state = pipeline.init(built, params, key)             # tick 0
+    state, outs = pipeline.step(built, params, state, {})  # tick 1
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fibril_mjx.core import command_script
+from fibril_mjx.core import protocol
+from fibril_mjx.core.built import Built
+from fibril_mjx.core.context import DCMOTOR_PARAMS
+from fibril_mjx.errors import FibrilError, did_you_mean
+from fibril_mjx.mechanisms import schedule
+from fibril_mjx.mechanisms import transport
+from fibril_mjx.physics import dcmotor
+from fibril_mjx.physics.mjx import impl_fns, mjx
+
+# Transport latencies that may differ per world (`init(latency=)`): the manifest field → (the
+# component's `Transport` attribute, the path of its queue in the state).
+LATENCY_FIELDS = {'latency_s': ('transport', ('queue',)),
+                  'command_latency_s': ('link.transport', ('link', 'queue')),
+                  'feedback_latency_s': ('fb_transport', ('fb_queue',))}
+
+
+class SimState(NamedTuple):
+  """State of one world (`init` / `step`), or of a batch of worlds (`fibril_mjx.batch`).
+
+  A batch carries a leading world axis on the per-world fields only (`batch.batched.
+  state_axes`): `tick` and `clocks` are shared by all worlds, and so are `data`, `ctrl` and
+  `dcmotor` when the physics is shared (`Simulation.physics_sharing`).
+
+  Attributes:
+    tick: int32 scalar (tick k is time k·dt).
+    clocks: `{component id: {schedule name: ScheduleState}}`.
+    data: `mjx.Data` after the forward of tick `tick` (the state `x_tick` with the tick's
+      controls; its `sensordata` is that of `x_tick`).
+    ctrl: `(nu,)` controls in the compiled model's layout (what actuators wrote at tick
+      `tick`).
+    dcmotor: `dcmotor.Pending` (the activations after the next integration, and what it
+      needs) when the model has dcmotor actuators, else ().
+    components: `{component id: state}`.
+    diverged: int32, the first tick at which the world's physics or component state was
+      non-finite, -1 while it is finite (MJX neither stops nor resets such a world; its later
+      outputs are meaningless and summaries exclude it).
+  """
+  tick: jax.Array
+  clocks: dict
+  data: Any
+  ctrl: jax.Array
+  dcmotor: Any
+  components: dict
+  diverged: Any = ()
+
+
+# ---------------------------------------------------------------- params and commands
+
+def default_params(built: Built, n_worlds: int | None = None) -> dict:
+  """`{component id: Params}` (plus `'mjcf.dcmotor'` for dcmotor models).
+
+  With `n_worlds`, every leaf gets a leading world axis (per-world values, e.g. for
+  randomization or gradients).
+  """
+  p = {cid: c.default_params() for cid, c in built.components.items()}
+  if built.dcmotor is not None:
+    p[DCMOTOR_PARAMS] = dcmotor.default_params(built.dcmotor, built.mj_model, jnp.float32)
+  if n_worlds is None:
+    return p
+  return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
+
+
+def check_params(built: Built, params: dict) -> None:
+  """Refuses a per-world value for a term that is compiled out of the graph.
+
+  A term whose manifest value is the default is absent from the traced graph (unless named
+  in `vary`), so a value passed for it would be ignored silently; this raises instead,
+  naming the component, the field and how to enable it. Traced params (inside `jax.grad`)
+  cannot be inspected: load with `vary=` before differentiating wrt such a field.
+  """
+  for cid, c in built.components.items():
+    fields = c.compiled_out()
+    if not fields or cid not in params:
+      continue
+    default = None
+    for field in fields:
+      given = c.get_param(params[cid], field)
+      if isinstance(given, jax.core.Tracer):
+        continue
+      if default is None:
+        default = c.default_params()
+      nominal = np.asarray(c.get_param(default, field))
+      if np.any(np.asarray(given) != nominal):
+        raise FibrilError(
+            f'component {cid!r} ({c.type}) field {field!r}: per-world values differ from '
+            f'the manifest value {nominal.tolist()}, but the term is compiled out (the '
+            "manifest leaves it at its default); load with "
+            f"vary={{'{cid}': ['{field}']}} (a campaign's vary: does this), or set a "
+            'non-default value in the manifest')
+
+
+def actuators(built: Built) -> tuple:
+  """`((id, component), ...)` of the actuator components, in manifest order."""
+  return tuple((cid, c) for cid, c in built.components.items() if protocol.ACTUATOR in c.roles)
+
+
+def _sensing(built: Built) -> tuple:
+  return tuple((cid, c) for cid, c in built.components.items()
+               if protocol.SENSOR in c.roles or protocol.ESTIMATOR in c.roles)
+
+
+def null_commands(built: Built) -> dict:
+  """`{actuator component id: command}` meaning "nothing issued this tick" (one world).
+
+  A component missing from the commands passed to `init` / `step` gets its manifest
+  `command_script` command if it has one, else this.
+  """
+  return {cid: c.null_command() for cid, c in actuators(built)}
+
+
+# ---------------------------------------------------------------- per-world latencies
+
+def latency_ticks(latency_s: float, dt: float) -> int:
+  """A latency in whole ticks, rounded up as the manifest's transports round it
+  (`schedule.ticks_fraction`: exact within 1e-9 relative)."""
+  return int(math.ceil(schedule.ticks_fraction(float(latency_s), dt)))
+
+
+def _attr_path(obj, dotted: str):
+  for a in dotted.split('.'):
+    obj = getattr(obj, a, None)
+  return obj
+
+
+def _replace_path(state, path: tuple, fn):
+  """`state` (nested NamedTuples) with `fn` applied at `path`."""
+  if not path:
+    return fn(state)
+  return state._replace(**{path[0]: _replace_path(getattr(state, path[0]), path[1:], fn)})
+
+
+def latency_fields(built: Built) -> dict:
+  """`{component id: (latency field, ...)}`: the transport latencies that may differ per world
+  (`init(latency=)`), e.g. `{'ahrs': ('latency_s',)}`."""
+  out = {}
+  for cid, c in built.components.items():
+    names = tuple(n for n, (attr, _) in LATENCY_FIELDS.items()
+                  if isinstance(_attr_path(c, attr), transport.Transport))
+    if names:
+      out[cid] = names
+  return out
+
+
+def latency_inputs(built: Built, latency: dict | None, n_worlds: int) -> dict | None:
+  """Validates per-world latencies and rounds them to whole ticks on the host.
+
+  Args:
+    latency: `{component id: {latency field: seconds, () or (nworld,)}}` (see
+      `Simulation.reset`).
+
+  Returns:
+    `{component id: {field: (latency_s float32 (nworld,), delay_ticks int32 (nworld,))}}`,
+    or None without latencies; one world's slice is `init`'s `latency`.
+
+  Raises:
+    FibrilError: an unknown component or field, a traced value, a negative or non-finite
+      value, one above the built latency (which sized the queue), or one that is not a
+      whole number of ticks under `quantization: strict`.
+  """
+  if not latency:
+    return None
+  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(latency)):
+    raise FibrilError('latency=: per-world latencies are host values (rounded to whole ticks '
+                      'on the host), not traced arrays')
+  known = latency_fields(built)
+  out = {}
+  for cid, per in latency.items():
+    if cid not in known:
+      why = 'has no transport latency' if cid in built.components else 'no component of that id'
+      raise FibrilError(f'latency: component {cid!r}: {why}'
+                        + did_you_mean(cid, list(known)) + f' (components with one: '
+                        f'{", ".join(known) or "none"})')
+    if not isinstance(per, Mapping):
+      raise FibrilError(f'latency[{cid!r}]: must be a mapping of latency field to per-world '
+                        f"seconds, e.g. {{'{known[cid][0]}': values}}")
+    c, out[cid] = built.components[cid], {}
+    for name, values in per.items():
+      where = f'latency[{cid!r}][{name!r}]'
+      if name not in known[cid]:
+        raise FibrilError(f'{where}: not a transport latency of {c.type} '
+                          f'({", ".join(known[cid])})' + did_you_mean(name, known[cid]))
+      v = np.asarray(values, np.float64)
+      if v.shape not in ((), (n_worlds,)):
+        raise FibrilError(f'{where}: expected one value or ({n_worlds},) per world, got '
+                          f'shape {v.shape}')
+      v = np.broadcast_to(v, (n_worlds,))
+      tr = _attr_path(c, LATENCY_FIELDS[name][0])
+      if not np.all(np.isfinite(v) & (v >= 0)):
+        raise FibrilError(f'{where}: latencies must be finite and >= 0 s')
+      if np.max(v) > tr.latency_s * (1 + 1e-9):
+        raise FibrilError(f'{where}: {np.max(v):g} s exceeds the built {name} '
+                          f'{tr.latency_s:g} s, which sized the queue ({tr.capacity} slots); '
+                          'build with the largest latency of the batch (manifest or '
+                          'overrides=)')
+      uniq, inv = np.unique(v, return_inverse=True)
+      ticks = np.array([latency_ticks(x, built.dt) for x in uniq], np.int32)[inv.reshape(-1)]
+      quant = dict(c.fields).get('quantization')
+      if quant is not None and quant.value == 'strict':
+        off = [x for x in uniq if schedule.ticks_fraction(x, built.dt).denominator != 1]
+        if off:
+          raise FibrilError(f'{where}: {off[0]:g} s: quantization strict requires an integer '
+                            f'multiple of dt = {built.dt:g} s')
+      out[cid][name] = (jnp.asarray(v, jnp.float32), jnp.asarray(ticks, jnp.int32))
+  return out
+
+
+# ---------------------------------------------------------------- the tick's shared inputs
+
+def _clocks0(built: Built) -> dict:
+  clocks = {cid: {name: schedule.init(s) for name, s in c.schedules.items()}
+            for cid, c in built.components.items()}
+  clocks[command_script.KEY] = {k: schedule.init(s)
+                                for k, s in built.command_script.schedules.items()}
+  return clocks
+
+
+def _advance_clocks(built: Built, clocks, tick, pre_physics: bool):
+  """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
+  dues, new = {}, dict(clocks)
+  for cid, c in built.components.items():
+    dues[cid], new[cid] = {}, dict(clocks[cid])
+    for name, s in c.schedules.items():
+      if (name in protocol.PRE_PHYSICS) == pre_physics:
+        due, n, new[cid][name] = schedule.advance(s, clocks[cid][name], tick)
+        dues[cid][name] = (due, n)
+  return dues, new
+
+
+def _advance_script(built: Built, clocks, tick):
+  dues, new = {}, dict(clocks[command_script.KEY])
+  for k, s in built.command_script.schedules.items():
+    due, n, new[k] = schedule.advance(s, clocks[command_script.KEY][k], tick)
+    dues[k] = (due, n)
+  return dues, {**clocks, command_script.KEY: new}
+
+
+def _fill_commands(built: Built, commands, tick, script_dues):
+  """Commands of every actuator component: given, else scripted (manifest `command_script`),
+  else the null command."""
+  out = {}
+  scripted = built.command_script.commands(built.components, tick, script_dues)
+  for cid, null in null_commands(built).items():
+    cmd = (commands or {}).get(cid)
+    out[cid] = cmd if cmd is not None else scripted.get(cid, null)
+  return out
+
+
+def _tick_inputs(built: Built, clocks, commands, tick):
+  """The inputs of tick `tick` that depend on static config only: `(clocks after it,
+  commands, pre-physics dues, acquisition dues)`; the commands are given, else scripted, else
+  null."""
+  script_dues, clocks = _advance_script(built, clocks, tick)
+  commands = _fill_commands(built, commands, tick, script_dues)
+  pre, clocks = _advance_clocks(built, clocks, tick, True)
+  post, clocks = _advance_clocks(built, clocks, tick, False)
+  return clocks, commands, pre, post
+
+
+# ---------------------------------------------------------------- one tick of one world
+
+def _sense(built: Built, params, comps, data, tick, dues):
+  comps, env = dict(comps), {}
+  for cid, c in _sensing(built):
+    comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
+    env[cid] = c.output(comps[cid])
+  return comps
+
+
+def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
+  """Tick `tick` at the state `x_tick` (SPEC §4): application of the tick's controls,
+  `forward` (every stage and `sensordata` of `x_tick` with those controls), then the
+  acquisitions and deliveries of the tick. `dc` is the dcmotor activation; returned as the
+  `dcmotor.Pending` the next integration needs."""
+  ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
+  comps = dict(comps)
+  for cid, c in actuators(built):
+    comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
+                                 pre[cid])
+  if built.dcmotor is None:
+    data = forward(mx, data.replace(ctrl=ctrl))
+  else:
+    data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
+  return data, ctrl, dc, _sense(built, params, comps, data, tick, post)
+
+
+def finite(data, comps) -> jax.Array:
+  """True while one world's physics and component state are finite (a traced check).
+
+  Delivered data (`transport.QueueState` in flight, `transport.Delivered` held) is left
+  out: a device may send NaN — a `nan` fault, a motor's `normalized_output` without a
+  forcerange — and that is data for the consumer, not a diverged world.
+  """
+  data_types = (transport.QueueState, transport.Delivered)
+  internal = jax.tree.leaves(comps, is_leaf=lambda x: isinstance(x, data_types))
+  leaves = [data.qpos, data.qvel, data.act] + [
+      x for x in internal if not isinstance(x, data_types)
+      and jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves if jnp.size(x)]))
+
+
+def outputs(built: Built, state: SimState) -> dict:
+  """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
+  comps = state.components
+  sensor = {cid: c.output(comps[cid]) for cid, c in built.components.items()}
+  truth = {cid: c.truth(comps[cid], state.data) for cid, c in built.components.items()}
+  return {'sensor': sensor, 'truth': truth}
+
+
+# ---------------------------------------------------------------- public one-world API
+
+def init(built: Built, params: dict, key: jax.Array, *, commands: dict | None = None,
+         data0=None, qpos_offset=None, qvel_offset=None, latency: dict | None = None, mx=None,
+         impl: str = 'jax') -> SimState:
+  """Tick 0 of one world: its initial state and components, then the tick-0 application,
+  `mjx.forward` of the initial state with those controls, and the tick-0 acquisitions
+  (`outputs(built, state)`).
+
+  Args:
+    built: the static `Built` (hashable; closed over or a static argument under `jit`).
+    params: `{component id: Params}` of this world (`default_params(built)`).
+    key: `(2,)` world key (`fibril_mjx.world_keys(seed, n)[w]`): every stream of the world.
+    commands: `{actuator component id: command}` issued at tick 0; a missing component gets
+      its scripted command (manifest `command_script`), else its null command.
+    data0: the `mjx.Data` to start from (default `built.data0`, the model's initial state).
+    qpos_offset, qvel_offset: `(nq,)` / `(nv,)` added to `data0`'s `qpos` / `qvel` before the
+      first `mjx.forward`.
+    latency: this world's transport latencies `{component id: {field: (latency_s, delay_ticks)}}`
+      (a world's slice of `latency_inputs`).
+    mx: the `mjx.Model` (default `built.mx`); pass it as an argument to trace or vary it.
+    impl: physics implementation, `'jax'` (MJX-JAX) or `'warp'` (with a Warp `mx` / `data0`).
+  """
+  mx = built.mx if mx is None else mx
+  tick = jnp.int32(0)
+  clocks, commands, pre, post = _tick_inputs(built, _clocks0(built), commands, tick)
+  data = built.data0 if data0 is None else data0
+  if qpos_offset is not None:   # per-world initial state (added before the first forward)
+    data = data.replace(qpos=data.qpos + qpos_offset)
+  if qvel_offset is not None:
+    data = data.replace(qvel=data.qvel + qvel_offset)
+  data = mjx.forward(mx, data)   # what actuators and dcmotors start from
+  comps = {cid: c.init(params[cid], key) for cid, c in built.components.items()}
+  for cid, per in (latency or {}).items():   # this world's latencies, before anything is sent
+    for name, (lat_s, ticks) in per.items():
+      comps[cid] = _replace_path(comps[cid], LATENCY_FIELDS[name][1],
+                                 lambda q, s=lat_s, t=ticks: transport.with_latency(q, s, t))
+  dc = ()
+  if built.dcmotor is not None:
+    dc = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+  ctrl = jnp.zeros(built.mj_model.nu, jnp.float32)
+  for cid, c in actuators(built):   # what an actuator holds before its first application
+    comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
+  data, ctrl, dc, comps = _tick(built, mx, params, data, ctrl, dc, comps, commands, tick, pre,
+                                post, impl_fns(impl)[0])
+  diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
+  return SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+
+
+def step(built: Built, params: dict, state: SimState, commands: dict | None = None, *,
+         mx=None, impl: str = 'jax') -> tuple[SimState, dict]:
+  """Tick `state.tick` → `state.tick + 1` of one world: integrates `x_tick` (whose forward the
+  last tick computed) to `x_{tick+1}`, then runs that tick (application, forward,
+  acquisitions).
+
+  Args:
+    commands: `{actuator component id: command}` issued at the new tick; a missing component
+      gets its scripted command, else its null command (as in `init`).
+    mx, impl: as in `init`.
+
+  Returns:
+    `(state, outputs(built, state))`.
+  """
+  mx = built.mx if mx is None else mx
+  forward, integrate = impl_fns(impl)
+  tick = state.tick + 1
+  clocks, commands, pre, post = _tick_inputs(built, state.clocks, commands, tick)
+  data, dc = state.data, state.dcmotor
+  if built.dcmotor is None:
+    data = integrate(mx, data)
+  else:
+    data, dc = dcmotor.integrate(built.dcmotor, mx, data, dc)
+  data, ctrl, dc, comps = _tick(built, mx, params, data, state.ctrl, dc, state.components,
+                                commands, tick, pre, post, forward)
+  diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
+  state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+  return state, outputs(built, state)
+
+
+def refresh(built: Built, params: dict, state: SimState, *, mx=None,
+            impl: str = 'jax') -> SimState:
+  """`state` with its tick's forward recomputed under `mx` / `params` (no acquisition, no
+  actuation): for a traced caller that holds a state fixed (e.g. `tune`'s window starts) and
+  differentiates what follows, so that the integration into the next tick depends on the model
+  it differentiates. Values are unchanged when `mx` / `params` are the ones `state` was
+  computed with."""
+  mx = built.mx if mx is None else mx
+  if built.dcmotor is None:
+    return state._replace(data=impl_fns(impl)[0](mx, state.data))
+  data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, state.data, state.ctrl,
+                             state.dcmotor.current)
+  return state._replace(data=data, dcmotor=dc)
