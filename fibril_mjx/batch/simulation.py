@@ -131,8 +131,8 @@ class Simulation:
 
   def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
                    model_fields=(), share=False, latency=None, commands=None, data0=None):
-    """`batched.reset` with this simulation's model, initial data and impl (traceable; kept
-    for `workflows/tune.py` until it uses `reset(data0=)`)."""
+    """`batched.reset` with this simulation's model, initial data and impl (traceable; what
+    `reset` runs inside its programs)."""
     return batched.reset(self.built, self.mx if mx is None else mx, params, world_keys,
                          data0=self._data0 if data0 is None else data0,
                          qpos_offset=qpos_offset, qvel_offset=qvel_offset,
@@ -145,8 +145,8 @@ class Simulation:
 
   def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
                  controller=None, observe_truth=False, model_fields=()):
-    """`batched.run` with this simulation's model and impl (traceable; kept for
-    `workflows/tune.py` until it uses `run(model=)`)."""
+    """`batched.run` with this simulation's model and impl (traceable; what `run` runs inside
+    its programs)."""
     return batched.run(self.built, self.mx if mx is None else mx, params, state, carry,
                        commands, n_ticks, record, controller, observe_truth,
                        model_fields=model_fields, impl=self.impl)

@@ -3,7 +3,6 @@ pass, residuals, forward-mode Jacobians)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -109,7 +108,7 @@ class Problem:
     for r, end in zip(recs, ends):
       n = int(math.ceil((end / self.dt + 2) / L))
       windows.append(n)
-      d0 = self.sim._data0
+      d0 = self.sim.data0
       if r.initial:
         qpos = np.asarray(r.initial.get('qpos', np.asarray(d0.qpos)))
         qvel = np.asarray(r.initial.get('qvel', np.asarray(d0.qvel)))
@@ -186,16 +185,13 @@ class Problem:
 
   def _reset1(self, u, data0, cmds0):
     mx, params = self._apply(u)
-    s = copy.copy(self.sim)
-    s._data0 = data0
-    return s._reset_batch(mx, params, self._keys, commands=cmds0)
+    return self.sim.reset(params, self._keys, model=mx, commands=cmds0, data0=data0)
 
   def _advance1(self, u, state, cmds):
     """One window of one start: `(state at its end, {term: (L, D) samples}, {term: (new_data
     (L,), sample_tick (L,))})`."""
     mx, params = self._apply(u)
-    (state, _), outs = self.sim._run_batch(mx, params, state, None, cmds, n_ticks=self.L,
-                                           record=True)
+    state, outs = self.sim.run(params, state, self.L, True, commands=cmds, model=mx)
     fields, timing = {}, {}
     for i, t in enumerate(self.spec.loss):
       d = outs['sensor'][t.component]

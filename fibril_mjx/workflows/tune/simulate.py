@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 
 import jax
 import jax.numpy as jnp
@@ -45,16 +44,12 @@ def simulate_recordings(manifest, *, overrides=None, seed: int = 0, duration_s: 
   nw = max(2, max(worlds) + 1)
   keys = world_keys(seed, nw)
   params = sim.default_params(nw)
-  s = sim
-  if qpos0 is not None or qvel0 is not None:
-    s = copy.copy(sim)
-    d0 = sim._data0
-    if qpos0 is not None:
-      d0 = d0.replace(qpos=jnp.asarray(qpos0, d0.qpos.dtype))
-    if qvel0 is not None:
-      d0 = d0.replace(qvel=jnp.asarray(qvel0, d0.qvel.dtype))
-    s._data0 = d0
-  st = jax.jit(s._reset_batch)(None, params, keys)
+  d0 = sim.data0
+  if qpos0 is not None:
+    d0 = d0.replace(qpos=jnp.asarray(qpos0, d0.qpos.dtype))
+  if qvel0 is not None:
+    d0 = d0.replace(qvel=jnp.asarray(qvel0, d0.qvel.dtype))
+  st = jax.jit(lambda p, k: sim.reset(p, k, data0=d0))(params, keys)
   out0 = sim.outputs(st)
   st, outs = sim.run(params, st, n)
   trace = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], jnp.swapaxes(b, 0, 1)], 1),
@@ -66,7 +61,7 @@ def simulate_recordings(manifest, *, overrides=None, seed: int = 0, duration_s: 
     rec = rec_mod.recording_from_trace(trace, w, sim=sim, meta=info)
     if qpos0 is not None or qvel0 is not None:
       rec.initial = {
-          'qpos': np.asarray(sim._data0.qpos if qpos0 is None else qpos0, np.float64),
+          'qpos': np.asarray(sim.data0.qpos if qpos0 is None else qpos0, np.float64),
           'qvel': np.zeros(sim.mj_model.nv) if qvel0 is None else np.asarray(qvel0, np.float64)}
     out.append(rec)
   return out
