@@ -101,6 +101,8 @@ def check_params(built: Built, params: dict) -> None:
   naming the component, the field and how to enable it. Traced params (inside `jax.grad`)
   cannot be inspected: load with `vary=` before differentiating wrt such a field.
   """
+  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
+    return   # traced (inside jit / grad, e.g. tune's windows): values cannot be inspected
   for cid, c in built.components.items():
     fields = c.compiled_out()
     if not fields or cid not in params:

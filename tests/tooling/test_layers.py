@@ -99,3 +99,83 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
                                     'fibril_mjx.cli'])
 def test_layer_of(module):
   assert layer(module) in LAYERS
+
+
+def _graph(mods: dict) -> dict[str, set[str]]:
+  return {m: {t for _, t in imports(p, mods) if t in mods and t != m} for m, p in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Strongly connected components of more than one module (Tarjan)."""
+  index, low, stack, on, out = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on.add(v)
+    for w in graph.get(v, ()):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1:
+        out.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return out
+
+
+def test_no_import_cycle():
+  found = cycles(_graph(modules()))
+  assert not found, found
+
+
+def test_the_cycle_check_finds_one():
+  assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+
+
+def function_level_imports() -> list[str]:
+  bad = []
+  for mod, path in modules().items():
+    tree = ast.parse(path.read_text(encoding='utf-8'))
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+        names = [node.module or ''] if isinstance(node, ast.ImportFrom) else [
+            a.name for a in node.names]
+        if any(n.split('.')[0] == 'fibril_mjx' for n in names) and not getattr(node, 'level', 0):
+          bad.append(f'{path.relative_to(PKG.parent)}:{node.lineno}')
+  return bad
+
+
+def test_no_function_level_import_of_the_package():
+  """Imports of the package's own modules sit at module top (optional dependencies such as
+  matplotlib, pyarrow or Ray may be imported where they are needed)."""
+  assert function_level_imports() == []
+
+
+def test_the_function_level_check_finds_one(tmp_path, monkeypatch):
+  fake = tmp_path / 'fibril_mjx'
+  (fake / 'io').mkdir(parents=True)
+  (fake / '__init__.py').write_text('')
+  (fake / 'io' / '__init__.py').write_text('')
+  (fake / 'io' / 'a.py').write_text('def f():\n  import fibril_mjx.io\n  return 1\n')
+  monkeypatch.setattr(__import__(__name__), 'PKG', fake)
+  assert function_level_imports() == ['fibril_mjx/io/a.py:2']
+
+
+def test_no_module_over_500_lines():
+  sizes = {str(p.relative_to(PKG.parent)): len(p.read_text(encoding='utf-8').splitlines())
+           for p in modules().values()}
+  assert {f: n for f, n in sizes.items() if n > 500} == {}
