@@ -19,7 +19,7 @@ import pytest
 import nav_helpers as nh
 from fibril_mjx import error_models as em
 from fibril_mjx.components.sensors import (barometer, camera, gnss, lidar, magnetometer,
-                                           rangefinder)
+                                           optical_flow, rangefinder)
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.workflows.tune import params as tune_params
 
@@ -281,7 +281,7 @@ def test_a_term_at_its_default_is_absent_from_the_graph():
 
 @pytest.mark.parametrize('module, own', [(barometer, ()), (magnetometer, ()), (gnss, ()),
                                          (rangefinder, ()), (lidar, ('return',)),
-                                         (camera, ())])
+                                         (camera, ()), (optical_flow, ())])
 def test_ported_sensors_read_params_state_streams_off_their_chain(module, own):
   e = module.ERRORS
   assert module.Params._fields[-1] == 'faults'
@@ -304,10 +304,12 @@ def test_stream_names_are_unchanged():
   assert set(rangefinder.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
   assert set(lidar.SOURCES) == {'noise', 'return', 'delivery_jitter', 'delivery_loss'}
   assert set(camera.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  assert set(optical_flow.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
 
 
 @pytest.mark.parametrize('module, old', [
-    (lidar, {'noise_stddev_m', 'noise_fraction'}), (camera, {'pixel_noise_stddev_px'})])
+    (lidar, {'noise_stddev_m', 'noise_fraction'}), (camera, {'pixel_noise_stddev_px'}),
+    (optical_flow, {'noise_stddev_rad', 'noise_per_m_rad'})])
 def test_chain_derived_stochastic_fields_cover_the_old_declaration(module, old):
   """`tune` holds at least the fields the sensor once declared by hand."""
   assert old <= set(module.ERRORS.stochastic_fields())
