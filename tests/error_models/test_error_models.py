@@ -19,7 +19,7 @@ import pytest
 import nav_helpers as nh
 from fibril_mjx import error_models as em
 from fibril_mjx.components.sensors import (barometer, camera, gnss, lidar, magnetometer,
-                                           optical_flow, rangefinder)
+                                           optical_flow, rangefinder, thermal)
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.workflows.tune import params as tune_params
 
@@ -305,6 +305,7 @@ def test_stream_names_are_unchanged():
   assert set(lidar.SOURCES) == {'noise', 'return', 'delivery_jitter', 'delivery_loss'}
   assert set(camera.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
   assert set(optical_flow.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  assert thermal.SOURCES == ('temperature_noise',)
 
 
 @pytest.mark.parametrize('module, old', [
@@ -313,6 +314,16 @@ def test_stream_names_are_unchanged():
 def test_chain_derived_stochastic_fields_cover_the_old_declaration(module, old):
   """`tune` holds at least the fields the sensor once declared by hand."""
   assert old <= set(module.ERRORS.stochastic_fields())
+
+
+def test_thermal_delivered_channel_reads_its_fields_off_its_chain():
+  """The delivered temperature's noise and resolution: config fields, Params and the field
+  `tune` holds at zero (as declared by hand before) come from its chain."""
+  assert thermal.STOCHASTIC == ('temperature_noise_stddev_c',)
+  assert thermal.PARAM_FIELDS[-2:] == thermal.DELIVERED.params
+  model = thermal.ThermalConfig.model_fields
+  for f in thermal.DELIVERED.config:
+    assert model[f.name].default == f.default, f.name
 
 
 OLD_REGEX = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')
