@@ -150,6 +150,8 @@ def white_noise(sigma, stream: str = 'noise', shape=(), scale_fn=None, extra=())
 
   Args:
     sigma: field (or per-axis tuple of fields) of the per-sample σ.
+    shape: shape of one draw; None: the shape of the signal (a beam or landmark count known
+      only once the sensor is built).
     scale_fn: `scale_fn(p, ctx) -> σ` when σ depends on the sensor's inputs (e.g. a range);
       then `sigma` lists the fields that scale it (any on switches the term on).
     extra: further fields `scale_fn` reads that do not switch it (e.g. a gain on σ).
@@ -158,8 +160,9 @@ def white_noise(sigma, stream: str = 'noise', shape=(), scale_fn=None, extra=())
   sigma_of = scale_fn or (lambda p, ctx: _scale(p, sigma))
 
   def apply(p, st, x, ctx):
-    return st, x + sigma_of(p, ctx) * rng.normal(ctx.streams[stream], ctx.n, shape), None
-  return Term('white noise', STOCHASTIC, _nonneg(names, shape) + _nonneg(extra, ()),
+    draw = jnp.shape(x) if shape is None else shape
+    return st, x + sigma_of(p, ctx) * rng.normal(ctx.streams[stream], ctx.n, draw), None
+  return Term('white noise', STOCHASTIC, _nonneg(names, shape or ()) + _nonneg(extra, ()),
               names + tuple(extra), names, names, (), (stream,), apply=apply,
               variance=lambda p, ctx: sigma_of(p, ctx) ** 2)
 

@@ -18,7 +18,8 @@ import pytest
 
 import nav_helpers as nh
 from fibril_mjx import error_models as em
-from fibril_mjx.components.sensors import barometer, gnss, magnetometer, rangefinder
+from fibril_mjx.components.sensors import (barometer, camera, gnss, lidar, magnetometer,
+                                           optical_flow, rangefinder, thermal)
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.workflows.tune import params as tune_params
 
@@ -182,6 +183,16 @@ def test_white_noise_per_axis_scales_and_variance():
   assert c.params == ('h', 'v') and c.stochastic_fields() == ('h', 'v')
 
 
+def test_white_noise_of_the_signals_shape():
+  """`shape=None` (a beam or landmark count known only once the sensor is built): one draw of
+  the signal's shape, σ·w on the stream, with a scalar config field."""
+  c = em.chain(em.white_noise('s', 'noise', shape=None))
+  out, _ = run(c, P(s=0.3), np.full((4, 2), 2.0), 3, keys('cam', c.streams))
+  np.testing.assert_allclose(out, 2.0 + 0.3 * ref_normals('cam', 'noise', 3, (4, 2)),
+                             rtol=1e-6)
+  assert [f.default for f in c.config] == [0.0]
+
+
 def test_saturation_quantization_flags_counts_and_variance():
   """Clip to ±L with per-element flags and cumulative counts, then round to q; the declared
   variance is q²/12."""
@@ -268,13 +279,15 @@ def test_a_term_at_its_default_is_absent_from_the_graph():
 # ------------------------------------------------------------------------------ sensors
 
 
-@pytest.mark.parametrize('module', [barometer, magnetometer, gnss, rangefinder])
-def test_ported_sensors_read_params_state_streams_off_their_chain(module):
+@pytest.mark.parametrize('module, own', [(barometer, ()), (magnetometer, ()), (gnss, ()),
+                                         (rangefinder, ()), (lidar, ('return',)),
+                                         (camera, ()), (optical_flow, ())])
+def test_ported_sensors_read_params_state_streams_off_their_chain(module, own):
   e = module.ERRORS
   assert module.Params._fields[-1] == 'faults'
   assert set(e.params) <= set(module.Params._fields)
   assert set(e.state) <= set(module.State._fields)
-  assert module.SOURCES == e.streams + ('delivery_jitter', 'delivery_loss')
+  assert module.SOURCES == e.streams + own + ('delivery_jitter', 'delivery_loss')
   model = module.CONFIG_MODEL.model_fields
   for f in e.config:
     assert model[f.name].default == f.default, f.name
@@ -289,6 +302,28 @@ def test_stream_names_are_unchanged():
   assert set(gnss.SOURCES) == {'horizontal_error', 'vertical_error', 'velocity_noise',
                                'atmosphere', 'delivery_jitter', 'delivery_loss'}
   assert set(rangefinder.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  assert set(lidar.SOURCES) == {'noise', 'return', 'delivery_jitter', 'delivery_loss'}
+  assert set(camera.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  assert set(optical_flow.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  assert thermal.SOURCES == ('temperature_noise',)
+
+
+@pytest.mark.parametrize('module, old', [
+    (lidar, {'noise_stddev_m', 'noise_fraction'}), (camera, {'pixel_noise_stddev_px'}),
+    (optical_flow, {'noise_stddev_rad', 'noise_per_m_rad'})])
+def test_chain_derived_stochastic_fields_cover_the_old_declaration(module, old):
+  """`tune` holds at least the fields the sensor once declared by hand."""
+  assert old <= set(module.ERRORS.stochastic_fields())
+
+
+def test_thermal_delivered_channel_reads_its_fields_off_its_chain():
+  """The delivered temperature's noise and resolution: config fields, Params and the field
+  `tune` holds at zero (as declared by hand before) come from its chain."""
+  assert thermal.STOCHASTIC == ('temperature_noise_stddev_c',)
+  assert thermal.PARAM_FIELDS[-2:] == thermal.DELIVERED.params
+  model = thermal.ThermalConfig.model_fields
+  for f in thermal.DELIVERED.config:
+    assert model[f.name].default == f.default, f.name
 
 
 OLD_REGEX = re.compile(r'(stddev|noise_density|random_walk|jitter|loss_probability)')

@@ -50,8 +50,8 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx.mechanisms import faults, rng
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -60,11 +60,14 @@ from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 TYPE = 'fibril_sim/camera'
 SAMPLE_TYPE = 'fibril_sim/camera_landmarks/v1'
-SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
+# The error model of the image coordinates: white pixel noise per coordinate (one draw per
+# landmark and axis). Visibility, blur and dropped frames are the camera's own.
+ERRORS = em.chain(em.white_noise('pixel_noise_stddev_px', shape=None))
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
-class CameraConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/camera` (px, s, m)."""
+class _OwnConfig(faults.DeviceConfig):
+  """The camera's own manifest fields (its error model adds the rest)."""
   site: str
   landmarks: tuple[str, ...] = pydantic.Field(min_length=1)
   width_px: int = pydantic.Field(gt=0)
@@ -77,24 +80,17 @@ class CameraConfigModel(faults.DeviceConfig):
   shutter: Literal['global', 'rolling'] = 'global'
   readout_time_s: NonNeg = 0.0
   exposure_s: NonNeg = 0.0
-  pixel_noise_stddev_px: NonNeg = 0.0
   min_depth_m: Positive = 0.01
   occlusion: bool = True
   occlusion_margin_m: NonNeg = 0.01
   rolling_iterations: int = pydantic.Field(4, ge=1, le=20)
 
 
-class Params(NamedTuple):
-  fx_px: jax.Array
-  fy_px: jax.Array
-  cx_px: jax.Array
-  cy_px: jax.Array
-  distortion: jax.Array
-  readout_time_s: jax.Array
-  exposure_s: jax.Array
-  pixel_noise_stddev_px: jax.Array
-  min_depth_m: jax.Array
-  faults: tuple
+CameraConfigModel = em.config_model(
+    'CameraConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/camera` '
+    '(px, s, m): its own fields and its error model\'s.', __name__)
+Params = em.params_type('Params', ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'distortion',
+                                   'readout_time_s', 'exposure_s', 'min_depth_m'), ERRORS)
 
 
 class Sample(NamedTuple):
@@ -117,11 +113,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
@@ -154,7 +146,7 @@ class Camera(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
-  stochastic = ('pixel_noise_stddev_px',)
+  errors = ERRORS
   fault_fields = ('uv_px',)
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 
@@ -169,7 +161,8 @@ class Camera(base.FaultySensorFields):
                   jnp.zeros((n, 2), jnp.float32), jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     queue, held, fs = self.init_transport(self.neutral())
     return State(streams, queue, held, fs)
 
@@ -217,8 +210,7 @@ class Camera(base.FaultySensorFields):
       a, _ = proj(self.camera_points(data, tau - half, True))
       b, _ = proj(self.camera_points(data, tau + half, True))
       blur = b - a
-    if self._on('pixel_noise_stddev_px'):
-      uv = uv + p.pixel_noise_stddev_px * rng.normal(s.streams['noise'], n, (L, 2))
+    _, uv, _ = ERRORS.apply(p, {}, uv, self.error_ctx(s.streams, n))
     uv = jnp.where(front[:, None], uv, jnp.nan)
     sample = Sample(uv.astype(jnp.float32), visible, z.astype(jnp.float32),
                     jnp.asarray(tau, jnp.float32), blur.astype(jnp.float32),
@@ -249,13 +241,13 @@ class Camera(base.FaultySensorFields):
     c = self.cfg
     shutter = (f'rolling, readout {c.readout_time_s:g} s ({c.readout_time_s / c.height_px:.3g} '
                's per row)' if self.rolling else 'global')
-    return self.describe_terms([
+    return self.describe_errors([
         f'camera: site {c.site!r} (optical axis +z), {c.width_px}x{c.height_px} px, '
         f'f = ({c.fx_px:g}, {c.fy_px:g}) px, c = ({c.cx_px:g}, {c.cy_px:g}) px; shutter '
         f'{shutter}; exposure {c.exposure_s:g} s',
         f'landmarks ({len(c.landmarks)}): {", ".join(c.landmarks)}; occlusion '
         + ('ray test' if c.occlusion else 'off')],
-        ('distortion', 'exposure_s', 'pixel_noise_stddev_px'))
+        ('distortion', 'exposure_s'))
 
 
 def bind_sites(ctx, names, file, path) -> list[int]:

@@ -39,9 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
+from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, rng
-from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -49,12 +48,31 @@ from fibril_mjx.components.sensors.scene import Scene, rotate, site_bodies, site
 
 TYPE = 'fibril_sim/lidar'
 SAMPLE_TYPE = 'fibril_sim/lidar_scan/v1'
-SOURCES = ('noise', 'return', 'delivery_jitter', 'delivery_loss')
 Unit = pydantic.confloat(ge=0, le=1)
 
 
-class LidarConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/lidar` (m, deg, s)."""
+def range_sigma(p, ctx):
+  """σ = noise_stddev_m + noise_fraction·d at the true distance `d` (`ctx.inputs`, −1 where
+  nothing is hit), terms at their default absent."""
+  d = ctx.inputs['distance']
+  sigma = jnp.zeros_like(d)
+  if ctx.on('noise_stddev_m'):
+    sigma = sigma + p.noise_stddev_m
+  if ctx.on('noise_fraction'):
+    sigma = sigma + p.noise_fraction * jnp.maximum(d, 0.0)
+  return sigma
+
+
+# The error model of a returned beam's range: white noise (one draw per beam), then the
+# resolution. Whether a beam returns (dropout, reflectivity, incidence) is the lidar's own.
+ERRORS = em.chain(em.white_noise(('noise_stddev_m', 'noise_fraction'), shape=None,
+                                 scale_fn=range_sigma),
+                  em.quantization('resolution_m'))
+SOURCES = ERRORS.streams + ('return', 'delivery_jitter', 'delivery_loss')
+
+
+class _OwnConfig(faults.DeviceConfig):
+  """The lidar's own manifest fields (its error model adds the rest)."""
   site: str
   horizontal_samples: int = pydantic.Field(gt=0, le=4096)
   horizontal_min_deg: float = -180.0
@@ -65,26 +83,18 @@ class LidarConfigModel(faults.DeviceConfig):
   sweep_time_s: NonNeg = 0.0
   min_range_m: NonNeg = 0.0
   max_range_m: Positive
-  noise_stddev_m: NonNeg = 0.0
-  noise_fraction: NonNeg = 0.0
-  resolution_m: NonNeg = 0.0
   dropout_probability: float = pydantic.Field(0.0, ge=0, le=1)
   reference_range_m: NonNeg = 0.0
   group_reflectivity: tuple[Unit, Unit, Unit, Unit, Unit, Unit] = (1.0,) * 6
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
 
 
-class Params(NamedTuple):
-  min_range_m: jax.Array
-  max_range_m: jax.Array
-  noise_stddev_m: jax.Array
-  noise_fraction: jax.Array
-  resolution_m: jax.Array
-  dropout_probability: jax.Array
-  reference_range_m: jax.Array
-  group_reflectivity: jax.Array
-  max_incidence_deg: jax.Array
-  faults: tuple
+LidarConfigModel = em.config_model(
+    'LidarConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/lidar` '
+    '(m, deg, s): its own fields and its error model\'s.', __name__)
+Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'dropout_probability',
+                                   'reference_range_m', 'group_reflectivity',
+                                   'max_incidence_deg'), ERRORS)
 
 
 class Sample(NamedTuple):
@@ -102,12 +112,9 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
-  ideal: tuple         # (distance (N,), cos incidence (N,)) of the latest scan
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults', 'ideal'), doc=(
+    'Per-world state: streams, queue, held output, faults, `ideal` (distance (N,), cos '
+    'incidence (N,)) of the latest scan.'))
 
 
 def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +143,7 @@ class Lidar(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
-  stochastic = ('noise_stddev_m', 'noise_fraction')
+  errors = ERRORS
   fault_fields = ('range_m',)
   always_used = ('min_range_m', 'max_range_m')
 
@@ -149,7 +156,8 @@ class Lidar(base.FaultySensorFields):
     return Sample(z, jnp.zeros((self.n_beams,), bool), z, jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('return', 'delivery_jitter', 'delivery_loss'))
     queue, held, fs = self.init_transport(self.neutral())
     z = jnp.zeros((self.n_beams,), jnp.float32)
     return State(streams, queue, held, fs, (z - 1.0, z + 1.0))
@@ -195,16 +203,7 @@ class Lidar(base.FaultySensorFields):
       ret = ret & (rng.uniform(s.streams['return'], n, (N,)) < prob)
     if self._on('max_incidence_deg'):
       ret = ret & (cos >= jnp.cos(jnp.deg2rad(p.max_incidence_deg)))
-    x = d
-    if self._on('noise_stddev_m') or self._on('noise_fraction'):
-      sigma = jnp.zeros_like(d)
-      if self._on('noise_stddev_m'):
-        sigma = sigma + p.noise_stddev_m
-      if self._on('noise_fraction'):
-        sigma = sigma + p.noise_fraction * jnp.maximum(d, 0.0)
-      x = x + sigma * rng.normal(s.streams['noise'], n, (N,))
-    if self._on('resolution_m'):
-      x = sig.quantize(x, p.resolution_m)
+    _, x, _ = ERRORS.apply(p, {}, d, self.error_ctx(s.streams, n, distance=d))
     far = ~ret | (x > p.max_range_m)
     near = ~far & (x < p.min_range_m)
     x = jnp.where(far, jnp.inf, jnp.where(near, -jnp.inf, x))
@@ -222,14 +221,14 @@ class Lidar(base.FaultySensorFields):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    return self.describe_terms([
+    return self.describe_errors([
         f'beams: {c.horizontal_samples} x {c.vertical_samples} = {self.n_beams} on site '
         f'{c.site!r} (az {c.horizontal_min_deg:g} … {c.horizontal_max_deg:g} deg, el '
         f'{c.vertical_min_deg:g} … {c.vertical_max_deg:g} deg), sweep {c.sweep_time_s:g} s, '
         f'range {c.min_range_m:g} … {c.max_range_m:g} m; mjx.ray against {self.scene.ngeom} '
         'geoms'],
-        ('noise_stddev_m', 'noise_fraction', 'resolution_m', 'dropout_probability',
-         'reference_range_m', 'group_reflectivity', 'max_incidence_deg'))
+        ('dropout_probability', 'reference_range_m', 'group_reflectivity',
+         'max_incidence_deg'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Lidar:

@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 import pydantic
 
-from fibril_mjx.mechanisms import faults, rng
-from fibril_mjx.mechanisms import transport as tp
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -50,12 +50,30 @@ from fibril_mjx.components.sensors.scene import Scene, site_bodies, site_motion
 
 TYPE = 'fibril_sim/optical_flow'
 SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
-SOURCES = ('noise', 'delivery_jitter', 'delivery_loss')
 Unit = pydantic.confloat(ge=0, le=1)
 
 
-class OpticalFlowConfigModel(faults.DeviceConfig):
-  """Validated manifest config of `fibril_sim/optical_flow` (rad, m, s, px)."""
+def flow_sigma(p, ctx):
+  """σ_f = noise_stddev_rad + noise_per_m_rad·d̄, d̄ the frame's summed distance over the ticks
+  that tracked (`ctx.inputs`) over their count, terms at their default absent."""
+  sigma = jnp.float32(0.0)
+  if ctx.on('noise_stddev_rad'):
+    sigma = sigma + p.noise_stddev_rad
+  if ctx.on('noise_per_m_rad'):
+    sigma = sigma + p.noise_per_m_rad * ctx.inputs['distance'] / jnp.maximum(
+        ctx.inputs['tracked'], 1)
+  return sigma
+
+
+# The error model of the integrated flow: white noise per axis at each frame, its σ growing
+# with the distance. Quality, texture, blur and saturation are the sensor's own.
+ERRORS = em.chain(em.white_noise(('noise_stddev_rad', 'noise_per_m_rad'), shape=(2,),
+                                 scale_fn=flow_sigma))
+SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
+
+
+class _OwnConfig(faults.DeviceConfig):
+  """The optical-flow sensor's own manifest fields (its error model adds the rest)."""
   site: str
   fov_deg: float = pydantic.Field(gt=0, lt=180)
   resolution_px: int = pydantic.Field(gt=0)
@@ -63,26 +81,20 @@ class OpticalFlowConfigModel(faults.DeviceConfig):
   max_range_m: Positive
   max_flow_rate_rad_s: Positive
   max_angular_rate_rad_s: Positive
-  noise_stddev_rad: NonNeg = 0.0
-  noise_per_m_rad: NonNeg = 0.0
   exposure_s: NonNeg = 0.0
   blur_half_quality_px: Positive = 1.0
   illumination: Unit = 1.0
   group_texture: tuple[Unit, Unit, Unit, Unit, Unit, Unit] = (1.0,) * 6
 
 
-class Params(NamedTuple):
-  min_range_m: jax.Array
-  max_range_m: jax.Array
-  max_flow_rate_rad_s: jax.Array
-  max_angular_rate_rad_s: jax.Array
-  noise_stddev_rad: jax.Array
-  noise_per_m_rad: jax.Array
-  exposure_s: jax.Array
-  blur_half_quality_px: jax.Array
-  illumination: jax.Array
-  group_texture: jax.Array
-  faults: tuple
+OpticalFlowConfigModel = em.config_model(
+    'OpticalFlowConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
+    '`fibril_sim/optical_flow` (rad, m, s, px): its own fields and its error model\'s.',
+    __name__)
+Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s',
+                                   'max_angular_rate_rad_s', 'exposure_s',
+                                   'blur_half_quality_px', 'illumination', 'group_texture'),
+                        ERRORS)
 
 
 class Sample(NamedTuple):
@@ -111,12 +123,8 @@ class Acc(NamedTuple):
   ticks: jax.Array
 
 
-class State(NamedTuple):
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState
-  acc: Acc
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults', 'acc'), doc=(
+    'Per-world state: streams, queue, held output, faults, `acc` (the frame\'s `Acc`).'))
 
 
 def _zero_acc():
@@ -136,7 +144,7 @@ class OpticalFlow(base.FaultySensorFields):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
-  stochastic = ('noise_stddev_rad', 'noise_per_m_rad')
+  errors = ERRORS
   fault_fields = ('flow_rad',)
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
 
@@ -146,7 +154,8 @@ class OpticalFlow(base.FaultySensorFields):
                   jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = faults.stream_keys(world_key, self.id, SOURCES)
+    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
+                             ('delivery_jitter', 'delivery_loss'))
     queue, held, fs = self.init_transport(self.neutral())
     return State(streams, queue, held, fs, _zero_acc())
 
@@ -189,14 +198,8 @@ class OpticalFlow(base.FaultySensorFields):
     del data, tick
     a = s.acc
     ticks = jnp.maximum(a.ticks, 1)
-    flow = a.flow
-    if self._on('noise_stddev_rad') or self._on('noise_per_m_rad'):
-      sigma = jnp.float32(0.0)
-      if self._on('noise_stddev_rad'):
-        sigma = sigma + p.noise_stddev_rad
-      if self._on('noise_per_m_rad'):
-        sigma = sigma + p.noise_per_m_rad * a.distance / jnp.maximum(a.tracked, 1)
-      flow = flow + sigma * rng.normal(s.streams['noise'], n, (2,))
+    ctx = self.error_ctx(s.streams, n, distance=a.distance, tracked=a.tracked)
+    _, flow, _ = ERRORS.apply(p, {}, a.flow, ctx)
     quality = jnp.round(a.quality / ticks).astype(jnp.int32)
     sample = Sample(flow.astype(jnp.float32), a.gyro, (a.ticks * self.dt).astype(jnp.float32),
                     quality, jnp.int32(faults.HEALTHY))
@@ -213,11 +216,11 @@ class OpticalFlow(base.FaultySensorFields):
 
   def describe(self) -> list[str]:
     c = self.cfg
-    return self.describe_terms([
+    return self.describe_errors([
         f'optical flow: site {c.site!r} (optical axis +z), fov {c.fov_deg:g} deg, '
         f'{c.resolution_px} px, range {c.min_range_m:g} … {c.max_range_m:g} m, saturation '
         f'{c.max_flow_rate_rad_s:g} rad/s flow, {c.max_angular_rate_rad_s:g} rad/s body rate'],
-        ('noise_stddev_rad', 'noise_per_m_rad', 'exposure_s', 'illumination', 'group_texture'))
+        ('exposure_s', 'illumination', 'group_texture'))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> OpticalFlow:

@@ -30,6 +30,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
+from fibril_mjx.components.sensors.lidar import range_sigma
 
 TYPE = 'fibril_sim/rangefinder'
 SAMPLE_TYPE = 'fibril_sim/range_sample/v1'
@@ -38,14 +39,9 @@ SAMPLE_TYPE = 'fibril_sim/range_sample/v1'
 def beam_sigma(p, ctx):
   """σ = (noise_stddev_m + noise_fraction·d)·(1 + incidence_noise_gain·(1/cos θ − 1)) at the
   true distance `d` and incidence `cos θ` (`ctx.inputs`), terms at their default absent."""
-  d, cos = ctx.inputs['distance'], ctx.inputs['cos']
-  sigma = jnp.zeros_like(d)
-  if ctx.on('noise_stddev_m'):
-    sigma = sigma + p.noise_stddev_m
-  if ctx.on('noise_fraction'):
-    sigma = sigma + p.noise_fraction * jnp.maximum(d, 0.0)
+  sigma = range_sigma(p, ctx)
   if ctx.on('incidence_noise_gain'):
-    safe = jnp.maximum(cos, 1e-3)
+    safe = jnp.maximum(ctx.inputs['cos'], 1e-3)
     sigma = sigma * (1.0 + p.incidence_noise_gain * (1.0 / safe - 1.0))
   return sigma
 

@@ -29,21 +29,24 @@ import jax
 import jax.numpy as jnp
 import pydantic
 
-from fibril_mjx.mechanisms import rng, signal
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import signal
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.config.validation import Strict
 
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 COEFFS = ('bias_temperature_k1', 'bias_temperature_k2', 'scale_temperature_k1')
 ZERO3 = (0.0, 0.0, 0.0)
-SOURCES = ('temperature_noise',)
+
+# The error model of the delivered temperature channel: white noise, then the resolution.
+DELIVERED = em.chain(em.white_noise('temperature_noise_stddev_c', 'temperature_noise'),
+                     em.quantization('temperature_resolution_c'))
+SOURCES = DELIVERED.streams
+STOCHASTIC = DELIVERED.stochastic_fields()   # fields scaling a random draw (tune holds them at 0)
 
 
-STOCHASTIC = ('temperature_noise_stddev_c',)   # fields scaling a random draw (tune holds them at 0)
-
-
-class ThermalConfig(Strict):
-  """Config fields of the thermal model; a sensor's config model inherits them.
+class _OwnConfig(Strict):
+  """The thermal model's own config fields (its delivered channel's error model adds the rest).
 
   Units: °C, s; `*_bias_temperature_k1` in channel units per K (rad/s/K, m/s²/K), `_k2` per K²,
   `*_scale_temperature_k1` per K.
@@ -60,8 +63,6 @@ class ThermalConfig(Strict):
   linear_acceleration_scale_temperature_k1: Vec3 = ZERO3
   temperature_output: bool = False
   temperature_output_time_constant_s: NonNeg = 0.0
-  temperature_noise_stddev_c: NonNeg = 0.0
-  temperature_resolution_c: NonNeg = 0.0
 
   @pydantic.model_validator(mode='after')
   def _table(self):
@@ -75,11 +76,16 @@ class ThermalConfig(Strict):
     return self
 
 
+ThermalConfig = em.config_model(
+    'ThermalConfig', _OwnConfig, DELIVERED, 'Config fields of the thermal model; a sensor\'s '
+    'config model inherits them (°C, s; `*_bias_temperature_k1` in channel units per K, `_k2` '
+    'per K², `*_scale_temperature_k1` per K).', __name__)
+
+
 # Manifest fields that are Params (per world), in ThermalParams order.
 PARAM_FIELDS = ('ambient_temperature_c', 'temperature_time_constant_s', 'reference_temperature_c',
                 *(f'{ch}_{c}' for ch in CHANNELS for c in COEFFS),
-                'temperature_output_time_constant_s', 'temperature_noise_stddev_c',
-                'temperature_resolution_c')
+                'temperature_output_time_constant_s', *DELIVERED.params)
 
 ThermalParams = NamedTuple('ThermalParams', [(f, jax.Array) for f in PARAM_FIELDS])
 ThermalParams.__doc__ = """Per-world thermal parameters (manifest field names): the ambient
@@ -177,12 +183,8 @@ class Thermal:
       tau_d = (p.temperature_output_time_constant_s
                if 'temperature_output_time_constant_s' in on else None)
       td = self._lag(s.delivered_c, ts, tau_d, first)
-      delivered = td
-      if 'temperature_noise_stddev_c' in on:
-        delivered = delivered + p.temperature_noise_stddev_c * rng.normal(
-            streams['temperature_noise'], n, ())
-      if 'temperature_resolution_c' in on:
-        delivered = signal.quantize(delivered, p.temperature_resolution_c)
+      ctx = em.Ctx(on.__contains__, streams, n, self.period_s, {})
+      _, delivered, _ = DELIVERED.apply(p, {}, td, ctx)
     new = ThermalState(ts, td, biases['angular_velocity'], biases['linear_acceleration'])
     return new, terms, delivered
 
