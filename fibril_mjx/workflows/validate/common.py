@@ -280,3 +280,37 @@ def one_type_rig(run):
     return run(manifest_path, cid, cfg, out, **options)
   rig.__module__, rig.__doc__ = run.__module__, run.__doc__
   return rig
+
+
+def bench_xml(model: str, timestep: float, sites: str, *, sensors: str = '',
+              integrator: str | None = 'implicitfast', gravity: bool = True, pos: str = '',
+              box: str = '0.05 0.05 0.01', box_attrs: str = '', asset: str = '',
+              ground: str = '', world: str = '') -> str:
+  """The MJCF of a static validation rig: a `bench` body on a free yaw hinge about the vertical
+  through its centre of mass (so MuJoCo C and MJX agree) carrying the device's `sites`.
+
+  Args:
+    sites, sensors: MJCF lines of the bench's sites and of the `<sensor>` block (none: no block).
+    integrator: the `<option>` integrator, None for MuJoCo's default.
+    gravity: gravity `0 0 -G` (False: none, e.g. for ray sensors).
+    pos, box, box_attrs: the bench's position and its box geom's size and extra attributes.
+    asset, ground, world: an `<asset>` block, a ground geom, and worldbody lines after the
+      bench (e.g. landmark sites).
+  """
+  opt = f'timestep="{timestep!r}"' + (f' integrator="{integrator}"' if integrator else '')
+  opt += f' gravity="0 0 -{G!r}"' if gravity else ' gravity="0 0 0"'
+  body = f' pos="{pos}"' if pos else ''
+  lines = [f'<mujoco model="{model}">', f'  <option {opt}/>']
+  lines += [f'  {asset}'] if asset else []
+  lines += ['  <worldbody>'] + ([f'    {ground}'] if ground else [])
+  lines += [f'    <body name="bench"{body}>',
+            '      <joint name="bench_yaw" type="hinge" axis="0 0 1"/>',
+            f'      <geom type="box" size="{box}" mass="1" contype="0" conaffinity="0"'
+            f'{box_attrs}/>']
+  lines += ['      ' + ln.strip() for ln in sites.strip('\n').split('\n') if ln.strip()]
+  lines += ['    </body>'] + ['    ' + ln.strip() for ln in world.split('\n') if ln.strip()]
+  lines += ['  </worldbody>']
+  if sensors.strip():
+    lines += ['  <sensor>'] + ['    ' + ln.strip() for ln in sensors.split('\n') if ln.strip()]
+    lines += ['  </sensor>']
+  return '\n'.join(lines + ['</mujoco>']) + '\n'

@@ -38,7 +38,9 @@ import warnings
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary, one_type_rig)
+from fibril_mjx.workflows.validate.common import (K_SIGMA, _by_sequence, _collect, _fmt,
+                                                  _staged_output, _summary, _write_rig,
+                                                  _write_summary, bench_xml, one_type_rig, Check)
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -240,21 +242,12 @@ def lidar_rig(cfg: dict, overrides: dict):
   lo = float(cfg.get('min_range_m', 0.0))
   h = max(1.0, 1.5 * lo)
   dt = min(0.002, float(cfg['period_s']) / 2)
-  xml = textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_lidar_static">
-        <option timestep="{dt!r}" gravity="0 0 0"/>
-        <asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>
-        <worldbody>
-          <geom name="ground" type="plane" size="500 500 0.1" material="ground" group="0"/>
-          <body name="bench" pos="0 0 {h!r}">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.02 0.02 0.01" mass="1" contype="0" conaffinity="0"
-                  rgba="0 0 0 0"/>
-            <site name="s_lidar"/>
-          </body>
-        </worldbody>
-      </mujoco>
-      """)
+  xml = bench_xml('fibril_validate_lidar_static', dt, '<site name="s_lidar"/>',
+                  integrator=None, gravity=False, pos=f'0 0 {h!r}', box='0.02 0.02 0.01',
+                  box_attrs=' rgba="0 0 0 0"',
+                  asset='<asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>',
+                  ground='<geom name="ground" type="plane" size="500 500 0.1" material="ground" '
+                         'group="0"/>')
   c = dict(cfg, **overrides)
   c = {k: v for k, v in c.items() if k != 'faults'}
   c.update(site='s_lidar', horizontal_samples=1, horizontal_min_deg=0.0, horizontal_max_deg=0.0,
@@ -368,18 +361,9 @@ def camera_rig(cfg: dict, overrides: dict):
   sites = ''.join(f'    <site name="lm{i}" pos="{float(x)!r} {float(y)!r} {float(z)!r}"/>\n'
                   for i, (x, y, z) in enumerate(pts))
   dt = min(0.002, float(cfg['period_s']) / 2)
-  xml = (textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_camera_static">
-        <option timestep="{dt!r}" gravity="0 0 0"/>
-        <asset><material name="m" rgba="0.5 0.5 0.5 1"/></asset>
-        <worldbody>
-          <body name="bench">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.02 0.02 0.02" mass="1" contype="0" conaffinity="0"
-                  material="m"/>
-            <site name="s_cam" xyaxes="0 -1 0 0 0 -1"/>
-          </body>
-      """) + sites + '  </worldbody>\n</mujoco>\n')
+  xml = bench_xml('fibril_validate_camera_static', dt, '<site name="s_cam" xyaxes="0 -1 0 0 0 -1"/>',
+                  integrator=None, gravity=False, box='0.02 0.02 0.02', box_attrs=' material="m"',
+                  asset='<asset><material name="m" rgba="0.5 0.5 0.5 1"/></asset>', world=sites)
   c = dict(cfg, **overrides)
   c = {k: v for k, v in c.items() if k != 'faults'}
   c.update(site='s_cam', landmarks=[f'lm{i}' for i in range(len(pts))], latency_s=0.0,

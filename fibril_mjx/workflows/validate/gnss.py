@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import pathlib
-import textwrap
 import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _fmt_any, _staged_output, _summary, _timing, _write_rig, _write_summary, one_type_rig)
+from fibril_mjx.workflows.validate.common import (K_SIGMA, _fmt_any, _staged_output, _summary,
+                                                  _timing, _write_rig, _write_summary, bench_xml,
+                                                  one_type_rig, Check)
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
@@ -62,21 +63,8 @@ def gnss_rig(cfg: dict, overrides: dict) -> tuple[str, dict]:
   user's outages and the lever arm are removed (the antenna is the site)."""
   period = float(cfg['period_s'])
   dt = period / gnss_substeps(period, float(cfg.get('latency_s', 0.0)))
-  xml = textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_gnss">
-        <option timestep="{dt!r}" integrator="implicitfast" gravity="0 0 -{G!r}"/>
-        <worldbody>
-          <body name="bench" pos="0 0 1">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.05 0.05 0.01" mass="1" contype="0" conaffinity="0"/>
-            <site name="s_nav"/>
-          </body>
-        </worldbody>
-        <sensor>
-          <velocimeter name="nav_vel" site="s_nav"/>
-        </sensor>
-      </mujoco>
-      """)
+  xml = bench_xml('fibril_validate_gnss', dt, '<site name="s_nav"/>', pos='0 0 1',
+                  sensors='<velocimeter name="nav_vel" site="s_nav"/>')
   c = {k: v for k, v in dict(cfg, **overrides).items() if k not in GNSS_DROP}
   c['velocity_sensor'] = 'nav_vel'
   c['lever_arm_m'] = [0.0, 0.0, 0.0]

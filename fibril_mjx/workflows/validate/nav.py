@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import pathlib
-import textwrap
 import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (G, K_SIGMA, Check, _by_sequence, _collect, _fmt, _staged_output, _summary, _write_rig, _write_summary)
+from fibril_mjx.workflows.validate.common import (K_SIGMA, _by_sequence, _collect, _fmt,
+                                                  _staged_output, _summary, _write_rig,
+                                                  _write_summary, bench_xml, Check)
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -66,20 +67,11 @@ def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str,
       h = 0.5 * (lo + hi)
   sensors = ''.join(f'    <{kind} name="nav_{k}" site="s_nav"/>\n'
                     for k, kind in binds.items() if kind != 'site')
-  xml = textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_nav_static">
-        <option timestep="{float(cfg['period_s'])!r}" integrator="implicitfast" gravity="0 0 -{G!r}"/>
-        <asset><material name="ground" rgba="1 1 1 1"/></asset>
-        <worldbody>
-          <geom name="ground" type="plane" size="50 50 0.1" material="ground" contype="0"
-                conaffinity="0"/>
-          <body name="bench" pos="0 0 {h!r}">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.05 0.05 0.01" mass="1" contype="0" conaffinity="0"/>
-            <site name="s_nav" zaxis="0 0 -1"/>
-          </body>
-        </worldbody>
-      """) + (f'  <sensor>\n{sensors}  </sensor>\n' if sensors else '') + '</mujoco>\n'
+  xml = bench_xml('fibril_validate_nav_static', float(cfg['period_s']),
+                  '<site name="s_nav" zaxis="0 0 -1"/>', sensors=sensors, pos=f'0 0 {h!r}',
+                  asset='<asset><material name="ground" rgba="1 1 1 1"/></asset>',
+                  ground='<geom name="ground" type="plane" size="50 50 0.1" material="ground" '
+                         'contype="0" conaffinity="0"/>')
   c = dict(cfg, **overrides)    # a perturbed slow term only reaches the Gauss–Markov rig
   c = {k: v for k, v in c.items() if k not in drop and k != 'faults'}
   for k in zero:

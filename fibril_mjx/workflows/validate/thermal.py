@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import textwrap
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import G, K_SIGMA, Check
+from fibril_mjx.workflows.validate.common import G, K_SIGMA, bench_xml, Check
 
 LEVELS_K = (-20.0, -10.0, 0.0, 10.0, 20.0)
 CHANNELS = ('angular_velocity', 'linear_acceleration')
@@ -75,22 +74,9 @@ def sweep_plan(cfg: dict, period_s: float, window_s: float) -> SweepPlan:
 
 def sweep_rig(cfg: dict, plan: SweepPlan, overrides: dict) -> tuple[str, dict]:
   """The MJCF and manifest of the sweep (timestep = the output period)."""
-  xml = textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_thermal">
-        <option timestep="{plan.period_s!r}" integrator="implicitfast" gravity="0 0 -{G!r}"/>
-        <worldbody>
-          <body name="bench">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.05 0.05 0.01" mass="1" contype="0" conaffinity="0"/>
-            <site name="s_pz"/>
-          </body>
-        </worldbody>
-        <sensor>
-          <gyro name="g_pz" site="s_pz"/>
-          <accelerometer name="a_pz" site="s_pz"/>
-        </sensor>
-      </mujoco>
-      """)
+  xml = bench_xml('fibril_validate_thermal', plan.period_s, '<site name="s_pz"/>',
+                  sensors='<gyro name="g_pz" site="s_pz"/>\n'
+                          '<accelerometer name="a_pz" site="s_pz"/>')
   times, temps = [], []
   eps = plan.period_s / 2
   for s, lvl in zip(plan.starts_s, LEVELS_K):

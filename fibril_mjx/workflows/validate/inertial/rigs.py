@@ -9,7 +9,7 @@ import textwrap
 
 
 from fibril_mjx.workflows.validate import thermal
-from fibril_mjx.workflows.validate.common import G
+from fibril_mjx.workflows.validate.common import G, bench_xml
 from fibril_mjx.workflows.validate.inertial.device import (Device, POSES, RATE_SITES, SKIP,
                                                            SUBSTEPS, TONES, WINDOW)
 
@@ -42,20 +42,7 @@ def static_rig(dev: Device, overrides) -> tuple[str, dict]:
   ahrs = dev.type == 'fibril_sim/ahrs'
   sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _, _) in POSES.items())
   sensors = ''.join(_sensor_xml(n, f's_{n}', ahrs) for n in POSES)
-  xml = textwrap.dedent(f"""\
-      <mujoco model="fibril_validate_static">
-        <option timestep="{dev.period_s!r}" integrator="implicitfast" gravity="0 0 -{G!r}"/>
-        <worldbody>
-          <body name="bench">
-            <joint name="bench_yaw" type="hinge" axis="0 0 1"/>
-            <geom type="box" size="0.05 0.05 0.01" mass="1" contype="0" conaffinity="0"/>
-      {sites}
-          </body>
-        </worldbody>
-        <sensor>
-      {sensors}  </sensor>
-      </mujoco>
-      """)
+  xml = bench_xml('fibril_validate_static', dev.period_s, sites, sensors=sensors)
   comps = [_entry(dev, n, overrides) for n in POSES]
   return xml, {'fibril_manifest': 1, 'model': 'static.xml', 'components': comps}
 
