@@ -32,8 +32,9 @@ Adding an error term is one factory in `terms.py` (or a new module here) and its
    compiled out.
 
 `random_walk` was added this way (its factory, its export, `test_random_walk_variance_grows_
-linearly`); no sensor uses it yet. A sensor then gains a term by adding it to its chain: its manifest field, Params, State,
-streams, plan line and `tune` behaviour follow.
+linearly`), and `ar1_noise` (`test_ar1_noise_shares_the_white_noise_draw`); the inertial
+channels use both. A sensor then gains a term by adding it to its chain: its manifest field,
+Params, State, streams, plan line and `tune` behaviour follow.
 """
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC, Chain,
