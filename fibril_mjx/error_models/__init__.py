@@ -32,20 +32,21 @@ Adding an error term is one factory in `terms.py` (or a new module here) and its
    compiled out.
 
 `random_walk` was added this way (its factory, its export, `test_random_walk_variance_grows_
-linearly`); no sensor uses it yet. A sensor then gains a term by adding it to its chain: its manifest field, Params, State,
-streams, plan line and `tune` behaviour follow.
+linearly`), and `ar1_noise` (`test_ar1_noise_shares_the_white_noise_draw`); the inertial
+channels use both. A sensor then gains a term by adding it to its chain: its manifest field,
+Params, State, streams, plan line and `tune` behaviour follow.
 """
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC, Chain,
                                           ConfigField, Ctx, Term, chain, config_model,
                                           params_type, state_type, stream_keys)
-from fibril_mjx.error_models.terms import (bounds, common_mode, constant_bias,
+from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gauss_markov, quantization,
                                            random_walk, saturation, turn_on_bias,
                                            white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
-           'Term', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
+           'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
            'first_order_lag', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
            'saturation',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

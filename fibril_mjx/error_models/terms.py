@@ -167,6 +167,26 @@ def white_noise(sigma, stream: str = 'noise', shape=(), scale_fn=None, extra=())
               variance=lambda p, ctx: sigma_of(p, ctx) ** 2)
 
 
+def ar1_noise(sigma: str, rho: str, stream: str, state: str, shape=(), owns_stream=True) -> Term:
+  """`x + n[k]`, a stationary AR(1) residual `n[0] = σξ[0]`, `n[k] = ρ n[k−1] + σ√(1−ρ²) ξ[k]`
+  (`signal.ar1`; ρ a field, 0 where the Params leaf is None: white of variance σ²).
+
+  Args:
+    owns_stream: False when another term of the chain draws `stream` and this one reads the
+      same ξ (an inertial channel's white noise and residual share one draw per sample).
+  """
+
+  def apply(p, st, x, ctx):
+    r = getattr(p, rho)
+    n = sig.ar1(st[state], rng.normal(ctx.streams[stream], ctx.n, shape),
+                r if r is not None else 0.0, getattr(p, sigma), ctx.first)
+    return {**st, state: n}, x + n, None
+  return Term('AR(1) residual', STOCHASTIC, _nonneg((sigma,), shape) + (ConfigField(
+      rho, NonNeg, 0.0),), (sigma, rho), (sigma,), (sigma,), ((state, _zeros(shape)),),
+      (stream,) if owns_stream else (), apply=apply,
+      variance=lambda p, ctx: getattr(p, sigma) ** 2)
+
+
 def first_order_lag(tau: str, state: str = 'lagged', started: str = 'started') -> Term:
   """First-order lag of time constant τ, updated every `ctx.period_s` and started at the first
   value (no turn-on transient); `apply` returns the lagged value."""

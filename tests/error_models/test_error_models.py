@@ -18,8 +18,8 @@ import pytest
 
 import nav_helpers as nh
 from fibril_mjx import error_models as em
-from fibril_mjx.components.sensors import (barometer, camera, gnss, lidar, magnetometer,
-                                           optical_flow, rangefinder, thermal)
+from fibril_mjx.components.sensors import (barometer, camera, gnss, inertial, lidar,
+                                           magnetometer, optical_flow, rangefinder, thermal)
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.workflows.tune import params as tune_params
 
@@ -193,6 +193,26 @@ def test_white_noise_of_the_signals_shape():
   assert [f.default for f in c.config] == [0.0]
 
 
+def test_ar1_noise_shares_the_white_noise_draw():
+  """An inertial channel's white noise and AR(1) residual read one ξ per sample: x + σ_w ξ[k] +
+  n[k], n[0] = σ ξ[0], n[k] = ρ n[k−1] + σ √(1−ρ²) ξ[k]; the residual declares no stream of
+  its own, and its variance is σ²."""
+  c = em.chain(em.white_noise('w', 'noise', (3,)),
+               em.ar1_noise('s', 'rho', 'noise', 'ar', (3,), owns_stream=False))
+  assert c.streams == ('noise',) and c.stochastic_fields() == ('w', 's')
+  sw, sigma, rho, n = 0.1, np.array([0.3, 0.6, 0.9]), 0.8, 30
+  out, _ = run(c, P(w=sw, s=sigma, rho=rho), np.ones(3), n, keys('imu', c.streams))
+  z = ref_normals('imu', 'noise', n, (3,))
+  ar = np.empty_like(z)
+  ar[0] = sigma * z[0]
+  for k in range(1, n):
+    ar[k] = rho * ar[k - 1] + sigma * np.sqrt(1 - rho * rho) * z[k]
+  np.testing.assert_allclose(out, 1.0 + sw * z + ar, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(c.variance(P(w=sw, s=sigma, rho=rho),
+                                        em.Ctx(everything_on, {}, 0, 0.1, {}), (3,)),
+                             sw ** 2 + sigma ** 2, rtol=1e-6)
+
+
 def test_saturation_quantization_flags_counts_and_variance():
   """Clip to ±L with per-element flags and cumulative counts, then round to q; the declared
   variance is q²/12."""
@@ -345,3 +365,16 @@ def test_tune_holds_the_rangefinders_noise_fraction_at_zero():
   with pytest.raises(Exception, match='stochastic term cannot be fitted'):
     tune_params._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
                                {('lidar', 'noise_fraction')})
+
+
+@pytest.mark.parametrize('name', inertial.UNITS)
+def test_inertial_channel_streams_and_state_are_unchanged(name):
+  """The chains of a rate channel draw the streams it always drew and keep its state in the
+  `ChannelState` fields of the same names."""
+  bias, noise = inertial.ERRORS[name]
+  assert set(bias.streams + noise.streams) == {f'{name}_{t}' for t in inertial.TERMS}
+  assert set(bias.state + noise.state) <= set(inertial.ChannelState._fields)
+  assert set(bias.params + noise.params) <= set(inertial.FIELDS)
+  assert set(bias.stochastic_fields() + noise.stochastic_fields()) == {
+      'noise_density', 'noise_stddev', 'bias_turn_on_stddev', 'bias_instability_stddev',
+      'random_walk'}

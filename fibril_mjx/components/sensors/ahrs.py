@@ -143,10 +143,9 @@ class State(NamedTuple):
   thermal: Any = None   # `thermal.ThermalState`, or None when the thermal model is off
 
 
-# Fields that scale a random draw (what `tune` holds at zero).
-STOCHASTIC = ('orientation_noise_stddev_rad', 'angular_velocity_noise_stddev',
-              'linear_acceleration_noise_stddev', 'yaw_rate_bias_stddev_rad_s'
-              ) + thermal.STOCHASTIC
+# Fields of the AHRS's own terms that scale a random draw (its rate channels' come from their
+# error model).
+OWN_STOCHASTIC = ('orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +158,12 @@ class Ahrs(inertial.RateSensor):
   """
   type = TYPE
   sample_type = SAMPLE_TYPE
-  stochastic = STOCHASTIC
+
+  def stochastic_fields(self) -> tuple[str, ...]:
+    """Fields that scale a random draw (what `tune` holds at zero): its own, its rate
+    channels' (read off their error model), the thermal model's."""
+    return (OWN_STOCHASTIC + tuple(f for c in self.channels for f in c.stochastic_fields())
+            + thermal.STOCHASTIC)
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]

@@ -154,12 +154,6 @@ class State(NamedTuple):
   thermal: Any = None
 
 
-# Fields that scale a random draw (what `tune` holds at zero).
-STOCHASTIC = tuple(f'{ch}_{term}' for ch in ('angular_velocity', 'linear_acceleration')
-                   for term in ('noise_density', 'bias_turn_on_stddev', 'bias_instability_stddev',
-                                'random_walk')) + thermal.STOCHASTIC + vibration.STOCHASTIC
-
-
 @dataclasses.dataclass(frozen=True)
 class Imu(inertial.RateSensor):
   """A built `fibril_sim/imu` component: static, hashable; arrays live in Params / State.
@@ -180,7 +174,12 @@ class Imu(inertial.RateSensor):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  stochastic = STOCHASTIC
+
+  def stochastic_fields(self) -> tuple[str, ...]:
+    """Fields that scale a random draw (what `tune` holds at zero): the channels' (read off
+    their error model), the thermal and vibration models'."""
+    return (tuple(f for c in self.channels for f in c.stochastic_fields()) + thermal.STOCHASTIC
+            + vibration.STOCHASTIC)
 
   def default_params(self) -> Params:
     return Params(*(c.params(self.cfg) for c in self.channels), faults.default_params(self.cfg),

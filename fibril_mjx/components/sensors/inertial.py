@@ -44,7 +44,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx.mechanisms import faults, rng, smallmat
+from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.components import base
 
@@ -57,6 +58,27 @@ DEPENDENT = {'noise_correlation': 'noise_stddev',
              'bias_correlation_time_s': 'bias_instability_stddev'}
 TERMS = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk')
 UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
+
+
+def channel_errors(name: str) -> tuple[em.Chain, em.Chain]:
+  """`(BIAS, NOISE)`: the error model of channel `name` over its channel fields, streams
+  `<name>_<term>`. Both are applied to zeros (the errors are summed, then added before or
+  after the low-pass), `BIAS` first: its sum is the truth's bias."""
+  bias = em.chain(
+      em.constant_bias('bias', (3,)),
+      em.turn_on_bias('bias_turn_on_stddev', (3,), f'{name}_bias_turn_on', 'turn_on'),
+      em.gauss_markov('bias_instability_stddev', 'bias_correlation_time_s',
+                      f'{name}_bias_instability', 'instability', (3,)),
+      em.random_walk('random_walk', f'{name}_random_walk', 'random_walk', (3,)))
+  noise = em.chain(
+      em.white_noise('noise_density', f'{name}_noise', (3,),
+                     scale_fn=lambda p, ctx: signal.white_sigma(p.noise_density, ctx.period_s)),
+      em.ar1_noise('noise_stddev', 'noise_correlation', f'{name}_noise', 'noise', (3,),
+                   owns_stream=False))
+  return bias, noise
+
+
+ERRORS = {name: channel_errors(name) for name in UNITS}
 
 
 class ChannelParams(NamedTuple):
@@ -145,15 +167,24 @@ class Channel:
     return ChannelParams(**{f: jnp.asarray(getattr(cfg, m), jnp.float32)
                             for f, m in self.manifest})
 
+  @property
+  def errors(self) -> tuple[em.Chain, em.Chain]:
+    return ERRORS[self.name]
+
+  def error_ctx(self, streams: dict, n=0) -> em.Ctx:
+    return em.Ctx(self.on.__contains__, streams, n, self.period_s, {})
+
+  def stochastic_fields(self) -> tuple[str, ...]:
+    """Manifest fields of this channel that scale a random draw (read off its chains)."""
+    random = {f for c in self.errors for f in c.stochastic_fields()}
+    return tuple(m for f, m in self.manifest if f in random)
+
   def sources(self) -> tuple[str, ...]:
-    return tuple(f'{self.name}_{t}' for t in TERMS)
+    return tuple(s for c in self.errors for s in c.streams)
 
   def init(self, p: ChannelParams, streams: dict) -> ChannelState:
     z3 = jnp.zeros(3, jnp.float32)
-    turn_on = z3
-    if 'bias_turn_on_stddev' in self.on:
-      turn_on = p.bias_turn_on_stddev * rng.normal(streams[f'{self.name}_bias_turn_on'], 0,
-                                                   (3,))
+    turn_on = self.errors[0].init(p, self.error_ctx(streams))['turn_on']
     fixed = p.bias if 'bias' in self.on else z3
     return ChannelState(z3, turn_on, z3, z3, z3, fixed + turn_on, jnp.zeros(3, jnp.int32))
 
@@ -205,31 +236,14 @@ class Channel:
     """
     on, first, period = self.on, n == 0, self.period_s
     y = self._gain(p, x)
-    terms = []   # additive errors in the graph (off terms are absent)
-    if 'bias' in on:
-      terms.append(p.bias)
-    if 'bias_turn_on_stddev' in on:
-      terms.append(cs.turn_on)
-    gm, rw, ar = cs.instability, cs.random_walk, cs.noise
-    if 'bias_instability_stddev' in on:
-      z = rng.normal(streams[f'{self.name}_bias_instability'], n, (3,))
-      phi = signal.gauss_markov_phi(period, p.bias_correlation_time_s)
-      gm = signal.ar1(gm, z, phi, p.bias_instability_stddev, first)
-      terms.append(gm)
-    if 'random_walk' in on:
-      z = rng.normal(streams[f'{self.name}_random_walk'], n, (3,))
-      rw = signal.random_walk(rw, z, p.random_walk, period, first)
-      terms.append(rw)
-    bias = sum(terms, jnp.zeros(3, jnp.float32))   # for truth only
-    if 'noise_density' in on or 'noise_stddev' in on:
-      z = rng.normal(streams[f'{self.name}_noise'], n, (3,))
-      if 'noise_density' in on:
-        terms.append(signal.white_sigma(p.noise_density, period) * z)
-      if 'noise_stddev' in on:
-        rho = p.noise_correlation if p.noise_correlation is not None else 0.0
-        ar = signal.ar1(ar, z, rho, p.noise_stddev, first)
-        terms.append(ar)
-    err = sum(terms[1:], terms[0]) if terms else None
+    ctx = self.error_ctx(streams, n)
+    bias_chain, noise_chain = self.errors
+    st = {'turn_on': cs.turn_on, 'instability': cs.instability,
+          'random_walk': cs.random_walk, 'noise': cs.noise}
+    st, bias, _ = bias_chain.apply(p, st, jnp.zeros(3, jnp.float32), ctx)   # truth's bias
+    st, err, _ = noise_chain.apply(p, st, bias, ctx)
+    if not (bias_chain.on_terms(ctx.on) or noise_chain.on_terms(ctx.on)):
+      err = None                     # no error term in the graph
 
     before = self.noise_before_filter
     if before and err is not None:
@@ -249,8 +263,9 @@ class Channel:
     y, flags, count = signal.limit_and_quantize(
         y, cs.clip_count, p.limit if 'limit' in on else None,
         p.resolution if 'resolution' in on else None)
-    return y, flags, cs._replace(filter=filt, instability=gm, random_walk=rw, noise=ar,
-                                 bias=bias, clip_count=count)
+    return y, flags, cs._replace(filter=filt, instability=st['instability'],
+                                 random_walk=st['random_walk'], noise=st['noise'], bias=bias,
+                                 clip_count=count)
 
 
 # Sample fields of the two rate channels, in this order in every inertial sample type:
@@ -282,8 +297,8 @@ class RateSensor(base.FaultySensorFields):
     for c, cp in zip(self.channels, (p.angular_velocity, p.linear_acceleration)):
       cs = getattr(s, c.name)
       if 'bias_turn_on_stddev' in c.on:
-        turn_on = cp.bias_turn_on_stddev * rng.normal(s.streams[f'{c.name}_bias_turn_on'],
-                                                      index, (3,))
+        turn_on = c.errors[0].redraw(cp, {'turn_on': cs.turn_on},
+                                     c.error_ctx(s.streams), index)['turn_on']
         cs = cs._replace(turn_on=turn_on, bias=cs.bias - cs.turn_on + turn_on)
       new[c.name] = cs
     return s._replace(**new)
