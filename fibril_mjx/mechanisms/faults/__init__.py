@@ -41,7 +41,7 @@ machine advanced once per acquisition instant by the instant's condition — `MI
 packet: dropout, reset), `BAD` (status invalid, warm-up), `WEAK` (the component's own degraded
 condition, e.g. a GNSS receiver without a fix) or `OK`:
 
-| from \ condition | OK | WEAK | MISSED | BAD |
+| from \\ condition | OK | WEAK | MISSED | BAD |
 | --- | --- | --- | --- | --- |
 | HEALTHY | HEALTHY | DEGRADED | DEGRADED (misses = 1) | INVALID |
 | DEGRADED | HEALTHY | DEGRADED | DEGRADED, INVALID at `health_invalid_after_missed` misses in a row | INVALID |
