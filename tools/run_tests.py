@@ -14,8 +14,9 @@ per file isolates both; a crashed file is reported as failed, never hidden.
   --jobs N        files run at once (default $FIBRIL_MJX_TEST_JOBS or 2); the longest files
                   (tools/test_durations.json, measured) start first
   --file-timeout S  a file still running after S seconds (default $FIBRIL_MJX_TEST_TIMEOUT or
-                  900) is reported FAILED with the Python stacks of all its threads (faulthandler,
-                  dumped by SIGUSR1 before the kill)
+                  1500; test_worlds.py took ~15 minutes on a loaded 2-core machine) is reported
+                  FAILED with the Python stacks of all its threads (faulthandler, dumped by
+                  SIGUSR1 before the kill)
 
 A file fails when pytest fails, crashes, times out, or runs no test although no selection
 (-k, -m, node ids, --deselect) was asked for. The closing line starts `N passed, N failed`
@@ -74,7 +75,7 @@ def _has_selection(args: list[str]) -> bool:
 def _split(argv: list[str]):
   """Own flags, the files to run (with their node ids), and the pytest args for every file."""
   jobs = int(os.environ.get('FIBRIL_MJX_TEST_JOBS', '2'))
-  timeout = float(os.environ.get('FIBRIL_MJX_TEST_TIMEOUT', '900'))
+  timeout = float(os.environ.get('FIBRIL_MJX_TEST_TIMEOUT', '1500'))
   rest, targets = [], {}
   it = iter(argv)
   takes_value = {'-k', '-m', '--deselect', '-p', '-o', '-c', '--rootdir', '--maxfail',
