@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx import error_models as em
-from fibril_mjx.mechanisms import faults, smallmat
+from fibril_mjx.mechanisms import smallmat
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.components import base
 
