@@ -268,6 +268,7 @@ class Simulation:
     Inside a user's `jit` / `vmap` / `grad` (traced inputs) the batch runs as one plain
     vmap: the caller owns the world axis.
     """
+    self.check_params(params)
     n = world_keys.shape[0]
     fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
     lat = self.latency_inputs(latency, n)
@@ -276,7 +277,6 @@ class Simulation:
     if worlds.is_traced((params, world_keys, commands, model, qpos_offset, qvel_offset, data0)):
       return self._reset_batch(batched.full_model(self.mx, model), params, world_keys,
                                qpos_offset, qvel_offset, fields, share, lat, commands, data0)
-    self.check_params(params)   # host values only: inside a trace they cannot be inspected
     devs = worlds.resolve_devices(devices)
     lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
     prog = self._program('reset', lay, devs, model_fields=fields, share=share,

@@ -101,8 +101,6 @@ def check_params(built: Built, params: dict) -> None:
   naming the component, the field and how to enable it. Traced params (inside `jax.grad`)
   cannot be inspected: load with `vary=` before differentiating wrt such a field.
   """
-  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
-    return   # traced (inside jit / grad, e.g. tune's windows): values cannot be inspected
   for cid, c in built.components.items():
     fields = c.compiled_out()
     if not fields or cid not in params:
@@ -113,7 +111,8 @@ def check_params(built: Built, params: dict) -> None:
       if isinstance(given, jax.core.Tracer):
         continue
       if default is None:
-        default = c.default_params()
+        with jax.ensure_compile_time_eval():   # concrete even when called inside a trace
+          default = c.default_params()
       nominal = np.asarray(c.get_param(default, field))
       if np.any(np.asarray(given) != nominal):
         raise FibrilError(
