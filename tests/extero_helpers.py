@@ -13,6 +13,8 @@ import numpy as np
 from fibril_mjx.config import paths
 from fibril_mjx.physics.mjx import mjx
 from fibril_mjx.builder.build import BuildContext
+from fibril_mjx.components.sensors.scene import Scene
+from fibril_mjx.core.context import ProbeSet
 from fibril_mjx.config.manifest import Catalog
 
 DT = 0.002
@@ -50,13 +52,31 @@ SCENE_XML = f"""\
 """
 
 
+def _probed_model():
+  """The scene compiled with every probe sensor an exteroceptive component can ask for (each
+  site's pose and velocity, each moving geom's pose), as the builder would append them: the
+  components built on `context()` read their physics through these."""
+  raw = mujoco.MjModel.from_xml_string(SCENE_XML)
+  probes = ProbeSet(raw)
+  ctx = BuildContext(raw, DT, 'test.yaml', 'components[0].config', probes=probes)
+  for i in range(raw.nsite):
+    ctx.site_pose(i)
+    ctx.site_velocity(i)
+  Scene.of(raw, ctx)
+  return probes.compile(mujoco.MjSpec.from_string(SCENE_XML)), probes
+
+
+MODEL, PROBES = _probed_model()
+
+
 def model():
-  return mujoco.MjModel.from_xml_string(SCENE_XML)
+  return MODEL
 
 
 def context(m=None, path='components[0].config'):
   m = model() if m is None else m
-  return BuildContext(m, DT, 'test.yaml', path), Catalog([paths.profiles_dir()])
+  return (BuildContext(m, DT, 'test.yaml', path, probes=PROBES if m is MODEL else None),
+          Catalog([paths.profiles_dir()]))
 
 
 def state(m, pos=(0.0, 0.0, 1.0), quat=(1.0, 0.0, 0.0, 0.0), vel=(0, 0, 0), omega=(0, 0, 0)):

@@ -16,6 +16,7 @@ import yaml
 
 from fibril_mjx.config import paths
 from fibril_mjx.builder.build import BuildContext
+from fibril_mjx.core.context import ProbeSet
 from fibril_mjx.config.manifest import Catalog
 
 DT = 0.002
@@ -59,17 +60,39 @@ NSD = 16
 
 
 class Data(NamedTuple):
-  """A stand-in for `mjx.Data` with the fields the sensors read."""
+  """A stand-in for `mjx.Data` with the fields the sensors read: `sensordata` holds the MJCF's
+  sensors (`NSD`) and then the probes of both sites' poses (`PROBES`: the hidden `framepos` /
+  `frame{x,y,z}axis` sensors a built component reads the pose through), filled from
+  `site_xpos` / `site_xmat` by `data_seq`."""
   site_xmat: jax.Array    # (2, 3, 3)
   site_xpos: jax.Array    # (2, 3)
-  sensordata: jax.Array   # (NSD,)
+  sensordata: jax.Array   # (NSD + probes,)
   ctrl: jax.Array         # (2,)
 
 
+MODEL = mujoco.MjModel.from_xml_string(NAV_XML)
+PROBES = ProbeSet(MODEL)   # one layout shared by every component these tests build
+for _site in ('s', 's2'):
+  for _kind in ('framepos', 'framexaxis', 'frameyaxis', 'framezaxis'):
+    PROBES.request(_kind, 'site', _site, mujoco.mj_name2id(MODEL, mujoco.mjtObj.mjOBJ_SITE,
+                                                            _site))
+
+
 def context(path='components[0].config', built=None, entries=(), vary=()):
-  m = mujoco.MjModel.from_xml_string(NAV_XML)
-  return (BuildContext(m, DT, 'test.yaml', path, built=dict(built or {}), entries=tuple(entries),
-                       vary=frozenset(vary)), Catalog([paths.profiles_dir()]))
+  return (BuildContext(MODEL, DT, 'test.yaml', path, built=dict(built or {}),
+                       entries=tuple(entries), vary=frozenset(vary), probes=PROBES),
+          Catalog([paths.profiles_dir()]))
+
+
+def _probe_columns(xm, xp, n):
+  """The probe block of `sensordata` `(n, PROBES.size)` for site poses `xm`, `xp`."""
+  out = np.zeros((n, PROBES.size))
+  for p in PROBES.probes.values():
+    if p.objtype != 'site':   # (a joint of a motor built beside: no pose to give)
+      continue
+    i, lo = p.objid, p.adr - NSD
+    out[:, lo:lo + 3] = xp[:, i] if p.kind == 'framepos' else xm[:, i, :, 'xyz'.index(p.kind[5])]
+  return out
 
 
 def rot_z(a):
@@ -94,6 +117,7 @@ def data_seq(n, xmat=None, xpos=None, sensordata=None, ctrl=None) -> Data:
   sd = np.zeros((n, NSD))
   if sensordata is not None:
     sd[:] = sensordata
+  sd = np.concatenate([sd, _probe_columns(xm, xp, n)], axis=1)
   ct = np.zeros((n, 2))
   if ctrl is not None:
     ct[:, 0] = ctrl

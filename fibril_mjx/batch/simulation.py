@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.batch import batched
+from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
@@ -39,26 +40,22 @@ class Simulation:
     built: the static `build.Built` (hashable).
     impl: physics implementation, `'jax'` (MJX-JAX, differentiable, default) or `'warp'`
       (MJX-Warp: NVIDIA GPUs only, not differentiable; refused elsewhere).
+    physics: the backend of `rollout`: `'mjx'` (MJX in the loop, `impl`) or `'c'` (MuJoCo C
+      through `mujoco.rollout`, open loop: `fibril_mjx.batch.physics_c`). `reset` / `step`
+      always step MJX in the loop.
     manifest, mj_model, mx, dt, components, dcmotor, assemblies, overlays, command_script,
     actuator_script: shortcuts into `built` (`mx` is the Warp model under `impl='warp'`).
     data0: the `mjx.Data` every world starts from (`reset(data0=)` replaces it).
   """
 
-  def __init__(self, built: build.Built, *, impl: str = 'jax'):
+  def __init__(self, built: build.Built, *, impl: str = 'jax', physics: str = 'mjx'):
     worlds.check_impl(impl)
-    self.impl = impl
+    physics_c.check_backend(built, physics)
+    self.impl, self.physics, self._c_runner = impl, physics, None
     self.built = built
-    self.manifest = built.manifest
-    self.mj_model = built.mj_model
-    self.physics_model = built.physics_model
-    self.mx = built.mx
-    self.dt = built.dt
-    self.components = built.components
-    self.dcmotor = built.dcmotor
-    self.assemblies = built.assemblies
-    self.overlays = built.overlays
-    self.command_script = built.command_script
-    self.actuator_script = built.actuator_script
+    for name in ('manifest', 'mj_model', 'physics_model', 'mx', 'dt', 'components', 'dcmotor',
+                 'assemblies', 'overlays', 'command_script', 'actuator_script'):
+      setattr(self, name, getattr(built, name))   # shortcuts into `built`
     self._data0 = built.data0
     if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
       import mujoco
@@ -413,8 +410,8 @@ class Simulation:
         physics once and broadcast its data to every world's components; False forces one
         physics rollout per world. Shared and per-world sensor outputs agree to float
         rounding (the physics is compiled unbatched); each is bitwise reproducible.
-      stall_s: watchdog (`worlds.Watchdog`): a program with no CPU progress for this long
-        raises `worlds.WorldsStalled` naming the model and world count.
+      stall_s: watchdog (`worlds.Watchdog`): raises `worlds.WorldsStalled` after so long
+        without CPU progress.
 
     Returns:
       `(final_state, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0 first
@@ -422,6 +419,11 @@ class Simulation:
       which a world became non-finite (-1: never).
     """
     n = world_keys.shape[0]
+    if self.physics == 'c':   # MuJoCo C, open loop (fibril_mjx.batch.physics_c)
+      return physics_c.simulation_rollout(
+          self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
+          commands=commands, controller=controller, model=model, model_axes=model_axes,
+          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency)
     fields = batched.model_field_names(model, model_axes)
     self.latency_inputs(latency, n)   # validated once, before anything runs
     lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}
@@ -473,8 +475,8 @@ class Simulation:
     return final, trace
 
 
-def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str = 'jax'
-         ) -> Simulation:
+def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str = 'jax',
+         physics: str = 'mjx') -> Simulation:
   """Builds a `Simulation` from a manifest file (host side: parse, compile, bind, plan).
 
   Args:
@@ -487,10 +489,12 @@ def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str =
     impl: physics implementation, `'jax'` (MJX-JAX, default, differentiable) or `'warp'`
       (MJX-Warp, NVIDIA GPUs only, not differentiable); refused with a clear error where it
       cannot run.
+    physics: the backend of `rollout`: `'mjx'` (default) or `'c'` (MuJoCo C, open loop; a
+      one-line error names a component that closes a loop on physics).
   """
   worlds.check_impl(impl)
   return Simulation(build.build(read_manifest(manifest_path, overrides=overrides), vary=vary),
-                    impl=impl)
+                    impl=impl, physics=physics)
 
 
 world_keys = rng.world_keys

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fibril_mjx.mechanisms import jax_compat
 from fibril_mjx.errors import FibrilError
 
 AXIS = 'worlds'
@@ -282,7 +283,7 @@ def unpin(tree):
 
 def is_traced(tree) -> bool:
   """True inside a user's transformation (jit / vmap / grad): the caller owns the world axis."""
-  return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+  return any(jax_compat.is_tracer(x) for x in jax.tree.leaves(tree))
 
 
 def chunks(n_worlds: int, chunk_worlds: int | None) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ from fibril_mjx import components
 from fibril_mjx.config.manifest import ComponentConfig
 from fibril_mjx.core import command_script, protocol, registry
 from fibril_mjx.core.built import Built
-from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, SensorBinding  # noqa: F401
+from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, ProbeSet, SensorBinding  # noqa: F401
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.physics import assemblies, dcmotor
 from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
@@ -62,6 +62,7 @@ def build(manifest, vary: dict | None = None) -> Built:
     if cid not in ids:
       raise ConfigError(file, 'vary', 'no component of that id' + did_you_mean(cid, ids), cid)
   components = {}
+  probes = ProbeSet(mj_model)
   for i, entry in enumerate(manifest.model.components):
     path = f'components[{i}]'
     known = registry.types('build')
@@ -74,12 +75,16 @@ def build(manifest, vary: dict | None = None) -> Built:
     ctx = BuildContext(mj_model, dt, file, f'{path}.config',
                        assembly=resolved_assemblies.get(entry.id), built=dict(components),
                        entries=tuple((e.id, e.type) for e in manifest.model.components),
-                       vary=frozenset(vary.get(entry.id, ())))
+                       vary=frozenset(vary.get(entry.id, ())), probes=probes)
     raw = ComponentConfig(entry.config, overlay_fields.get(entry.id, ()))
     component = registry.get(entry.type).build(entry.id, raw, ctx, manifest.catalog)
     protocol.check(component)
     components[entry.id] = component
   vary = _check_vary(manifest, components, vary)
+  if probes.probes:   # the hidden sensors components read physics through (core/context.py)
+    probes.add_to_spec(spec)
+    mj_model = compile_spec(spec, manifest.model_path)
+    probes.check(mj_model)
   actuator_script = command_script.build_actuator_script(manifest, mj_model)
   _check_one_driver_per_actuator(manifest, components)
   cmd_script = command_script.build(manifest, components, dt)
@@ -94,7 +99,7 @@ def build(manifest, vary: dict | None = None) -> Built:
   mujoco.mj_forward(physics_model, d)
   data0 = mjx.put_data(physics_model, d)
   return Built(manifest, mj_model, physics_model, mx, data0, dt, components, actuator_script,
-               cmd_script, dc, resolved_assemblies, tuple(overlays), vary)
+               cmd_script, dc, resolved_assemblies, tuple(overlays), vary, probes)
 
 
 def _check_one_driver_per_actuator(manifest, components: dict) -> None:

@@ -239,7 +239,8 @@ def _cmd_run(args) -> int:
     runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
                out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
                overwrite=args.overwrite, share_physics=not args.no_share_physics,
-               impl=args.impl, stall_s=args.stall_s)
+               impl=args.impl, stall_s=args.stall_s, physics=args.physics,
+               trajectory=args.trajectory)
   except WorldsStalled as e:
     # The stalled XLA threads never return: report and leave without waiting for them.
     print(f'error: {e}', file=sys.stderr)
@@ -318,6 +319,13 @@ def main(argv=None) -> int:
                  help='one physics rollout per world even when all worlds could share one')
   r.add_argument('--impl', choices=('jax', 'warp'), default='jax',
                  help='physics implementation: MJX-JAX (default) or MJX-Warp (NVIDIA GPU)')
+  r.add_argument('--physics', choices=('auto', 'mjx', 'c'), default='auto',
+                 help='physics backend: mjx (MJX in the loop), c (MuJoCo C through '
+                 'mujoco.rollout, open loop), auto (default: c on a CPU when nothing closes a '
+                 'loop on physics, else mjx; the summary says which and why)')
+  r.add_argument('--trajectory', default=None, metavar='LOG',
+                 help='replay a recorded state log (NPZ / Parquet: qpos[, qvel, ctrl, act, '
+                 'time]) under the device models instead of simulating the physics')
   r.add_argument('--stall-s', type=float, default=None,
                  help='watchdog: error out when a program makes no CPU progress for this '
                  'long (default 120 s; 0: off)')

@@ -132,6 +132,15 @@ class ComponentBase:
   roles: frozenset = frozenset()
   errors: em.Chain | None = None   # the error model, where the component is written as one
   stochastic: tuple = ()           # explicit declaration of a component without `errors`
+  # True where the component reads physics only through MuJoCo sensors (`sensordata`: its
+  # bound sensors and the probes of `core/context.py`), so that an open-loop backend (MuJoCo
+  # C, a recorded trajectory) serves it; False where it still reads `mjx.Data` fields.
+  reads_sensors_only: bool = False
+
+  def closes_loop(self) -> str:
+    """Why this component's controls depend on the physics state it acts on (a hold at the
+    measured position, a PD law), or '' when they do not: an open-loop backend refuses it."""
+    return ''
 
   def stochastic_fields(self) -> tuple[str, ...]:
     """Manifest fields that scale a random draw (noise, drift, per-episode biases)."""

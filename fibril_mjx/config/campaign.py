@@ -29,7 +29,7 @@ DISTRIBUTIONS = {
 }
 OPTIONAL = ('relative', 'weights')
 TOP_KEYS = ('fibril_campaign', 'manifest', 'worlds', 'seed', 'duration_s', 'chunk_worlds',
-            'scenario', 'vary', 'metrics', 'criteria')
+            'physics', 'scenario', 'vary', 'metrics', 'criteria')
 # `scenario:` keys: the manifest's open-loop drives, replaced entry list by entry list
 SCENARIO_KEYS = ('actuator_script', 'command_script')
 
@@ -269,6 +269,8 @@ class CampaignModel(Strict):
   duration_s: Annotated[float, check(lambda v: is_number(v) and v > 0,
                                       'must be a number > 0 (seconds)')]
   chunk_worlds: PositiveInt = 1024
+  physics: Annotated[str, check(lambda v: v in ('auto', 'mjx', 'c'),
+                                'must be auto, mjx or c (the physics backend)')] = 'auto'
   scenario: Optional[Annotated[ScenarioModel, check(
       lambda v: isinstance(v, dict) and bool(v),
       'must be a mapping with actuator_script: and/or command_script: (entry lists as in the '

@@ -33,6 +33,8 @@ class Built:
     dcmotor: static dcmotor binding, or None.
     assemblies, overlays: resolved assemblies and applied overlays (for the plan).
     vary: `{component id: frozenset of fields}` compiled in for per-world variation.
+    probes: the hidden sensors the components read physics through
+      (`fibril_mjx.core.context.ProbeSet`).
   """
   manifest: Any
   mj_model: mujoco.MjModel
@@ -47,6 +49,7 @@ class Built:
   assemblies: dict
   overlays: tuple
   vary: dict
+  probes: Any = None
 
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,

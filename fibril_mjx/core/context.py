@@ -1,15 +1,34 @@
-"""What a component sees while it is built (`BuildContext`), and its resolved MuJoCo sensor
-bindings: the contract between the host builder and the component modules (neither imports the
-other through it)."""
+"""What a component sees while it is built (`BuildContext`), its resolved MuJoCo sensor
+bindings, and the probes through which it reads physics: the contract between the host builder
+and the component modules (neither imports the other through it).
+
+Components read physics only through MuJoCo sensors, so that every physics backend that
+produces `sensordata` at the stamp (MJX in the loop, MuJoCo C through `mujoco.rollout`, a
+recorded trajectory through `mj_forward`) serves every component. A component names the
+sensors its manifest binds (`BuildContext.sensor`); what else it reads — a site's pose or
+velocity, a joint's position and velocity, an actuator's force — it asks for as a probe
+(`BuildContext.site_pose`, `joint_probe`, ...): a hidden sensor the builder appends to the
+MjSpec after every component is built (`ProbeSet.add_to_spec`), named `fibril_probe:<i>` so
+that it never meets a user's name. A probe's `sensordata` address is known when it is asked for
+(user sensors first, probes after them in request order); the builder checks it after the
+recompile. `framexaxis` / `frameyaxis` / `framezaxis` copy the columns of `site_xmat` and
+`framepos` copies `site_xpos`, so a pose probe reads exactly what MJX computed.
+
+The one read that is not a sensor is an actuator's look at the joint *before* the tick's
+forward (`actuate`: hold the current position, a PD law on the measured state): that closes a
+loop on physics, and is what keeps such a component on a backend that steps in the loop."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+import jax.numpy as jnp
 import mujoco
 
 from fibril_mjx.errors import ConfigError, did_you_mean
+
+PROBE_PREFIX = 'fibril_probe:'
 
 _SENSOR_NAMES = {
     mujoco.mjtSensor.mjSENS_FRAMEQUAT: 'framequat',
@@ -28,6 +47,111 @@ class SensorBinding:
   adr: int
   dim: int
   site: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+  """A hidden MuJoCo sensor read by a component (static): `kind` of `objtype` `obj` (id
+  `objid`), at `sensordata[adr : adr + dim]`."""
+  kind: str
+  objtype: str
+  obj: str
+  adr: int
+  dim: int
+  objid: int = -1
+
+  def read(self, data):
+    """The probe's value in `data` (anything with `sensordata`): `()` for dim 1, else `(dim,)`."""
+    if self.dim == 1:
+      return data.sensordata[self.adr]
+    return data.sensordata[self.adr:self.adr + self.dim]
+
+
+@dataclasses.dataclass(frozen=True)
+class SitePose:
+  """A site's world position (`framepos`) and orientation (the columns of `site_xmat`)."""
+  site: str
+  position: Probe
+  axes: tuple
+
+  def pos(self, data):
+    return self.position.read(data)
+
+  def mat(self, data):
+    """`(3, 3)` rotation site → world, equal to `site_xmat`."""
+    return jnp.stack([a.read(data) for a in self.axes], axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class JointProbe:
+  """A 1-DoF joint's position (`jointpos`) and velocity (`jointvel`)."""
+  joint: str
+  position: Probe
+  velocity: Probe
+
+  def state(self, data):
+    return self.position.read(data), self.velocity.read(data)
+
+
+_MJ_SENSOR = {k: getattr(mujoco.mjtSensor, f'mjSENS_{k.upper()}') for k in (
+    'framepos', 'framequat', 'framexaxis', 'frameyaxis', 'framezaxis', 'framelinvel', 'frameangvel',
+    'jointpos', 'jointvel', 'actuatorfrc', 'jointactfrc')}
+_MJ_OBJ = {k: getattr(mujoco.mjtObj, f'mjOBJ_{k.upper()}') for k in (
+    'site', 'joint', 'actuator', 'geom')}
+_DIM = {'framepos': 3, 'framequat': 4, 'framexaxis': 3, 'frameyaxis': 3, 'framezaxis': 3, 'framelinvel': 3,
+        'frameangvel': 3, 'jointpos': 1, 'jointvel': 1, 'actuatorfrc': 1, 'jointactfrc': 1}
+
+
+class ProbeSet:
+  """The probes every component of one build asked for, deduplicated, in request order."""
+
+  def __init__(self, model: mujoco.MjModel):
+    self.base = int(model.nsensordata)
+    self.probes: dict[tuple, Probe] = {}
+    self.size = 0
+
+  def request(self, kind: str, objtype: str, obj: str, objid: int = -1) -> Probe:
+    key = (kind, objtype, obj)
+    if key not in self.probes:
+      dim = _DIM[kind]
+      self.probes[key] = Probe(kind, objtype, obj, self.base + self.size, dim, int(objid))
+      self.size += dim
+    return self.probes[key]
+
+  def add_to_spec(self, spec) -> None:
+    """Appends the probes to `spec` as sensors `fibril_probe:<i>` (after the user's). An
+    unnamed object a probe reads (a geom, typically) is given its hidden name first, found by
+    its compiled id (`spec` was compiled once already)."""
+    for p in self.probes.values():
+      if p.obj.startswith(PROBE_PREFIX):
+        element = next(e for e in getattr(spec, f'{p.objtype}s') if e.id == p.objid)
+        element.name = p.obj
+    for i, p in enumerate(self.probes.values()):
+      spec.add_sensor(name=f'{PROBE_PREFIX}{i}', type=_MJ_SENSOR[p.kind],
+                      objtype=_MJ_OBJ[p.objtype], objname=p.obj)
+
+  def check(self, model: mujoco.MjModel) -> None:
+    """The compiled probes sit where their components read them (an internal invariant)."""
+    for i, p in enumerate(self.probes.values()):
+      sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, f'{PROBE_PREFIX}{i}')
+      if sid < 0 or int(model.sensor_adr[sid]) != p.adr or int(model.sensor_dim[sid]) != p.dim:
+        raise AssertionError(f'probe {p} compiled at sensordata[{model.sensor_adr[sid]}]')
+
+  def compile(self, spec) -> mujoco.MjModel:
+    """`spec` with the probes appended, compiled and checked (what the builder does; tests that
+    build components on a context of their own use it to get the model to run them on)."""
+    spec.compile()   # element ids, by which unnamed objects are found
+    self.add_to_spec(spec)
+    model = spec.compile()
+    self.check(model)
+    return model
+
+  def describe(self) -> list[str]:
+    """Plan lines: the hidden sensors, grouped by kind."""
+    by = {}
+    for p in self.probes.values():
+      by.setdefault(f'{p.kind} of {p.objtype}', []).append(p.obj)
+    return [f'{k}: {", ".join(dict.fromkeys(v))}' for k, v in by.items()]
 
 
 @dataclasses.dataclass
@@ -50,6 +174,64 @@ class BuildContext:
   built: dict = dataclasses.field(default_factory=dict)
   entries: tuple = ()
   vary: frozenset = frozenset()
+  probes: ProbeSet | None = None
+
+  def _name(self, obj: mujoco.mjtObj, i: int, what: str) -> str:
+    """The object's name, or a hidden one (`fibril_probe:<what><id>`) the builder gives it."""
+    return mujoco.mj_id2name(self.model, obj, int(i)) or f'{PROBE_PREFIX}{what}{int(i)}'
+
+  def _probe(self, kind: str, objtype: str, name: str) -> Probe:
+    if self.probes is None:
+      self.probes = ProbeSet(self.model)
+    objid = mujoco.mj_name2id(self.model, _MJ_OBJ[objtype], name)
+    if objid < 0 and name.startswith(PROBE_PREFIX):
+      objid = int(name[len(PROBE_PREFIX) + len(objtype):])
+    return self.probes.request(kind, objtype, name, objid)
+
+  def geom_pose(self, geom_id: int) -> SitePose:
+    """Probes of a geom's position and orientation (`geom_xpos`, the columns of
+    `geom_xmat`)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_GEOM, geom_id, 'geom')
+    return SitePose(name, self._probe('framepos', 'geom', name),
+                    tuple(self._probe(f'frame{a}axis', 'geom', name) for a in 'xyz'))
+
+  def site_pose(self, site_id: int) -> SitePose:
+    """Probes of a site's position and orientation."""
+    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
+    return SitePose(name, self._probe('framepos', 'site', name),
+                    tuple(self._probe(f'frame{a}axis', 'site', name) for a in 'xyz'))
+
+  def site_position(self, site_id: int) -> Probe:
+    """Probe of a site's world position (`framepos` = `site_xpos`)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
+    return self._probe('framepos', 'site', name)
+
+  def site_quat(self, site_id: int) -> Probe:
+    """Probe of a site's orientation quaternion, site → world (`framequat`)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
+    return self._probe('framequat', 'site', name)
+
+  def site_velocity(self, site_id: int) -> tuple[Probe, Probe]:
+    """Probes of a site's linear and angular velocity, world frame (`framelinvel`,
+    `frameangvel`)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
+    return self._probe('framelinvel', 'site', name), self._probe('frameangvel', 'site', name)
+
+  def joint_probe(self, joint_id: int) -> JointProbe:
+    """Probes of a hinge or slide joint's position and velocity."""
+    name = self._name(mujoco.mjtObj.mjOBJ_JOINT, joint_id, 'joint')
+    return JointProbe(name, self._probe('jointpos', 'joint', name),
+                      self._probe('jointvel', 'joint', name))
+
+  def actuator_force(self, actuator_id: int) -> Probe:
+    """Probe of an actuator's force (`actuatorfrc` = `actuator_force`)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_ACTUATOR, actuator_id, 'actuator')
+    return self._probe('actuatorfrc', 'actuator', name)
+
+  def joint_actuator_force(self, joint_id: int) -> Probe:
+    """Probe of the actuator force on a joint (`jointactfrc` = `qfrc_actuator` at its dof)."""
+    name = self._name(mujoco.mjtObj.mjOBJ_JOINT, joint_id, 'joint')
+    return self._probe('jointactfrc', 'joint', name)
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

@@ -35,8 +35,7 @@ from fibril_mjx.core import protocol
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.errors import FibrilError, did_you_mean
-from fibril_mjx.mechanisms import schedule
-from fibril_mjx.mechanisms import transport
+from fibril_mjx.mechanisms import jax_compat, schedule, transport
 from fibril_mjx.physics import dcmotor
 from fibril_mjx.physics.mjx import impl_fns, mjx
 
@@ -45,6 +44,22 @@ from fibril_mjx.physics.mjx import impl_fns, mjx
 LATENCY_FIELDS = {'latency_s': ('transport', ('queue',)),
                   'command_latency_s': ('link.transport', ('link', 'queue')),
                   'feedback_latency_s': ('fb_transport', ('fb_queue',))}
+
+
+class Frame(NamedTuple):
+  """The physics of one tick when it comes from outside the loop (MuJoCo C through
+  `mujoco.rollout`, a recorded trajectory through `mj_forward`): what a component reads in
+  place of an `mjx.Data`. `qpos`, `qvel`, `act` are the state `x_k`; `sensordata` is what
+  MuJoCo's forward of `x_k` with the tick's controls computed (user sensors and the probes of
+  `fibril_mjx.core.context`); `ctrl` is what the actuators wrote at the tick."""
+  qpos: jax.Array
+  qvel: jax.Array
+  act: jax.Array
+  sensordata: jax.Array
+  ctrl: jax.Array
+
+  def replace(self, **kw) -> 'Frame':
+    return self._replace(**kw)
 
 
 class SimState(NamedTuple):
@@ -108,7 +123,7 @@ def check_params(built: Built, params: dict) -> None:
     default = None
     for field in fields:
       given = c.get_param(params[cid], field)
-      if isinstance(given, jax.core.Tracer):
+      if jax_compat.is_tracer(given):
         continue
       if default is None:
         with jax.ensure_compile_time_eval():   # concrete even when called inside a trace
@@ -193,7 +208,7 @@ def latency_inputs(built: Built, latency: dict | None, n_worlds: int) -> dict | 
   """
   if not latency:
     return None
-  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(latency)):
+  if any(jax_compat.is_tracer(x) for x in jax.tree.leaves(latency)):
     raise FibrilError('latency=: per-world latencies are host values (rounded to whole ticks '
                       'on the host), not traced arrays')
   known = latency_fields(built)
@@ -300,20 +315,27 @@ def _sense(built: Built, params, comps, data, tick, dues):
   return comps
 
 
-def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
+def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward,
+          sense: bool = True):
   """Tick `tick` at the state `x_tick` (SPEC §4): application of the tick's controls,
   `forward` (every stage and `sensordata` of `x_tick` with those controls), then the
   acquisitions and deliveries of the tick. `dc` is the dcmotor activation; returned as the
-  `dcmotor.Pending` the next integration needs."""
+  `dcmotor.Pending` the next integration needs. `forward` None: `data` is a `Frame` whose
+  physics was computed outside (its dcmotors too); `sense` False skips the acquisitions (the
+  actuators alone, for a backend that needs the control trajectory first)."""
   ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
   comps = dict(comps)
   for cid, c in actuators(built):
     comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
                                  pre[cid])
-  if built.dcmotor is None:
+  if forward is None:
+    data = data.replace(ctrl=ctrl)
+  elif built.dcmotor is None:
     data = forward(mx, data.replace(ctrl=ctrl))
   else:
     data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
+  if not sense:
+    return data, ctrl, dc, comps
   return data, ctrl, dc, _sense(built, params, comps, data, tick, post)
 
 
@@ -334,10 +356,9 @@ def finite(data, comps) -> jax.Array:
 
 def outputs(built: Built, state: SimState) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
-  comps = state.components
-  sensor = {cid: c.output(comps[cid]) for cid, c in built.components.items()}
-  truth = {cid: c.truth(comps[cid], state.data) for cid, c in built.components.items()}
-  return {'sensor': sensor, 'truth': truth}
+  comps, items = state.components, built.components.items()
+  return {'sensor': {cid: c.output(comps[cid]) for cid, c in items},
+          'truth': {cid: c.truth(comps[cid], state.data) for cid, c in items}}
 
 
 # ---------------------------------------------------------------- public one-world API
@@ -372,21 +393,65 @@ def init(built: Built, params: dict, key: jax.Array, *, commands: dict | None = 
   if qvel_offset is not None:
     data = data.replace(qvel=data.qvel + qvel_offset)
   data = mjx.forward(mx, data)   # what actuators and dcmotors start from
+  comps = _init_components(built, params, key, latency)
+  dc = ()
+  if built.dcmotor is not None:
+    dc = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+  ctrl, comps = _reset_ctrl(built, params, comps, data)
+  data, ctrl, dc, comps = _tick(built, mx, params, data, ctrl, dc, comps, commands, tick, pre,
+                                post, impl_fns(impl)[0])
+  diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
+  return SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+
+
+def _init_components(built: Built, params, key, latency) -> dict:
   comps = {cid: c.init(params[cid], key) for cid, c in built.components.items()}
   for cid, per in (latency or {}).items():   # this world's latencies, before anything is sent
     for name, (lat_s, ticks) in per.items():
       comps[cid] = _replace_path(comps[cid], LATENCY_FIELDS[name][1],
                                  lambda q, s=lat_s, t=ticks: transport.with_latency(q, s, t))
-  dc = ()
-  if built.dcmotor is not None:
-    dc = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+  return comps
+
+
+def _reset_ctrl(built: Built, params, comps, data):
   ctrl = jnp.zeros(built.mj_model.nu, jnp.float32)
+  comps = dict(comps)
   for cid, c in actuators(built):   # what an actuator holds before its first application
     comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
-  data, ctrl, dc, comps = _tick(built, mx, params, data, ctrl, dc, comps, commands, tick, pre,
-                                post, impl_fns(impl)[0])
+  return ctrl, comps
+
+
+# ---------------------------------------------------------------- physics from outside the loop
+
+def init_frame(built: Built, params: dict, key: jax.Array, frame: Frame, *,
+               commands: dict | None = None, latency: dict | None = None,
+               sense: bool = True) -> SimState:
+  """`init` with the physics of tick 0 given as a `Frame` (an open-loop backend: MuJoCo C, a
+  recorded trajectory) instead of computed by MJX. Same clocks, streams, transports and
+  components as `init`; `sense` False runs the actuators only (the control trajectory)."""
+  tick = jnp.int32(0)
+  clocks, commands, pre, post = _tick_inputs(built, _clocks0(built), commands, tick)
+  comps = _init_components(built, params, key, latency)
+  ctrl, comps = _reset_ctrl(built, params, comps, frame)
+  data, ctrl, dc, comps = _tick(built, None, params, frame, ctrl, (), comps, commands, tick,
+                                pre, post, None, sense)
   diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
-  return SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+  return SimState(tick, clocks, data, ctrl, (), comps, diverged)
+
+
+def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
+               commands: dict | None = None, *, sense: bool = True) -> tuple[SimState, dict]:
+  """`step` with the physics of the new tick given as a `Frame` (its state `x_{tick+1}` and
+  the `sensordata` of its forward): the application, acquisitions and deliveries of the tick,
+  exactly as `step` runs them on MJX's data. Returns `(state, outputs)` (outputs `{}` when
+  `sense` is False)."""
+  tick = state.tick + 1
+  clocks, commands, pre, post = _tick_inputs(built, state.clocks, commands, tick)
+  data, ctrl, dc, comps = _tick(built, None, params, frame, state.ctrl, (), state.components,
+                                commands, tick, pre, post, None, sense)
+  diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
+  state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+  return state, (outputs(built, state) if sense else {})
 
 
 def step(built: Built, params: dict, state: SimState, commands: dict | None = None, *,

@@ -33,7 +33,7 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   out = outdir.claim(out, overwrite=overwrite)
   camp = spec.read(meta['campaign_file'], worlds=o['worlds'], duration_s=o['duration_s'],
                    chunk_worlds=o['chunk_worlds'])
-  plan = engine.Plan(camp)
+  plan = engine.Plan(camp, physics=o.get('physics', 'mjx'))   # the backend that ran it
   if runmod.hashes(plan) != meta['hashes']:
     raise FibrilError(f'{campaign_dir}: the campaign file, manifest, profiles or packages '
                       'changed since the campaign ran; replay would not reproduce it')

@@ -34,7 +34,10 @@ from fibril_mjx.analysis import common
 from fibril_mjx.batch import simulation as simulator
 from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
+from fibril_mjx.batch import physics_c
+from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
+from fibril_mjx.io import trajectory as traj_io
 
 
 def _jsonable(v):
@@ -88,9 +91,24 @@ class _TraceFile:
     np.savez(path, **extra, **self.arrays)   # streams each array in buffered pieces
 
 
+def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
+  """`(backend, why)`: what runs the physics. `'auto'` picks MuJoCo C on a CPU host when
+  nothing closes a loop on physics (measured faster there, `bench/scaling.py`), else MJX."""
+  if trajectory is not None:
+    if physics not in ('auto', 'trajectory'):
+      raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
+                        f'with --physics {physics}')
+    physics_c.check_open_loop(sim.built, 'trajectory')
+    return 'trajectory', f'recorded state log {trajectory}, sensordata by mj_forward'
+  if physics == 'trajectory':
+    raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
+  return physics_c.choose(sim.built, physics, impl=sim.impl)
+
+
 def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_worlds=16,
         chunk_worlds=None, overwrite=False, segments=20, devices=None, share_physics=True,
-        impl='jax', memory_budget_bytes=None, stall_s=None) -> dict:
+        impl='jax', memory_budget_bytes=None, stall_s=None, physics='mjx',
+        trajectory=None) -> dict:
   """Runs `worlds` worlds for `duration_s` and writes the output directory. Returns the summary.
 
   Args:
@@ -102,11 +120,20 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     share_physics: run the physics once for all worlds when no per-world input reaches it
       (`Simulation.physics_sharing`); False: one physics rollout per world.
     impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
+    physics: `'mjx'` (in the loop), `'c'` (MuJoCo C through `mujoco.rollout`, open loop),
+      `'auto'` (`choose_physics`), or `'trajectory'` with `trajectory` a state log (the path
+      of an NPZ / Parquet file, `fibril_mjx.io.trajectory`).
   """
 
   out = outdir.claim(out, overwrite=overwrite)
   t_build = time.perf_counter()
   sim = simulator.load(manifest_path, impl=impl)
+  physics, physics_why = choose_physics(sim, physics, trajectory)
+  log = None
+  if physics != 'mjx':
+    sim = simulator.Simulation(sim.built, impl=impl, physics='c')
+    if trajectory is not None:
+      log = traj_io.load(trajectory, sim.mj_model)
   build_s = time.perf_counter() - t_build
   n_ticks = max(1, int(math.ceil(duration_s / sim.dt - 1e-9)))
   seg = int(math.ceil(n_ticks / segments))
@@ -114,6 +141,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
   trace_worlds = max(0, min(trace_worlds, worlds))
   devs = worlds_mod.resolve_devices(devices)
   share, share_reason = sim.physics_sharing(share_physics=share_physics)
+  if physics != 'mjx':
+    share, share_reason = False, f'not shared: {physics} computes one trajectory per world'
 
   # Bytes per world: the state carried on the device and the outputs recorded on the host.
   state_b, tick_b = sim.world_nbytes(share=share)
@@ -146,12 +175,20 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       compiling = lay not in seen_layouts
       seen_layouts.add(lay)
       t0 = time.perf_counter()
-      state = sim.reset(p, keys, share_physics=share, devices=devs)
-      out0 = jax.tree.map(lambda x: np.asarray(x)[:, None], watch.wait(sim.outputs(state)))
-      host = jax.tree.map(lambda x: np.empty((n, n_ticks + 1) + x.shape[2:], x.dtype), out0)
-      jax.tree.map(lambda h, x: h.__setitem__((slice(None), slice(0, 1)), x), host, out0)
+      if physics != 'mjx':   # the whole chunk in one open-loop rollout
+        state, outs = physics_c.simulation_rollout(sim, p, keys, n_ticks, trajectory=log)
+        host = jax.tree.map(np.asarray, watch.wait(outs))
+        dt_call = time.perf_counter() - t0
+        first_call_s = dt_call if first_call_s is None else first_call_s
+        steady_s, steady_steps = steady_s + dt_call, steady_steps + n * n_ticks   # incl. compile
+        bar.update(n * n_seg * seg)
+      else:
+        state = sim.reset(p, keys, share_physics=share, devices=devs)
+        out0 = jax.tree.map(lambda x: np.asarray(x)[:, None], watch.wait(sim.outputs(state)))
+        host = jax.tree.map(lambda x: np.empty((n, n_ticks + 1) + x.shape[2:], x.dtype), out0)
+        jax.tree.map(lambda h, x: h.__setitem__((slice(None), slice(0, 1)), x), host, out0)
       tick = 1
-      for _ in range(n_seg):
+      for _ in range(n_seg if physics == 'mjx' else 0):
         t0 = time.perf_counter() if not compiling else t0
         state, outs = sim.run(p, state, seg, True, devices=devs, world_major=True)
         outs = watch.wait(outs)
@@ -199,7 +236,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
         'fibril_mjx': __version__, 'seed': seed, 'worlds': worlds,
         'duration_s': n_ticks * sim.dt, 'dt_s': sim.dt, 'ticks': n_ticks, 'build_s': build_s,
         'run_s': run_s, 'first_segment_s_including_compile': first_call_s,
-        'world_steps_per_s': rate, 'physics_impl': sim.impl,
+        'world_steps_per_s': rate, 'physics_impl': sim.impl, 'physics': physics,
+        'physics_choice': physics_why,
         'physics_shared': bool(share), 'physics_sharing': share_reason,
         'devices': len(devs), 'layout': lay0.describe(), 'chunk_worlds': chunk,
         'state_bytes_per_world': state_b, 'trace_bytes_per_world': trace_b,
@@ -213,7 +251,9 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
              f'build {build_s:.1f} s, first segment incl. compile {first_call_s:.1f} s, '
              f'total {run_s:.1f} s',
              f'throughput {rate:,.0f} world-steps/s (after compile)',
-             physics_line + f'; {worlds_mod.describe_impl(sim.impl)}',
+             physics_line + (f'; {worlds_mod.describe_impl(sim.impl)}' if physics == 'mjx'
+                              else '; MuJoCo C (float64), devices in JAX float32'),
+             f'physics backend: {physics} ({physics_why})',
              f'layout: {lay0.describe()}'
              + (f'; host chunks of {chunk} worlds' if chunk < worlds else ''),
              f'memory: {worlds_mod.fmt_bytes(state_b)} state + '
@@ -255,7 +295,9 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
             for n, fv in c.fields}} for cid, c in sim.components.items()},
         'params': 'every world uses the resolved field values above (no randomization)',
         'devices': [str(d) for d in devs], 'layout': lay0.describe(), 'chunk_worlds': chunk,
-        'physics_impl': sim.impl, 'physics_sharing': share_reason,
+        'physics_impl': sim.impl, 'physics_sharing': share_reason, 'physics': physics,
+        'physics_choice': physics_why,
+        'trajectory': str(pathlib.Path(trajectory).resolve()) if trajectory else None,
         'cpu_isa': cpu_isa(),
     }
 

@@ -24,6 +24,7 @@ import pydantic
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.components import base
 from fibril_mjx.core import protocol
+from fibril_mjx.core.context import JointProbe, Probe
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.config.validation import Strict
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -78,6 +79,8 @@ class ActuatorBinding:
     forcerange: actuator force clamp, or None when not force-limited.
     joint_frcrange: the joint's `actuatorfrcrange` (clamps qfrc_actuator), or None.
     ctrlrange: control clamp, or None when not ctrl-limited.
+    joint_probe, force_probe, effort_probe: the hidden sensors feedback and truth read after
+      the tick's forward (`jointpos` / `jointvel`, `actuatorfrc`, `jointactfrc`).
   """
   field: str
   name: str
@@ -95,6 +98,9 @@ class ActuatorBinding:
   forcerange: tuple[float, float] | None
   joint_frcrange: tuple[float, float] | None
   ctrlrange: tuple[float, float] | None
+  joint_probe: JointProbe | None = None
+  force_probe: Probe | None = None
+  effort_probe: Probe | None = None
 
   @property
   def semantic(self) -> str:
@@ -210,12 +216,31 @@ def bind_actuator(ctx, field: str, name: str) -> ActuatorBinding:
                          float(m.actuator_gainprm[aid, 0]) if kind != 'dcmotor' else 0.0,
                          tuple(float(x) for x in m.actuator_biasprm[aid, :3]), jname,
                          mujoco.mjtJoint(jtype).name[6:].lower(), int(m.jnt_qposadr[jid]),
-                         int(m.jnt_dofadr[jid]), float(m.actuator_gear[aid, 0]), fr, jr, cr)
+                         int(m.jnt_dofadr[jid]), float(m.actuator_gear[aid, 0]), fr, jr, cr,
+                         ctx.joint_probe(jid), ctx.actuator_force(aid),
+                         ctx.joint_actuator_force(jid))
 
 
 def joint_state(b: ActuatorBinding, data) -> tuple[jax.Array, jax.Array]:
-  """Joint position and velocity `()` of the bound joint in `data` (mjx.Data, one world)."""
+  """Joint position and velocity `()` of the bound joint in `data` before the tick's forward
+  (an application reading the state it acts on: this closes a loop on physics)."""
   return data.qpos[b.qposadr], data.qvel[b.dofadr]
+
+
+def sensed_joint_state(b: ActuatorBinding, data) -> tuple[jax.Array, jax.Array]:
+  """Joint position and velocity `()` after the tick's forward, through the probe sensors."""
+  return b.joint_probe.state(data)
+
+
+def sensed_force(b: ActuatorBinding, data) -> jax.Array:
+  """The actuator's force (`actuator_force`) after the tick's forward, through its probe."""
+  return b.force_probe.read(data)
+
+
+def sensed_effort(b: ActuatorBinding, data) -> jax.Array:
+  """The actuator force on the joint (`qfrc_actuator` at its dof, after the joint's
+  `actuatorfrcrange`) after the tick's forward, through its probe."""
+  return b.effort_probe.read(data)
 
 
 # ------------------------------------------------------------------------------ config rules

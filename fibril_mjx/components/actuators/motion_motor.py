@@ -146,6 +146,7 @@ class State(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class MotionMotor(actuation.FeedbackOutput):
   """A built `fibril_sim/motion_motor` (static)."""
+  reads_sensors_only = True
   id: str
   cfg: MotionMotorConfigModel
   channels: tuple  # (P, D, FF) ActuatorBindings
@@ -197,6 +198,9 @@ class MotionMotor(actuation.FeedbackOutput):
       ctrl = actuation.set_ctrl(ctrl, b, actuation.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
     return ctrl
 
+  def closes_loop(self) -> str:
+    return 'its PD law reads the measured joint position and velocity every application'
+
   def reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first instant: references at the current state, no added force."""
     q, qd = actuation.joint_state(self.channels[0], data)
@@ -240,8 +244,8 @@ class MotionMotor(actuation.FeedbackOutput):
     b = self.channels[0]
 
     def acquire(st):
-      q, qd = actuation.joint_state(b, data)
-      eff = data.qfrc_actuator[b.dofadr]
+      q, qd = actuation.sensed_joint_state(b, data)
+      eff = actuation.sensed_effort(b, data)
       fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
                     / self.actuator_count)
       return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
@@ -256,8 +260,8 @@ class MotionMotor(actuation.FeedbackOutput):
     """Joint position / velocity, applied joint effort, the reference and commanded law of the
     latest tick, and the position tracking error while active."""
     b = self.channels[0]
-    q, qd = actuation.joint_state(b, data)
-    return {'position': q, 'velocity': qd, 'applied_effort': data.qfrc_actuator[b.dofadr],
+    q, qd = actuation.sensed_joint_state(b, data)
+    return {'position': q, 'velocity': qd, 'applied_effort': actuation.sensed_effort(b, data),
             'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
             'tracking_error': jnp.where(s.active, s.reference - q, 0.0)}
 

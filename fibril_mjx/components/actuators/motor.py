@@ -178,6 +178,7 @@ class State(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Motor(actuation.FeedbackOutput):
   """A built `fibril_sim/motor` component (static, hashable)."""
+  reads_sensors_only = True
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
@@ -349,6 +350,12 @@ class Motor(actuation.FeedbackOutput):
                    stale=stale, timeout_count=s.timeout_count + stale.astype(jnp.int32))
     return s, actuation.set_ctrl(ctrl, b, c)
 
+  def closes_loop(self) -> str:
+    if self.semantic == 'position':
+      return ('position input: it starts by holding the measured joint position and holds it '
+              'again on a timeout or a hold command')
+    return ''
+
   def reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first application instant: hold the current position (position input) or
     apply the safe command (velocity / torque input)."""
@@ -386,9 +393,9 @@ class Motor(actuation.FeedbackOutput):
 
   def _feedback(self, p: Params, s: State, data) -> Feedback:
     b = self.binding
-    q, qd = actuation.joint_state(b, data)
+    q, qd = actuation.sensed_joint_state(b, data)
     sc = p.logical_units_per_joint_unit
-    force = data.actuator_force[b.id]
+    force = actuation.sensed_force(b, data)
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
                     p.feedback_current_per_force * force / self.actuator_count,
                     self._normalized(force, sc))
@@ -422,9 +429,9 @@ class Motor(actuation.FeedbackOutput):
     tracking error, for `truth/<id>/...`."""
     b = self.binding
     sc = s.scale
-    q, qd = actuation.joint_state(b, data)
+    q, qd = actuation.sensed_joint_state(b, data)
     pos, vel = (q - s.held.zero) * sc, qd * sc
-    eff = data.qfrc_actuator[b.dofadr] / sc
+    eff = actuation.sensed_effort(b, data) / sc
     if self.semantic == 'position':
       setpoint, tracked = (s.applied - s.held.zero) * sc, pos
     elif self.semantic == 'velocity':

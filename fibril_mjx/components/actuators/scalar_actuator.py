@@ -96,6 +96,7 @@ class State(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class ScalarActuator(base.ComponentBase):
   """A built `fibril_sim/scalar_actuator` (static)."""
+  reads_sensors_only = True
   id: str
   cfg: ScalarActuatorConfigModel
   binding: actuation.ActuatorBinding

@@ -145,6 +145,7 @@ class AttitudeEkf(base.ComponentBase):
     imu: the bound `fibril_sim/imu` component (for its site and id).
     gravity: resolved gravity magnitude, m/s².
   """
+  reads_sensors_only = True
   id: str
   cfg: AttitudeEkfConfigModel
   imu: imu.Imu

@@ -156,6 +156,7 @@ class Ahrs(inertial.RateSensor):
     channels: the rate outputs as `inertial.Channel`s (angular velocity, linear acceleration).
     first_tick: tick of the first acquisition (origin of the yaw drift).
   """
+  reads_sensors_only = True
   type = TYPE
   sample_type = SAMPLE_TYPE
 

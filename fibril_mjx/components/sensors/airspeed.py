@@ -29,7 +29,7 @@ import mujoco
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
 from fibril_mjx.components import base
 from fibril_mjx.components.base import Positive, Vec3
 
@@ -84,8 +84,10 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
 class Airspeed(base.FaultySensorFields):
   """A built `fibril_sim/airspeed` (static, hashable; `cfg` an `AirspeedConfigModel`, the
   common fields of `base.FaultySensorFields`); `site_id` is the probe's site."""
+  reads_sensors_only = True
   velocity: SensorBinding
   site_id: int
+  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -110,7 +112,7 @@ class Airspeed(base.FaultySensorFields):
     """Air-relative velocity of the probe in site axes `(3,)` m/s."""
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
-    return v - smallmat.matvec(data.site_xmat[self.site_id].T, p.wind_m_s)
+    return v - smallmat.matvec(self.site.mat(data).T, p.wind_m_s)
 
   def ideal(self, p: Params, data):
     """Ideal differential pressure ½ρu|u| (Pa) along the probe axis."""
@@ -155,7 +157,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
   z = jnp.float32(0.0)
   return sb.make(Airspeed, Sample(z, z, jnp.bool_(False), jnp.int32(0)), velocity=velocity,
-                 site_id=int(sid))
+                 site_id=int(sid), site=ctx.site_pose(sid))
 
 
 CONFIG_MODEL = AirspeedConfigModel

@@ -32,7 +32,7 @@ import mujoco
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -123,12 +123,16 @@ class Barometer(base.FaultySensorFields):
 
   Attributes:
     site_id: the site whose height is measured; throttle_ctrl: `ctrl` index of the throttle
-    actuator (−1 none); velocity: the velocimeter binding (or None) and its site id.
+    actuator (−1 none); velocity: the velocimeter binding (or None) and its site id; site,
+    velocity_pose: the probes of those sites' poses.
   """
+  reads_sensors_only = True
   site_id: int
   throttle_ctrl: int
   velocity: SensorBinding | None
   velocity_site: int
+  site: SitePose
+  velocity_pose: SitePose | None
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -157,13 +161,13 @@ class Barometer(base.FaultySensorFields):
     return s._replace(**ERRORS.redraw(p, ERRORS.state_of(s), self.error_ctx(s.streams), index))
 
   def height_m(self, p: Params, data):
-    return data.site_xpos[self.site_id, 2] + p.altitude_offset_m
+    return self.site.pos(data)[2] + p.altitude_offset_m
 
   def air_speed(self, p: Params, data):
     """Air-relative speed of the velocimeter's site, m/s."""
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
-    rot = data.site_xmat[self.velocity_site]
+    rot = self.velocity_pose.mat(data)
     return jnp.linalg.norm(v - smallmat.matvec(rot.T, p.wind_m_s))
 
   def ideal(self, p: Params, data):
@@ -195,7 +199,7 @@ class Barometer(base.FaultySensorFields):
     """Site height above mean sea level and the error-free ISA pressure there need the world's
     Params; truth holds the site height in the world frame (m), the drift state and the
     health."""
-    return {'site_z_m': data.site_xpos[self.site_id, 2], 'bias_pa': s.turn_on + s.gm,
+    return {'site_z_m': self.site.pos(data)[2], 'bias_pa': s.turn_on + s.gm,
             'health': s.faults.health}
 
   def describe(self) -> list[str]:
@@ -251,7 +255,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
                list(cfg.airspeed_bias_points_m_s))
   z = jnp.float32(0.0)
   return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)), site_id=sid,
-                 throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite))
+                 throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite),
+                 site=ctx.site_pose(sid),
+                 velocity_pose=ctx.site_pose(vsite) if velocity is not None else None)
 
 
 CONFIG_MODEL = BarometerConfigModel

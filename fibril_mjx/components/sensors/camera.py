@@ -55,7 +55,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, rotate, site_bodies, site_motion
+from fibril_mjx.components.sensors.scene import Scene, SiteMotion, rotate, site_bodies
 from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 TYPE = 'fibril_sim/camera'
@@ -136,12 +136,15 @@ def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
 @dataclasses.dataclass(frozen=True)
 class Camera(base.FaultySensorFields):
   """A built `fibril_sim/camera` (static, hashable)."""
+  reads_sensors_only = True
   site_id: int
   body: int
   root: int
   landmark_ids: tuple
   landmark_bodies: tuple
   scene: Scene
+  motion: SiteMotion
+  landmarks: tuple    # framepos probes of the landmark sites
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -166,14 +169,16 @@ class Camera(base.FaultySensorFields):
     queue, held, fs = self.init_transport(self.neutral())
     return State(streams, queue, held, fs)
 
+  def _landmarks(self, data):
+    return jnp.stack([pr.read(data) for pr in self.landmarks])
+
   def camera_points(self, data, tau, moving: bool):
     """Landmarks in the camera frame at τ `(L,)` after the tick: `(L, 3)`."""
-    p = data.site_xpos[self.site_id]
-    R = data.site_xmat[self.site_id]
-    X = data.site_xpos[jnp.asarray(self.landmark_ids)]
+    p, R = self.motion.pose.pos(data), self.motion.pose.mat(data)
+    X = self._landmarks(data)
     if not moving:
       return (X - p) @ R
-    v, w = site_motion(data, self.site_id, self.body, self.root)
+    v, w = self.motion.velocity(data)
     t = tau[:, None]
     # R(τ)ᵀ y = Rᵀ exp(−[ω]τ) y
     return rotate(-w * t, X - p - v * t) @ R
@@ -219,8 +224,8 @@ class Camera(base.FaultySensorFields):
 
   def occluded(self, data):
     """(L,) a geom lies between the camera and the landmark (ray at the tick's geometry)."""
-    p = data.site_xpos[self.site_id]
-    X = data.site_xpos[jnp.asarray(self.landmark_ids)]
+    p = self.motion.pose.pos(data)
+    X = self._landmarks(data)
     d = X - p
     dist = jnp.linalg.norm(d, axis=-1)
     u = d / jnp.maximum(dist, 1e-9)[:, None]
@@ -232,9 +237,9 @@ class Camera(base.FaultySensorFields):
   def truth(self, s: State, data) -> dict:
     """Camera site position (m) and rotation (site axes as columns), landmark positions (m),
     all of this tick's `mjx.Data`."""
-    return {'position_m': data.site_xpos[self.site_id],
-            'rotation': data.site_xmat[self.site_id],
-            'landmarks_m': data.site_xpos[jnp.asarray(self.landmark_ids)],
+    return {'position_m': self.motion.pose.pos(data),
+            'rotation': self.motion.pose.mat(data),
+            'landmarks_m': self._landmarks(data),
             'health': s.faults.health}
 
   def describe(self) -> list[str]:
@@ -283,7 +288,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Camera:
   body, root = site_bodies(ctx.model, sid)
   comp = sb.make(Camera, None, site_id=sid, body=body, root=root, landmark_ids=tuple(lm),
                  landmark_bodies=tuple(int(ctx.model.site_bodyid[i]) for i in lm),
-                 scene=Scene.of(ctx.model))
+                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid),
+                 landmarks=tuple(ctx.site_position(i) for i in lm))
   plan = faults.build_plan(cfg, comp.neutral(), Camera.fault_fields, origin=sb.origin)
   return dataclasses.replace(comp, fault_plan=plan)
 

@@ -47,7 +47,7 @@ import pydantic
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, geodesy, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError
@@ -152,10 +152,12 @@ class Gnss(base.FaultySensorFields):
     velocity, angular_velocity: bound velocimeter and gyro (None without a lever arm).
     site_id: the reference site; origin: the geodetic origin (`fibril_mjx.mechanisms.geodesy.Origin`).
   """
+  reads_sensors_only = True
   velocity: SensorBinding
   angular_velocity: SensorBinding | None
   site_id: int
   origin: geodesy.Origin
+  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -177,10 +179,10 @@ class Gnss(base.FaultySensorFields):
 
   def antenna(self, lever_arm, data):
     """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""
-    rot = data.site_xmat[self.site_id]
+    rot = self.site.mat(data)
     b = self.velocity
     v = data.sensordata[b.adr:b.adr + 3]
-    pos = data.site_xpos[self.site_id]
+    pos = self.site.pos(data)
     if self._on('lever_arm_m'):
       pos = pos + smallmat.matvec(rot, lever_arm)
       g = self.angular_velocity
@@ -274,7 +276,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
   geo = geodesy.Origin.build(cfg.origin_latitude_deg, cfg.origin_longitude_deg,
                              cfg.origin_height_m)
   return sb.make(Gnss, _neutral(geo), weak=bool(cfg.outage_start_s), velocity=velocity,
-                 angular_velocity=gyro, site_id=int(sid), origin=geo)
+                 angular_velocity=gyro, site_id=int(sid), origin=geo,
+                 site=ctx.site_pose(sid))
 
 
 CONFIG_MODEL = GnssConfigModel

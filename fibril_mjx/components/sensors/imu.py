@@ -39,7 +39,7 @@ import pydantic
 
 from fibril_mjx.mechanisms import faults, quat, rng
 from fibril_mjx.mechanisms import transport as tp
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.sensors import inertial, thermal, vibration
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
@@ -160,15 +160,14 @@ class Imu(inertial.RateSensor):
 
   Attributes:
     channels: the two `inertial.Channel`s (angular velocity, linear acceleration).
-    site_body: body id of the sensors' site; `site_quat` its orientation in that body
-      (`[w, x, y, z]`), for the true site attitude.
+    orientation: probe of the sensors' site orientation (`framequat`), for the true attitude.
     thermal: the static `thermal.Thermal`, or None (off).
     vibration: the static `vibration.Vibration`, or None (off).
   """
+  reads_sensors_only = True
   sensors: tuple[SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
-  site_body: int
-  site_quat: tuple
+  orientation: Probe
   thermal: Any = None
   vibration: Any = None
 
@@ -260,8 +259,7 @@ class Imu(inertial.RateSensor):
 
   def site_orientation(self, data) -> jax.Array:
     """True attitude of the IMU site, body → world `(4,)` `[w, x, y, z]`, `w >= 0`."""
-    return quat.canonical(quat.multiply(data.xquat[self.site_body],
-                                        jnp.asarray(self.site_quat, data.xquat.dtype)))
+    return quat.canonical(self.orientation.read(data))
 
   def truth(self, s: State, data) -> dict:
     """Ideal outputs of this tick for `truth/<id>/...`: the MuJoCo gyro and accelerometer,
@@ -318,14 +316,13 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
                              filter_rate=cfg.filter_rate)
       for ch in CHANNELS)
   th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
-  vib = vibration.Vibration.build(cfg, sb.is_on, m, ctx.dt, origin)
+  vib = vibration.Vibration.build(cfg, sb.is_on, ctx, ctx.dt, origin)
   rates = ([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
            + [jnp.zeros(3, jnp.int32)] * 2)
   neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *rates)
              if th is not None and th.output else Sample(*rates))
   return sb.make(Imu, neutral, sensors=sensors, channels=channels,
-                 site_body=int(m.site_bodyid[sid]),
-                 site_quat=tuple(float(v) for v in m.site_quat[sid]), thermal=th,
+                 orientation=ctx.site_quat(sid), thermal=th,
                  vibration=vib)
 
 

@@ -44,7 +44,7 @@ from fibril_mjx.mechanisms import faults, rng
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, rotate, site_bodies, site_motion
+from fibril_mjx.components.sensors.scene import Scene, SiteMotion, rotate, site_bodies
 
 TYPE = 'fibril_sim/lidar'
 SAMPLE_TYPE = 'fibril_sim/lidar_scan/v1'
@@ -133,12 +133,14 @@ def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
 @dataclasses.dataclass(frozen=True)
 class Lidar(base.FaultySensorFields):
   """A built `fibril_sim/lidar` (static, hashable)."""
+  reads_sensors_only = True
   site_id: int
   body: int
   root: int
   directions: tuple      # ((x, y, z), ...) site frame
   offsets: tuple         # firing offsets (s)
   scene: Scene
+  motion: SiteMotion
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -164,12 +166,11 @@ class Lidar(base.FaultySensorFields):
 
   def rays(self, data):
     """World origins and unit directions `(N, 3)` of the beams (pose extrapolated per beam)."""
-    p = data.site_xpos[self.site_id]
-    R = data.site_xmat[self.site_id]
+    p, R = self.motion.pose.pos(data), self.motion.pose.mat(data)
     d = jnp.asarray(np.array(self.directions), jnp.float32) @ R.T
     if self.cfg.sweep_time_s == 0:
       return jnp.broadcast_to(p, d.shape), d
-    v, w = site_motion(data, self.site_id, self.body, self.root)
+    v, w = self.motion.velocity(data)
     t = jnp.asarray(np.array(self.offsets), jnp.float32)[:, None]
     return p + v * t, rotate(w * t, d)
 
@@ -217,7 +218,7 @@ class Lidar(base.FaultySensorFields):
     that scan's: the rays are not cast again every tick), the site position."""
     d, cos = s.ideal
     return {'range_m': d, 'incidence_rad': jnp.arccos(jnp.clip(cos, -1.0, 1.0)),
-            'position_m': data.site_xpos[self.site_id], 'health': s.faults.health}
+            'position_m': self.motion.pose.pos(data), 'health': s.faults.health}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -247,7 +248,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Lidar:
   d, t = beam_pattern(cfg)
   comp = sb.make(Lidar, None, site_id=sid, body=body, root=root,
                  directions=tuple(map(tuple, d.tolist())), offsets=tuple(t.tolist()),
-                 scene=Scene.of(ctx.model))
+                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid))
   plan = faults.build_plan(cfg, comp.neutral(), Lidar.fault_fields, origin=sb.origin)
   return dataclasses.replace(comp, fault_plan=plan)
 

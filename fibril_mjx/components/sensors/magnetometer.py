@@ -42,7 +42,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.core.context import BuildContext
+from fibril_mjx.core.context import BuildContext, SitePose
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -132,8 +132,10 @@ class Magnetometer(base.FaultySensorFields):
   Attributes:
     site_id: MuJoCo site id; current_ids: components whose feedback `current` is read.
   """
+  reads_sensors_only = True
   site_id: int
   current_ids: tuple[str, ...]
+  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -186,7 +188,7 @@ class Magnetometer(base.FaultySensorFields):
   def acquire(self, p: Params, s: State, data, tick, n):
     del tick
     ctx = self.error_ctx(s.streams, n)
-    rot = data.site_xmat[self.site_id]
+    rot = self.site.mat(data)
     st, b_world, _ = WORLD.apply(p, ERRORS.state_of(s), p.earth_field_ut, ctx)
     m = smallmat.matvec(rot.T, b_world)
     if self._on('soft_iron'):
@@ -202,7 +204,7 @@ class Magnetometer(base.FaultySensorFields):
   def truth(self, s: State, data) -> dict:
     """Ideal Earth field in sensor axes (no disturbance or errors), the true yaw of the site
     (rad, about world z, of its x axis), the lagged currents, the bias state, the health."""
-    rot = data.site_xmat[self.site_id]
+    rot = self.site.mat(data)
     return {'magnetic_field_ut': smallmat.matvec(rot.T, s.earth_field),
             'yaw_rad': jnp.arctan2(rot[1, 0], rot[0, 0]),
             'bias_ut': s.turn_on + s.gm, 'current_a': s.current, 'health': s.faults.health}
@@ -255,6 +257,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   ERRORS.check(sb)
   z3 = jnp.zeros(3, jnp.float32)
   return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)), site_id=sid,
+                 site=ctx.site_pose(sid),
                  current_ids=tuple(cfg.current_components))
 
 

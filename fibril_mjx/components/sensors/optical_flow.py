@@ -46,7 +46,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, site_bodies, site_motion
+from fibril_mjx.components.sensors.scene import Scene, SiteMotion, site_bodies
 
 TYPE = 'fibril_sim/optical_flow'
 SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
@@ -136,10 +136,12 @@ def _zero_acc():
 @dataclasses.dataclass(frozen=True)
 class OpticalFlow(base.FaultySensorFields):
   """A built `fibril_sim/optical_flow` (static, hashable)."""
+  reads_sensors_only = True
   site_id: int
   body: int
   root: int
   scene: Scene
+  motion: SiteMotion
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -161,9 +163,9 @@ class OpticalFlow(base.FaultySensorFields):
 
   def kinematics(self, data):
     """`(v, ω)` in the sensor frame, distance d along the optical axis (−1 no hit), hit geom."""
-    R = data.site_xmat[self.site_id]
-    v, w = site_motion(data, self.site_id, self.body, self.root)
-    d, g = self.scene.cast(data, data.site_xpos[self.site_id], R[:, 2], self.body)
+    R = self.motion.pose.mat(data)
+    v, w = self.motion.velocity(data)
+    d, g = self.scene.cast(data, self.motion.pose.pos(data), R[:, 2], self.body)
     return v @ R, w @ R, d, g
 
   def rates(self, p: Params, data):
@@ -233,7 +235,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> OpticalFlow:
   sid = faults.bind_site(ctx, cfg.site, sb.origin)
   body, root = site_bodies(ctx.model, sid)
   comp = sb.make(OpticalFlow, None, site_id=sid, body=body, root=root,
-                 scene=Scene.of(ctx.model))
+                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid))
   plan = faults.build_plan(cfg, comp.neutral(), OpticalFlow.fault_fields, origin=sb.origin)
   return dataclasses.replace(comp, fault_plan=plan)
 

@@ -4,17 +4,19 @@ flow i kamera").
 
 - `Scene`: the static geometry of the compiled model that `mjx.ray` needs (geom types, sizes,
   bodies, groups, materials, meshes), captured once at build, hashable by content. Rays are
-  cast against the geom poses of the `mjx.Data` of the tick (`geom_xpos`, `geom_xmat`); geom
-  sizes changed per world (`model_fields`) are *not* seen by the rays (the build-time sizes are
-  used).
+  cast against the geom poses of the tick: a geom welded to the world keeps its compiled pose,
+  every other geom is read through its probe sensors (`framepos`, `frame{x,y,z}axis` of the
+  geom: `geom_xpos` and the columns of `geom_xmat`), so any backend that produces
+  `sensordata` serves the rays; geom sizes changed per world (`model_fields`) are *not* seen by
+  the rays (the build-time sizes are used).
 - `Scene.cast`: `mjx.ray` (distance, geom id; −1 / −1 when nothing is hit), vmappable over
   rays, plus cylinders in closed form (MJX 3.17's ray skips them); geoms with alpha 0 are not
   hit (MJX's rule); height fields are never hit.
 - `Scene.normal`: the outward unit surface normal at a hit point, in closed form for planes,
   spheres, capsules, ellipsoids, cylinders and boxes; for meshes and height fields it returns
   the reversed ray direction (normal incidence assumed: stated in each sensor's README section).
-- `site_motion`: linear and angular velocity (world frame) of a site from `cvel` (MuJoCo's
-  `mj_objectVelocity` with `flg_local = 0`).
+- `SiteMotion`: linear and angular velocity (world frame) of a site through its
+  `framelinvel` / `frameangvel` probes (MuJoCo's `mj_objectVelocity` with `flg_local = 0`).
 - `rotate`: `exp([a]×)·y` (Rodrigues), for poses extrapolated at constant velocity over a
   frame or sweep.
 """
@@ -30,6 +32,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from fibril_mjx.core.context import Probe, SitePose
 from fibril_mjx.physics.mjx import mjx
 
 _FIELDS = ('body_weldid', 'geom_bodyid', 'geom_group', 'geom_type', 'geom_matid', 'geom_rgba',
@@ -41,10 +44,20 @@ class Scene:
   """Static geometry for ray casts (see the module docstring)."""
   ns: types.SimpleNamespace
   digest: str
+  moving: tuple = ()    # geom ids not welded to the world
+  poses: tuple = ()     # their `SitePose` probes
 
   @staticmethod
-  def of(model: mujoco.MjModel) -> 'Scene':
+  def of(model: mujoco.MjModel, ctx) -> 'Scene':
+    """The scene of `model`; `ctx` (the component's `BuildContext`) gives the probes of the
+    geoms that move."""
     arrays = {f: np.array(getattr(model, f)) for f in _FIELDS}
+    d = mujoco.MjData(model)
+    mujoco.mj_forward(model, d)
+    arrays['static_xpos'] = np.array(d.geom_xpos, np.float32)
+    arrays['static_xmat'] = np.array(d.geom_xmat, np.float32).reshape(-1, 3, 3)
+    weld = model.body_weldid[model.geom_bodyid]
+    moving = tuple(int(g) for g in np.flatnonzero((weld != 0) | (model.body_mocapid[weld] >= 0)))
     # a trailing opaque row: `mat_rgba[geom_matid]` with matid −1 stays in bounds
     arrays['mat_rgba'] = np.concatenate([np.array(model.mat_rgba).reshape(-1, 4),
                                          np.ones((1, 4), np.float32)])
@@ -54,13 +67,25 @@ class Scene:
       h.update(np.ascontiguousarray(arrays[k]).tobytes())
     ns = types.SimpleNamespace(**arrays, nmeshface=int(model.nmeshface),
                                nmeshvert=int(model.nmeshvert))
-    return Scene(ns, h.hexdigest())
+    return Scene(ns, h.hexdigest(), moving, tuple(ctx.geom_pose(g) for g in moving))
 
   def __hash__(self):
-    return hash(self.digest)
+    return hash((self.digest, self.poses))
 
   def __eq__(self, other):
-    return isinstance(other, Scene) and other.digest == self.digest
+    return (isinstance(other, Scene) and other.digest == self.digest
+            and other.poses == self.poses)
+
+  def geoms(self, data) -> types.SimpleNamespace:
+    """`geom_xpos (ngeom, 3)`, `geom_xmat (ngeom, 3, 3)` of the tick: compiled poses for the
+    geoms welded to the world, probe readings for the others (what `mjx.ray` reads)."""
+    xpos = jnp.asarray(self.ns.static_xpos)
+    xmat = jnp.asarray(self.ns.static_xmat)
+    if self.moving:
+      ids = np.asarray(self.moving)
+      xpos = xpos.at[ids].set(jnp.stack([p.pos(data) for p in self.poses]))
+      xmat = xmat.at[ids].set(jnp.stack([p.mat(data) for p in self.poses]))
+    return types.SimpleNamespace(geom_xpos=xpos, geom_xmat=xmat)
 
   @property
   def ngeom(self) -> int:
@@ -71,6 +96,7 @@ class Scene:
     hit). `bodyexclude`: a static body id or sequence of them. MJX 3.17's `ray` skips
     cylinders; they are intersected here in closed form (same filters: excluded bodies,
     invisible geoms). Height fields are not hit."""
+    data = self.geoms(data)
     dist, gid = mjx.ray(self.ns, data, pnt, vec, bodyexclude=bodyexclude)
     ids = self._cylinders(bodyexclude)
     if ids.size == 0:
@@ -105,6 +131,7 @@ class Scene:
     """Outward unit normal (world) of geom `gid` at world point `hit` (see module docstring);
     `-vec` when nothing was hit."""
     g = jnp.maximum(gid, 0)
+    data = self.geoms(data)
     xmat = data.geom_xmat[g]
     p = xmat.T @ (hit - data.geom_xpos[g])
     size = jnp.asarray(self.ns.geom_size, jnp.float32)[g]
@@ -156,12 +183,21 @@ def site_bodies(model: mujoco.MjModel, site_id: int) -> tuple[int, int]:
   return b, int(model.body_rootid[b])
 
 
-def site_motion(data, site_id: int, body: int, root: int):
-  """`(v, ω)`: linear velocity of the site origin and angular velocity of its body, both in
-  the world frame, from `cvel` (expressed at `subtree_com[root]`)."""
-  w = data.cvel[body, :3]
-  v = data.cvel[body, 3:] + jnp.cross(w, data.site_xpos[site_id] - data.subtree_com[root])
-  return v, w
+@dataclasses.dataclass(frozen=True)
+class SiteMotion:
+  """A site's pose and velocity probes (`SitePose`, `framelinvel`, `frameangvel`)."""
+  pose: SitePose
+  linvel: Probe
+  angvel: Probe
+
+  @staticmethod
+  def of(ctx, site_id: int) -> 'SiteMotion':
+    return SiteMotion(ctx.site_pose(site_id), *ctx.site_velocity(site_id))
+
+  def velocity(self, data):
+    """`(v, ω)`: linear velocity of the site origin and angular velocity of its body, both in
+    the world frame."""
+    return self.linvel.read(data), self.angvel.read(data)
 
 
 def rotate(a, y):

@@ -30,6 +30,7 @@ import pydantic
 
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.components.base import NonNeg3, Positive, Vec3
+from fibril_mjx.core.context import BuildContext, JointProbe
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.config.validation import Strict
 
@@ -84,16 +85,16 @@ channel."""
 
 @dataclasses.dataclass(frozen=True)
 class Vibration:
-  """Static part: the joint's qpos / qvel addresses, the orders, which terms are on."""
+  """Static part: the joint's position / velocity probes, the orders, which terms are on."""
   joint: str
-  qpos_adr: int
-  dof_adr: int
+  probe: JointProbe
   orders: tuple[float, ...]
   on: frozenset
   dt: float
 
   @classmethod
-  def build(cls, cfg, is_on, model: mujoco.MjModel, dt: float, origin) -> 'Vibration | None':
+  def build(cls, cfg, is_on, ctx: BuildContext, dt: float, origin) -> 'Vibration | None':
+    model = ctx.model
     if not cfg.vibration_joint:
       return None
     jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, cfg.vibration_joint)
@@ -109,8 +110,7 @@ class Vibration:
         f'{ch}_vibration_floor_stddev' for ch in CHANNELS}:
       raise ConfigError(*origin('vibration_orders'), 'lines need an amplitude '
                         '(angular_velocity_ / linear_acceleration_vibration_amplitude)', n)
-    return cls(cfg.vibration_joint, int(model.jnt_qposadr[jid]), int(model.jnt_dofadr[jid]),
-               tuple(float(o) for o in cfg.vibration_orders), on, float(dt))
+    return cls(cfg.vibration_joint, ctx.joint_probe(jid), tuple(float(o) for o in cfg.vibration_orders), on, float(dt))
 
   def uses(self, field: str) -> bool:
     if field in ('vibration_reference_speed_rad_s', 'vibration_speed_exponent',
@@ -134,8 +134,7 @@ class Vibration:
 
   def term(self, p: VibrationParams, data, streams: dict, tick) -> dict:
     """`{channel: (3,) additive input}` of this tick (channels whose terms are off absent)."""
-    theta = data.qpos[self.qpos_adr]
-    omega = data.qvel[self.dof_adr]
+    theta, omega = self.probe.state(data)
     speed = jnp.abs(omega) / p.vibration_reference_speed_rad_s
     s = jnp.where(speed > 0, speed, 1.0) ** p.vibration_speed_exponent
     s = jnp.where(speed > 0, s, 0.0)

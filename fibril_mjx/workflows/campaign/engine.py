@@ -39,6 +39,7 @@ from fibril_mjx.workflows.campaign import fields as fl
 from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
 from fibril_mjx.config.manifest import read_manifest
+from fibril_mjx.batch import physics_c
 from fibril_mjx.batch.simulation import Simulation
 
 SUB_BATCH = 256                       # worlds per vmapped call at most (`Plan.sub_batch`)
@@ -182,8 +183,11 @@ class Plan:
     metrics: metric column names kept; criteria: the campaign's criteria.
   """
 
-  def __init__(self, campaign: sp.Campaign):
+  def __init__(self, campaign: sp.Campaign, physics: str | None = None):
+    """`physics` replaces the campaign file's backend (`replay` passes the one that ran)."""
     self.campaign = c = campaign
+    self.physics_asked = physics or c.physics
+    self.physics, self.physics_why = None, ''
     file = str(c.file)
     self._vary = {}
     self.group_sims = {}   # {static choice indices: Simulation}
@@ -216,7 +220,10 @@ class Plan:
     man = read_manifest(c.manifest, overrides=overrides)
     var = manifest_variant(man, profiles, c.scenario)
     try:
-      return Simulation(build.build(var, vary=vary))
+      built = build.build(var, vary=vary)
+      if self.physics is None:   # decided once, on the nominal build, for every group
+        self.physics, self.physics_why = physics_c.choose(built, self.physics_asked)
+      return Simulation(built, physics=self.physics if vary is not None else 'mjx')
     except ConfigError as e:
       raise _scenario_error(e, man, c.file) from None
 

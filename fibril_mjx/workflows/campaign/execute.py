@@ -63,7 +63,8 @@ def options(plan: engine.Plan) -> dict:
   # `--cpu-isa native` only at the same count, and the two code generations differ.
   return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
           'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
-          'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa()}
+          'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa(),
+          'physics': plan.physics}
 
 
 def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):

@@ -77,6 +77,7 @@ class Campaign:
   scenario: dict | None        # {'actuator_script' | 'command_script': (validated entries)}
   user_metrics: tuple[Metric, ...]
   criteria: tuple[Criterion, ...]
+  physics: str = 'auto'        # the physics backend asked for (`physics_c.choose`)
 
 
 def _distribution(path: str, d) -> Distribution:
@@ -130,4 +131,4 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
                   int(model.seed), float(model.duration_s), model.chunk_worlds,
                   tuple(_distribution(str(fp), d) for fp, d in model.vary.items()),
                   tuple(names) if names is not None else None, scenario, tuple(user),
-                  tuple(criteria))
+                  tuple(criteria), model.physics)

@@ -1,0 +1,337 @@
+"""Physics outside the loop: MuJoCo C through `mujoco.rollout` (`physics='c'`) and recorded
+state logs through `mj_forward` (`physics='trajectory'`), under the same device layer.
+
+Open loop, one tick k is what the in-loop pipeline does (SPEC §4), cut in three passes:
+
+1. **Controls.** The actuator components run over the command trace in JAX (`pipeline.
+   init_frame` / `step_frame` with `sense=False`): transports, schedules, timeouts, the
+   manifest's scripts — everything that makes `ctrl_k`. Nothing there reads the physics (a
+   component whose controls do is refused up front: `open_loop_problems`), so the controls are
+   known before any physics runs.
+2. **Physics.** MuJoCo C rolls every world out with those controls (`mujoco.rollout`: its thread
+   pool, one `MjData` per thread, per-world `MjModel`s when MJCF fields vary per world). A
+   rollout step is `mj_step` = forward then integrate, so the `sensordata` recorded at step k
+   is that of `x_k` with `ctrl_k` — the stamp the in-loop pipeline gives it — and the state
+   recorded after it is `x_{k+1}`. A trajectory log gives `x_k` directly; `mj_forward` (or
+   `mj_inverse` with the log's own accelerations) gives its `sensordata`.
+3. **Devices.** Sensors, feedback and estimators run in JAX over the recorded frames
+   (`pipeline.step_frame`), with the actuators re-run beside them so every component's state
+   is exactly the in-loop one. They read physics only through MuJoCo sensors (the probes of
+   `fibril_mjx.core.context`), so what they see is what MuJoCo C computed.
+
+Worlds are processed in chunks (`chunk_worlds`, by default sized so a chunk's recorded
+`sensordata` stays under `FRAME_BUDGET_BYTES`), padded to one shape so that one compiled
+program serves every chunk. A world's result depends only on its inputs: MuJoCo C's worlds are
+independent of the thread that runs them, and the JAX passes are the per-world functions of
+the pipeline vmapped over a chunk.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import rollout as mj_rollout
+
+from fibril_mjx.batch import batched
+from fibril_mjx.batch import worlds
+from fibril_mjx.core import pipeline
+from fibril_mjx.core.built import Built
+from fibril_mjx.core.context import DCMOTOR_PARAMS
+from fibril_mjx.core.pipeline import Frame
+from fibril_mjx.errors import FibrilError
+
+FRAME_BUDGET_BYTES = 512 * 2**20   # recorded float64 sensordata + states of one world chunk
+_STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+
+def open_loop_problems(built: Built, *, controller=None) -> list[str]:
+  """Why the physics of this manifest cannot be computed before its devices run, one reason
+  per offending component (empty when an open-loop backend serves it)."""
+  out = []
+  if controller is not None:
+    out.append('a controller closes the loop on delivered samples')
+  for cid, c in built.components.items():
+    why = c.closes_loop() if hasattr(c, 'closes_loop') else ''
+    if why:
+      out.append(f'component {cid!r} ({c.type}) closes a loop on physics: {why}')
+    elif not getattr(c, 'reads_sensors_only', False):
+      out.append(f'component {cid!r} ({c.type}) still reads mjx.Data fields, not only MuJoCo '
+                 'sensors')
+  return out
+
+
+PHYSICS = ('mjx', 'c')
+
+
+def check_backend(built: Built, physics: str) -> None:
+  """Refuses an unknown backend, or `c` for a manifest it cannot serve (one line)."""
+  if physics not in PHYSICS:
+    raise FibrilError(f'physics {physics!r}: unknown; choose one of {", ".join(PHYSICS)}')
+  if physics == 'c':
+    check_open_loop(built, physics)
+
+
+def choose(built: Built, physics: str = 'auto', *, impl: str = 'jax') -> tuple[str, str]:
+  """`(backend, why)` for `physics` `'auto'` / `'mjx'` / `'c'`: auto picks MuJoCo C on a CPU
+  host when nothing closes a loop on physics (it is faster there: `bench/scaling.py`), else
+  MJX in the loop; an explicit `'c'` that cannot serve the manifest is an error."""
+  if physics not in PHYSICS + ('auto',):
+    raise FibrilError(f'physics {physics!r}: unknown; choose one of auto, {", ".join(PHYSICS)}')
+  if physics != 'auto':
+    check_backend(built, physics)
+    return physics, 'as asked'
+  problems = open_loop_problems(built)
+  if problems:
+    return 'mjx', f'auto: MJX in the loop, because {problems[0]}'
+  if impl != 'jax' or jax.default_backend() != 'cpu':
+    return 'mjx', f'auto: MJX on the {jax.default_backend()} accelerator'
+  return 'c', ('auto: open loop on a CPU host, so MuJoCo C through mujoco.rollout (faster '
+               'than MJX there; physics mjx steps MJX in the loop)')
+
+
+def check_open_loop(built: Built, physics: str, *, controller=None) -> None:
+  """Raises a one-line `FibrilError` naming what needs the physics in the loop."""
+  problems = open_loop_problems(built, controller=controller)
+  if problems:
+    raise FibrilError(f"physics {physics!r} runs the physics open loop (controls first, then "
+                      f"MuJoCo C, then the devices), but {problems[0]}"
+                      + (f' (and {len(problems) - 1} more)' if len(problems) > 1 else '')
+                      + "; use physics='mjx'")
+
+
+# ---------------------------------------------------------------- MuJoCo C
+
+def initial_states(m: mujoco.MjModel, n: int, qpos_offset=None, qvel_offset=None) -> np.ndarray:
+  """`(n, nstate)` FULLPHYSICS states: the model's initial state after `mj_forward`, plus the
+  per-world offsets (as `pipeline.init` adds them)."""
+  d = mujoco.MjData(m)
+  mujoco.mj_forward(m, d)
+  s0 = np.zeros(mujoco.mj_stateSize(m, _STATE))
+  mujoco.mj_getState(m, d, s0, _STATE)
+  s = np.tile(s0, (n, 1))
+  if qpos_offset is not None:
+    s[:, 1:1 + m.nq] += np.asarray(qpos_offset, np.float64).reshape(n, m.nq)
+  if qvel_offset is not None:
+    s[:, 1 + m.nq:1 + m.nq + m.nv] += np.asarray(qvel_offset, np.float64).reshape(n, m.nv)
+  return s
+
+
+def world_models(m: mujoco.MjModel, model: Mapping | None, lo: int, hi: int):
+  """The `MjModel` (one, or one per world) of worlds `lo:hi`: per-world MJCF fields are
+  written into copies, by the same names MJX uses (`dof_damping`, `body_mass`, ...)."""
+  if not model:
+    return m
+  out = []
+  for w in range(lo, hi):
+    mw = copy.copy(m)
+    for f, v in model.items():
+      getattr(mw, f)[...] = np.asarray(v[w], np.float64).reshape(getattr(mw, f).shape)
+    out.append(mw)
+  return out
+
+
+class Rollout:
+  """`mujoco.rollout` with a persistent pool of one `MjData` per thread."""
+
+  def __init__(self, m: mujoco.MjModel, threads: int | None = None):
+    self.threads = threads or os.cpu_count() or 1
+    self.datas = [mujoco.MjData(m) for _ in range(self.threads)]
+
+  def __call__(self, models, state0: np.ndarray, ctrl: np.ndarray):
+    """`(states (n, T, nstate), sensordata (n, T, nsensordata))` after T steps from `state0`
+    with `ctrl (n, T, nu)` (float64)."""
+    return mj_rollout.rollout(models, self.datas, state0, ctrl, persistent_pool=True)
+
+
+def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.ndarray,
+                       ctrl: np.ndarray) -> Frame:
+  """float32 `Frame` leaves `(n, T, ...)` from FULLPHYSICS states of the ticks themselves."""
+  nq, nv, na = m.nq, m.nv, m.na
+  f = lambda x: jnp.asarray(x, jnp.float32)   # noqa: E731
+  return Frame(f(states[..., 1:1 + nq]), f(states[..., 1 + nq:1 + nq + nv]),
+               f(states[..., 1 + nq + nv:1 + nq + nv + na]), f(sensordata), f(ctrl))
+
+
+# ---------------------------------------------------------------- the JAX passes
+
+def _commands(built: Built, commands, lo, hi, n_ticks):
+  """`(tick-0 commands (k, ...), ticks 1..n (k, n, ...))` of worlds `lo:hi`, or None."""
+  first, rest = batched.split_trace(commands, pipeline.null_commands(built), lo, hi)
+  return first, rest
+
+
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _controls(built: Built, params, keys, frame0, cmd0, cmds, n_ticks: int, latency):
+  """Pass 1: `(n_worlds, n_ticks + 1, nu)` controls of every tick, actuators only."""
+  def one(p, key, fr, c0, cs, lat):
+    st = pipeline.init_frame(built, p, key, fr, commands=c0, latency=lat, sense=False)
+
+    def body(s, c):
+      s, _ = pipeline.step_frame(built, p, s, fr, c, sense=False)
+      return s, s.ctrl
+    _, ctrl = jax.lax.scan(body, st, cs, length=n_ticks)
+    return jnp.concatenate([st.ctrl[None], ctrl])
+  return jax.vmap(one)(params, keys, frame0, cmd0, cmds, latency)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, latency):
+  """Pass 3: the whole pipeline over recorded frames `(n_worlds, n_ticks + 1, ...)`; returns
+  `(final state, outputs (n_worlds, n_ticks + 1, ...) or None, controls)`."""
+  def one(p, key, fr, c0, cs, lat):
+    first = jax.tree.map(lambda x: x[0], fr)
+    rest = jax.tree.map(lambda x: x[1:], fr)
+    st = pipeline.init_frame(built, p, key, first, commands=c0, latency=lat)
+    out0 = pipeline.outputs(built, st)
+
+    def body(s, xs):
+      frame, c = xs
+      s, out = pipeline.step_frame(built, p, s, frame, c)
+      return s, ((out if record else None), s.ctrl)
+    st, (outs, ctrl) = jax.lax.scan(body, st, (rest, cs))
+    if record:
+      outs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), out0, outs)
+    return st, outs, jnp.concatenate([first.ctrl[None], ctrl])
+  return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
+
+
+def _pad(tree, k: int):
+  """Leaves `(n, ...)` padded to `(k, ...)` by repeating the last world."""
+  def one(x):
+    x = jnp.asarray(x)
+    if x.shape[0] == k:
+      return x
+    return jnp.concatenate([x, jnp.repeat(x[-1:], k - x.shape[0], axis=0)])
+  return jax.tree.map(one, tree)
+
+
+def _cut(tree, n: int):
+  return jax.tree.map(lambda x: x[:n], tree)
+
+
+def default_chunk(m: mujoco.MjModel, n_worlds: int, n_ticks: int) -> int:
+  per_world = (n_ticks + 1) * (m.nsensordata + mujoco.mj_stateSize(m, _STATE) + m.nu) * 8 * 2
+  return int(max(1, min(n_worlds, FRAME_BUDGET_BYTES // max(per_world, 1))))
+
+
+def frames_from_log(m: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
+                    act: np.ndarray | None = None, accelerations: str = 'dynamics') -> Frame:
+  """The frames `(T, ...)` of a recorded state log on the ticks: `mj_forward` at each frame
+  (`accelerations='dynamics'`: the model's forward dynamics under the log's controls give the
+  accelerations the accelerometer and force sensors see), or `mj_inverse` with the log's own
+  accelerations (`'differentiate'`: `qacc_k = (qvel_{k+1} − qvel_k) / dt`, the forward
+  difference that MuJoCo's semi-implicit Euler integrates exactly; the last frame repeats the
+  one before it)."""
+  d = mujoco.MjData(m)
+  t = qpos.shape[0]
+  sd = np.zeros((t, m.nsensordata))
+  qacc = None
+  if accelerations == 'differentiate':
+    qacc = np.diff(qvel, axis=0) / m.opt.timestep
+    qacc = np.concatenate([qacc, qacc[-1:]]) if t > 1 else np.zeros_like(qvel)
+  for k in range(t):
+    d.qpos[:], d.qvel[:], d.ctrl[:] = qpos[k], qvel[k], ctrl[k]
+    if m.na and act is not None:
+      d.act[:] = act[k]
+    if qacc is None:
+      mujoco.mj_forward(m, d)
+    else:
+      d.qacc[:] = qacc[k]
+      mujoco.mj_inverse(m, d)
+    sd[k] = d.sensordata
+  f = lambda x: jnp.asarray(x, jnp.float32)   # noqa: E731
+  return Frame(f(qpos), f(qvel), f(act if act is not None else np.zeros((t, m.na))), f(sd),
+               f(ctrl))
+
+
+def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: str = 'c',
+            record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
+            qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
+            runner: Rollout | None = None, threads: int | None = None, controller=None):
+  """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
+  (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
+  [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
+  n_ticks + 1; every world replays it, each with its own devices): same arguments, same
+  `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`)."""
+  check_open_loop(built, physics, controller=controller)
+  m = built.mj_model
+  n = int(world_keys.shape[0])
+  if model is not None and not isinstance(model, Mapping):
+    raise FibrilError(f"physics {physics!r}: model= must be a mapping of per-world MJCF "
+                      "fields {field: (nworld, ...)} (an mjx.Model is MJX's)")
+  if trajectory is not None and (model or qpos_offset is not None or qvel_offset is not None):
+    raise FibrilError("physics 'trajectory': the recorded motion is the physics; per-world "
+                      'MJCF fields and initial states do not apply')
+  if built.dcmotor is not None and DCMOTOR_PARAMS in params:
+    default = pipeline.default_params(built)[DCMOTOR_PARAMS]
+    if any(np.any(np.asarray(a) != np.asarray(b)) for a, b in
+           zip(jax.tree.leaves(params[DCMOTOR_PARAMS]), jax.tree.leaves(default))):
+      raise FibrilError(f"physics {physics!r}: per-world dcmotor parameters are MJX's "
+                        "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
+  lat_in = pipeline.latency_inputs(built, latency, n)
+  chunk = chunk_worlds or default_chunk(m, n, n_ticks)
+  if trajectory is None:
+    runner = runner or Rollout(m, threads)
+    states0 = initial_states(m, n, qpos_offset, qvel_offset)
+  else:
+    log = {k: np.asarray(v, np.float64) for k, v in trajectory.items() if k != 'accelerations'}
+    if log['qpos'].shape[0] < n_ticks + 1:
+      raise FibrilError(f"trajectory: {log['qpos'].shape[0]} frames for {n_ticks + 1} ticks")
+    log = {k: v[:n_ticks + 1] for k, v in log.items()}
+    states0 = np.concatenate([np.zeros((1, 1)), log['qpos'][:1], log['qvel'][:1],
+                              log['act'][:1] if 'act' in log else np.zeros((1, m.na))], axis=1)
+    states0 = np.tile(states0, (n, 1))
+  finals, traces = [], []
+  for lo, hi in worlds.chunks(n, chunk):
+    k = hi - lo
+    sl = lambda t: _pad(jax.tree.map(lambda x: x[lo:hi], t), chunk)   # noqa: E731
+    p, keys = sl(params), sl(jnp.asarray(world_keys))
+    lat = sl(lat_in) if lat_in else None
+    cmd0, cmds = _commands(built, commands, lo, hi, n_ticks)
+    cmd0, cmds = (sl(cmd0), sl(cmds)) if cmds is not None else (None, None)
+    s0 = states0[lo:hi]
+    frame0 = frames_from_states(m, s0[:, None], np.zeros((k, 1, m.nsensordata)),
+                                np.zeros((k, 1, m.nu)))
+    frame0 = _pad(jax.tree.map(lambda x: x[:, 0], frame0), chunk)
+    if trajectory is not None and 'ctrl' in log:
+      ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
+    else:
+      ctrl = np.asarray(_controls(built, p, keys, frame0, cmd0, cmds, n_ticks, lat),
+                        np.float64)[:k]
+    if trajectory is None:
+      st, sd = runner(world_models(m, model, lo, hi), s0, ctrl)
+      frames = frames_from_states(m, np.concatenate([s0[:, None], st[:, :-1]], axis=1), sd,
+                                  ctrl)
+    else:
+      one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
+                            trajectory.get('accelerations', 'dynamics'))
+      frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
+    final, outs, _ = _devices(built, p, keys, _pad(frames, chunk), cmd0, cmds, record, lat)
+    finals.append(_cut(final, k))
+    if record:
+      traces.append(_cut(outs, k))
+  cat = lambda xs: xs[0] if len(xs) == 1 else jax.tree.map(   # noqa: E731
+      lambda *a: jnp.concatenate(a, axis=0), *xs)
+  final = cat(finals)
+  # tick and schedules are shared by every world, as in the in-loop batch
+  final = final._replace(tick=final.tick[0], clocks=jax.tree.map(lambda x: x[0], final.clocks))
+  return final, (cat(traces) if record else None)
+
+
+def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_axes=None,
+                       trajectory=None, **kw):
+  """`Simulation.rollout` under `sim.physics` ('c'), with the simulation's thread pool."""
+  if model is not None and not isinstance(model, Mapping):
+    model = {f: np.asarray(getattr(model, f)) for f in worlds.model_fields(model_axes)} or None
+  if getattr(sim, '_c_runner', None) is None:
+    sim._c_runner = Rollout(sim.mj_model)
+  physics = sim.physics if trajectory is None else 'trajectory'
+  return rollout(sim.built, params, world_keys, n_ticks, physics=physics, model=model,
+                 runner=sim._c_runner, trajectory=trajectory, **kw)

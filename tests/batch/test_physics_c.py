@@ -1,0 +1,156 @@
+"""The open-loop physics backends (`fibril_mjx.batch.physics_c`): MuJoCo C through
+`mujoco.rollout` (`physics='c'`) and recorded state logs (`--trajectory`).
+
+References outside the code under test: MJX in the loop (the same device pipeline on MJX's
+physics) for the turntable, and a MuJoCo C `mj_step` loop written here for the state log."""
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import fibril_mjx as fm
+from fibril_mjx.batch import physics_c
+from fibril_mjx.errors import FibrilError
+from fibril_mjx.io import trajectory as traj_io
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TURNTABLE = REPO / 'manifests' / 'ahrs_turntable.yaml'
+N, T = 3, 120
+
+
+@pytest.fixture(scope='module')
+def sims():
+  mj = fm.load(TURNTABLE)
+  return mj, fm.Simulation(mj.built, physics='c')
+
+
+@pytest.fixture(scope='module')
+def runs(sims):
+  mj, c = sims
+  p, keys = mj.default_params(N), fm.world_keys(0, N)
+  return mj.rollout(p, keys, T)[1], c.rollout(p, keys, T)[1]
+
+
+def test_turntable_truth_agrees_with_mjx_to_float32_rounding(runs):
+  """Stated tolerance: |c − mjx| ≤ 2e-5 · max(1, |x|) on every truth leaf (MuJoCo C in float64
+  cast to float32 against MJX in float32, 120 ticks of a smooth contact-free model)."""
+  mj, c = runs
+  pairs = zip(jax.tree_util.tree_flatten_with_path(mj['truth'])[0], jax.tree.leaves(c['truth']))
+  checked = 0
+  for (path, a), b in pairs:
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, jax.tree_util.keystr(path)
+    if a.dtype.kind == 'f':
+      np.testing.assert_allclose(b, a, rtol=0, atol=2e-5 * max(1.0, float(np.abs(a).max())),
+                                 err_msg=jax.tree_util.keystr(path))
+      checked += 1
+  assert checked >= 3   # orientation, angular velocity, linear acceleration
+
+
+def test_turntable_samples_agree_within_one_output_step(runs):
+  """Delivered samples: the same instants and validity, values within one output resolution
+  step (a float32 rounding may cross a quantization boundary) of the MJX run."""
+  mj, c = runs
+  a, b = mj['sensor']['ahrs'], c['sensor']['ahrs']
+  np.testing.assert_array_equal(np.asarray(a.new_data), np.asarray(b.new_data))
+  np.testing.assert_array_equal(np.asarray(a.sample_tick), np.asarray(b.sample_tick))
+  w_a, w_b = np.asarray(a.sample.angular_velocity), np.asarray(b.sample.angular_velocity)
+  step = np.diff(np.unique(np.round(w_a, 7))).min()
+  assert np.abs(w_a - w_b).max() <= step * 1.01
+  assert np.mean(w_a == w_b) > 0.9
+
+
+def test_a_world_is_bitwise_the_same_in_any_chunk_layout(sims):
+  _, c = sims
+  p, keys = c.default_params(4), fm.world_keys(3, 4)
+  whole = c.rollout(p, keys, 40)[1]
+  parts = c.rollout(p, keys, 40, chunk_worlds=3)[1]
+  alone = c.rollout(jax.tree.map(lambda x: x[2:3], p), keys[2:3], 40)[1]
+  for x, y, z in zip(jax.tree.leaves(whole), jax.tree.leaves(parts), jax.tree.leaves(alone)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(np.asarray(x)[2:3], np.asarray(z))
+
+
+def test_a_controller_or_a_closed_loop_component_is_refused_in_one_line(sims):
+  with pytest.raises(FibrilError) as e:
+    fm.load(REPO / 'manifests' / 'leg_robstride.yaml', physics='c')
+  msg = str(e.value)
+  assert '\n' not in msg
+  assert "component 'hip' (fibril_sim/motion_motor) closes a loop on physics" in msg
+  assert "use physics='mjx'" in msg
+  _, c = sims
+  with pytest.raises(FibrilError, match='a controller closes the loop'):
+    c.rollout(c.default_params(1), fm.world_keys(0, 1), 5,
+              controller=lambda obs, carry: ({}, carry), controller_init=jnp.zeros(()))
+  with pytest.raises(FibrilError, match="physics 'gpu': unknown; choose one of mjx, c"):
+    fm.Simulation(c.built, physics='gpu')
+
+
+def _c_log(m: mujoco.MjModel, ctrl: np.ndarray):
+  """A state log made by MuJoCo C itself: `mj_step` with `ctrl[k]` at tick k."""
+  d = mujoco.MjData(m)
+  qpos, qvel = [], []
+  for k in range(ctrl.shape[0]):
+    qpos.append(d.qpos.copy())
+    qvel.append(d.qvel.copy())
+    d.ctrl[:] = ctrl[k]
+    mujoco.mj_step(m, d)
+  return np.array(qpos), np.array(qvel)
+
+
+def test_a_log_recorded_from_mujoco_c_replays_to_the_samples_of_the_c_run(sims, runs, tmp_path):
+  _, c = sims
+  m = c.mj_model
+  times = np.arange(T + 1) * c.dt
+  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), t))(jnp.asarray(times, jnp.float32)), np.float64)
+  qpos, qvel = _c_log(m, ctrl)
+  path = tmp_path / 'log.npz'
+  np.savez(path, qpos=qpos, qvel=qvel, ctrl=ctrl)
+  log = traj_io.load(path, m)
+  p, keys = c.default_params(N), fm.world_keys(0, N)
+  _, replay = physics_c.simulation_rollout(c, p, keys, T, trajectory=log)
+  for x, y in zip(jax.tree.leaves(runs[1]['sensor']), jax.tree.leaves(replay['sensor'])):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  # Positions only: velocities are backward differences of the positions, which is what
+  # MuJoCo's semi-implicit Euler integrated, so the gyro truth agrees from tick 1 on (to the
+  # float64 rounding of a difference over dt, then float32).
+  np.savez(tmp_path / 'pos.npz', qpos=qpos, ctrl=ctrl)
+  _, pos_only = physics_c.simulation_rollout(c, p, keys, T,
+                                             trajectory=traj_io.load(tmp_path / 'pos.npz', m))
+  g_c = np.asarray(runs[1]['truth']['ahrs']['angular_velocity'])[:, 1:]
+  g_p = np.asarray(pos_only['truth']['ahrs']['angular_velocity'])[:, 1:]
+  assert np.abs(g_p - g_c).max() < 1e-5 * np.abs(g_c).max()
+
+
+def test_a_timed_log_is_resampled_onto_the_ticks_and_bad_logs_name_the_rule(sims, tmp_path):
+  _, c = sims
+  m = c.mj_model
+  t = np.linspace(0.0, 0.1, 11)
+  qpos = np.outer(t, np.ones(m.nq))
+  np.savez(tmp_path / 'timed.npz', qpos=qpos, time=t)
+  log = traj_io.load(tmp_path / 'timed.npz', m)
+  assert log['qpos'].shape == (51, m.nq)
+  np.testing.assert_allclose(log['qpos'][:, 0], np.arange(51) * c.dt, atol=1e-12)
+  np.testing.assert_allclose(log['qvel'][:, 0], 1.0, atol=1e-9)
+  np.savez(tmp_path / 'wide.npz', qpos=np.zeros((5, m.nq + 1)))
+  with pytest.raises(fm.ConfigError, match=rf'qpos.*expected shape \(5, {m.nq}\)'):
+    traj_io.load(tmp_path / 'wide.npz', m)
+  np.savez(tmp_path / 'none.npz', qvel=np.zeros((5, m.nv)))
+  with pytest.raises(fm.ConfigError, match='a state log needs qpos'):
+    traj_io.load(tmp_path / 'none.npz', m)
+
+
+def test_wheeled_base_runs_on_mujoco_c():
+  """Contacts, dcmotor wheels (MuJoCo C's own dcmotor) and four motor components."""
+  c = fm.load(REPO / 'manifests' / 'wheeled_base.yaml', physics='c')
+  final, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), 60)
+  assert np.all(np.asarray(final.diverged) < 0)
+  fb = tr['sensor']['wheel_fl']
+  assert np.asarray(fb.new_data).sum() > 10
+  v = np.asarray(tr['truth']['wheel_fl']['velocity'])[:, -1]
+  assert np.all(v > 0.05)   # the command script drives it forward
