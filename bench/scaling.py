@@ -14,6 +14,15 @@ Prints (last lines, machine readable):
                                 sample of every sensor), 1024 worlds
   c_ratio_turntable_shared_1024=  the same with shared physics
   c_ratio_wheeled_base_1024=    the wheeled base (contacts, dcmotor wheels, motor components)
+  c_ratio_turntable_1024_physics_c=     fibril_mjx with `physics='c'` (MuJoCo C through
+                                `mujoco.rollout`, same threads, then the device layer in
+                                JAX over its sensordata) / the same C rollout + NumPy sensors
+  c_ratio_wheeled_base_1024_physics_c=  the same for the wheeled base; both sides roll out
+                                the controls the manifest's command script makes (driving)
+  campaign_speedup_c_over_mjx=  the contact campaign (manifests/campaigns/
+                                wheeled_base_robustness.yaml, 256 worlds x 0.5 s) wall time
+                                with `physics: mjx` / with `physics: c`, compile included
+                                (a user's run); `..._steady=` the second run of each
 
 Rates are medians of `--repeats` timed rollouts (record=False) after a compiling one; C
 timings include the NumPy sensor model. Other load on the machine moves both sides alike
@@ -21,6 +30,8 @@ only roughly: compare within one run.
 
   .venv/bin/python bench/scaling.py              # ~10 min on 2 busy cores
   .venv/bin/python bench/scaling.py --quick      # small sizes (smoke test)
+  .venv/bin/python bench/scaling.py --only c     # the physics='c' ratios only
+  .venv/bin/python bench/scaling.py --only campaign
 """
 
 import argparse
@@ -50,9 +61,10 @@ def fibril_rate(sim, n, ticks, repeats, **kw):
   return n * ticks / statistics.median(ts), compile_s - statistics.median(ts)
 
 
-def c_rate(sim, n, ticks, repeats, threads):
+def c_rate(sim, n, ticks, repeats, threads, ctrl=None):
   """World-steps/s of `mujoco.rollout` (threads) + a vectorized NumPy sensor model on the
-  compiled MuJoCo model of `sim` (with its actuator_script ctrl; other actuators at 0)."""
+  compiled MuJoCo model of `sim` (with its actuator_script ctrl, other actuators at 0; or
+  `ctrl (ticks, nu)`)."""
   import jax
   import jax.numpy as jnp
   import mujoco
@@ -65,8 +77,9 @@ def c_rate(sim, n, ticks, repeats, threads):
   s0 = np.zeros(mujoco.mj_stateSize(m, spec))
   mujoco.mj_getState(m, d, s0, spec)
   times = jnp.arange(ticks, dtype=jnp.float32) * sim.dt
-  ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(
-      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  if ctrl is None:
+    ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(
+        jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
   ctrl = np.broadcast_to(ctrl, (n, ticks, m.nu)).copy()
   init = np.tile(s0, (n, 1))
   datas = [mujoco.MjData(m) for _ in range(threads)]
@@ -87,11 +100,82 @@ def c_rate(sim, n, ticks, repeats, threads):
   return n * ticks / statistics.median(ts)
 
 
+def driven_ctrl(sim, n_ticks):
+  """`(n_ticks, nu)` controls the manifest's actuators write (world 0, pass 1 of physics_c)."""
+  import jax.numpy as jnp
+  import numpy as np
+  import fibril_mjx as fm
+  from fibril_mjx.batch import physics_c
+  m = sim.mj_model
+  s0 = physics_c.initial_states(m, 1)
+  f0 = physics_c.frames_from_states(m, s0[:, None], np.zeros((1, 1, m.nsensordata)),
+                                    np.zeros((1, 1, m.nu)))
+  f0 = type(f0)(*(x[:, 0] for x in f0))
+  ctrl = physics_c._controls(sim.built, sim.default_params(1), fm.world_keys(0, 1), f0,
+                             None, None, n_ticks - 1, None)
+  return np.asarray(jnp.asarray(ctrl)[0], np.float64)
+
+
+def physics_c_ratios(out, turn, n, ticks, reps, cores):
+  """fibril_mjx over MuJoCo C (`physics='c'`) / MuJoCo C + NumPy sensors, same worlds, ticks,
+  threads and controls."""
+  import fibril_mjx as fm
+  tc = fm.Simulation(turn.built, physics='c')
+  rc, cc = fibril_rate(tc, n, ticks, reps)
+  cr = c_rate(turn, n, ticks, reps, cores)
+  print(f'turntable {n} x {ticks}: fibril physics=c {rc:,.0f} (compile {cc:.1f} s); MuJoCo C '
+        f'({cores} threads) + NumPy sensors {cr:,.0f} world-steps/s', flush=True)
+  out[f'c_ratio_turntable_{n}_physics_c'] = rc / cr
+  wheel = fm.load(REPO / 'manifests' / 'wheeled_base.yaml', physics='c')
+  wt = max(10, ticks // 4)
+  rw, cw = fibril_rate(wheel, n, wt, reps)
+  crw = c_rate(wheel, n, wt, reps, cores, ctrl=driven_ctrl(wheel, wt))
+  print(f'wheeled base {n} x {wt}: fibril physics=c {rw:,.0f} (compile {cw:.1f} s); MuJoCo C '
+        f'+ NumPy sensors {crw:,.0f} world-steps/s (same driving controls)', flush=True)
+  out[f'c_ratio_wheeled_base_{n}_physics_c'] = rw / crw
+
+
+def campaign_speedup(out, worlds, duration_s):
+  """The contact campaign with `physics: mjx` and with `physics: c`: wall time of a first
+  run (compile included) and of a second one, each into a fresh directory."""
+  import shutil
+  import tempfile
+  from fibril_mjx.workflows.campaign import engine, execute, spec
+  path = REPO / 'manifests' / 'campaigns' / 'wheeled_base_robustness.yaml'
+  camp = spec.read(path, worlds=worlds, duration_s=duration_s)
+  import numpy as np
+  times, rows = {}, {}
+  for physics in ('c', 'mjx'):
+    t0 = time.perf_counter()
+    plan = engine.Plan(camp, physics=physics)
+    runs = []
+    for _ in range(2):
+      d = pathlib.Path(tempfile.mkdtemp()) / 'c'
+      execute.run(path, d, worlds=worlds, duration_s=duration_s, plan=plan, report=False,
+                  progress=False)
+      runs.append(time.perf_counter() - t0)
+      rows[physics] = execute.read_rows(d)
+      t0 = time.perf_counter()
+      shutil.rmtree(d.parent, ignore_errors=True)
+    times[physics] = runs
+    print(f'contact campaign {worlds} worlds x {duration_s:g} s, physics {physics}: first run '
+          f'{runs[0]:.1f} s (plan + compile + run), second {runs[1]:.1f} s', flush=True)
+  print('metric distributions, physics c vs mjx (MuJoCo C and MJX solve contacts '
+        'differently: compare statistically): mean / p5 / p50 / p95')
+  for k in plan.metrics:
+    a, b = (np.asarray(rows[p][k], np.float64) for p in ('c', 'mjx'))
+    f = lambda x: ' / '.join(f'{v:.4g}' for v in (np.mean(x), *np.percentile(x, [5, 50, 95])))  # noqa
+    print(f'  {k:<34} c {f(a)}   mjx {f(b)}')
+  out['campaign_speedup_c_over_mjx'] = times['mjx'][0] / times['c'][0]
+  out['campaign_speedup_c_over_mjx_steady'] = times['mjx'][1] / times['c'][1]
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   ap.add_argument('--quick', action='store_true')
   ap.add_argument('--ticks', type=int, default=None, help='default 200 (--quick 20)')
   ap.add_argument('--repeats', type=int, default=None, help='default 3 (--quick 1)')
+  ap.add_argument('--only', choices=('all', 'mjx', 'c', 'campaign'), default='all')
   a = ap.parse_args(argv)
   from fibril_mjx.batch.worlds import cpu_flags
   cores = cpu_flags()
@@ -106,6 +190,14 @@ def main(argv=None):
         f'cores {cores}  cpu {platform_cpu()}  load {os.getloadavg()[0]:.2f}')
   turn = fm.load(REPO / 'manifests' / 'ahrs_turntable.yaml')
   out = {}
+  if a.only in ('all', 'c'):
+    physics_c_ratios(out, turn, n1, ticks, reps, cores)
+  if a.only in ('all', 'campaign'):
+    campaign_speedup(out, 64 if q else 256, 0.1 if q else 0.5)
+  if a.only != 'all':
+    for k, v in out.items():
+      print(f'{k}={v:.3f}')
+    return 0
   ndev = len(jax.devices())
   r1, c1 = fibril_rate(turn, n1, ticks, reps, devices=1, share_physics=False)
   print(f'turntable {n1} worlds per-world physics, 1 device: {r1:,.0f} world-steps/s '

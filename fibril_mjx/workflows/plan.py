@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import protocol
@@ -104,7 +105,12 @@ def world_axis_lines(sim) -> list[str]:
   import jax
   share, why = sim.physics_sharing()
   cap, cap_why = sim.sub_batch_cap()
+  backend, backend_why = physics_c.choose(sim.built, 'auto', impl=sim.impl)
+  probes = sim.built.probes.describe() if sim.built.probes is not None else []
   lines = [f'physics: {worlds.describe_impl(sim.impl)}',
+           f'physics backend of a run / campaign: {backend} ({backend_why})',
+           'probe sensors (hidden, appended to the MjSpec; what components read physics '
+           'through): ' + ('; '.join(probes) if probes else 'none'),
            f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
                                         '--no-share-physics to disable)' if share else ''),
            'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'

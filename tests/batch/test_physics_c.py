@@ -4,6 +4,7 @@
 References outside the code under test: MJX in the loop (the same device pipeline on MJX's
 physics) for the turntable, and a MuJoCo C `mj_step` loop written here for the state log."""
 
+import copy
 import pathlib
 
 import jax
@@ -154,3 +155,59 @@ def test_wheeled_base_runs_on_mujoco_c():
   assert np.asarray(fb.new_data).sum() > 10
   v = np.asarray(tr['truth']['wheel_fl']['velocity'])[:, -1]
   assert np.all(v > 0.05)   # the command script drives it forward
+
+
+def _c_gyro(m: mujoco.MjModel, ctrl: np.ndarray, adr: int) -> np.ndarray:
+  """The gyro of every tick from a MuJoCo C `mj_step` loop (sensordata of `x_k`, `ctrl_k`)."""
+  d = mujoco.MjData(m)
+  out = []
+  for k in range(ctrl.shape[0]):
+    d.ctrl[:] = ctrl[k]
+    mujoco.mj_step(m, d)
+    out.append(d.sensordata[adr:adr + 3].copy())
+  return np.array(out)
+
+
+def test_per_world_mjcf_fields_reach_mujoco_c(sims):
+  """`model={'dof_damping': (n, nv)}` builds per-world MjModels: each world's gyro truth equals
+  a MuJoCo C loop on a model with that damping (float32 rounding)."""
+  _, c = sims
+  m = c.mj_model
+  damp = np.stack([m.dof_damping, 4.0 * m.dof_damping + 0.05])
+  _, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), T, model={'dof_damping': damp})
+  times = jnp.arange(T + 1, dtype=jnp.float32) * c.dt
+  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  adr = c.components['ahrs'].sensors[1].adr
+  got = np.asarray(tr['truth']['ahrs']['angular_velocity'])
+  for w in range(2):
+    mw = copy.copy(m)
+    mw.dof_damping[:] = damp[w]
+    ref = _c_gyro(mw, ctrl, adr)
+    np.testing.assert_allclose(got[w], ref, atol=2e-5 * max(1.0, np.abs(ref).max()))
+  assert np.abs(got[0] - got[1]).max() > 1e-3   # the damping did change the motion
+
+
+def test_a_campaign_on_mujoco_c_records_its_backend_and_replays_a_row(tmp_path):
+  from fibril_mjx.workflows import replay
+  from fibril_mjx.workflows.campaign import execute
+  path = REPO / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml'
+  out = tmp_path / 'mc'
+  meta = execute.run(path, out, worlds=6, duration_s=0.1, chunk_worlds=4, progress=False)
+  assert meta['options']['physics'] == 'c'
+  assert meta['physics_choice'].startswith('auto: open loop on a CPU host')
+  assert 'physics c (auto: open loop' in (out / 'summary.txt').read_text()
+  res = replay.replay(out, 5, tmp_path / 'r5')
+  assert res['equal_to_campaign_row'] is True
+
+
+def test_campaign_physics_field_is_validated(tmp_path):
+  from fibril_mjx.workflows.campaign import spec
+  text = (REPO / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml').read_text()
+  bad = tmp_path / 'bad.yaml'
+  bad.write_text(text.replace('fibril_campaign: 1', 'fibril_campaign: 1\nphysics: gpu')
+                 .replace('manifest: ../ahrs_turntable.yaml',
+                          f'manifest: {TURNTABLE}'))
+  with pytest.raises(FibrilError) as e:
+    spec.read(bad)
+  assert "physics = 'gpu': must be auto, mjx or c (the physics backend)" in str(e.value)

@@ -123,7 +123,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
           'metrics': plan.metrics,
           'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
                        for c in camp.criteria],
-          'completed': []}
+          'physics_choice': plan.physics_why, 'completed': []}
   if resume and meta_path.is_file():
     old = json.loads(meta_path.read_text())
     diffs = [k for k in ('hashes', 'options', 'chunks', 'fields', 'metrics', 'criteria')

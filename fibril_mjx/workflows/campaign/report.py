@@ -149,7 +149,9 @@ def write(out, plan, meta) -> dict:
   lines = [f'fibril-mjx campaign {meta["campaign_file"]}',
            f'{res["worlds"]} worlds x {meta["options"]["ticks"]} ticks (dt '
            f'{meta["options"]["dt_s"]:g} s), seed {meta["options"]["seed"]}, '
-           f'{len(meta["chunks"])} chunks', '']
+           f'{len(meta["chunks"])} chunks'
+           + (f'; physics {meta["options"]["physics"]} ({meta["physics_choice"]})'
+              if meta.get('physics_choice') else ''), '']
   if res['criteria']:
     lines.append('criteria — failure probability (95 % Wilson interval)')
     for name, c in res['criteria'].items():
