@@ -20,8 +20,9 @@ Open loop, one tick k is what the in-loop pipeline does (SPEC §4), cut in three
    `fibril_mjx.core.context`), so what they see is what MuJoCo C computed.
 
 Worlds are processed in chunks (`chunk_worlds`, by default sized so a chunk's recorded
-`sensordata` stays under `FRAME_BUDGET_BYTES`), padded to one shape so that one compiled
-program serves every chunk. A world's result depends only on its inputs: MuJoCo C's worlds are
+`sensordata` stays under `FRAME_BUDGET_BYTES`), padded to one shape (at least two lanes: XLA
+compiles a batch of one to other scalar code) so that one compiled program serves every
+chunk. A world's result depends only on its inputs: MuJoCo C's worlds are
 independent of the thread that runs them, and the JAX passes are the per-world functions of
 the pipeline vmapped over a chunk.
 """
@@ -277,6 +278,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
                         "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
   lat_in = pipeline.latency_inputs(built, latency, n)
   chunk = chunk_worlds or default_chunk(m, n, n_ticks)
+  lanes = max(2, chunk)   # XLA compiles one lane to other scalar code: pad to two or more
   if trajectory is None:
     runner = runner or Rollout(m, threads)
     states0 = initial_states(m, n, qpos_offset, qvel_offset)
@@ -291,7 +293,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
   finals, traces = [], []
   for lo, hi in worlds.chunks(n, chunk):
     k = hi - lo
-    sl = lambda t: _pad(jax.tree.map(lambda x: x[lo:hi], t), chunk)   # noqa: E731
+    sl = lambda t: _pad(jax.tree.map(lambda x: x[lo:hi], t), lanes)   # noqa: E731
     p, keys = sl(params), sl(jnp.asarray(world_keys))
     lat = sl(lat_in) if lat_in else None
     cmd0, cmds = _commands(built, commands, lo, hi, n_ticks)
@@ -299,7 +301,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
     s0 = states0[lo:hi]
     frame0 = frames_from_states(m, s0[:, None], np.zeros((k, 1, m.nsensordata)),
                                 np.zeros((k, 1, m.nu)))
-    frame0 = _pad(jax.tree.map(lambda x: x[:, 0], frame0), chunk)
+    frame0 = _pad(jax.tree.map(lambda x: x[:, 0], frame0), lanes)
     if trajectory is not None and 'ctrl' in log:
       ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
     else:
@@ -313,7 +315,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
                             trajectory.get('accelerations', 'dynamics'))
       frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
-    final, outs, _ = _devices(built, p, keys, _pad(frames, chunk), cmd0, cmds, record, lat)
+    final, outs, _ = _devices(built, p, keys, _pad(frames, lanes), cmd0, cmds, record, lat)
     finals.append(_cut(final, k))
     if record:
       traces.append(_cut(outs, k))

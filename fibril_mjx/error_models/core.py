@@ -122,8 +122,10 @@ def _unique(items, what, key=lambda v: v):
 
 
 def _shape(zero_fn):
-  z = zero_fn()
-  return jnp.shape(z), jnp.result_type(z)
+  # abstractly: chains are built at import, and a concrete array would start JAX's backend
+  # before `fibril_mjx.batch.worlds.cpu_flags` asks for one CPU device per core
+  z = jax.eval_shape(zero_fn)
+  return z.shape, z.dtype
 
 
 class Chain:

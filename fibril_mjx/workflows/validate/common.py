@@ -11,9 +11,13 @@ import json
 import math
 import pathlib
 
+import jax
 import numpy as np
 import yaml
 
+from fibril_mjx.batch import physics_c
+from fibril_mjx.batch.simulation import Simulation
+from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import plotting
 from fibril_mjx.io import outdir
@@ -83,12 +87,41 @@ def _axes_str(i):
 # ------------------------------------------------------------------------- data helpers
 
 
+def rig_simulation(path):
+  """A rig's `Simulation` on the fastest valid physics backend (`physics_c.choose`: MuJoCo C
+  on a CPU for these open-loop rigs, MJX otherwise)."""
+  sim = load_simulation(path)
+  physics, _ = physics_c.choose(sim.built, 'auto', impl=sim.impl)
+  return sim if physics == 'mjx' else Simulation(sim.built, physics=physics)
+
+
+def segments(sim, params, keys, n_ticks, seg, observe_truth=False):
+  """`(outputs of tick 0 (W, 1, ...), iterator of world-major outputs (W, seg, ...))` of a
+  rig: MJX in segments of `seg` ticks (bounded device memory), MuJoCo C in one open-loop
+  rollout (its outputs cut into the same segments)."""
+  if getattr(sim, 'physics', 'mjx') == 'c':
+    _, tr = sim.rollout(params, keys, n_ticks, record=True)
+    tr = jax.tree.map(np.asarray, tr)
+    return (jax.tree.map(lambda x: x[:, :1], tr),
+            (jax.tree.map(lambda x, k=k: x[:, 1 + k:1 + k + seg], tr)
+             for k in range(0, n_ticks, seg)))
+  state = sim.reset(params, keys)
+  first = jax.tree.map(lambda x: np.asarray(x)[:, None], sim.outputs(state))
+
+  def rest(state):
+    done = 0
+    while done < n_ticks:
+      state, outs = sim.run(params, state, seg, record=True, observe_truth=observe_truth)
+      yield jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), outs)
+      done += seg
+  return first, rest(state)
+
+
 def _collect(sim, params, keys, n_ticks, seg, fields):
   """Runs `n_ticks` in segments; returns `{cid: {field: (W, n_acq, ...)}}` of the delivered
   samples indexed by acquisition (sequence) number, NaN where lost, plus 'delivered'."""
-  import jax
-  state = sim.reset(params, keys)
-  first = jax.tree.map(np.asarray, sim.outputs(state))['sensor']
+  first, rest = segments(sim, params, keys, n_ticks, seg)
+  first = jax.tree.map(lambda x: x[:, 0], first['sensor'])
   chunks = {cid: {f: [] for f in fields + ('new_data', 'sequence', 'sample_tick')}
             for cid in first}
   for cid, d in first.items():
@@ -96,16 +129,12 @@ def _collect(sim, params, keys, n_ticks, seg, fields):
       chunks[cid][f].append(np.asarray(getattr(d.sample, f))[:, None])
     for f in ('new_data', 'sequence', 'sample_tick'):
       chunks[cid][f].append(np.asarray(getattr(d, f))[:, None])
-  done = 0
-  while done < n_ticks:
-    state, outs = sim.run(params, state, seg, record=True)
-    outs = outs['sensor']
-    for cid, d in outs.items():
+  for outs in rest:
+    for cid, d in outs['sensor'].items():
       for f in fields:
-        chunks[cid][f].append(np.swapaxes(np.asarray(getattr(d.sample, f)), 0, 1))
+        chunks[cid][f].append(np.asarray(getattr(d.sample, f)))
       for f in ('new_data', 'sequence', 'sample_tick'):
-        chunks[cid][f].append(np.swapaxes(np.asarray(getattr(d, f)), 0, 1))
-    done += seg
+        chunks[cid][f].append(np.asarray(getattr(d, f)))
   return {cid: {f: np.concatenate(v, axis=1) for f, v in c.items()} for cid, c in chunks.items()}
 
 

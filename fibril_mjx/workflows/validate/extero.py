@@ -38,10 +38,9 @@ import warnings
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (K_SIGMA, _by_sequence, _collect, _fmt,
-                                                  _staged_output, _summary, _write_rig,
+from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
+                                                  _fmt, _staged_output, _summary, _write_rig,
                                                   _write_summary, bench_xml, one_type_rig, Check)
-from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
@@ -210,14 +209,14 @@ def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
     h = _height(cfg)
     v = 0.5 * float(cfg['max_flow_rate_rad_s']) * h
     xml, doc, h, dt = flow_rig(cfg, perturb, 'slide', v)
-    sim = load_simulation(_write_rig(rigs, 'slide', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'slide', xml, doc))
     progress(f'translation rig: {worlds} worlds x {dur:g} s at {v:g} m/s, {h:g} m')
     z, _ = _run(sim, worlds, seed, dur, period)
     checks = _translation_checks(cfg, z, h, v, v * float(_site_x(xml)[0]))
     w_pk = 1.5 * float(cfg['max_angular_rate_rad_s'])
     freq = w_pk / (2 * math.pi * 0.3)       # ±0.3 rad of tilt: the ground stays in range
     xml, doc, _, dt = flow_rig(cfg, perturb, 'hinge', w_pk, freq)
-    sim = load_simulation(_write_rig(rigs, 'hinge', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'hinge', xml, doc))
     progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
     z, data = _run(sim, worlds, seed + 1, min(dur, 5.0), period)
     checks += _rotation_checks(cfg, z, data, dt, w_pk, freq, period)
@@ -320,7 +319,7 @@ def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, 
   period = float(cfg['period_s'])
   with _staged_output(out) as tmp:
     xml, doc, h = lidar_rig(cfg, perturb)
-    sim = load_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
     n_acq = int(round(static_duration_s / period))
     progress(f'lidar static fan rig: {worlds} worlds x {n_acq} scans, {h:g} m above ground')
     ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
@@ -435,7 +434,7 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
   period = float(cfg['period_s'])
   with _staged_output(out) as tmp:
     xml, doc, pts = camera_rig(cfg, perturb)
-    sim = load_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
     n_acq = int(round(min(static_duration_s, 20.0) / period))
     progress(f'camera static grid rig: {worlds} worlds x {n_acq} frames, {len(pts)} landmarks')
     ticks = int(math.ceil((n_acq + 2) * period / sim.dt))

@@ -19,10 +19,9 @@ import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (K_SIGMA, _fmt_any, _staged_output, _summary,
-                                                  _timing, _write_rig, _write_summary, bench_xml,
-                                                  one_type_rig, Check)
-from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.workflows.validate.common import (rig_simulation, segments, K_SIGMA, _fmt_any,
+                                                  _staged_output, _summary, _timing, _write_rig,
+                                                  _write_summary, bench_xml, one_type_rig, Check)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.mechanisms.rng import world_keys
@@ -365,9 +364,6 @@ def _gnss_collect(sim, params, keys, n_ticks, seg, n_acq, origin) -> dict:
   delivered solutions by sequence number (NaN where not delivered), with `sample_tick`,
   `arrival_tick`, the ENU position error (geodetic output converted back on the host,
   `fibril_mjx.mechanisms.geodesy`, minus the true antenna) and the velocity error."""
-  import jax
-
-  state = sim.reset(params, keys)
   out = {}
 
   def take(sensor, truth):
@@ -385,14 +381,10 @@ def _gnss_collect(sim, params, keys, n_ticks, seg, n_acq, origin) -> dict:
       for f, v in rows.items():
         c[f][w, seq[w, t]] = v[w, t]
 
-  first = jax.tree.map(lambda x: np.asarray(x)[:, None], sim.outputs(state))
+  first, rest = segments(sim, params, keys, n_ticks, seg, observe_truth=True)
   take(first['sensor'], first['truth'])
-  done = 0
-  while done < n_ticks:
-    state, outs = sim.run(params, state, seg, record=True, observe_truth=True)
-    outs = jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), outs)
+  for outs in rest:
     take(outs['sensor'], outs['truth'])
-    done += seg
   for c in out.values():
     enu = geodesy.geodetic_e7_to_enu(origin, c['latitude_e7'], c['longitude_e7'], c['height_m'])
     c['position_error_m'] = enu - c['antenna_position_m']
@@ -440,7 +432,7 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
   with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     xml, doc = gnss_rig(cfg, perturb)
-    sim = load_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     dt = sim.dt
     n_acq = int(round(static_duration_s / period))

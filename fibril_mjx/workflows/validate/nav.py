@@ -16,10 +16,9 @@ import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (K_SIGMA, _by_sequence, _collect, _fmt,
-                                                  _staged_output, _summary, _write_rig,
+from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
+                                                  _fmt, _staged_output, _summary, _write_rig,
                                                   _write_summary, bench_xml, Check)
-from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
@@ -140,7 +139,7 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
   with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     xml, doc, h = nav_rig(ctype, cfg, perturb)
-    sim = load_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     n_acq = int(round(static_duration_s / period))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
@@ -155,7 +154,7 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
           if np.any(np.asarray(cfg.get(sf, 0.0)) > 0) and float(cfg.get(tf, 0.0)) > 0]
     if gm:
       xml, doc, h = nav_rig(ctype, cfg, perturb, keep_gm=True)
-      sim = load_simulation(_write_rig(rigs, 'static_gm', xml, doc))
+      sim = rig_simulation(_write_rig(rigs, 'static_gm', xml, doc))
       progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
       data = _collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
                       n_seg * seg, seg, (field,))

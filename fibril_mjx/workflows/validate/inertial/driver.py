@@ -10,8 +10,9 @@ import time
 import numpy as np
 
 from fibril_mjx.workflows.validate import thermal
-from fibril_mjx.workflows.validate.common import (_by_sequence, _collect, _staged_output, _summary, _write_rig, _write_summary)
-from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.workflows.validate.common import (rig_simulation, _by_sequence, _collect,
+                                                  _staged_output, _summary, _write_rig,
+                                                  _write_summary)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
@@ -28,7 +29,7 @@ def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0
   """The temperature sweep with soak (`validate/thermal.py`)."""
   plan = thermal.sweep_plan(cfg, dev.period_s, window_s)
   xml, doc = thermal.sweep_rig(cfg, plan, perturb)
-  sim = load_simulation(_write_rig(rigs, 'thermal', xml, doc))
+  sim = rig_simulation(_write_rig(rigs, 'thermal', xml, doc))
   progress(f'thermal sweep: {len(thermal.LEVELS_K)} set-points x {worlds} worlds x '
            f'{plan.n_ticks} ticks (soak {plan.soak_s:g} s, record {plan.window_s:g} s)')
   n_seg = int(math.ceil(plan.n_ticks / 5000))
@@ -53,7 +54,7 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     rigs = tmp / 'rigs'
     # ---- static rig: long records, segments keep memory flat.
     xml, doc = static_rig(dev, perturb)
-    sim = load_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
     n_acq = int(round(static_duration_s / dev.period_s))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
     seg = int(math.ceil((n_acq + 50) / n_seg))
@@ -71,7 +72,7 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     # ---- dynamic rig: rate table, range, sweeps, timing.
     plan = dynamic_plan(dev)
     xml, doc = dynamic_rig(dev, plan, perturb)
-    sim = load_simulation(_write_rig(rigs, 'dynamic', xml, doc))
+    sim = rig_simulation(_write_rig(rigs, 'dynamic', xml, doc))
     progress(f'dynamic rig: 7 sensors x {worlds} worlds x {plan.n_ticks} ticks '
              f'(dt {plan.dt:g} s)')
     _, trace = sim.rollout(sim.default_params(worlds), world_keys(seed + 1, worlds),
