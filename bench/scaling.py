@@ -108,11 +108,11 @@ def driven_ctrl(sim, n_ticks):
   from fibril_mjx.batch import physics_c
   m = sim.mj_model
   s0 = physics_c.initial_states(m, 1)
-  f0 = physics_c.frames_from_states(m, s0[:, None], np.zeros((1, 1, m.nsensordata)),
-                                    np.zeros((1, 1, m.nu)))
-  f0 = type(f0)(*(x[:, 0] for x in f0))
-  ctrl = physics_c._controls(sim.built, sim.default_params(1), fm.world_keys(0, 1), f0,
-                             None, None, n_ticks - 1, None)
+  held = physics_c.frames_from_states(m, np.repeat(s0[:, None], n_ticks, axis=1),
+                                      np.zeros((1, n_ticks, m.nsensordata)),
+                                      np.zeros((1, n_ticks, m.nu)))
+  ctrl = physics_c._devices(sim.built, sim.default_params(1), fm.world_keys(0, 1), held,
+                            None, None, False, None)[2]
   return np.asarray(jnp.asarray(ctrl)[0], np.float64)
 
 

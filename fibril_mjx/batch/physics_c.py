@@ -3,11 +3,12 @@ state logs through `mj_forward` (`physics='trajectory'`), under the same device 
 
 Open loop, one tick k is what the in-loop pipeline does (SPEC §4), cut in three passes:
 
-1. **Controls.** The actuator components run over the command trace in JAX (`pipeline.
-   init_frame` / `step_frame` with `sense=False`): transports, schedules, timeouts, the
-   manifest's scripts — everything that makes `ctrl_k`. Nothing there reads the physics (a
-   component whose controls do is refused up front: `open_loop_problems`), so the controls are
-   known before any physics runs.
+1. **Controls.** The pipeline runs over the command trace in JAX on placeholder frames (the
+   initial state at every tick): transports, schedules, timeouts, the manifest's scripts —
+   everything that makes `ctrl_k`. Nothing there reads the physics (a component whose controls
+   do is refused up front: `open_loop_problems`), so the controls are known before any physics
+   runs. It is the same compiled program as pass 3 (its outputs are dropped): one compilation
+   instead of two, for the cost of running the sensors once more on nothing.
 2. **Physics.** MuJoCo C rolls every world out with those controls (`mujoco.rollout`: its thread
    pool, one `MjData` per thread, per-world `MjModel`s when MJCF fields vary per world). A
    rollout step is `mj_step` = forward then integrate, so the `sensordata` recorded at step k
@@ -169,20 +170,6 @@ def _commands(built: Built, commands, lo, hi, n_ticks):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 6))
-def _controls(built: Built, params, keys, frame0, cmd0, cmds, n_ticks: int, latency):
-  """Pass 1: `(n_worlds, n_ticks + 1, nu)` controls of every tick, actuators only."""
-  def one(p, key, fr, c0, cs, lat):
-    st = pipeline.init_frame(built, p, key, fr, commands=c0, latency=lat, sense=False)
-
-    def body(s, c):
-      s, _ = pipeline.step_frame(built, p, s, fr, c, sense=False)
-      return s, s.ctrl
-    _, ctrl = jax.lax.scan(body, st, cs, length=n_ticks)
-    return jnp.concatenate([st.ctrl[None], ctrl])
-  return jax.vmap(one)(params, keys, frame0, cmd0, cmds, latency)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 6))
 def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, latency):
   """Pass 3: the whole pipeline over recorded frames `(n_worlds, n_ticks + 1, ...)`; returns
   `(final state, outputs (n_worlds, n_ticks + 1, ...) or None, controls)`."""
@@ -299,13 +286,13 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
     cmd0, cmds = _commands(built, commands, lo, hi, n_ticks)
     cmd0, cmds = (sl(cmd0), sl(cmds)) if cmds is not None else (None, None)
     s0 = states0[lo:hi]
-    frame0 = frames_from_states(m, s0[:, None], np.zeros((k, 1, m.nsensordata)),
-                                np.zeros((k, 1, m.nu)))
-    frame0 = _pad(jax.tree.map(lambda x: x[:, 0], frame0), lanes)
     if trajectory is not None and 'ctrl' in log:
       ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
-    else:
-      ctrl = np.asarray(_controls(built, p, keys, frame0, cmd0, cmds, n_ticks, lat),
+    else:   # pass 1 on placeholder frames: the initial state at every tick
+      held = frames_from_states(m, np.repeat(s0[:, None], n_ticks + 1, axis=1),
+                                np.zeros((k, n_ticks + 1, m.nsensordata)),
+                                np.zeros((k, n_ticks + 1, m.nu)))
+      ctrl = np.asarray(_devices(built, p, keys, _pad(held, lanes), cmd0, cmds, record, lat)[2],
                         np.float64)[:k]
     if trajectory is None:
       st, sd = runner(world_models(m, model, lo, hi), s0, ctrl)

@@ -315,14 +315,12 @@ def _sense(built: Built, params, comps, data, tick, dues):
   return comps
 
 
-def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward,
-          sense: bool = True):
+def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
   """Tick `tick` at the state `x_tick` (SPEC §4): application of the tick's controls,
   `forward` (every stage and `sensordata` of `x_tick` with those controls), then the
   acquisitions and deliveries of the tick. `dc` is the dcmotor activation; returned as the
   `dcmotor.Pending` the next integration needs. `forward` None: `data` is a `Frame` whose
-  physics was computed outside (its dcmotors too); `sense` False skips the acquisitions (the
-  actuators alone, for a backend that needs the control trajectory first)."""
+  physics was computed outside (its dcmotors too)."""
   ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
   comps = dict(comps)
   for cid, c in actuators(built):
@@ -334,8 +332,6 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, 
     data = forward(mx, data.replace(ctrl=ctrl))
   else:
     data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
-  if not sense:
-    return data, ctrl, dc, comps
   return data, ctrl, dc, _sense(built, params, comps, data, tick, post)
 
 
@@ -424,34 +420,32 @@ def _reset_ctrl(built: Built, params, comps, data):
 # ---------------------------------------------------------------- physics from outside the loop
 
 def init_frame(built: Built, params: dict, key: jax.Array, frame: Frame, *,
-               commands: dict | None = None, latency: dict | None = None,
-               sense: bool = True) -> SimState:
+               commands: dict | None = None, latency: dict | None = None) -> SimState:
   """`init` with the physics of tick 0 given as a `Frame` (an open-loop backend: MuJoCo C, a
   recorded trajectory) instead of computed by MJX. Same clocks, streams, transports and
-  components as `init`; `sense` False runs the actuators only (the control trajectory)."""
+  components as `init`."""
   tick = jnp.int32(0)
   clocks, commands, pre, post = _tick_inputs(built, _clocks0(built), commands, tick)
   comps = _init_components(built, params, key, latency)
   ctrl, comps = _reset_ctrl(built, params, comps, frame)
   data, ctrl, dc, comps = _tick(built, None, params, frame, ctrl, (), comps, commands, tick,
-                                pre, post, None, sense)
+                                pre, post, None)
   diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
   return SimState(tick, clocks, data, ctrl, (), comps, diverged)
 
 
 def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
-               commands: dict | None = None, *, sense: bool = True) -> tuple[SimState, dict]:
+               commands: dict | None = None) -> tuple[SimState, dict]:
   """`step` with the physics of the new tick given as a `Frame` (its state `x_{tick+1}` and
   the `sensordata` of its forward): the application, acquisitions and deliveries of the tick,
-  exactly as `step` runs them on MJX's data. Returns `(state, outputs)` (outputs `{}` when
-  `sense` is False)."""
+  exactly as `step` runs them on MJX's data. Returns `(state, outputs)`."""
   tick = state.tick + 1
   clocks, commands, pre, post = _tick_inputs(built, state.clocks, commands, tick)
   data, ctrl, dc, comps = _tick(built, None, params, frame, state.ctrl, (), state.components,
-                                commands, tick, pre, post, None, sense)
+                                commands, tick, pre, post, None)
   diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
   state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
-  return state, (outputs(built, state) if sense else {})
+  return state, outputs(built, state)
 
 
 def step(built: Built, params: dict, state: SimState, commands: dict | None = None, *,
