@@ -242,12 +242,15 @@ def frames_from_log(m: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, ctrl:
 def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: str = 'c',
             record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
             qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
-            runner: Rollout | None = None, threads: int | None = None, controller=None):
+            runner: Rollout | None = None, threads: int | None = None, controller=None,
+            lanes: int | None = None):
   """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
   (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
   [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
   n_ticks + 1; every world replays it, each with its own devices): same arguments, same
-  `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`)."""
+  `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`). `lanes`: worlds
+  per vmapped call (`Simulation.rollout`'s `sub_batch`): a campaign fixes it so that a world
+  replayed alone runs in the same batch shape as in its chunk."""
   check_open_loop(built, physics, controller=controller)
   m = built.mj_model
   n = int(world_keys.shape[0])
@@ -264,7 +267,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       raise FibrilError(f"physics {physics!r}: per-world dcmotor parameters are MJX's "
                         "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
   lat_in = pipeline.latency_inputs(built, latency, n)
-  chunk = chunk_worlds or default_chunk(m, n, n_ticks)
+  chunk = lanes or chunk_worlds or default_chunk(m, n, n_ticks)
   lanes = max(2, chunk)   # XLA compiles one lane to other scalar code: pad to two or more
   if trajectory is None:
     runner = runner or Rollout(m, threads)
@@ -312,6 +315,17 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
   # tick and schedules are shared by every world, as in the in-loop batch
   final = final._replace(tick=final.tick[0], clocks=jax.tree.map(lambda x: x[0], final.clocks))
   return final, (cat(traces) if record else None)
+
+
+def output_shapes(built: Built, params, keys):
+  """`jax.eval_shape` of a batch's tick-0 outputs on frames (no physics traced: what a
+  campaign needs to name its metrics)."""
+  m = built.mj_model
+  n = keys.shape[0]
+  z = lambda *s: jnp.zeros((n,) + s, jnp.float32)   # noqa: E731
+  frames = Frame(z(m.nq), z(m.nv), z(m.na), z(m.nsensordata), z(m.nu))
+  return jax.eval_shape(jax.vmap(lambda p, k, f: pipeline.outputs(
+      built, pipeline.init_frame(built, p, k, f))), params, keys, frames)
 
 
 def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_axes=None,

@@ -423,7 +423,7 @@ class Simulation:
       return physics_c.simulation_rollout(
           self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
           commands=commands, controller=controller, model=model, model_axes=model_axes,
-          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency)
+          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency, lanes=sub_batch)
     fields = batched.model_field_names(model, model_axes)
     self.latency_inputs(latency, n)   # validated once, before anything runs
     lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}

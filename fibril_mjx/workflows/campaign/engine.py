@@ -354,7 +354,8 @@ class Plan:
     device count or backend: XLA's CPU code for a batched call depends on its batch size,
     which can change a world's last bits (measured on the EKF example). At most SUB_BATCH,
     the chunk size and the LAPACK-safe size, as a power of two."""
-    cap = sim.sub_batch_cap()[0]
+    # MJX's LAPACK-safe cap (a trace of its step); MuJoCo C runs no LAPACK in JAX
+    cap = None if getattr(sim, 'physics', 'mjx') == 'c' else sim.sub_batch_cap()[0]
     k = min(SUB_BATCH, 1 << max(1, (self.campaign.chunk_worlds - 1).bit_length()))
     return k if cap is None else min(k, pow2_sub_batch(cap))
 
@@ -435,8 +436,12 @@ def _probe_metrics(plan: Plan, cid: str) -> list[str]:
   cache = getattr(plan, '_probe', None)
   if cache is None:
     sim = plan.sim
-    out = jax.eval_shape(lambda p, k: sim.outputs(sim.reset(p, k)), sim.default_params(2),
-                         jax.random.split(jax.random.PRNGKey(0), 2))
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    if plan.physics == 'c':   # the same outputs, without tracing MJX
+      out = physics_c.output_shapes(sim.built, sim.default_params(2), keys)
+    else:
+      out = jax.eval_shape(lambda p, k: sim.outputs(sim.reset(p, k)), sim.default_params(2),
+                           keys)
     fake = jax.tree.map(lambda s: np.zeros((s.shape[0], 3) + s.shape[1:], s.dtype), out)
     flat = common.flatten(fake)
     cache = {}
