@@ -61,10 +61,10 @@ def fibril_rate(sim, n, ticks, repeats, **kw):
   return n * ticks / statistics.median(ts), compile_s - statistics.median(ts)
 
 
-def c_rate(sim, n, ticks, repeats, threads, ctrl=None):
+def c_rate(sim, n, ticks, repeats, threads, ctrl=None, *, callable_only=False):
   """World-steps/s of `mujoco.rollout` (threads) + a vectorized NumPy sensor model on the
   compiled MuJoCo model of `sim` (with its actuator_script ctrl, other actuators at 0; or
-  `ctrl (ticks, nu)`)."""
+  `ctrl (ticks, nu)`); `callable_only`: the timed function itself (after one warm call)."""
   import jax
   import jax.numpy as jnp
   import mujoco
@@ -92,6 +92,8 @@ def c_rate(sim, n, ticks, repeats, threads, ctrl=None):
     noisy = sens + bias + 0.01 * rng.standard_normal(sens.shape)
     return np.round(noisy / lsb) * lsb
   once()
+  if callable_only:
+    return once
   ts = []
   for _ in range(repeats):
     t0 = time.perf_counter()
@@ -116,23 +118,40 @@ def driven_ctrl(sim, n_ticks):
   return np.asarray(jnp.asarray(ctrl)[0], np.float64)
 
 
+def interleaved(n, ticks, reps, **fns):
+  """Median world-steps/s of each function, timed in alternation (`reps` rounds), so that a
+  change of load on a shared machine reaches every side alike."""
+  ts = {k: [] for k in fns}
+  for _ in range(reps):
+    for k, fn in fns.items():
+      t0 = time.perf_counter()
+      fn()
+      ts[k].append(time.perf_counter() - t0)
+  return {k: n * ticks / statistics.median(v) for k, v in ts.items()}
+
+
 def physics_c_ratios(out, turn, n, ticks, reps, cores):
   """fibril_mjx over MuJoCo C (`physics='c'`) / MuJoCo C + NumPy sensors, same worlds, ticks,
-  threads and controls."""
+  threads and controls, timed in alternation."""
+  import jax
   import fibril_mjx as fm
-  tc = fm.Simulation(turn.built, physics='c')
-  rc, cc = fibril_rate(tc, n, ticks, reps)
-  cr = c_rate(turn, n, ticks, reps, cores)
-  print(f'turntable {n} x {ticks}: fibril physics=c {rc:,.0f} (compile {cc:.1f} s); MuJoCo C '
-        f'({cores} threads) + NumPy sensors {cr:,.0f} world-steps/s', flush=True)
-  out[f'c_ratio_turntable_{n}_physics_c'] = rc / cr
+  cases = [('turntable', fm.Simulation(turn.built, physics='c'), ticks, None)]
   wheel = fm.load(REPO / 'manifests' / 'wheeled_base.yaml', physics='c')
   wt = max(10, ticks // 4)
-  rw, cw = fibril_rate(wheel, n, wt, reps)
-  crw = c_rate(wheel, n, wt, reps, cores, ctrl=driven_ctrl(wheel, wt))
-  print(f'wheeled base {n} x {wt}: fibril physics=c {rw:,.0f} (compile {cw:.1f} s); MuJoCo C '
-        f'+ NumPy sensors {crw:,.0f} world-steps/s (same driving controls)', flush=True)
-  out[f'c_ratio_wheeled_base_{n}_physics_c'] = rw / crw
+  cases.append(('wheeled_base', wheel, wt, driven_ctrl(wheel, wt)))
+  for name, sim, t, ctrl in cases:
+    p, keys = sim.default_params(n), fm.world_keys(0, n)
+    fib = lambda: jax.block_until_ready(sim.rollout(p, keys, t, record=False)[0])  # noqa
+    t0 = time.perf_counter()
+    fib()
+    first = time.perf_counter() - t0
+    r = interleaved(n, t, max(reps, 5), fibril=fib,
+                    c=c_rate(sim, n, t, 0, cores, ctrl, callable_only=True))
+    print(f'{name} {n} x {t}: fibril physics=c {r["fibril"]:,.0f} (first call {first:.1f} s '
+          f'incl. compile); MuJoCo C ({cores} threads) + NumPy sensors {r["c"]:,.0f} '
+          'world-steps/s' + (' (same driving controls)' if ctrl is not None else ''),
+          flush=True)
+    out[f'c_ratio_{name}_{n}_physics_c'] = r['fibril'] / r['c']
 
 
 def campaign_speedup(out, worlds, duration_s):

@@ -190,6 +190,28 @@ def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, laten
   return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _script_ctrl(built: Built, n_ticks: int):
+  """`(n_ticks + 1, nu)`: the manifest's `actuator_script` controls of every tick, as the
+  pipeline's tick writes them when no actuator component drives a control."""
+  # a scan of scalar ticks, as the pipeline's: a vmap over ticks would vectorize the
+  # waveforms' sin, whose last bits differ from the scalar one (`_check_controls` sees it)
+  def one(_, tick):
+    return None, built.actuator_script.ctrl(jnp.zeros(built.mj_model.nu, jnp.float32),
+                                            tick.astype(jnp.float32) * built.dt)
+  return jax.lax.scan(one, None, jnp.arange(n_ticks + 1, dtype=jnp.int32))[1]
+
+
+def _check_controls(used: np.ndarray, stepped: np.ndarray, physics: str) -> None:
+  """The controls the device pass wrote are those MuJoCo C stepped with, else some component
+  read the physics before its application without declaring it (`closes_loop`)."""
+  bad = np.nonzero(np.any(used != stepped.astype(np.float32), axis=-1))
+  if bad[0].size:
+    raise FibrilError(f'physics {physics!r}: the controls of world {bad[0][0]} at tick '
+                      f'{bad[1][0]} depend on the physics (the open-loop pass wrote others); '
+                      "a component closes a loop without declaring it: use physics='mjx'")
+
+
 def _pad(tree, k: int):
   """Leaves `(n, ...)` padded to `(k, ...)` by repeating the last world."""
   def one(x):
@@ -291,6 +313,9 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
     s0 = states0[lo:hi]
     if trajectory is not None and 'ctrl' in log:
       ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
+    elif not pipeline.actuators(built):   # only the actuator_script writes ctrl: no pass 1
+      ctrl = np.broadcast_to(np.asarray(_script_ctrl(built, n_ticks), np.float64),
+                             (k, n_ticks + 1, m.nu))
     else:   # pass 1 on placeholder frames: the initial state at every tick
       held = frames_from_states(m, np.repeat(s0[:, None], n_ticks + 1, axis=1),
                                 np.zeros((k, n_ticks + 1, m.nsensordata)),
@@ -305,7 +330,9 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
                             trajectory.get('accelerations', 'dynamics'))
       frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
-    final, outs, _ = _devices(built, p, keys, _pad(frames, lanes), cmd0, cmds, record, lat)
+    final, outs, used = _devices(built, p, keys, _pad(frames, lanes), cmd0, cmds, record, lat)
+    if pipeline.actuators(built) and (trajectory is None or 'ctrl' not in log):
+      _check_controls(np.asarray(used)[:k], ctrl, physics)   # only an actuator can close one
     finals.append(_cut(final, k))
     if record:
       traces.append(_cut(outs, k))

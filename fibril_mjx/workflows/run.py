@@ -94,6 +94,8 @@ class _TraceFile:
 def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
   """`(backend, why)`: what runs the physics. `'auto'` picks MuJoCo C on a CPU host when
   nothing closes a loop on physics (measured faster there, `bench/scaling.py`), else MJX."""
+  if physics is None:
+    physics = 'mjx' if trajectory is None else 'trajectory'
   if trajectory is not None:
     if physics not in ('auto', 'trajectory'):
       raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
@@ -107,7 +109,7 @@ def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
 
 def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_worlds=16,
         chunk_worlds=None, overwrite=False, segments=20, devices=None, share_physics=True,
-        impl='jax', memory_budget_bytes=None, stall_s=None, physics='mjx',
+        impl='jax', memory_budget_bytes=None, stall_s=None, physics=None,
         trajectory=None) -> dict:
   """Runs `worlds` worlds for `duration_s` and writes the output directory. Returns the summary.
 
@@ -120,9 +122,10 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     share_physics: run the physics once for all worlds when no per-world input reaches it
       (`Simulation.physics_sharing`); False: one physics rollout per world.
     impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
-    physics: `'mjx'` (in the loop), `'c'` (MuJoCo C through `mujoco.rollout`, open loop),
-      `'auto'` (`choose_physics`), or `'trajectory'` with `trajectory` a state log (the path
-      of an NPZ / Parquet file, `fibril_mjx.io.trajectory`).
+    physics: `'mjx'` (in the loop; the default without `trajectory`), `'c'` (MuJoCo C through
+      `mujoco.rollout`, open loop), `'auto'` (`choose_physics`; the CLI's default), or
+      `'trajectory'` (the default with `trajectory`, a state log: the path of an NPZ /
+      Parquet file, `fibril_mjx.io.trajectory`).
   """
 
   out = outdir.claim(out, overwrite=overwrite)

@@ -211,3 +211,35 @@ def test_campaign_physics_field_is_validated(tmp_path):
   with pytest.raises(FibrilError) as e:
     spec.read(bad)
   assert "physics = 'gpu': must be auto, mjx or c (the physics backend)" in str(e.value)
+
+
+def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp_path):
+  """`fibril-mjx run` (the workflow): auto picks `c` for the open-loop turntable and says why;
+  `--trajectory` of a log MuJoCo C made gives the samples of the `c` run."""
+  import json
+  from fibril_mjx.workflows import run as runmod
+  _, c = sims
+  s = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'c',
+                 physics='auto')
+  meta = json.loads((tmp_path / 'c' / 'meta.json').read_text())
+  assert s['physics'] == meta['physics'] == 'c'
+  assert meta['physics_choice'].startswith('auto: open loop on a CPU host')
+  assert 'physics backend: c (auto: open loop' in (tmp_path / 'c' / 'summary.txt').read_text()
+  m = c.mj_model
+  n_ticks = s['ticks']
+  times = jnp.arange(n_ticks + 1, dtype=jnp.float32) * c.dt
+  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  qpos, qvel = _c_log(m, ctrl)
+  np.savez(tmp_path / 'log.npz', qpos=qpos, qvel=qvel, ctrl=ctrl)
+  t = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 't',
+                 trajectory=tmp_path / 'log.npz')
+  assert t['physics'] == 'trajectory'
+  a, b = np.load(tmp_path / 'c' / 'trace.npz'), np.load(tmp_path / 't' / 'trace.npz')
+  sensors = [k for k in a.files if k.startswith('sensor/')]
+  assert sensors
+  for k in sensors:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  with pytest.raises(FibrilError, match='cannot be combined with --physics mjx'):
+    runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'x',
+               physics='mjx', trajectory=tmp_path / 'log.npz')
