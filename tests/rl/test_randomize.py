@@ -215,3 +215,32 @@ def test_user_errors(sim, env):
   with pytest.raises(ConfigError, match=r"vary\.imu\.angular_velocty_bias.*did you mean"):
     FibrilEnv(sim, task, vary={'imu.angular_velocty_bias': {'dist': 'normal', 'mean': 0,
                                                             'std': 1}})
+
+
+def test_sync_vmap_equals_brax_vmap(env):
+  """`wrap_for_training`'s batch keeps one tick and one set of clocks (SyncVmap: envs in step)
+  and gives the observations, rewards and draws of Brax's VmapWrapper, across auto-resets."""
+  from brax.envs.wrappers import training
+  from fibril_mjx.rl import wrappers
+  sync = wrappers.wrap_for_training(env, EPISODE)
+  plain = wrappers.AutoReset(training.EpisodeWrapper(training.VmapWrapper(env), EPISODE, 1))
+  keys = jax.random.split(jax.random.PRNGKey(2), 3)
+  actions = jnp.array([[0.5], [-0.3], [0.1]])
+  states = {}
+  for name, w in (('sync', sync), ('plain', plain)):
+    step = jax.jit(w.step)
+    s, seen = jax.jit(w.reset)(keys), []
+    for _ in range(2 * EPISODE + 1):
+      s = step(s, actions)
+      seen.append(s)
+    states[name] = seen
+  assert states['sync'][0].pipeline_state.tick.shape == ()
+  assert states['plain'][0].pipeline_state.tick.shape == (3,)
+  for a, b in zip(states['sync'], states['plain']):
+    np.testing.assert_allclose(np.asarray(a.obs), np.asarray(b.obs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(a.reward), np.asarray(b.reward), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(a.done), np.asarray(b.done))
+    np.testing.assert_array_equal(np.asarray(a.info['draws']['imu.latency_s']),
+                                  np.asarray(b.info['draws']['imu.latency_s']))
+    assert np.all(np.asarray(b.pipeline_state.tick) == int(a.pipeline_state.tick))
+  assert float(states['sync'][EPISODE - 1].done[0]) == 1.0
