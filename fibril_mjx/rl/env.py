@@ -2,10 +2,11 @@
 
 `FibrilEnv(sim, task)` is one world: `reset(rng) -> State`, `step(state, action) -> State`,
 `observation_size`, `action_size`, and a `State` with `pipeline_state`, `obs`, `reward`, `done`,
-`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes and auto-reset are
-Brax's own wrappers (`EpisodeWrapper`, `AutoResetWrapper`, and `VmapWrapper` for a batch;
-`wrap` here, or Brax PPO's default `wrap_env_fn`): `step` never computes a reset. Brax is not
-needed to use the env itself.
+`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes are Brax's own
+`EpisodeWrapper`; auto-reset is `fibril_mjx.rl.wrappers.AutoReset` (new draws per episode,
+see below) and the batch Brax's `VmapWrapper` or `wrappers.SyncVmap` (`wrap` here for one
+world, `wrap_for_training` as Brax PPO's `wrap_env_fn`): `step` never computes a reset. Brax
+is not needed to use the env itself.
 
 - The state is one world's `pipeline.SimState` (`fibril_mjx.core.pipeline`), advanced by
   `pipeline.step`; under `VmapWrapper` every leaf (the tick too) gets the env axis.
