@@ -16,6 +16,9 @@ wrapper, stepped in one `lax.scan` of `--steps` env steps with a fixed action:
   accelerometer reading would stay at its reset value, not an ideal observation.
 - **plain**: the same with `mujoco.mjx.step` as it is (stale accelerometer), for reference
   (`env_steps_ratio_plain_<n>=`).
+- **bare_ar**: the bare env under `fibril_mjx.rl.wrappers.AutoReset` instead of Brax's
+  `AutoResetWrapper` (which selects over the whole `mjx.Data` at every step): the ratio with
+  the same auto-reset on both sides (`env_steps_ratio_same_reset_<n>=`).
 
 Both envs are timed side by side in one process, interleaved, median of `--repeats`. It prints
 per env count `env_steps_ratio_<n>=` (fibril env-steps/s ÷ bare env-steps/s) and the device
@@ -42,6 +45,7 @@ from mujoco import mjx
 
 import fibril_mjx
 from fibril_mjx.physics.mjx import mjx as ideal_mjx
+from fibril_mjx.rl import wrappers
 from fibril_mjx.rl.env import wrap_for_training
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -136,7 +140,9 @@ def main(argv=None):
   envs = {'fibril': wrap_for_training(fib, args.episode_length),
           'bare': training.wrap(bare, args.episode_length),
           'plain': training.wrap(BareEnv(sim.physics_model, fib.task.control_ticks,
-                                         step=mjx.step), args.episode_length)}
+                                         step=mjx.step), args.episode_length),
+          'bare_ar': wrappers.AutoReset(training.EpisodeWrapper(training.VmapWrapper(bare),
+                                                                args.episode_length, 1))}
   ratios = {}
   for n in args.envs:
     progs, states, times, cpu = {}, {}, {k: [] for k in envs}, {k: [] for k in envs}
@@ -165,6 +171,8 @@ def main(argv=None):
           f'{sps["plain"]:,.0f} {rng["plain"]}; CPU-time ratio fibril/bare {cpu_ratio:.3f}')
     print(f'  device layer: {device:.3f} us per env step ({device / per_step["fibril"]:.1%} '
           f'of the fibril step; bare {per_step["bare"]:.3f} us)')
+    print(f'  bare under AutoReset: {sps["bare_ar"]:,.0f} env-steps/s {rng["bare_ar"]}')
+    print(f'env_steps_ratio_same_reset_{n}={sps["fibril"] / sps["bare_ar"]:.3f}')
     print(f'env_steps_ratio_plain_{n}={sps["fibril"] / sps["plain"]:.3f}')
     print(f'env_steps_ratio_{n}={ratios[n]:.3f}', flush=True)
   print(f'env_steps_ratio={ratios[max(ratios)]:.3f}')
