@@ -5,7 +5,10 @@ The policy sees the delivered RS00 feedback (position, velocity, applied effort,
 cadence) and ICM-42688-P samples with their `new_data` flags, plus the commanded angle; it
 commands hip effort through the `fibril_sim/motor` adapter every 5 ms. Each reset draws a new
 world key (IMU noise and turn-on bias), a new target angle in [-0.6, 0.6] rad and a new nominal
-gyro bias (per-reset Params); Brax's own wrappers (vmap, episode, auto-reset) run the episodes.
+gyro bias (per-reset Params); `--device-randomization` also draws transport latencies, IMU
+misalignment and scale, the feedback lag and the joint damping per episode (`DEVICE_VARY`, a
+campaign's `vary:` syntax). Brax's vmap and episode wrappers run the episodes, with
+`fibril_mjx.rl.wrappers.AutoReset` redrawing all of it at every auto-reset.
 Reward: -(q - q*)² - 0.01 a², with q the true joint angle.
 
     .venv/bin/python examples/train_ppo.py --timesteps 300000 --out out/ppo
@@ -25,7 +28,7 @@ import jax.numpy as jnp
 
 import fibril_mjx
 from fibril_mjx.components.actuators import motor
-from fibril_mjx.rl.env import FibrilEnv, Task
+from fibril_mjx.rl.env import FibrilEnv, Task, wrap_for_training
 
 MANIFEST = pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'rl' / 'leg_hold.yaml'
 EFFORT_SCALE = 3.0      # N·m per unit action (gravity torque of the link is ≤ 1.5 N·m)
@@ -57,9 +60,21 @@ def randomize_gyro_bias(rng, params, stddev=2e-3):
   return {**params, 'imu': jax.tree_util.tree_unflatten(treedef, leaves)}
 
 
+# Per-episode device randomization in a campaign file's `vary:` syntax (`--device-randomization`):
+# transport latencies, IMU misalignment and scale, the RS00 feedback lag, joint damping.
+DEVICE_VARY = {
+    'imu.latency_s': {'dist': 'uniform', 'low': 0.0, 'high': 0.003},
+    'imu.angular_velocity_misalignment': {'dist': 'normal', 'mean': 0.0, 'std': 0.01},
+    'imu.angular_velocity_scale': {'dist': 'uniform', 'low': 0.98, 'high': 1.02},
+    'hip.feedback_latency_s': {'dist': 'uniform', 'low': 0.0, 'high': 0.004},
+    'joint:hip.damping': {'dist': 'lognormal', 'mu': 0.0, 'sigma': 0.2, 'relative': True},
+}
+
+
 def make_env(sim=None, *, episode_length=200, control_ticks=5, randomize=True,
-             privileged_obs=False) -> FibrilEnv:
-  """The leg-hold environment (`control_ticks` ms per step at dt = 1 ms)."""
+             privileged_obs=False, vary=None) -> FibrilEnv:
+  """The leg-hold environment (`control_ticks` ms per step at dt = 1 ms); `vary` is a
+  campaign-style per-episode device randomization (e.g. `DEVICE_VARY`)."""
   task = Task(
       observe={'hip': ('position', 'velocity', 'applied_effort'),
                'imu': ('angular_velocity', 'linear_acceleration')},
@@ -69,7 +84,7 @@ def make_env(sim=None, *, episode_length=200, control_ticks=5, randomize=True,
       control_ticks=control_ticks, episode_length=episode_length)
   return FibrilEnv(sim if sim is not None else fibril_mjx.load(MANIFEST), task,
                    randomize=randomize_gyro_bias if randomize else None,
-                   privileged_obs=privileged_obs)
+                   privileged_obs=privileged_obs, vary=vary)
 
 
 def brax_jax_compat() -> None:
@@ -89,9 +104,9 @@ def brax_jax_compat() -> None:
 def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=None,
           num_evals=8, hidden=(32, 32), unroll_length=10, batch_size=64, num_minibatches=4,
           num_updates_per_batch=4, num_eval_envs=64, run_evals=True):
-  """Brax PPO on the one-world `env`, under Brax's default training wrappers (`VmapWrapper`,
-  `EpisodeWrapper`, `AutoResetWrapper`); returns `(make_policy, params, [(steps, eval
-  reward)])`."""
+  """Brax PPO on the one-world `env`, under Brax's `VmapWrapper` and `EpisodeWrapper` with
+  `fibril_mjx.rl.wrappers.AutoReset` (new device draws at every auto-reset); returns
+  `(make_policy, params, [(steps, eval reward)])`."""
   brax_jax_compat()
   from brax.training.agents.ppo import networks as ppo_networks
   from brax.training.agents.ppo import train as ppo
@@ -112,7 +127,7 @@ def train(env, *, timesteps, num_envs=64, episode_length=200, seed=0, progress=N
       entropy_cost=1e-3, discounting=0.97, unroll_length=unroll_length, batch_size=batch_size,
       num_minibatches=num_minibatches, num_updates_per_batch=num_updates_per_batch,
       normalize_observations=True, network_factory=network, seed=seed, progress_fn=log,
-      run_evals=run_evals)
+      run_evals=run_evals, wrap_env_fn=wrap_for_training)
   return make_policy, params, curve
 
 
@@ -139,10 +154,13 @@ def main(argv=None):
   ap.add_argument('--evals', type=int, default=8)
   ap.add_argument('--seed', type=int, default=0)
   ap.add_argument('--out', default='out/ppo')
+  ap.add_argument('--device-randomization', action='store_true',
+                  help='per-episode device randomization (DEVICE_VARY)')
   args = ap.parse_args(argv)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  env = make_env(episode_length=args.episode_length)
+  env = make_env(episode_length=args.episode_length,
+                 vary=DEVICE_VARY if args.device_randomization else None)
   t0 = time.perf_counter()
   _, _, curve = train(env, timesteps=args.timesteps, num_envs=args.envs,
                       episode_length=args.episode_length, seed=args.seed, num_evals=args.evals,

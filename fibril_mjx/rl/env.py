@@ -2,10 +2,11 @@
 
 `FibrilEnv(sim, task)` is one world: `reset(rng) -> State`, `step(state, action) -> State`,
 `observation_size`, `action_size`, and a `State` with `pipeline_state`, `obs`, `reward`, `done`,
-`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes and auto-reset are
-Brax's own wrappers (`EpisodeWrapper`, `AutoResetWrapper`, and `VmapWrapper` for a batch;
-`wrap` here, or Brax PPO's default `wrap_env_fn`): `step` never computes a reset. Brax is not
-needed to use the env itself.
+`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes are Brax's own
+`EpisodeWrapper`; auto-reset is `fibril_mjx.rl.wrappers.AutoReset` (new draws per episode,
+see below) and the batch Brax's `VmapWrapper` or `wrappers.SyncVmap` (`wrap` here for one
+world, `wrap_for_training` as Brax PPO's `wrap_env_fn`): `step` never computes a reset. Brax
+is not needed to use the env itself.
 
 - The state is one world's `pipeline.SimState` (`fibril_mjx.core.pipeline`), advanced by
   `pipeline.step`; under `VmapWrapper` every leaf (the tick too) gets the env axis.
@@ -25,11 +26,15 @@ needed to use the env itself.
   multiples of P applies the action at the first tick of the step, as a policy running at the
   actuator's cadence expects.
 - Randomization: a reset draws the world key from the rng (so noise, turn-on biases and jitter
-  differ per reset), the task goal from `sample_goal`, and the Params from
-  `randomize(rng, params)` when given (else `params`, default the manifest's). Brax's
-  `AutoResetWrapper` restarts a finished episode from the state its `reset` cached, so an env
-  of a batch repeats its first episode's draws; new draws come with each `reset` (Brax's
-  trainers reset their evaluation envs at every evaluation).
+  differ per reset), the task goal from `sample_goal`, the device terms of `vary=` (a
+  campaign's `vary:` syntax, `fibril_mjx.rl.randomize`: latencies, biases, misalignment,
+  scale, noise, MJCF fields, initial state; drawn from the campaign streams of the world key),
+  and the Params from `randomize(rng, params)` when given (else `params`, default the
+  manifest's). The draws hold for the episode (`info['params']`, `info['model']`,
+  `info['draws']`). Brax's own `AutoResetWrapper` restarts a finished episode from the state
+  its `reset` cached — the first episode's draws again; `wrap` / `wrap_for_training` put
+  `fibril_mjx.rl.wrappers.AutoReset` in its place, which resets finished envs from a new
+  key folded from their episode count, computed only on steps where an env finished.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ import jax.numpy as jnp
 
 from fibril_mjx.batch.simulation import Simulation, load
 from fibril_mjx.core import pipeline
+from fibril_mjx.rl import wrappers
+from fibril_mjx.rl.randomize import DeviceRandomization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +61,10 @@ class State:
     reward, done: float32 scalars of the last step.
     metrics: `{name: float32 scalar}` from the task's reward.
     info: `rng` (a key for the caller's next reset), `params` (this episode's Params), `goal`,
-      `truth` (flattened truth of the observed components); Brax's `EpisodeWrapper` adds
-      `steps`, `truncation`, `episode_done`, `episode_metrics`.
+      `truth` (flattened truth of the observed components), `model` (this episode's varied
+      `mjx.Model` fields), `draws` (`{vary path: value}`); Brax's `EpisodeWrapper` adds
+      `steps`, `truncation`, `episode_done`, `episode_metrics`; `wrappers.AutoReset` adds
+      `episode_key`, `episode`.
   """
   pipeline_state: Any
   obs: Any
@@ -120,12 +129,19 @@ class FibrilEnv:
     params: one world's Params of every reset without `randomize` (default the manifest's).
     privileged_obs: observations as `{'state': robot view, 'privileged_state': robot view +
       truth}` instead of one array.
+    vary: per-episode device randomization, `{field path: distribution}` as a campaign
+      file's `vary:` (or a campaign file); the simulator is rebuilt with the varied terms
+      compiled in (`env.sim`, `env.randomization`).
   """
 
   def __init__(self, sim: Simulation | str, task: Task, *, randomize: Callable | None = None,
-               params: dict | None = None, privileged_obs: bool = False):
+               params: dict | None = None, privileged_obs: bool = False, vary=None):
     if not isinstance(sim, Simulation):
       sim = load(sim)
+    self.randomization = None
+    if vary:
+      self.randomization = DeviceRandomization(sim, vary)
+      sim = self.randomization.sim
     self.sim, self.task, self.randomize = sim, task, randomize
     self.privileged_obs = privileged_obs
     self.default_params = sim.default_params() if params is None else params
@@ -170,25 +186,32 @@ class FibrilEnv:
       params = self.default_params
       if self.randomize is not None:
         params = self.randomize(k_rand, params)
-    ps = pipeline.init(self.sim.built, params, k_world, data0=self.sim.data0, mx=self.sim.mx,
-                       impl=self.sim.impl)
+    model, draws, init = {}, {}, {}
+    if self.randomization is not None:
+      draws = self.randomization.draw(k_world)
+      params, model, qoff, voff, latency = self.randomization.apply(params, draws)
+      init = {'qpos_offset': qoff, 'qvel_offset': voff, 'latency': latency}
+    mx = self._model(model)
+    ps = pipeline.init(self.sim.built, params, k_world, data0=self.sim.data0, mx=mx,
+                       impl=self.sim.impl, **init)
     if self.task.control_ticks > 1:   # observe the last tick before the first step (see above)
-      ps = self._advance(params, ps, None, self.task.control_ticks - 1)
+      ps = self._advance(params, mx, ps, None, self.task.control_ticks - 1)
     out = pipeline.outputs(self.sim.built, ps)
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()
     obs, truth = self._observe(out, goal)
     _, metrics = self.task.reward(out, goal, jnp.zeros((self.task.action_size,), jnp.float32))
     metrics = {k: jnp.zeros((), jnp.float32) for k in metrics}
     zero = jnp.zeros((), jnp.float32)
-    info = {'rng': k_next, 'params': params, 'goal': goal, 'truth': truth}
+    info = {'rng': k_next, 'params': params, 'goal': goal, 'truth': truth, 'model': model,
+            'draws': draws}
     return State(ps, obs, zero, zero, metrics, info)
 
   def step(self, state: State, action: jax.Array) -> State:
     """Applies `action` for `control_ticks` physics ticks (`pipeline.step`); `done` is the
     task's termination (the time limit is `EpisodeWrapper`'s)."""
     params, goal = state.info['params'], state.info['goal']
-    ps = self._advance(params, state.pipeline_state, self._command_trace(action),
-                       self.task.control_ticks)
+    ps = self._advance(params, self._model(state.info['model']), state.pipeline_state,
+                       self._command_trace(action), self.task.control_ticks)
     out = pipeline.outputs(self.sim.built, ps)
     reward, metrics = self.task.reward(out, goal, action)
     metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
@@ -201,12 +224,15 @@ class FibrilEnv:
 
   # ------------------------------------------------------------------ helpers
 
-  def _advance(self, params, ps, trace, n_ticks: int):
+  def _model(self, fields: dict):
+    """The `mjx.Model` of an episode: the built one with its varied fields."""
+    return self.sim.mx.replace(**fields) if fields else self.sim.mx
+
+  def _advance(self, params, mx, ps, trace, n_ticks: int):
     """`n_ticks` one-world steps in a `lax.scan`; `trace` `{id: (n_ticks, ...)}` or None
     (scripted / null commands)."""
     def body(st, cmd):
-      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=self.sim.mx,
-                            impl=self.sim.impl)
+      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=mx, impl=self.sim.impl)
       return st, None
     return jax.lax.scan(body, ps, trace, length=n_ticks)[0]
 
@@ -247,12 +273,14 @@ class FibrilEnv:
 
 def wrap(env: FibrilEnv, episode_length: int | None = None):
   """`env` under Brax's own `EpisodeWrapper` (time limit, `steps`, `truncation`,
-  `episode_metrics`) and `AutoResetWrapper` (a done episode restarts from the state its reset
-  cached): one world, as Brax's training `wrap` is without its `VmapWrapper`.
+  `episode_metrics`) and `wrappers.AutoReset` (a done episode restarts from a fresh reset of
+  a new episode key, so its device draws are new): one world, as Brax's training `wrap` is
+  without its `VmapWrapper`.
 
   Args:
     episode_length: steps per episode (default `env.task.episode_length`).
   """
-  from brax.envs.wrappers import training   # optional dependency: only the wrappers need it
-  env = training.EpisodeWrapper(env, episode_length or env.task.episode_length, 1)
-  return training.AutoResetWrapper(env)
+  return wrappers.wrap(env, episode_length or env.task.episode_length)
+
+
+wrap_for_training = wrappers.wrap_for_training

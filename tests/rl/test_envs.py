@@ -1,6 +1,6 @@
 """RL environment (`fibril_mjx.rl.env`): the Brax API contract (shapes, jit, vmap, determinism by
 rng), observations = delivered outputs with `new_data`, truth apart, actions through the motor
-adapter, per-reset Params, episodes and auto-reset by Brax's own wrappers; its observations
+adapter, per-reset Params, episodes by Brax's own wrapper and auto-reset with new draws; its observations
 after k steps equal `Simulation`'s for the same commands; and a few Brax PPO iterations on the
 example task.
 
@@ -36,7 +36,7 @@ def sim():
 
 @pytest.fixture(scope='module')
 def env(sim):
-  """One world under Brax's EpisodeWrapper and AutoResetWrapper."""
+  """One world under Brax's EpisodeWrapper and fibril_mjx's AutoReset."""
   return wrap(train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=False))
 
 
@@ -140,8 +140,10 @@ def test_action_reward_and_truth(sim, env, jitted):
 
 
 def test_auto_reset_and_episode_metrics(env, jitted):
-  """Brax's wrappers: the time limit ends the episode (truncation), the next step starts the
-  next episode from the state the reset cached, and the episode metrics restart."""
+  """Brax's EpisodeWrapper with our AutoReset: the time limit ends the episode (truncation),
+  the finished env restarts from a fresh reset of fold_in(key, 1) (new world key: new noise
+  and turn-on biases, unlike Brax's AutoResetWrapper, which replays the cached first state),
+  and the episode metrics restart."""
   reset, step = jitted
   first = reset(jax.random.PRNGKey(7))
   s = first
@@ -151,17 +153,20 @@ def test_auto_reset_and_episode_metrics(env, jitted):
     rewards.append(float(s.reward))
   assert float(s.done) == 1.0 and float(s.info['truncation']) == 1.0
   assert int(s.info['steps']) == EPISODE
-  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(first.obs))   # restarted
-  for a, b in zip(jax.tree.leaves(s.pipeline_state), jax.tree.leaves(first.pipeline_state)):
+  fresh = jax.jit(env.unwrapped.reset)(jax.random.fold_in(jax.random.PRNGKey(7), 1))
+  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(fresh.obs))   # restarted
+  for a, b in zip(jax.tree.leaves(s.pipeline_state), jax.tree.leaves(fresh.pipeline_state)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert not np.array_equal(np.asarray(s.obs), np.asarray(first.obs))       # new draws
+  assert int(s.info['episode']) == 1
   em = s.info['episode_metrics']
   assert float(em['length']) == EPISODE
   assert float(em['sum_reward']) == pytest.approx(sum(rewards), rel=1e-5)
   s2 = step(s, jnp.array([0.3]))
   assert float(s2.done) == 0.0 and float(s2.info['episode_metrics']['length']) == 1
   assert int(s2.info['steps']) == 1
-  one = step(first, jnp.array([0.3]))   # the second episode's first step is the first's
-  np.testing.assert_array_equal(np.asarray(s2.obs), np.asarray(one.obs))
+  one = step(reset(jax.random.fold_in(jax.random.PRNGKey(7), 1)), jnp.array([0.3]))
+  np.testing.assert_array_equal(np.asarray(s2.obs), np.asarray(one.obs))   # that episode's
 
 
 def test_observations_equal_the_simulation_for_the_same_commands(sim, env):

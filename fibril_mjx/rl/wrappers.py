@@ -1,0 +1,180 @@
+"""Auto-reset with new draws per episode, for the RL env (`fibril_mjx.rl.env`).
+
+Brax's `AutoResetWrapper` restarts a finished episode from the state its first `reset` cached,
+so an env replays its first episode's device draws (world key, turn-on biases, the `vary=`
+draws) for the whole training run. `AutoReset` here has the same interface and place (on top
+of `EpisodeWrapper`) but restarts a finished env from a fresh `reset` of the episode key
+`fold_in(first key, episode count)`:
+
+- the reset is computed only on steps where some env finished (`lax.cond` on the batch —
+  a real branch, since the wrapper sits outside the `VmapWrapper`): with a common time limit
+  every env finishes on the same step, so a step costs one control period and one reset is
+  added per episode length;
+- the finished envs take the reset's pipeline state, observation and the env's own
+  per-episode `info` (`rng`, `params`, `goal`, `truth`, `model`, `draws`); the episode
+  bookkeeping (`steps`, `truncation`, `episode_metrics`, ...) and the step's `reward` /
+  `done` / `metrics` stay those of the finished step, as with Brax's wrapper.
+
+`SyncVmap` is Brax's `VmapWrapper` for envs that stay in step: with no termination besides
+the common time limit (`Task.done` None), every env of a batch starts and ends its episodes on
+the same env step, so their tick counter and schedule clocks are equal and the batch keeps
+one copy (as `Simulation` does): an acquisition instant stays a real branch instead of a
+select over the batch that computes every sensor's acquisition at every tick.
+
+`wrap_for_training` has the signature of Brax's `envs.training.wrap` (Brax PPO's
+`wrap_env_fn`) and uses `SyncVmap` when the task allows it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# the env's own per-episode entries of `State.info` (`FibrilEnv.reset`)
+EPISODE_INFO = ('rng', 'params', 'goal', 'truth', 'model', 'draws')
+
+
+class AutoReset:
+  """Restarts finished episodes from a fresh reset of a new episode key (module doc).
+
+  Args:
+    env: an env whose `unwrapped` is a one-world `FibrilEnv`, one world or under one
+      `VmapWrapper` (usually `EpisodeWrapper(...)`).
+  """
+
+  def __init__(self, env):
+    self.env = env
+
+  def reset(self, rng: jax.Array):
+    state = self.env.reset(rng)
+    state.info['episode_key'] = rng
+    state.info['episode'] = jnp.zeros(rng.shape[:-1], jnp.int32)
+    return state
+
+  def step(self, state, action: jax.Array):
+    if 'steps' in state.info:   # as Brax's wrapper: a finished episode counts from 0 again
+      state.info.update(steps=jnp.where(state.done > 0, jnp.zeros_like(state.info['steps']),
+                                        state.info['steps']))
+    state = state.replace(done=jnp.zeros_like(state.done))
+    state = self.env.step(state, action)
+    return jax.lax.cond(jnp.any(state.done > 0), self._restart, lambda s: s, state)
+
+  def _restart(self, state):
+    """Finished envs from a fresh reset of `fold_in(episode_key, episode + 1)`."""
+    done = state.done > 0
+    episode = state.info['episode'] + done.astype(jnp.int32)
+    reset = self.env.unwrapped.reset
+    shared = None
+    if done.ndim:
+      keys = jax.vmap(jax.random.fold_in)(state.info['episode_key'], episode)
+      sync = getattr(self.env, 'sync_reset', None)   # a SyncVmap below: shared clocks
+      fresh = jax.vmap(reset)(keys) if sync is None else sync(keys)
+      shared = None if sync is None else self.env.shared_leaves(fresh.pipeline_state)
+    else:
+      fresh = reset(jax.random.fold_in(state.info['episode_key'], episode))
+
+    def pick(new, old):
+      return jnp.where(jnp.reshape(done, done.shape + (1,) * (jnp.ndim(new) - done.ndim)),
+                       new, old)
+    info = dict(state.info)
+    for k in EPISODE_INFO:
+      if k in fresh.info:
+        info[k] = jax.tree.map(pick, fresh.info[k], state.info[k])
+    info['episode'] = episode
+    if shared is None:
+      ps = jax.tree.map(pick, fresh.pipeline_state, state.pipeline_state)
+    else:   # envs in step finish together: the shared tick and clocks are the reset's
+      ps = jax.tree.map(lambda is_shared, new, old: new if is_shared else pick(new, old),
+                        shared, fresh.pipeline_state, state.pipeline_state)
+    return state.replace(pipeline_state=ps, obs=jax.tree.map(pick, fresh.obs, state.obs),
+                         info=info)
+
+  # Brax `Wrapper` interface
+  @property
+  def observation_size(self):
+    return self.env.observation_size
+
+  @property
+  def action_size(self) -> int:
+    return self.env.action_size
+
+  @property
+  def unwrapped(self):
+    return self.env.unwrapped
+
+  @property
+  def backend(self) -> str:
+    return self.unwrapped.backend
+
+  def __getattr__(self, name):
+    if name == '__setstate__':
+      raise AttributeError(name)
+    return getattr(self.env, name)
+
+
+class SyncVmap:
+  """Brax's `VmapWrapper` for a batch of envs in step: the tick and the schedule clocks of the
+  pipeline state are shared by the batch (unbatched), every other leaf has the env axis.
+
+  Only for tasks without termination (`Task.done` None), whose envs all reset together under
+  `EpisodeWrapper` + `AutoReset`; `wrap_for_training` checks this.
+  """
+
+  def __init__(self, env):
+    if getattr(env.unwrapped.task, 'done', None) is not None:
+      raise ValueError('SyncVmap: the task terminates episodes on its own (Task.done), so its '
+                       'envs fall out of step; use Brax VmapWrapper')
+    self.env = env
+
+  @staticmethod
+  def _axes(state):
+    """vmap axes of a state (extra `info` entries of outer wrappers included): None at the
+    shared tick and clocks, 0 elsewhere."""
+    ps = state.pipeline_state
+    ps_axes = jax.tree.map(lambda _: 0, ps)._replace(
+        tick=None, clocks=jax.tree.map(lambda _: None, ps.clocks))
+    return jax.tree.map(lambda _: 0, state).replace(pipeline_state=ps_axes)
+
+  def reset(self, rng: jax.Array):
+    one = jax.eval_shape(self.env.reset, rng[0])
+    return jax.vmap(self.env.reset, out_axes=self._axes(one))(rng)
+
+  sync_reset = reset
+
+  def step(self, state, action: jax.Array):
+    ax = self._axes(state)
+    return jax.vmap(self.env.step, in_axes=(ax, 0), out_axes=ax)(state, action)
+
+  def shared_leaves(self, pipeline_state):
+    """A tree like `pipeline_state`: True at the shared (unbatched) leaves."""
+    return jax.tree.map(lambda _: False, pipeline_state)._replace(
+        tick=True, clocks=jax.tree.map(lambda _: True, pipeline_state.clocks))
+
+  observation_size = AutoReset.observation_size
+  action_size = AutoReset.action_size
+  unwrapped = AutoReset.unwrapped
+  backend = AutoReset.backend
+  __getattr__ = AutoReset.__getattr__
+
+
+def wrap(env, episode_length: int, action_repeat: int = 1):
+  """One world under Brax's `EpisodeWrapper` and `AutoReset`."""
+  from brax.envs.wrappers import training   # optional dependency: only the wrappers need it
+  return AutoReset(training.EpisodeWrapper(env, episode_length, action_repeat))
+
+
+def wrap_for_training(env, episode_length: int = 1000, action_repeat: int = 1,
+                      randomization_fn=None):
+  """Brax's training wrapping (`VmapWrapper`, `EpisodeWrapper`) with `AutoReset` in place of
+  its `AutoResetWrapper`: Brax PPO's `wrap_env_fn`. The batch is a `SyncVmap` (shared tick
+  and clocks) when the task has no termination of its own, else Brax's `VmapWrapper`. Device
+  randomization is the env's own (`FibrilEnv(vary=)`); Brax's `randomization_fn` (of a Brax
+  `System`) is refused."""
+  from brax.envs.wrappers import training
+  if randomization_fn is not None:
+    raise ValueError('wrap_for_training: randomization_fn (a Brax System randomizer) is not '
+                     'used by FibrilEnv; randomize the device with FibrilEnv(vary=) or '
+                     'randomize=')
+  sync = getattr(env.unwrapped.task, 'done', None) is None
+  env = SyncVmap(env) if sync else training.VmapWrapper(env)
+  return AutoReset(training.EpisodeWrapper(env, episode_length, action_repeat))
