@@ -37,6 +37,55 @@ if os.environ.get('FIBRIL_MJX_TEST_CACHE'):
   except ImportError:
     pass
   os.environ.setdefault('FIBRIL_MJX_CACHE', os.environ['FIBRIL_MJX_TEST_CACHE'])
+  # ... and every Python process a test starts (`python -c` with two XLA devices, bench/
+  # scripts, the CLI): JAX reads these settings from the environment when it starts, so a
+  # subprocess compiled once is loaded from the cache on the next run instead of recompiled
+  # cold (three such subprocesses took 400 s of test_worlds.py without it).
+  os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.environ['FIBRIL_MJX_TEST_CACHE'])
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '-1')
+
+# FIBRIL_MJX_TEST_COMPILE_STATS=1: each file's closing lines add what JAX did — programs traced,
+# lowered and compiled, persistent-cache hits and misses, and the seconds each took (with the
+# ten slowest compiles). These counts do not depend on the machine's load, unlike wall time.
+_COMPILE = {'trace': [0, 0.0], 'lower': [0, 0.0], 'compile': [0, 0.0], 'hit': 0, 'miss': 0}
+_SLOW: list = []
+if os.environ.get('FIBRIL_MJX_TEST_COMPILE_STATS') == '1':
+  from jax._src import monitoring as _monitoring
+
+  _EVENTS = {'/jax/core/compile/jaxpr_trace_duration': 'trace',
+             '/jax/core/compile/jaxpr_to_mlir_module_duration': 'lower',
+             '/jax/core/compile/backend_compile_duration': 'compile'}
+
+  def _on_duration(event, secs, fun_name=None, **_):
+    kind = _EVENTS.get(event)
+    if kind:
+      _COMPILE[kind][0] += 1
+      _COMPILE[kind][1] += secs
+      if kind == 'compile':
+        _SLOW.append((secs, fun_name))
+
+  def _on_event(event, **_):
+    if event == '/jax/compilation_cache/cache_hits':
+      _COMPILE['hit'] += 1
+    elif event == '/jax/compilation_cache/cache_misses':
+      _COMPILE['miss'] += 1
+
+  _monitoring.register_event_duration_secs_listener(_on_duration)
+  _monitoring.register_event_listener(_on_event)
+
+
+def pytest_terminal_summary(terminalreporter):
+  if os.environ.get('FIBRIL_MJX_TEST_COMPILE_STATS') != '1':
+    return
+  c = _COMPILE
+  terminalreporter.write_line(
+      f"compile stats: traced {c['trace'][0]} ({c['trace'][1]:.1f} s), lowered "
+      f"{c['lower'][0]} ({c['lower'][1]:.1f} s), compiled {c['compile'][0]} "
+      f"({c['compile'][1]:.1f} s; persistent cache {c['hit']} hits, {c['miss']} misses)")
+  for secs, name in sorted(_SLOW, key=lambda x: -x[0])[:10]:
+    terminalreporter.write_line(f'  compile {secs:6.2f} s  {name}')
+
 
 # The install is ours (`make test` installs the `test` extra): under tools/run_tests.py
 # (FIBRIL_MJX_REQUIRE_OPTIONAL=1) a missing optional dependency fails the test that needs it

@@ -39,14 +39,14 @@ def _shipped():
   return out
 
 
-def _manifest(tmp, label, ctype, profiles):
+def _manifest(tmp, label, ctype, profiles, **config):
   xml = ('<mujoco><worldbody><body><joint type="hinge" axis="0 0 1"/>'
          '<geom size="0.01" mass="1"/><site name="s"/></body></worldbody><sensor>'
          '<gyro name="g" site="s"/><accelerometer name="a" site="s"/>'
          '<framequat name="q" objtype="site" objname="s"/></sensor></mujoco>')
   (tmp / 'm.xml').write_text(xml)
   names = {'orientation_sensor': 'q', 'gyroscope_sensor': 'g', 'accelerometer_sensor': 'a'}
-  cfg = {'profiles': profiles, **{k: names[k] for k in SENSORS[ctype]}}
+  cfg = {'profiles': profiles, **{k: names[k] for k in SENSORS[ctype]}, **config}
   doc = {'fibril_manifest': 1, 'model': 'm.xml',
          'components': [{'id': 'dut', 'type': ctype, 'config': cfg}]}
   p = tmp / f'{label}.yaml'
@@ -101,21 +101,45 @@ def test_doubled_noise_density_fails_naming_the_check(tmp_path, capsys):
 # Each perturbation below moves one property of the simulated device away from the
 # configuration the checks use; exactly that family's check fails. (A gyro scale error, a
 # narrower gyro limit or a lower gyro bandwidth each fail rate_table and range together: both
-# read the same rate-table plateaus.) Every term switched on recompiles both rigs (~100 s cold
-# on 2 cores), so these run in `make test-full`.
+# read the same rate-table plateaus. A filter on a channel with a limit also fails its range
+# check: the range sine's slope turns the filter's lag into errors far above the margin; with
+# that channel's saturation off, only its Bode check sees the filter.) Every term switched on
+# recompiles both rigs (~100 s cold on 2 cores), so these run in `make test-full`.
+ICM = ('icm', 'fibril_sim/imu', {'device': 'icm42688p_nominal'})
+R6093U = ('r6093u', 'fibril_sim/ahrs', {'device': 'r6093u_nominal'})
+
+
 @pytest.mark.full
-@pytest.mark.parametrize('perturb, failed', [
-    ({'latency_s': 0.004}, ['timing.latency']),
-    ({'linear_acceleration_bias': [0.05, 0.0, 0.0]},
+@pytest.mark.parametrize('device, config, perturb, failed', [
+    (ICM, {}, {'latency_s': 0.004}, ['timing.latency']),
+    (ICM, {}, {'linear_acceleration_bias': [0.05, 0.0, 0.0]},
      ['six_orientation.linear_acceleration.bias']),
-    ({'angular_velocity_scale': [1.02, 1.0, 1.0]},
+    (ICM, {}, {'angular_velocity_scale': [1.02, 1.0, 1.0]},
      ['range.angular_velocity', 'rate_table.angular_velocity.gain']),
-], ids=['timing', 'six_orientation', 'rate_table'])
-def test_a_perturbation_fails_exactly_its_check(tmp_path, perturb, failed):
-  m = _manifest(tmp_path, 'icm', 'fibril_sim/imu', {'device': 'icm42688p_nominal'})
+    # a 20 % wider accelerometer limit: the centripetal samples between the two limits
+    # (the rate table reaches 1.3x the configured limit) are not flagged
+    (ICM, {}, {'linear_acceleration_limit': 188.29}, ['range.linear_acceleration']),
+    # a 100 Hz accelerometer filter the configuration does not have (its saturation off)
+    (ICM, {'linear_acceleration_limit': 0.0}, {'linear_acceleration_bandwidth_hz': 100.0},
+     ['bode.linear_acceleration']),
+    # the AHRS: the shipped -1 yaw sign turned to +1
+    (R6093U, {}, {'orientation_yaw_sign': 1.0}, ['geometry.yaw_sign']),
+], ids=['timing', 'six_orientation', 'rate_table', 'range', 'bode', 'geometry_ahrs'])
+def test_a_perturbation_fails_exactly_its_check(tmp_path, device, config, perturb, failed):
+  m = _manifest(tmp_path, *device, **config)
   s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=STATIC_S, worlds=WORLDS,
                    perturb=perturb, progress=lambda *_: None)
   assert not s['passed'] and sorted(s['failed']) == failed, s['failed']
+
+
+@pytest.mark.full
+def test_a_configured_limit_of_zero_still_passes(tmp_path):
+  """The Bode control above configures the accelerometer with saturation off: unperturbed,
+  that configuration passes (so the failure there is the perturbation's)."""
+  m = _manifest(tmp_path, *ICM, linear_acceleration_limit=0.0)
+  s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=STATIC_S, worlds=WORLDS,
+                   progress=lambda *_: None)
+  assert s['passed'], s['failed']
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
