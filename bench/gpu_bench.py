@@ -151,7 +151,7 @@ def row(impl, case, n, ticks, variant, first, steady, cost, extra=''):
   return rate
 
 
-def measure(case, n, ticks, impl, fm, sub_batch):
+def measure(case, n, ticks, impl, fm, sub_batch, rates):
   """Bare then fibril for one (model, size, impl); returns [compile s, steady run s] summed
   over both (the next size's estimate: the same compile, 4x the run)."""
   import jax
@@ -189,12 +189,29 @@ def measure(case, n, ticks, impl, fm, sub_batch):
       say(f'{impl} {case.name} {n} fibril: failed: {one_line(e)}')
   elif fm is None:
     say(f'{impl} {case.name} {n} fibril: skipped (fibril_mjx did not import)')
+  rates[(case.name, n, impl)] = (bare, fib)
   if bare and fib:
     tag = '' if impl == 'jax' else 'warp_'
     say(f'overhead_ratio_{tag}{case.name}_{n}={fib / bare:.3f}  '
         f'(fibril world-steps/s / bare MJX-{impl.upper() if impl == "jax" else "Warp"}; '
         '1.00 = the device layer is free)')
   return cost
+
+
+def c_ratio(case, n, ticks, fibril_rate):
+  """`c_ratio_turntable_<n>=`: fibril_mjx's rate just measured over `mujoco.rollout` on the
+  host's cores plus a NumPy sensor model (bench/scaling.py's `c_rate`)."""
+  if case.sim is None or not fibril_rate:
+    say(f'c_ratio_turntable_{n}: skipped (no fibril_mjx figure at {n} worlds)')
+    return
+  try:
+    from scaling import c_rate
+    cores = len(os.sched_getaffinity(0))
+    c = c_rate(case.sim, n, ticks, 1, cores)
+    say(f'c_ratio_turntable_{n}={fibril_rate / c:.3f}  (fibril {fibril_rate:,.0f} vs MuJoCo C '
+        f'{cores} threads + NumPy sensors {c:,.0f} world-steps/s)')
+  except Exception as e:  # noqa: BLE001
+    say(f'c_ratio_turntable_{n}: failed: {one_line(e)}')
 
 
 def warp_reason(jax):
@@ -216,13 +233,16 @@ def main(argv=None):
   ap.add_argument('--worlds', type=int, nargs='+', default=None)
   ap.add_argument('--ticks', type=int, default=None)
   ap.add_argument('--models', nargs='+', choices=tuple(MODELS), default=list(MODELS))
-  ap.add_argument('--budget-s', type=float, default=300.0,
-                  help='start no new size once this much time would be spent')
+  ap.add_argument('--budget-s', type=float, default=None,
+                  help='start no new size once this much time would be spent (default 300 s; '
+                  '1200 s with --quick, for a busy CPU)')
   ap.add_argument('--no-c-ratio', action='store_true')
   a = ap.parse_args(argv)
   t_start = time.perf_counter()
   sizes = a.worlds or ([64] if a.quick else [4096, 16384, 65536])
   ticks = a.ticks or (5 if a.quick else 100)
+  if a.budget_s is None:
+    a.budget_s = 1200.0 if a.quick else 300.0
   if a.quick:   # one XLA CPU device: bare and fibril then use the same one
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                ' --xla_force_host_platform_device_count=1').strip()
@@ -256,6 +276,7 @@ def main(argv=None):
     say(f'model {c.name}: nq {c.m.nq} nv {c.m.nv} nu {c.m.nu} ngeom {c.m.ngeom} nsensor '
         f'{c.m.nsensor} dt {c.dt} s  ({"fibril_mjx physics model" if c.sim else "raw MJCF"})')
   last: dict = {}
+  rates: dict = {}
   for n in sizes:           # size-major: both models at the smallest size come first
     for c in cases:
       for impl in impls:
@@ -270,26 +291,9 @@ def main(argv=None):
         sub = None
         if jax.default_backend() == 'cpu' and c.sim is not None:
           sub = c.sim.sub_batch_cap()[0]
-        last[key] = measure(c, n, ticks, impl, fm, sub)
-  if fm is not None and not a.no_c_ratio and 'ahrs_turntable' in a.models:
-    spent = time.perf_counter() - t_start
-    if spent > a.budget_s:
-      say(f'c_ratio_turntable: skipped (time budget: {spent:.0f} s spent)')
-    else:
-      try:
-        from scaling import c_rate
-        turn = next(c.sim for c in cases if c.name == 'ahrs_turntable')
-        n = sizes[0]
-        p, keys = turn.default_params(n), fm.world_keys(0, n)
-        _, steady = timed(lambda: turn.rollout(p, keys, ticks, record=False,
-                                               share_physics=False)[0])
-        rate = n * ticks / steady
-        cores = len(os.sched_getaffinity(0))
-        c = c_rate(turn, n, ticks, 1, cores)
-        say(f'c_ratio_turntable_{n}={rate / c:.3f}  (fibril {rate:,.0f} vs MuJoCo C {cores} '
-            f'threads + NumPy sensors {c:,.0f} world-steps/s)')
-      except Exception as e:  # noqa: BLE001
-        say(f'c_ratio_turntable: failed: {one_line(e)}')
+        last[key] = measure(c, n, ticks, impl, fm, sub, rates)
+        if (c.name, impl, n) == ('ahrs_turntable', 'jax', sizes[0]) and not a.no_c_ratio:
+          c_ratio(c, n, ticks, rates.get((c.name, n, impl), (None, None))[1])
   say(f'total {time.perf_counter() - t_start:.0f} s')
   return 0
 
