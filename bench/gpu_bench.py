@@ -182,7 +182,7 @@ def measure(case, n, ticks, impl, fm, sub_batch, rates):
       div = int(np.sum(np.asarray(out['st'].diverged) >= 0))
       stats = getattr(jax.devices()[0], 'memory_stats', lambda: None)() or {}
       peak = stats.get('peak_bytes_in_use')
-      mem = f'  device peak {peak / 2**30:.2f} GiB' if peak else ''
+      mem = f'  device peak so far {peak / 2**30:.2f} GiB' if peak else ''
       fib = row(impl, case, n, ticks, 'fibril', first, steady, cost,
                 f'{mem}  diverged {div}/{n}  ({sim.layout(n).describe()})')
     except Exception as e:  # noqa: BLE001
