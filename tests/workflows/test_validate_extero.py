@@ -1,12 +1,14 @@
-"""`fibril-mjx validate` for `fibril_sim/optical_flow` and `fibril_sim/lidar`. The shipped
-PMW3901-class flow profile passes its translation (flow scale −v/h, noise, quality) and
-rotation (saturation, rotational flow) checks, and a device whose noise and angular-rate limit
-differ from the configuration fails the noise and saturation checks, naming them; a lidar
-configuration passes its static fan rig (return rate vs incidence and range, range noise and
-bias) and a perturbed noise and dropout fail; a camera configuration passes its static
-landmark grid (reprojection against a float64 OpenCV-model projection, pixel noise, row
-times, visibility) and a perturbed focal length and noise fail. Short records (4 worlds x 3 s): the tolerances
-are standard errors of those sample sizes."""
+"""`fibril-mjx validate` for `fibril_sim/optical_flow`, `fibril_sim/lidar` and
+`fibril_sim/camera`, each on its shipped device profile. The PMW3901-class flow profile passes
+its translation (flow scale −v/h, noise, quality) and rotation (saturation, rotational flow)
+checks, and a device whose noise and angular-rate limit differ from the configuration fails
+the noise and saturation checks, naming them; the RPLIDAR A1M8 profile (and a hand-written
+configuration with reflectivity and an incidence limit) passes its static fan rig (return rate
+vs incidence and range, range noise and bias), a perturbed noise and dropout fail; the
+Raspberry Pi Camera v2 (IMX219) profile (and a distorted hand-written configuration) passes
+its static landmark grid (reprojection against a float64 OpenCV-model projection, pixel noise,
+row times, visibility), a perturbed focal length, noise and readout time fail. Short records
+(4 worlds x 3 s): the tolerances are standard errors of those sample sizes."""
 
 import json
 
@@ -73,6 +75,28 @@ def lidar_manifest(tmp_path_factory):
   return tmp
 
 
+def _profile_manifest(tmp, ctype, config):
+  (tmp / 'm.xml').write_text(XML)
+  doc = {'fibril_manifest': 1, 'model': 'm.xml',
+         'components': [{'id': 'dut', 'type': ctype, 'config': config}]}
+  (tmp / 'm.yaml').write_text(yaml.safe_dump(doc))
+  return tmp
+
+
+def test_lidar_shipped_profile_passes_and_perturbed_noise_and_dropout_fail(tmp_path):
+  tmp = _profile_manifest(tmp_path, 'fibril_sim/lidar',
+                          {'profiles': {'device': 'rplidar_a1m8_nominal'}, 'site': 's'})
+  s = _validate(tmp, 'nominal')
+  assert {c['name']: c['passed'] for c in s['checks']} == {
+      'lidar_return_rate': True, 'lidar_range_noise': True, 'lidar_range_bias': True}, s['checks']
+  assert s['passed']
+  # twice the range noise and 30 % dropout; the bias check's tolerance follows the configured
+  # σ, so the wider noise may trip it too
+  s = _validate(tmp, 'perturbed', 'noise_fraction=0.01', 'dropout_probability=0.3')
+  assert not s['passed']
+  assert {'lidar_return_rate', 'lidar_range_noise'} <= set(s['failed']), s['failed']
+
+
 def test_lidar_config_passes_and_perturbed_noise_and_dropout_fail(lidar_manifest):
   s = _validate(lidar_manifest, 'nominal')
   assert s['passed'], s['checks']
@@ -107,3 +131,19 @@ def test_camera_config_passes_and_perturbed_focal_length_and_noise_fail(camera_m
   s = _validate(camera_manifest, 'perturbed', 'fx_px=462', 'pixel_noise_stddev_px=0.4')
   assert {'camera_reprojection', 'camera_pixel_noise'} <= set(s['failed']), s['failed']
   assert 'camera_row_time' not in s['failed']
+
+
+def test_camera_shipped_profile_passes_and_perturbed_focal_noise_readout_fail(tmp_path):
+  tmp = _profile_manifest(tmp_path, 'fibril_sim/camera',
+                          {'profiles': {'device': 'rpi_camera_v2_imx219_nominal'}, 'site': 's',
+                           'landmarks': ['s']})
+  s = _validate(tmp, 'nominal')
+  assert {c['name']: c['passed'] for c in s['checks']} == {
+      'camera_reprojection': True, 'camera_pixel_noise': True, 'camera_row_time': True,
+      'camera_visibility': True}, s['checks']
+  assert s['passed']
+  # +0.2 % focal length (≈ 1.4 px at the grid's edge), 0.4 px noise, a 25 ms readout
+  s = _validate(tmp, 'perturbed', 'fx_px=1360', 'pixel_noise_stddev_px=0.4',
+                'readout_time_s=0.025')
+  assert set(s['failed']) == {'camera_reprojection', 'camera_pixel_noise', 'camera_row_time'}, \
+      s['failed']
