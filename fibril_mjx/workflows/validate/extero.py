@@ -23,7 +23,9 @@ probability, binomial tolerance), `lidar_range_noise` (std about each world's me
 ahead (on the undistorted rays of pixels spanning 10–90 % of the image) and one behind it:
 `camera_reprojection` (mean pixel vs a float64 OpenCV-model projection of the configured
 intrinsics and distortion), `camera_pixel_noise`, `camera_row_time` (v·readout/height +
-exposure/2) and `camera_visibility`.
+exposure/2) and `camera_visibility`; then a moving rig (`camera_motion`: the camera
+on a slide joint, `camera_moving_reprojection`, `camera_moving_row_time` and
+`camera_moving_blur` against the float64 rolling-shutter fixed point).
 
 Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 allowance.
 """
@@ -39,6 +41,7 @@ import warnings
 
 import numpy as np
 
+from fibril_mjx.workflows.validate import camera_motion
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
                                                   _fmt, _staged_output, _summary, _write_rig,
                                                   _write_summary, bench_xml, one_type_rig, Check)
@@ -453,6 +456,8 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
     with warnings.catch_warnings():
       warnings.simplefilter('ignore', RuntimeWarning)
       checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
+    checks += camera_motion.run_moving(cfg, perturb, tmp / 'rigs', worlds, seed + 1,
+                                       static_duration_s, progress)
     dev = types.SimpleNamespace(type=CAMERA_TYPE, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
