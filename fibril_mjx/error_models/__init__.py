@@ -41,12 +41,12 @@ from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC
                                           ConfigField, Ctx, Term, chain, config_model,
                                           params_type, state_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
-                                           first_order_lag, gauss_markov, quantization,
+                                           first_order_lag, gain, gauss_markov, quantization,
                                            random_walk, saturation, turn_on_bias,
                                            white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
            'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
-           'first_order_lag', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
+           'first_order_lag', 'gain', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
            'saturation',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -22,6 +22,7 @@ NonNeg = Annotated[float, pydantic.Field(ge=0)]
 Positive = Annotated[float, pydantic.Field(gt=0)]
 Vec3 = tuple[float, float, float]
 NonNeg3 = tuple[NonNeg, NonNeg, NonNeg]
+Positive3 = tuple[Positive, Positive, Positive]
 ZERO3 = (0.0, 0.0, 0.0)
 
 
@@ -61,6 +62,16 @@ def constant_bias(field: str, shape=()) -> Term:
   def apply(p, st, x, ctx):
     return st, x + getattr(p, field), None
   return Term('constant bias', DETERMINISTIC, (ConfigField(field, ann, default),), (field,),
+              (field,), apply=apply)
+
+
+def gain(field: str, shape=()) -> Term:
+  """`k·x`: a scale factor, 1 by default (then compiled out); per axis for shape `(3,)`."""
+  ann, default = (Positive3, (1.0, 1.0, 1.0)) if shape == (3,) else (Positive, 1.0)
+
+  def apply(p, st, x, ctx):
+    return st, getattr(p, field) * x, None
+  return Term('scale factor', DETERMINISTIC, (ConfigField(field, ann, default),), (field,),
               (field,), apply=apply)
 
 

@@ -2,7 +2,10 @@
 time over each frame against a float64 reference built from MuJoCo C (`mj_objectVelocity`,
 `mj_ray` for the height) and the named-stream draws, over a trajectory that crosses
 saturation (body rate), the range limits and blur; flow scale on a pure translation
-(closed form −v/h); the shipped PMW3901-class profile; config rules."""
+(closed form −v/h); the gyro error model of `body_rate_rad` (scale, bias, turn-on bias, white
+rate noise) against the same float64 reference and, on a constant rotation over 256 worlds,
+against its closed-form mean and variances; compiled out at its default; the shipped
+PMW3901-class profile; config rules."""
 
 from __future__ import annotations
 
@@ -101,6 +104,89 @@ def test_frames_match_float64_reference(traj):
   assert np.all(np.abs(s.quality[nd] - np.round(q)) <= 1)
   # the trajectory exercises every branch: full, reduced and zero quality frames
   assert (q == 0).any() and ((q > 0) & (q < 100)).any() and (q > 110).any()
+
+
+GYRO = dict(gyro_scale=[1.02, 0.97, 1.01], gyro_bias_rad_s=[0.01, -0.02, 0.005],
+            gyro_bias_turn_on_stddev_rad_s=[0.004, 0.004, 0.004],
+            gyro_noise_density=[0.002, 0.003, 0.002])
+
+
+def _draw(wk, source, n, shape):
+  """Draw `n` of stream `source` of component `flow0`, float64 (the named-stream rule)."""
+  key = jax.random.fold_in(jax.random.fold_in(wk, np.uint32(zlib.crc32(b'flow0'))),
+                           np.uint32(zlib.crc32(source.encode())))
+  return np.asarray(jax.random.normal(jax.random.fold_in(key, np.uint32(n)), shape), np.float64)
+
+
+def test_gyro_error_model_matches_float64_reference(traj):
+  """body_rate_rad = T·(k ⊙ ω̄ + b + b_on + N/√T·w) per frame, ω̄ the frame's mean of the
+  sensor-frame rate (MuJoCo C), b_on draw 0 and w draw n of their streams; the flow is
+  unchanged by the gyro terms."""
+  m, ds, data = traj
+  cfg = dict(BASE, noise_stddev_rad=2e-3, **GYRO)
+  c = make(**cfg)
+  wk = jax.random.PRNGKey(11)
+  _, out, _ = eh.drive(c, data, wk=wk)
+  due = [c.schedule.tick_of(k) for k in range(80) if c.schedule.tick_of(k) < len(ds)]
+  flow, gyro, t_int, _ = reference(m, ds, cfg, wk, due)
+  k, b = np.array(GYRO['gyro_scale']), np.array(GYRO['gyro_bias_rad_s'])
+  b_on = np.array(GYRO['gyro_bias_turn_on_stddev_rad_s']) * _draw(wk, 'gyro_bias_turn_on', 0,
+                                                                  (3,))
+  N = np.array(GYRO['gyro_noise_density'])
+  want = np.stack([T * (k * g / T + b + b_on + N / np.sqrt(T) * _draw(wk, 'gyro_noise', n, (3,)))
+                   for n, (g, T) in enumerate(zip(gyro, t_int))])
+  nd = out.new_data
+  np.testing.assert_allclose(out.sample.body_rate_rad[nd], want, atol=3e-6)
+  np.testing.assert_allclose(out.sample.flow_rad[nd], flow, atol=2e-5)
+  assert np.abs(want - gyro).max() > 1e-3       # the terms are not negligible here
+
+
+def test_gyro_error_statistics_closed_form():
+  """A constant rotation, 256 worlds, 40 frames of T = 10 ms each: the rate error e = body_rate/T
+  − k ⊙ ω has per-axis mean b, within-world variance N²/T and across-world variance of each
+  world's mean σ_on² + N²/(T·F) (4 standard errors each)."""
+  m = eh.model()
+  d = eh.state(m, pos=(0.0, 0.0, 1.0), omega=(0.8, -0.5, 0.3))
+  _, R = eh.site_pose(m, d, 'flow')
+  w = R.T @ eh.site_velocity(m, d, 'flow')[1]
+  data = eh.stack(m, [d] * 201)
+  c = make(**GYRO)
+  n = data.qpos.shape[0]
+  due, idx = np.zeros(n, bool), np.zeros(n, np.int32)
+  for j in range(41):
+    due[c.schedule.tick_of(j)], idx[c.schedule.tick_of(j)] = True, j
+  W = 256
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(2), i))(np.arange(W))
+  run = jax.jit(jax.vmap(lambda wk: eh._drive(c, c.default_params(), data, due, idx, wk)[1][0]))
+  out = jax.tree.map(np.asarray, run(keys))
+  nd = out.new_data[0]
+  T = out.sample.integration_time_s[:, nd][:, 1:]          # the first frame is one tick long
+  assert np.allclose(T, 0.01, rtol=1e-5)
+  e = out.sample.body_rate_rad[:, nd][:, 1:] / T[..., None] - np.array(GYRO['gyro_scale']) * w
+  F = e.shape[1]
+  N = np.array(GYRO['gyro_noise_density'])
+  s_on = np.array(GYRO['gyro_bias_turn_on_stddev_rad_s'])
+  var_mean = s_on ** 2 + N ** 2 / (0.01 * F)
+  mean = e.mean(axis=(0, 1))
+  np.testing.assert_array_less(np.abs(mean - GYRO['gyro_bias_rad_s']),
+                               4 * np.sqrt(var_mean / W))
+  within = ((e - e.mean(axis=1, keepdims=True)) ** 2).sum(axis=(0, 1)) / (W * (F - 1))
+  np.testing.assert_array_less(np.abs(within / (N ** 2 / 0.01) - 1),
+                               4 * np.sqrt(2 / (W * (F - 1))))
+  across = e.mean(axis=1).var(axis=0, ddof=1)
+  np.testing.assert_array_less(np.abs(across / var_mean - 1), 4 * np.sqrt(2 / (W - 1)))
+
+
+def test_gyro_terms_compiled_out_at_default():
+  """At their defaults the gyro terms are absent (the plan says so, `compiled_out` lists them)
+  and body_rate_rad is the ideal integral (`test_frames_match_float64_reference`)."""
+  c = make()
+  names = set(GYRO)
+  assert names <= set(c.compiled_out())
+  assert sum('off (compiled out)' in line for line in optical_flow.GYRO.plan(c._on)) == 4
+  on = make(gyro_noise_density=[0.001, 0.0, 0.0])
+  assert 'gyro_noise_density' not in on.compiled_out()
+  assert names - {'gyro_noise_density'} <= set(on.compiled_out())
 
 
 def test_pure_translation_flow_scale():

@@ -67,6 +67,8 @@ BASE = {
                         'origin_latitude_deg': 52.0, 'origin_longitude_deg': 21.0},
     'fibril_sim/rangefinder': {'rangefinder_sensor': 'range'},
     'fibril_sim/optical_flow': {'site': 'down'},
+    'fibril_sim/lidar': {'site': 'down'},
+    'fibril_sim/camera': {'site': 'down', 'landmarks': ['imu']},
     'fibril_sim/motion_motor': {'joint': 'j_mm', 'position_actuator': 'mm_p',
                                 'velocity_actuator': 'mm_v', 'feedforward_actuator': 'mm_f',
                                 'application_period_s': 0.002},

@@ -245,6 +245,18 @@ def test_first_order_lag_starts_at_the_first_value():
   np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
+def test_gain_scales_per_axis_and_defaults_to_one():
+  """`k ⊙ x` per axis (float64 product), default (1, 1, 1) so that a sensor leaves it out; before
+  a bias in a chain, the bias is not scaled."""
+  c = em.chain(em.gain('k', (3,)), em.constant_bias('b', (3,)))
+  assert {f.name: f.default for f in c.config}['k'] == (1.0, 1.0, 1.0)
+  x = np.array([0.7, -1.3, 2.1])
+  out, _ = run(c, P(k=[1.02, 0.97, 1.5], b=[0.1, 0.0, -0.2]), x, 1, {})
+  np.testing.assert_allclose(out[0], np.array([1.02, 0.97, 1.5]) * x + [0.1, 0.0, -0.2],
+                             rtol=1e-6)
+  assert c.plan(lambda f: f == 'b')[0] == '  scale factor [deterministic] (k): off (compiled out)'
+
+
 # ------------------------------------------------------------------------------ chain
 
 
@@ -324,7 +336,9 @@ def test_stream_names_are_unchanged():
   assert set(rangefinder.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
   assert set(lidar.SOURCES) == {'noise', 'return', 'delivery_jitter', 'delivery_loss'}
   assert set(camera.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
-  assert set(optical_flow.SOURCES) == {'noise', 'delivery_jitter', 'delivery_loss'}
+  # the flow's gyro error model added two streams of its own; the flow's kept its name
+  assert set(optical_flow.SOURCES) == {'noise', 'gyro_bias_turn_on', 'gyro_noise',
+                                       'delivery_jitter', 'delivery_loss'}
   assert thermal.SOURCES == ('temperature_noise',)
 
 

@@ -23,12 +23,21 @@ q = 0 tracks nothing (ḟ counts as 0); otherwise each axis of ḟ saturates at
     flow_rad      = Σ ḟ·dt over the ticks since the last frame + σ_f·w,
                     σ_f = noise_stddev_rad + noise_per_m_rad·d̄   (w normal, stream `noise`,
                     d̄ the frame's mean distance over ticks that tracked)
-    body_rate_rad = Σ ω·dt (3 axes, ideal: the integrated gyro PX4-class sensors report)
-    integration_time_s = ticks·dt,  quality = round(mean q over the frame)
+    body_rate_rad = T·(k ⊙ ω̄ + b + b_on + N/√T·w_g)      (the integrated gyro PX4-class
+                    sensors report; T = ticks·dt, ω̄ = Σ ω·dt / T the frame's mean rate)
+    integration_time_s = T,  quality = round(mean q over the frame)
+
+The gyro's error model (`GYRO`, per axis, each term compiled out at its default, when
+`body_rate_rad` is the ideal Σ ω·dt): scale factor k = `gyro_scale` (1), constant bias b =
+`gyro_bias_rad_s`, turn-on bias b_on ~ N(0, `gyro_bias_turn_on_stddev_rad_s`²) drawn once per
+episode (stream `gyro_bias_turn_on`, redrawn at a device reset), white rate noise of density
+N = `gyro_noise_density` (rad/s/√Hz; w_g normal, stream `gyro_noise`, one draw per frame: the
+integral of white rate noise over T has σ = N·√T, so one draw per frame is the same process
+as one per tick).
 
 Not modelled: the image itself (texture statistics, feature tracking), flow away from the
-optical axis (a tilted view of sloped ground), lens distortion, auto-exposure dynamics, a
-gyro error model for `body_rate_rad`.
+optical axis (a tilted view of sloped ground), lens distortion, auto-exposure dynamics, gyro
+bias drift (Gauss–Markov or random walk) and gyro saturation.
 """
 
 from __future__ import annotations
@@ -53,6 +62,11 @@ SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
 Unit = pydantic.confloat(ge=0, le=1)
 
 
+def gyro_sigma(p, ctx):
+  """σ of the frame's mean rate: N/√T, T the integration time (`ctx.inputs`)."""
+  return p.gyro_noise_density / jnp.sqrt(jnp.maximum(ctx.inputs['time'], 1e-9))
+
+
 def flow_sigma(p, ctx):
   """σ_f = noise_stddev_rad + noise_per_m_rad·d̄, d̄ the frame's summed distance over the ticks
   that tracked (`ctx.inputs`) over their count, terms at their default absent."""
@@ -67,8 +81,16 @@ def flow_sigma(p, ctx):
 
 # The error model of the integrated flow: white noise per axis at each frame, its σ growing
 # with the distance. Quality, texture, blur and saturation are the sensor's own.
-ERRORS = em.chain(em.white_noise(('noise_stddev_rad', 'noise_per_m_rad'), shape=(2,),
-                                 scale_fn=flow_sigma))
+FLOW = em.chain(em.white_noise(('noise_stddev_rad', 'noise_per_m_rad'), shape=(2,),
+                               scale_fn=flow_sigma))
+# The error model of the integrated gyro, applied to the frame's mean rate (rad/s).
+GYRO = em.chain(em.gain('gyro_scale', shape=(3,)),
+                em.turn_on_bias('gyro_bias_turn_on_stddev_rad_s', shape=(3,),
+                                stream='gyro_bias_turn_on', state='gyro_turn_on'),
+                em.constant_bias('gyro_bias_rad_s', shape=(3,)),
+                em.white_noise('gyro_noise_density', stream='gyro_noise', shape=(3,),
+                               scale_fn=gyro_sigma))
+ERRORS = em.chain(FLOW, GYRO)
 SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
@@ -159,7 +181,23 @@ class OpticalFlow(base.FaultySensorFields):
     streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
                              ('delivery_jitter', 'delivery_loss'))
     queue, held, fs = self.init_transport(self.neutral())
-    return State(streams, queue, held, fs, _zero_acc())
+    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
+                 faults=fs, acc=_zero_acc())
+
+  def on_reset(self, p: Params, s: State, index) -> State:
+    """A device reset redraws the gyro's turn-on bias (draw `index` of its stream)."""
+    return s._replace(**ERRORS.redraw(p, ERRORS.state_of(s), self.error_ctx(s.streams), index))
+
+  def gyro(self, p: Params, s: State, n):
+    """`(error-model state, body_rate_rad (3,))` of the frame: the ideal integral when every
+    gyro term is off (none traced), else T·GYRO(ω̄)."""
+    a = s.acc
+    if not GYRO.on_terms(self._on):
+      return GYRO.state_of(s), a.gyro
+    t = jnp.maximum(a.ticks, 1) * jnp.float32(self.dt)
+    st, rate, _ = GYRO.apply(p, GYRO.state_of(s), a.gyro / t,
+                             self.error_ctx(s.streams, n, time=t))
+    return st, rate * t
 
   def kinematics(self, data):
     """`(v, ω)` in the sensor frame, distance d along the optical axis (−1 no hit), hit geom."""
@@ -201,11 +239,12 @@ class OpticalFlow(base.FaultySensorFields):
     a = s.acc
     ticks = jnp.maximum(a.ticks, 1)
     ctx = self.error_ctx(s.streams, n, distance=a.distance, tracked=a.tracked)
-    _, flow, _ = ERRORS.apply(p, {}, a.flow, ctx)
+    _, flow, _ = FLOW.apply(p, {}, a.flow, ctx)
+    st, gyro = self.gyro(p, s, n)
     quality = jnp.round(a.quality / ticks).astype(jnp.int32)
-    sample = Sample(flow.astype(jnp.float32), a.gyro, (a.ticks * self.dt).astype(jnp.float32),
-                    quality, jnp.int32(faults.HEALTHY))
-    return s._replace(acc=_zero_acc()), sample
+    sample = Sample(flow.astype(jnp.float32), gyro.astype(jnp.float32),
+                    (a.ticks * self.dt).astype(jnp.float32), quality, jnp.int32(faults.HEALTHY))
+    return s._replace(acc=_zero_acc(), **st), sample
 
   def truth(self, s: State, data) -> dict:
     """This tick's ideal flow rate (rad/s, unsaturated), angular rate (rad/s, sensor frame) and

@@ -2,7 +2,8 @@
 `fibril-mjx validate`.
 
 Optical flow: two rigs over a flat textured ground (gravity off, no contacts), the sensor
-looking straight down from height h (the middle of its range, at most 1 m):
+looking straight down from height h (the middle of its range, at most 1 m), its gyro error
+terms removed (the integrated body rate is the rotation rig's reference; not checked here):
 
 | check | rig | compares |
 | --- | --- | --- |
@@ -22,7 +23,9 @@ probability, binomial tolerance), `lidar_range_noise` (std about each world's me
 ahead (on the undistorted rays of pixels spanning 10–90 % of the image) and one behind it:
 `camera_reprojection` (mean pixel vs a float64 OpenCV-model projection of the configured
 intrinsics and distortion), `camera_pixel_noise`, `camera_row_time` (v·readout/height +
-exposure/2) and `camera_visibility`.
+exposure/2) and `camera_visibility`; then a moving rig (`camera_motion`: the camera
+on a slide joint, `camera_moving_reprojection`, `camera_moving_row_time` and
+`camera_moving_blur` against the float64 rolling-shutter fixed point).
 
 Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 allowance.
 """
@@ -38,14 +41,19 @@ import warnings
 
 import numpy as np
 
+from fibril_mjx.workflows.validate import camera_motion
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
                                                   _fmt, _staged_output, _summary, _write_rig,
                                                   _write_summary, bench_xml, one_type_rig, Check)
+from fibril_mjx.components.sensors import optical_flow
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
 FLOW_TYPE = 'fibril_sim/optical_flow'
 FIELDS = ('flow_rad', 'body_rate_rad', 'integration_time_s', 'quality')
+# The gyro's error terms are left out of the flow rigs: body_rate_rad is the rotation rig's
+# reference rate for the flow (`rotation_flow`).
+GYRO_FIELDS = tuple(f.name for f in optical_flow.GYRO.config)
 SKIP = 5
 
 
@@ -78,7 +86,7 @@ def flow_rig(cfg: dict, overrides: dict, kind: str, rate: float = 0.0, freq: flo
       </mujoco>
       """)
   c = dict(cfg, **overrides)
-  c = {k: v for k, v in c.items() if k != 'faults'}
+  c = {k: v for k, v in c.items() if k != 'faults' and k not in GYRO_FIELDS}
   c['site'] = 's_flow'
   c['latency_s'], c['jitter_s'], c['loss_probability'] = 0.0, 0.0, 0.0
   script = {'actuator': 'drive', 'waveform': 'sine', 'offset': rate if kind == 'slide' else 0.0,
@@ -448,6 +456,8 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
     with warnings.catch_warnings():
       warnings.simplefilter('ignore', RuntimeWarning)
       checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
+    checks += camera_motion.run_moving(cfg, perturb, tmp / 'rigs', worlds, seed + 1,
+                                       static_duration_s, progress)
     dev = types.SimpleNamespace(type=CAMERA_TYPE, config=cfg)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
