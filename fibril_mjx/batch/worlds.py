@@ -380,14 +380,16 @@ class Watchdog:
   """Waits for a program's results; a program whose process uses no CPU for `stall_s` (a
   deadlock: every XLA worker waits) raises `WorldsStalled` naming `what` instead of hanging.
 
-  `stall_s` defaults to $FIBRIL_MJX_STALL_S or 120 s; 0 waits forever.
+  `stall_s` defaults to $FIBRIL_MJX_STALL_S or 120 s; 0 waits forever. It watches the host
+  CPU, so it is armed only on the CPU backend: a GPU program leaves the host idle while it
+  runs, which is not a stall.
   """
 
   def __init__(self, what: str, stall_s: float | None = None):
     self.what = what
     if stall_s is None:
       stall_s = float(os.environ.get('FIBRIL_MJX_STALL_S', DEFAULT_STALL_S))
-    self.stall_s = stall_s
+    self.stall_s = stall_s if jax.default_backend() == 'cpu' else 0.0
 
   def wait(self, tree):
     if not self.stall_s:
