@@ -410,15 +410,16 @@ IMU = {'id': 'imu', 'type': 'fibril_sim/imu',
 PROFILES = ['icm42688p_nominal', 'bmi088_nominal']
 
 
-def _plain_trace(manifest, worlds, seed, n_ticks, sub_batch, **kw):
+def _plain_trace(manifest, worlds, seed, n_ticks, sub_batch, physics='mjx', **kw):
   """A plain `fibril_mjx.load` rollout of `worlds` (global indices), laid out as the campaign
-  lays out a batch (padded on the host by repeating worlds, the same sub-batch)."""
+  lays out a batch (padded on the host by repeating worlds, the same sub-batch), on the
+  campaign's physics backend (`plan.physics`)."""
   import jax
   import jax.numpy as jnp
   import fibril_mjx
   from fibril_mjx.batch import worlds as worlds_axis
   from fibril_mjx.analysis import common
-  sim = fibril_mjx.load(manifest)
+  sim = fibril_mjx.load(manifest, physics=physics)
   n = len(worlds)
   per = len(worlds_axis.resolve_devices(None)) * sub_batch
   idx = np.arange(-(-n // per) * per) % n
@@ -457,7 +458,7 @@ def test_profile_choice_per_world_equals_a_plain_load(imu_rig, tmp_path):
                                                   'bmi088_nominal': 0.0025}[pid]
     manifest = write_rig(tmp_path / pid, [{**IMU, 'config': {
         **IMU['config'], 'profiles': {'device': pid}}}])
-    ref = _plain_trace(manifest, worlds, 3, plan.n_ticks, plan.sub_batch(sim))
+    ref = _plain_trace(manifest, worlds, 3, plan.n_ticks, plan.sub_batch(sim), plan.physics)
     assert set(ref) == set(flat)
     for name in flat:
       np.testing.assert_array_equal(flat[name], ref[name], err_msg=f'{pid}: {name}')
@@ -527,7 +528,7 @@ def test_scenario_replaces_the_manifest_drive(rig, tmp_path):
   assert np.abs(w_sc[..., 1]).max() > 1.5 * np.abs(w_nom[..., 1]).max()
   # the same as the manifest written with that drive
   manifest = write_rig(tmp_path / 'm', [ahrs_entry(period_s=0.004)], script=STILL_YAW)
-  ref = _plain_trace(manifest, np.arange(2), 3, plan.n_ticks, plan.sub_batch(sim))
+  ref = _plain_trace(manifest, np.arange(2), 3, plan.n_ticks, plan.sub_batch(sim), plan.physics)
   for name in ref:
     np.testing.assert_array_equal(flats['scenario'][name], ref[name], err_msg=name)
 
