@@ -62,6 +62,11 @@ class Probe:
 
   def read(self, data):
     """The probe's value in `data` (anything with `sensordata`): `()` for dim 1, else `(dim,)`."""
+    if data.sensordata.shape[-1] < self.adr + self.dim:   # static: a model without its probes
+      raise ValueError(f'probe {self.kind} of {self.objtype} {self.obj!r} reads '
+                       f'sensordata[{self.adr}:{self.adr + self.dim}] but the data has '
+                       f'{data.sensordata.shape[-1]}: run on the model the builder compiled '
+                       '(fibril_mjx.load), or on ProbeSet.compile(spec) of the context')
     if self.dim == 1:
       return data.sensordata[self.adr]
     return data.sensordata[self.adr:self.adr + self.dim]
