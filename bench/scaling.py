@@ -141,7 +141,8 @@ def physics_c_ratios(out, turn, n, ticks, reps, cores):
   cases.append(('wheeled_base', wheel, wt, driven_ctrl(wheel, wt)))
   for name, sim, t, ctrl in cases:
     p, keys = sim.default_params(n), fm.world_keys(0, n)
-    fib = lambda: jax.block_until_ready(sim.rollout(p, keys, t, record=False)[0])  # noqa
+    fib = lambda: jax.block_until_ready(sim.rollout(   # noqa: E731 — per-world physics
+        p, keys, t, record=False, share_physics=False)[0])
     t0 = time.perf_counter()
     fib()
     first = time.perf_counter() - t0

@@ -265,7 +265,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
             record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
             qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
             runner: Rollout | None = None, threads: int | None = None, controller=None,
-            lanes: int | None = None):
+            lanes: int | None = None, share_physics: bool = True):
   """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
   (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
   [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
@@ -289,6 +289,13 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       raise FibrilError(f"physics {physics!r}: per-world dcmotor parameters are MJX's "
                         "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
   lat_in = pipeline.latency_inputs(built, latency, n)
+  # Shared physics, as MJX's `physics_sharing`: when nothing per world reaches the physics
+  # (no actuator component, dcmotor, command trace, per-world MJCF field or initial state),
+  # MuJoCo C steps one world and every world's devices read its frames — the same numbers a
+  # rollout per world would give, since C's worlds do not depend on each other.
+  share = batched.physics_sharing(built, commands=commands, model_fields=tuple(model or ()),
+                                  qpos_offset=qpos_offset, qvel_offset=qvel_offset,
+                                  share_physics=share_physics)[0]
   chunk = lanes or chunk_worlds or default_chunk(m, n, n_ticks)
   lanes = max(2, chunk)   # XLA compiles one lane to other scalar code: pad to two or more
   if trajectory is None:
@@ -322,7 +329,12 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
                                 np.zeros((k, n_ticks + 1, m.nu)))
       ctrl = np.asarray(_devices(built, p, keys, _pad(held, lanes), cmd0, cmds, record, lat)[2],
                         np.float64)[:k]
-    if trajectory is None:
+    if trajectory is None and share:   # one world's physics serves all (see `rollout`)
+      st, sd = runner(m, s0[:1], ctrl[:1])
+      one = frames_from_states(m, np.concatenate([s0[:1, None], st[:, :-1]], axis=1), sd,
+                               ctrl[:1])
+      frames = jax.tree.map(lambda x: jnp.broadcast_to(x[0], (k,) + x.shape[1:]), one)
+    elif trajectory is None:
       st, sd = runner(world_models(m, model, lo, hi), s0, ctrl)
       frames = frames_from_states(m, np.concatenate([s0[:, None], st[:, :-1]], axis=1), sd,
                                   ctrl)

@@ -410,8 +410,7 @@ class Simulation:
         physics once and broadcast its data to every world's components; False forces one
         physics rollout per world. Shared and per-world sensor outputs agree to float
         rounding (the physics is compiled unbatched); each is bitwise reproducible.
-      stall_s: watchdog (`worlds.Watchdog`): raises `worlds.WorldsStalled` after so long
-        without CPU progress.
+      stall_s: watchdog (`worlds.Watchdog`): `worlds.WorldsStalled` after so long idle.
 
     Returns:
       `(final_state, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0 first
@@ -423,7 +422,8 @@ class Simulation:
       return physics_c.simulation_rollout(
           self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
           commands=commands, controller=controller, model=model, model_axes=model_axes,
-          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency, lanes=sub_batch)
+          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency, lanes=sub_batch,
+          share_physics=share_physics)
     fields = batched.model_field_names(model, model_axes)
     self.latency_inputs(latency, n)   # validated once, before anything runs
     lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}

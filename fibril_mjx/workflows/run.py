@@ -144,8 +144,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
   trace_worlds = max(0, min(trace_worlds, worlds))
   devs = worlds_mod.resolve_devices(devices)
   share, share_reason = sim.physics_sharing(share_physics=share_physics)
-  if physics != 'mjx':
-    share, share_reason = False, f'not shared: {physics} computes one trajectory per world'
+  if physics == 'trajectory':
+    share, share_reason = True, 'shared: every world replays the recorded trajectory'
 
   # Bytes per world: the state carried on the device and the outputs recorded on the host.
   state_b, tick_b = sim.world_nbytes(share=share)
@@ -257,7 +257,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
              physics_line + (f'; {worlds_mod.describe_impl(sim.impl)}' if physics == 'mjx'
                               else '; MuJoCo C (float64), devices in JAX float32'),
              f'physics backend: {physics} ({physics_why})',
-             f'layout: {lay0.describe()}'
+             (f'layout: {lay0.describe()}' if physics == 'mjx' else
+              f'layout: mujoco.rollout on {os.cpu_count()} threads, then the devices in JAX')
              + (f'; host chunks of {chunk} worlds' if chunk < worlds else ''),
              f'memory: {worlds_mod.fmt_bytes(state_b)} state + '
              f'{worlds_mod.fmt_bytes(trace_b)} recorded outputs per world; peak RSS '
