@@ -312,7 +312,10 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
   finals, traces = [], []
   for lo, hi in worlds.chunks(n, chunk):
     k = hi - lo
-    sl = lambda t: _pad(jax.tree.map(lambda x: x[lo:hi], t), lanes)   # noqa: E731
+    whole = lo == 0 and hi == n == lanes   # one exact chunk: no slicing, padding, cutting
+
+    def sl(t):
+      return t if whole else _pad(jax.tree.map(lambda x: x[lo:hi], t), lanes)
     p, keys = sl(params), sl(jnp.asarray(world_keys))
     lat = sl(lat_in) if lat_in else None
     cmd0, cmds = _commands(built, commands, lo, hi, n_ticks)
@@ -345,9 +348,9 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
     final, outs, used = _devices(built, p, keys, _pad(frames, lanes), cmd0, cmds, record, lat)
     if pipeline.actuators(built) and (trajectory is None or 'ctrl' not in log):
       _check_controls(np.asarray(used)[:k], ctrl, physics)   # only an actuator can close one
-    finals.append(_cut(final, k))
+    finals.append(final if whole else _cut(final, k))
     if record:
-      traces.append(_cut(outs, k))
+      traces.append(outs if whole else _cut(outs, k))
   cat = lambda xs: xs[0] if len(xs) == 1 else jax.tree.map(   # noqa: E731
       lambda *a: jnp.concatenate(a, axis=0), *xs)
   final = cat(finals)
