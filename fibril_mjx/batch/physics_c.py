@@ -359,15 +359,18 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
   return final, (cat(traces) if record else None)
 
 
-def output_shapes(built: Built, params, keys):
-  """`jax.eval_shape` of a batch's tick-0 outputs on frames (no physics traced: what a
-  campaign needs to name its metrics)."""
+def output_shapes(built: Built, params, keys, *, with_state: bool = False):
+  """`jax.eval_shape` of a batch's tick-0 outputs (and state) on frames, no physics traced:
+  what a campaign needs to name its metrics, and a run to size its memory."""
   m = built.mj_model
   n = keys.shape[0]
   z = lambda *s: jnp.zeros((n,) + s, jnp.float32)   # noqa: E731
   frames = Frame(z(m.nq), z(m.nv), z(m.na), z(m.nsensordata), z(m.nu))
-  return jax.eval_shape(jax.vmap(lambda p, k, f: pipeline.outputs(
-      built, pipeline.init_frame(built, p, k, f))), params, keys, frames)
+
+  def one(p, k, f):
+    st = pipeline.init_frame(built, p, k, f)
+    return (st, pipeline.outputs(built, st)) if with_state else pipeline.outputs(built, st)
+  return jax.eval_shape(jax.vmap(one), params, keys, frames)
 
 
 def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_axes=None,

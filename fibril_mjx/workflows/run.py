@@ -148,7 +148,12 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     share, share_reason = True, 'shared: every world replays the recorded trajectory'
 
   # Bytes per world: the state carried on the device and the outputs recorded on the host.
-  state_b, tick_b = sim.world_nbytes(share=share)
+  if physics == 'mjx':
+    state_b, tick_b = sim.world_nbytes(share=share)
+  else:   # the device pass's own state (a Frame in place of mjx.Data); MJX is not traced
+    st_, out_ = physics_c.output_shapes(sim.built, sim.default_params(2),
+                                        simulator.world_keys(0, 2), with_state=True)
+    state_b, tick_b = worlds_mod.tree_nbytes(st_) / 2, worlds_mod.tree_nbytes(out_) / 2
   trace_b = tick_b * (n_ticks + 1)
   budget = memory_budget_bytes or float(os.environ.get('FIBRIL_MJX_MEMORY_BUDGET', 2 ** 30))
   chunk = min(worlds, chunk_worlds or max(1, int(budget // max(trace_b, 1))))
@@ -179,7 +184,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       seen_layouts.add(lay)
       t0 = time.perf_counter()
       if physics != 'mjx':   # the whole chunk in one open-loop rollout
-        state, outs = physics_c.simulation_rollout(sim, p, keys, n_ticks, trajectory=log)
+        state, outs = physics_c.simulation_rollout(sim, p, keys, n_ticks, trajectory=log,
+                                                   share_physics=share_physics)
         host = jax.tree.map(np.asarray, watch.wait(outs))
         dt_call = time.perf_counter() - t0
         first_call_s = dt_call if first_call_s is None else first_call_s
@@ -253,7 +259,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
              f'{worlds} worlds x {n_ticks} ticks (dt {sim.dt:g} s, {n_ticks * sim.dt:g} s)  '
              f'build {build_s:.1f} s, first segment incl. compile {first_call_s:.1f} s, '
              f'total {run_s:.1f} s',
-             f'throughput {rate:,.0f} world-steps/s (after compile)',
+             f'throughput {rate:,.0f} world-steps/s ' + ('(after compile)' if physics == 'mjx'
+                                                       else '(compile of the device pass included)'),
              physics_line + (f'; {worlds_mod.describe_impl(sim.impl)}' if physics == 'mjx'
                               else '; MuJoCo C (float64), devices in JAX float32'),
              f'physics backend: {physics} ({physics_why})',
