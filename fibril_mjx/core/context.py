@@ -193,18 +193,20 @@ class BuildContext:
       objid = int(name[len(PROBE_PREFIX) + len(objtype):])
     return self.probes.request(kind, objtype, name, objid)
 
+  def _pose(self, objtype: str, i: int) -> SitePose:
+    name = self._name(_MJ_OBJ[objtype], i, objtype)
+    return SitePose(name, self._probe('framepos', objtype, name),
+                    tuple(self._probe(f'frame{a}axis', objtype, name) for a in 'xyz'))
+
   def geom_pose(self, geom_id: int) -> SitePose:
     """Probes of a geom's position and orientation (`geom_xpos`, the columns of
     `geom_xmat`)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_GEOM, geom_id, 'geom')
-    return SitePose(name, self._probe('framepos', 'geom', name),
-                    tuple(self._probe(f'frame{a}axis', 'geom', name) for a in 'xyz'))
+    return self._pose('geom', geom_id)
 
   def site_pose(self, site_id: int) -> SitePose:
-    """Probes of a site's position and orientation."""
-    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
-    return SitePose(name, self._probe('framepos', 'site', name),
-                    tuple(self._probe(f'frame{a}axis', 'site', name) for a in 'xyz'))
+    """Probes of a site's position and orientation (`site_xpos`, the columns of
+    `site_xmat`)."""
+    return self._pose('site', site_id)
 
   def site_position(self, site_id: int) -> Probe:
     """Probe of a site's world position (`framepos` = `site_xpos`)."""
