@@ -163,16 +163,11 @@ def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.nda
 
 # ---------------------------------------------------------------- the JAX passes
 
-def _commands(built: Built, commands, lo, hi, n_ticks):
-  """`(tick-0 commands (k, ...), ticks 1..n (k, n, ...))` of worlds `lo:hi`, or None."""
-  first, rest = batched.split_trace(commands, pipeline.null_commands(built), lo, hi)
-  return first, rest
-
-
 @functools.partial(jax.jit, static_argnums=(0, 6))
 def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, latency):
-  """Pass 3: the whole pipeline over recorded frames `(n_worlds, n_ticks + 1, ...)`; returns
-  `(final state, outputs (n_worlds, n_ticks + 1, ...) or None, controls)`."""
+  """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)`: pass 3 on the recorded
+  ones, pass 1 on placeholders (only its controls kept). Returns `(final state, outputs
+  (n_worlds, n_ticks + 1, ...) or None, controls)`."""
   def one(p, key, fr, c0, cs, lat):
     first = jax.tree.map(lambda x: x[0], fr)
     rest = jax.tree.map(lambda x: x[1:], fr)
@@ -318,7 +313,8 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       return t if whole else _pad(jax.tree.map(lambda x: x[lo:hi], t), lanes)
     p, keys = sl(params), sl(jnp.asarray(world_keys))
     lat = sl(lat_in) if lat_in else None
-    cmd0, cmds = _commands(built, commands, lo, hi, n_ticks)
+    # tick-0 commands (k, ...) and world-major ticks 1..n (k, n, ...), or None
+    cmd0, cmds = batched.split_trace(commands, pipeline.null_commands(built), lo, hi)
     cmd0, cmds = (sl(cmd0), sl(cmds)) if cmds is not None else (None, None)
     s0 = states0[lo:hi]
     if trajectory is not None and 'ctrl' in log:

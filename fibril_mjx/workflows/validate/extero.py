@@ -381,21 +381,9 @@ def camera_rig(cfg: dict, overrides: dict):
 
 
 def _camera_reference(cfg, pts):
-  """Float64 pixel coordinates and in-front flags of the rig's landmarks (OpenCV's model)."""
-  xc = np.stack([-pts[:, 1], -pts[:, 2], pts[:, 0]], -1)
-  z = xc[:, 2]
-  x, y = xc[:, 0] / z, xc[:, 1] / z
-  k1, k2, p1, p2, k3 = (float(v) for v in cfg.get('distortion') or [0.0] * 5)
-  r2 = x * x + y * y
-  rad = 1 + k1 * r2 + k2 * r2 ** 2 + k3 * r2 ** 3
-  xd = x * rad + 2 * p1 * x * y + p2 * (r2 + 2 * x * x)
-  yd = y * rad + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y
-  uv = np.stack([float(cfg['fx_px']) * xd + float(cfg['cx_px']),
-                 float(cfg['fy_px']) * yd + float(cfg['cy_px'])], -1)
-  inside = ((uv[:, 0] >= -0.5) & (uv[:, 0] <= cfg['width_px'] - 0.5) & (uv[:, 1] >= -0.5)
-            & (uv[:, 1] <= cfg['height_px'] - 0.5))
-  mono = 1 + 3 * k1 * r2 + 5 * k2 * r2 ** 2 + 7 * k3 * r2 ** 3 > 0
-  return uv, (z > float(cfg.get('min_depth_m', 0.01))) & inside & mono
+  """Float64 pixel coordinates and in-front flags of the rig's landmarks (OpenCV's model):
+  the rig's landmarks in the camera frame through `camera_motion.project`."""
+  return camera_motion.project(cfg, np.stack([-pts[:, 1], -pts[:, 2], pts[:, 0]], -1))
 
 
 def _camera_checks(cfg, uv, vis, rt, pts) -> list[Check]:
