@@ -18,9 +18,11 @@ from fibril_mjx.config.validation import Strict, check, is_number
 from fibril_mjx.errors import did_you_mean
 
 METHODS = ('gauss_newton', 'adam', 'lbfgs')
+GRADIENTS = ('auto', 'fd', 'exact')
 TOP_KEYS = ('fibril_tune', 'manifest', 'train', 'heldout', 'parameters', 'loss', 'windows',
             'optimizer', 'overlay_id')
-OPTIMIZER_KEYS = ('method', 'iterations', 'learning_rate', 'starts', 'start_spread', 'seed')
+OPTIMIZER_KEYS = ('method', 'iterations', 'learning_rate', 'starts', 'start_spread', 'seed',
+                  'gradients')
 RECORDING_RULE = ('a recording path, {csv: FILE, mapping: {...}} or {bag: PATH, topics: '
                   '{ID: TOPIC}}')
 
@@ -143,6 +145,8 @@ class OptimizerModel(_UnknownKey, Strict):
   starts: int = 1
   start_spread: float = 0.3
   seed: int = 0
+  gradients: Annotated[Literal[GRADIENTS], check(lambda v: v in GRADIENTS,
+                                                 f'one of {", ".join(GRADIENTS)}')] = 'auto'
 
 
 def _nonempty(v) -> bool:

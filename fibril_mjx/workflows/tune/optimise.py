@@ -13,6 +13,7 @@ import numpy as np
 
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
+from fibril_mjx.workflows.tune.rollouts import make_problem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
 
 
@@ -134,7 +135,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   t_start = time.perf_counter()
   if problem is None:
     spec = spec_or_path if isinstance(spec_or_path, TuneSpec) else read_tune_file(spec_or_path)
-    problem = Problem(spec, progress=progress)
+    problem = make_problem(spec, progress=progress)
   prob, spec = problem, problem.spec
   P, S = len(prob.params), max(1, spec.starts)
   lo, hi = prob.bounds_u()

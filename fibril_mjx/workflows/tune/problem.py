@@ -53,7 +53,10 @@ class Problem:
   `signal.straight_through()` and in forward mode.
   """
 
-  def __init__(self, spec: TuneSpec, *, progress: bool | None = None):
+  gradients = 'exact'
+  gradients_why = 'as asked'
+
+  def __init__(self, spec: TuneSpec, *, progress: bool | None = None, physics: str = 'mjx'):
     self.spec = spec
     self.progress = (os.environ.get('FIBRIL_MJX_NO_PROGRESS') != '1') if progress is None \
         else progress
@@ -65,7 +68,7 @@ class Problem:
         vary.setdefault(cid, []).append(field)
     self.zeroed = _stochastic_overrides(nominal, fitted)
     self.sim = load_simulation(spec.manifest, overrides={'components': self.zeroed} if
-                               self.zeroed else None, vary=vary)
+                               self.zeroed else None, vary=vary, physics=physics)
     self.params = _resolve_params(spec, self.sim)
     for t in spec.loss:
       if t.component not in self.sim.components:

@@ -83,9 +83,8 @@ def overlay_dict(res: TuneResult) -> dict:
           'recordings': {'train': recs(spec.train), 'heldout': recs(spec.heldout)},
           'manifest': {'file': spec.manifest, 'sha256': _sha256(spec.manifest)},
           'tune_file': spec.path,
-          'fitted_with': (f'fibril_mjx {__version__} tune: {res.method}, forward-mode '
-                          f'Jacobians through MJX, multiple shooting {prob.L * prob.dt:g} s '
-                          f'windows, {len(res.starts)} start(s), straight-through '
+          'fitted_with': (f'fibril_mjx {__version__} tune: {res.method}, '
+                          f'{_gradients(prob)}, {len(res.starts)} start(s), straight-through '
                           'quantization/saturation, stochastic terms held at zero'),
           'train_loss': res.train_loss,
           'heldout_loss': res.heldout_loss,
@@ -100,10 +99,20 @@ def overlay_dict(res: TuneResult) -> dict:
   }
 
 
+def _gradients(prob) -> str:
+  if prob.gradients == 'fd':
+    return ('MuJoCo C rollouts (forward differences of the physics, float64) with exact '
+            'forward-mode derivatives of the device model, single shooting')
+  return (f'forward-mode Jacobians through MJX, multiple shooting {prob.L * prob.dt:g} s '
+          'windows')
+
+
 def render_report(res: TuneResult) -> str:
   """The text report."""
+  prob = res.problem
   lines = [f'tune: {res.method}, {res.iterations} iterations, {len(res.starts)} start(s), '
-           f'{res.wall_s:.1f} s', '',
+           f'{res.wall_s:.1f} s',
+           f'gradients: {_gradients(prob)} ({prob.gradients_why})', '',
            f'{"parameter":40s} {"start":>12s} {"estimate":>12s} {"± 2σ":>10s} '
            f'{"spread":>10s}  bounds']
   for i, n in enumerate(res.names):

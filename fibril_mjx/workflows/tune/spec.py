@@ -38,6 +38,7 @@ class TuneSpec:
   start_spread: float = 0.3
   seed: int = 0
   overlay_id: str = 'tuned'
+  gradients: str = 'auto'
 
 
 def read_tune_file(path) -> TuneSpec:
@@ -90,7 +91,7 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       window_s=None if model.windows is None else model.windows.length_s, method=opt.method,
       iterations=int(opt.iterations), learning_rate=float(opt.learning_rate),
       starts=int(opt.starts), start_spread=float(opt.start_spread), seed=int(opt.seed),
-      overlay_id=str(model.overlay_id))
+      overlay_id=str(model.overlay_id), gradients=str(opt.gradients))
 
 
 def _load_recording(item, file, types=None):

@@ -1,0 +1,291 @@
+"""`gradients: fd` — a tune problem on MuJoCo C: threaded rollouts for the physics, exact JAX
+derivatives for the device model on top of them (`RolloutProblem`).
+
+The residual of one recording is `r(F(θ_phys), θ)`: the frames `F` (states and `sensordata` of
+every tick) that MuJoCo C computes for the physical parameters, read by the device pipeline
+(`pipeline.init_frame` / `step_frame`, the pass 3 of `physics='c'`) under every parameter.
+
+- **Residuals**: one `mujoco.rollout` of every start × recording (a thread per core), then the
+  device pipeline over the recorded frames in one vmapped JAX program.
+- **Jacobian**, one column per fitted parameter, all in one program: a column is the
+  forward-mode derivative (`jax.jvp`) of the device pipeline along `(e_i, ∂F/∂θ_i)`. For a
+  device parameter `∂F/∂θ_i = 0` (it does not change the physics) and the column is exact.
+  For an MJCF or dcmotor parameter `∂F/∂θ_i` is a forward difference of two float64 MuJoCo C
+  rollouts (step `FD_STEP` in the fitted coordinate), pushed through the device model
+  exactly — so quantization, schedules, filters and latency are differentiated the same way
+  for both kinds, and only the physics is finite-differenced. A parameter of an actuator
+  component also changes the controls: its column gets both the difference of the rollouts
+  under its perturbed controls and its direct effect on the devices.
+- **Windows**: none. MuJoCo C rolls a whole recording out in a few milliseconds and a finite
+  difference over it is the derivative of the whole recording, so the fit is single shooting
+  with its exact Jacobian (the window length of the tune file applies to `gradients: exact`).
+
+One compiled device program serves every iteration and start (its world count is fixed by
+the problem); JAX's persistent compilation cache serves a second fit of the same model.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from fibril_mjx.batch import physics_c
+from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.core import pipeline
+from fibril_mjx.core.pipeline import Frame
+from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.physics import mjcf_fields
+from fibril_mjx.workflows.tune.problem import DataSet, Problem
+
+FD_STEP = 1e-6   # forward-difference step of a physical parameter, in its fitted coordinate
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+class RolloutProblem(Problem):
+  """A `Problem` whose physics is MuJoCo C (see the module docstring); same interface."""
+
+  gradients = 'fd'
+
+  def __init__(self, spec, *, progress=None):
+    super().__init__(dataclasses.replace(spec, window_s=None), progress=progress,
+                     physics='c')
+    self.requested_window_s = spec.window_s
+    m = self.sim.mj_model
+    self.runner = physics_c.Rollout(m)
+    # which parameters move the physics (a rollout per column) and how
+    acts = {cid for cid, _ in pipeline.actuators(self.sim.built)}
+    self.physical = [i for i, p in enumerate(self.params)
+                     if p.kind != 'component' or p.target[0] in acts]
+
+  # ----------------------------------------------------------------- traced programs
+
+  def _compile(self):
+    built, loss = self.sim.built, self.spec.loss
+
+    def fields(u, fr, c0, cs, lat):
+      """Per term `(L, D)` delivered samples of ticks 1..L, and `(new_data, sample_tick)`."""
+      _, params = self._apply(u)
+      params = jax.tree.map(lambda x: x[0], params)
+      first = jax.tree.map(lambda x: x[0], fr)
+      rest = jax.tree.map(lambda x: x[1:], fr)
+      st = pipeline.init_frame(built, params, self._keys[0], first, commands=c0, latency=lat)
+
+      def body(s, xs):
+        frame, c = xs
+        s, out = pipeline.step_frame(built, params, s, frame, c)
+        vals, tim = [], []
+        for t in loss:
+          d = out['sensor'][t.component]
+          vals.append(getattr(d.sample, t.field).reshape(-1).astype(jnp.float32))
+          tim.append((d.new_data, d.sample_tick))
+        return s, (tuple(vals), tuple(tim))
+      _, (vals, tim) = jax.lax.scan(body, st, (rest, cs))
+      return vals, tim
+
+    def resid(u, fr, c0, cs, lat, maps):
+      vals, _ = fields(u, fr, c0, cs, lat)
+      out = []
+      for i in range(len(loss)):
+        idx, y, w = maps[i]
+        out.append(((vals[i][idx] - y) * w).reshape(-1))
+      return jnp.concatenate(out)
+
+    def jac(u, fr, c0, cs, lat, maps, du, dfr):
+      """`(residual (R,), J (R, P))`: the jvp along each column's `(du, dframes)`."""
+      f = lambda uu, ff: resid(uu, ff, c0, cs, lat, maps)   # noqa: E731
+      r = f(u, fr)
+      cols = jax.vmap(lambda a, b: jax.jvp(f, (u, fr), (a, b))[1])(du, dfr)
+      return r, cols.T
+
+    world = (0, 0, 0, 0, 0)
+    self._fields = jax.jit(jax.vmap(fields, in_axes=world))
+    self._resid = jax.jit(jax.vmap(resid, in_axes=world + (0,)))
+    self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0)))
+
+  # ----------------------------------------------------------------- MuJoCo C
+
+  def _models(self, U, cols):
+    """Per world the `MjModel` of start `s` with column `c` perturbed (`cols`: `(s, c)`, c=-1
+    the unperturbed start), and the fitted coordinates of each world."""
+    m = self.sim.mj_model
+    out, us = [], []
+    for s, c in cols:
+      u = np.array(U[s], np.float64)
+      if c >= 0:
+        u[c] += self._step(u, c)
+      mw = copy.copy(m)
+      for i, p in enumerate(self.params):
+        if p.kind == 'component':
+          continue
+        x = np.exp(u[i]) if p.log else u[i]
+        if p.kind == 'mjx':
+          name, idx = p.target
+          getattr(mw, name)[idx] = x
+        else:   # dcmotor: MuJoCo C steps the compiled dcmotor from its gainprm
+          field, di = p.target
+          slot = {f: k for f, k in mjcf_fields.DCMOTOR_ATTRIBUTES.values()}[field]
+          mw.actuator_gainprm[int(self.sim.dcmotor.actuator_id[di]), slot] = x
+      out.append(mw)
+      us.append(u)
+    return out, np.stack(us)
+
+  def _step(self, u, i):
+    lo, hi = self.bounds_u()
+    h = FD_STEP * max(1.0, abs(float(u[i])))
+    return -h if u[i] + h > hi[i] else h
+
+  def _state0(self, ds: DataSet, r: int) -> np.ndarray:
+    m = self.sim.mj_model
+    d = mujoco.MjData(m)
+    d0 = ds.data0[r]
+    d.qpos[:] = np.asarray(d0.qpos, np.float64)
+    d.qvel[:] = np.asarray(d0.qvel, np.float64)
+    mujoco.mj_forward(m, d)
+    s = np.zeros(mujoco.mj_stateSize(m, physics_c._STATE))
+    mujoco.mj_getState(m, d, s, physics_c._STATE)
+    return s
+
+  def _commands(self, ds: DataSet, recs):
+    """Per world the tick-0 commands and those of ticks 1..L (world-major), or None."""
+    if ds.commands0[0] is None:
+      return None, None
+    c0 = _stack([jax.tree.map(lambda x: x[0], ds.commands0[r]) for r in recs])
+    cs = _stack([jax.tree.map(lambda x: x[:, 0], ds.commands[r]) for r in recs])
+    return c0, cs
+
+  def _frames(self, U, ds: DataSet, cols, recs, latency=None):
+    """MuJoCo C frames `(n, L + 1, ...)` (float64 NumPy leaves) of worlds `(start, column)`
+    on recordings `recs`, and the worlds' fitted coordinates."""
+    m, L = self.sim.mj_model, self.L
+    models, us = self._models(U, cols)
+    s0 = np.stack([self._state0(ds, r) for r in recs])
+    c0, cs = self._commands(ds, recs)
+    built = self.sim.built
+    if pipeline.actuators(built):   # pass 1: the controls, on placeholder frames
+      held = physics_c.frames_from_states(m, np.repeat(s0[:, None], L + 1, axis=1),
+                                          np.zeros((len(recs), L + 1, m.nsensordata)),
+                                          np.zeros((len(recs), L + 1, m.nu)))
+      p = self._world_params(us)
+      keys = jnp.repeat(self._keys, len(recs), axis=0)
+      ctrl = np.asarray(physics_c._devices(built, p, keys, held, c0, cs, False, latency)[2],
+                        np.float64)
+    else:
+      ctrl = np.broadcast_to(np.asarray(physics_c._script_ctrl(built, L), np.float64),
+                             (len(recs), L + 1, m.nu))
+    st, sd = self.runner(models, s0, np.ascontiguousarray(ctrl))
+    states = np.concatenate([s0[:, None], st[:, :-1]], axis=1)
+    nq, nv, na = m.nq, m.nv, m.na
+    fr = Frame(states[..., 1:1 + nq], states[..., 1 + nq:1 + nq + nv],
+               states[..., 1 + nq + nv:1 + nq + nv + na], sd, ctrl)
+    return fr, us
+
+  def _world_params(self, us):
+    ps = [jax.tree.map(lambda x: x[0], self._apply(jnp.asarray(u, jnp.float32))[1])
+          for u in us]
+    return _stack(ps)
+
+  # ----------------------------------------------------------------- Problem interface
+
+  def _worlds(self, S, ds):
+    R = len(ds.recordings)
+    return [(s, r) for s in range(S) for r in range(R)]
+
+  def forward(self, U, ds: DataSet, latency=None):
+    """As `Problem.forward` (one window per recording); `latency`: per world (start ×
+    recording) transport latencies (`pipeline.latency_inputs`)."""
+    U = np.asarray(U, np.float64)
+    S = U.shape[0]
+    sr = self._worlds(S, ds)
+    fr, us = self._frames(U, ds, [(s, -1) for s, _ in sr], [r for _, r in sr], latency)
+    c0, cs = self._commands(ds, [r for _, r in sr])
+    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), fr)
+    with sig.straight_through():
+      vals, tim = self._fields(jnp.asarray(us, jnp.float32), f32, c0, cs, latency)
+    R = len(ds.recordings)
+    fields = {t: [] for t in self.spec.loss}
+    timing = {t: [] for t in self.spec.loss}
+    for i, t in enumerate(self.spec.loss):
+      v = np.asarray(vals[i]).reshape(S, R, self.L, -1)
+      nd = np.asarray(tim[i][0]).reshape(S, R, self.L)
+      sk = np.asarray(tim[i][1]).reshape(S, R, self.L)
+      for r in range(R):
+        fields[t].append(v[:, r])
+        timing[t].append((nd[:, r], sk[:, r]))
+    return None, fields, timing
+
+  def evaluate(self, U, ds: DataSet, *, jacobian=False, latency=None):
+    """As `Problem.evaluate`: `r (S, N)`, per-term details, with `jacobian` `J (S, N, P)`."""
+    U = np.asarray(U, np.float64)
+    _, fields, timing = self.forward(U, ds, latency)
+    if not ds.maps:
+      self.build_maps(ds, timing)
+    r, per = self.residuals(fields, ds)
+    if not jacobian:
+      return r, per, None
+    S, P = U.shape[0], len(self.params)
+    sr = self._worlds(S, ds)
+    phys = self.physical
+    cols = [(s, -1) for s, _ in sr] + [(s, c) for s, _ in sr for c in phys]
+    recs = [r_ for _, r_ in sr] + [r_ for _, r_ in sr for _ in phys]
+    fr, us = self._frames(U, ds, cols, recs, latency)
+    n = len(sr)
+    base = jax.tree.map(lambda x: x[:n], fr)
+    # tangents: (worlds, P, ...) — a rollout difference for a physical column, 0 otherwise
+    dfr = []
+    for k in range(n):
+      per_col = []
+      pert = {c: n + k * len(phys) + j for j, c in enumerate(phys)}
+      for i in range(P):
+        if i in pert:
+          h = us[pert[i], i] - us[k, i]
+          per_col.append(jax.tree.map(lambda a, b, j=pert[i], h=h: (a[j] - b[k]) / h, fr, fr))
+        else:
+          per_col.append(jax.tree.map(lambda a: np.zeros_like(a[k]), fr))
+      dfr.append(jax.tree.map(lambda *xs: np.stack(xs), *per_col))
+    dfr = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs), jnp.float32), *dfr)
+    du = jnp.eye(P, dtype=jnp.float32)
+    maps = self._maps(ds, [r_ for _, r_ in sr])
+    c0, cs = self._commands(ds, [r_ for _, r_ in sr])
+    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), base)
+    with sig.straight_through():
+      _, J = self._jacobian(jnp.asarray(us[:n], jnp.float32), f32, c0, cs, latency, maps,
+                            du, dfr)
+    R = len(ds.recordings)
+    J = np.asarray(J, np.float64).reshape(S, R, -1, P).reshape(S, -1, P)
+    return r, per, J
+
+  def _maps(self, ds, recs):
+    return {i: tuple(jnp.asarray(np.stack([ds.maps[r][t][k] for r in recs])) for k in range(3))
+            for i, t in enumerate(self.spec.loss)}
+
+
+def make_problem(spec, *, progress=None) -> Problem:
+  """The problem of `spec.gradients`: `'fd'` (`RolloutProblem`), `'exact'` (`Problem`:
+  forward-mode Jacobians through MJX), or `'auto'`: fd on a CPU host when MuJoCo C can run the
+  manifest open loop (measured faster there: `bench/tune_vs_sysid.py`), else exact. The
+  choice and its reason are `problem.gradients_why`."""
+  how = spec.gradients
+  why = 'as asked'
+  if how == 'auto':
+    problems = physics_c.open_loop_problems(load_simulation(spec.manifest).built)
+    if problems:
+      how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
+    elif jax.default_backend() != 'cpu':
+      how, why = 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
+    else:
+      how, why = 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
+                        '(nothing closes a loop on physics)')
+  prob = (RolloutProblem if how == 'fd' else Problem)(spec, progress=progress)
+  prob.gradients_why = why
+  return prob
+
+
+__all__ = ['FD_STEP', 'RolloutProblem', 'make_problem']
