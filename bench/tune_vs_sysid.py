@@ -1,36 +1,60 @@
-"""fibril_mjx tune vs `mujoco.sysid`: the same problems, the same recordings, the same start.
+"""fibril_mjx tune vs `mujoco.sysid` (and SciPy): the same problems, recordings and start.
 
     .venv/bin/pip install 'mujoco[sysid]==3.17.0'      # keeps mujoco 3.17.0 / jax 0.10.2
-    .venv/bin/python bench/tune_vs_sysid.py [--only a,b,c] [--duration 2.0] [--quick]
+    .venv/bin/python bench/tune_vs_sysid.py [--only a,b,c,d,e,f,g] [--quick]
 
-Problems (recordings simulated by fibril_mjx with known values and the sensor noise on; both
-tools start 30 % off the truth, biases at 0):
+Problems (recordings simulated with known values and the sensor noise on; both tools start
+30 % off the truth, biases at 0):
 
   (a) dcmotor rig: an arm on a vertical hinge driven by a position-input `<dcmotor>` whose
       controller saturates its voltage; an IMU on the arm. Fit resistance, motor constant,
-      joint damping, armature (2 s of motion).
+      joint damping, armature (2 s).
   (b) the turntable with the R6093U AHRS: three joint dampings, three gyro biases,
-      accelerometer scale (3 axes) — 9 parameters.
+      accelerometer scale (3 axes) — 9 parameters (2 s).
   (c) the same rig with 15 parameters: dampings, armatures, gyro biases, accelerometer scale
-      and bias.
+      and bias (2 s).
+  (d) a long recording: 60 s of the turntable, 20 parameters (dampings, armatures, two masses,
+      gyro scale and bias, accelerometer scale and bias).
+  (e) a fleet: 32 turntables, each with its own dampings and gyro biases (drawn ±20 % / ±0.01
+      rad/s), 2 s each, fitted in one batch by fibril_mjx (`tune_fleet`); sysid runs 32 fits.
+  (f) the device in the loop: the R6093U AHRS with a 20 ms latency (the profile says 6.8 ms),
+      its 100 Hz schedule and output resolution; the log is host-stamped (each sample's stamp is
+      its arrival). fibril_mjx fits dampings, gyro biases and the latency (a search over whole
+      ticks, then the rest); sysid compares the physics sensor at the stamps.
+  (g) recordings the project did not make: the double pendulum of
+      `tests/workflows/test_tune_external.py` (MuJoCo C with `mj_forward` at each stamp, NumPy
+      noise); fibril_mjx against SciPy `least_squares` over `mujoco.rollout` of the same physics
+      (finite-difference Jacobian, trust region).
 
 `mujoco.sysid` (least squares, finite-difference Jacobians over batched `mujoco.rollout`, its
 `mujoco` backend) sees the compiled MuJoCo model with the same control signal and the
-recorded samples at their sample times; the device-model terms (gyro bias, accelerometer
-scale / bias) are measurement parameters applied in its `modify_residual` hook, as its
-`apply_bias` / `apply_gain` do. It does not model the AHRS latency, output resolution or the
-100 Hz schedule (it compares the physics sensor at the sample time).
+recorded samples at their sample times; the device-model terms (gyro bias and scale,
+accelerometer scale and bias) are measurement parameters applied in its `modify_residual`
+hook, as its `apply_bias` / `apply_gain` do. It does not model the AHRS latency, output
+resolution or the 100 Hz schedule (it compares the physics sensor at the sample time).
+sysid labels the `sensordata` of rollout step k — MuJoCo's forward of the state at t_k — with
+the time after the step, t_{k+1} (its `_src/trajectory.py`: "sensordata times are shifted by
+one time step"); the recordings here are stamped as MuJoCo computes them (the state at the
+stamp), so the bench compares sysid's prediction at stamp + one tick, which is its value at
+the stamp. Without that shift sysid stalls on (b) at a loss of ~150 (the one-tick skew).
 
-Printed per problem p: `tune_time_ratio_p=` (sysid wall time ÷ fibril_mjx wall time, each to
-its own converged residual; fibril_mjx's time includes its XLA compilation),
-`tune_param_error_fibril_p=` / `tune_param_error_sysid_p=` (mean relative error vs the truth;
-for the biases, relative to the bias magnitude), and both final losses.
+fibril_mjx runs with `gradients: auto` (on this CPU: MuJoCo C rollouts, forward differences
+for the physics, exact JAX derivatives for the device model). Its wall time includes loading
+the manifest, tracing and compiling: *cold* with an empty persistent compilation cache (a
+user's first fit of a model), *warm* a second fit of the same problem (a new `Problem`, so it
+traces again; XLA's compilations come from the persistent cache).
+
+Printed per problem p: `tune_time_ratio_p=` (sysid wall ÷ fibril_mjx wall: warm for (a)–(c),
+cold for (d)–(g)), `tune_time_ratio_cold_p=` for (a)–(c), `tune_param_error_fibril_p=` /
+`tune_param_error_sysid_p=` (mean relative error vs the truth; for the biases relative to the
+bias magnitude), both final losses, and for (g) the SciPy figures in place of sysid's.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import pathlib
 import sys
 import tempfile
@@ -38,6 +62,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import yaml
 
@@ -62,7 +87,7 @@ DCMOTOR_XML = """\
   </worldbody>
   <actuator>
     <dcmotor name="motor" joint="hinge" resistance="2" motorconst="0.1" input="pos"
-             controller="8 0 0.4 6"/>
+             controller="8 0 0.4 0 0 6"/>
   </actuator>
   <sensor>
     <gyro name="gyro" site="imu"/>
@@ -85,29 +110,41 @@ def dcmotor_manifest(tmp: pathlib.Path) -> pathlib.Path:
   return p
 
 
-# problem: (manifest, truth {name: value}, params (tune entries), loss, sensor names)
+TT = {'joint:yaw.damping': 0.35, 'joint:tilt.damping': 0.6, 'joint:roll.damping': 0.45}
+GYRO_BIAS = {'ahrs.angular_velocity_bias': [0.01, -0.008, 0.005]}
+AHRS_LOSS = [{'component': 'ahrs', 'field': 'angular_velocity', 'weight': 588.0},
+             {'component': 'ahrs', 'field': 'linear_acceleration', 'weight': 50.0}]
+AHRS_SENSORS = ('ahrs', 'imu_sensor_gyro', 'imu_sensor_accel')
+
+
 def problems(tmp):
+  """`{key: dict(manifest, truth {name: value}, loss, sensors, duration_s, ...)}`."""
   a_truth = {'actuator:motor.resistance': 2.0, 'actuator:motor.motorconst': 0.1,
              'joint:hinge.damping': 0.02, 'joint:hinge.armature': 0.005}
-  tt = {'joint:yaw.damping': 0.35, 'joint:tilt.damping': 0.6, 'joint:roll.damping': 0.45}
-  bias = {'ahrs.angular_velocity_bias': [0.01, -0.008, 0.005]}
   scale = {'ahrs.linear_acceleration_scale': [1.02, 0.98, 1.01]}
   arm = {'joint:yaw.armature': 0.012, 'joint:tilt.armature': 0.008, 'joint:roll.armature': 0.01}
   abias = {'ahrs.linear_acceleration_bias': [0.05, -0.04, 0.03]}
-  b_truth = {**tt, **bias, **scale}
-  c_truth = {**tt, **arm, **bias, **scale, **abias}
-  ahrs_loss = [{'component': 'ahrs', 'field': 'angular_velocity', 'weight': 588.0},
-               {'component': 'ahrs', 'field': 'linear_acceleration', 'weight': 50.0}]
+  masses = {'body:roll_cradle.mass': 0.4, 'body:imu_r6093u.mass': 0.02}
+  gscale = {'ahrs.angular_velocity_scale': [1.01, 0.99, 1.015]}
   imu_loss = [{'component': 'imu', 'field': 'angular_velocity', 'weight': 100.0},
               {'component': 'imu', 'field': 'linear_acceleration', 'weight': 10.0}]
+  arrival = [dict(t, time='arrival') for t in AHRS_LOSS]
   return {
-      'a': (dcmotor_manifest(tmp), a_truth, imu_loss, ('imu', 'gyro', 'accel')),
-      'b': (TURNTABLE, b_truth, ahrs_loss, ('ahrs', 'imu_sensor_gyro', 'imu_sensor_accel')),
-      'c': (TURNTABLE, c_truth, ahrs_loss, ('ahrs', 'imu_sensor_gyro', 'imu_sensor_accel')),
+      'a': dict(manifest=dcmotor_manifest(tmp), truth=a_truth, loss=imu_loss,
+                sensors=('imu', 'gyro', 'accel'), duration_s=2.0),
+      'b': dict(manifest=TURNTABLE, truth={**TT, **GYRO_BIAS, **scale}, loss=AHRS_LOSS,
+                sensors=AHRS_SENSORS, duration_s=2.0),
+      'c': dict(manifest=TURNTABLE, truth={**TT, **arm, **GYRO_BIAS, **scale, **abias},
+                loss=AHRS_LOSS, sensors=AHRS_SENSORS, duration_s=2.0),
+      'd': dict(manifest=TURNTABLE, truth={**TT, **arm, **masses, **gscale, **GYRO_BIAS,
+                                           **scale, **abias},
+                loss=AHRS_LOSS, sensors=AHRS_SENSORS, duration_s=60.0, physics='c'),
+      'f': dict(manifest=TURNTABLE, truth={**TT, **GYRO_BIAS}, loss=arrival,
+                sensors=AHRS_SENSORS, duration_s=4.0, latency_s=0.02),
   }
 
 
-def truth_overrides(truth):
+def truth_overrides(truth, latency_s=None):
   mjcf, comps = [], []
   for k, v in truth.items():
     if k.startswith('actuator:'):
@@ -119,11 +156,13 @@ def truth_overrides(truth):
     else:
       cid, field = k.split('.', 1)
       comps.append({'component': cid, 'field': field, 'value': v})
+  if latency_s is not None:
+    comps.append({'component': 'ahrs', 'field': 'latency_s', 'value': latency_s})
   return {'mjcf': mjcf, 'components': comps}
 
 
 def param_entries(truth):
-  """Tune-file parameters starting 30 % off (biases at 0), and the flat truth vector."""
+  """Tune-file parameters starting 30 % off (biases at 0, scales at 1), and the flat truth."""
   out, flat = [], []
   for k, v in truth.items():
     if ':' in k:
@@ -141,39 +180,76 @@ def param_entries(truth):
 
 
 def rel_error(est, truth):
-  return float(np.mean(np.abs(est - truth) / np.abs(truth)))
+  return float(np.mean(np.abs(np.asarray(est) - truth) / np.abs(truth)))
+
+
+def host_stamped(rec):
+  """The log a host keeps: each sample stamped at its arrival (acquisition time unknown)."""
+  for s in rec.sensors.values():
+    s['sample_time_s'] = np.asarray(s['arrival_time_s']).copy()
+  return rec
+
+
+def cache_cold():
+  """An empty persistent compilation cache and no in-memory compilations: a first fit."""
+  from jax._src import compilation_cache
+  d = tempfile.mkdtemp(prefix='fibril_tune_bench_cache_')
+  jax.clear_caches()
+  jax.config.update('jax_compilation_cache_dir', d)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  compilation_cache.reset_cache()
 
 
 # ------------------------------------------------------------------------------ fibril_mjx
 
 
-def run_fibril(tmp, key, manifest, truth, loss, duration, iterations, window_s):
-  recs = []
-  # train and held-out: two worlds (independent noise) of one batched run
-  for i, rec in enumerate(tune.simulate_recordings(manifest, overrides=truth_overrides(truth),
-                                                   seed=1, duration_s=duration,
-                                                   worlds=(0, 1))):
-    recs.append(str(recording.write_recording(tmp / f'{key}_{i}.npz', rec)))
-  params, flat = param_entries(truth)
-  spec = {'fibril_tune': 1, 'manifest': str(manifest), 'train': [recs[0]], 'heldout': [recs[1]],
+def write_tune_file(tmp, key, manifest, params, loss, train, heldout, iterations, window_s=0.0,
+                    gradients='auto'):
+  spec = {'fibril_tune': 1, 'manifest': str(manifest), 'train': train, 'heldout': heldout,
           'parameters': params, 'loss': loss,
-          'optimizer': {'method': 'gauss_newton', 'iterations': iterations, 'starts': 1}}
+          'optimizer': {'method': 'gauss_newton', 'iterations': iterations, 'starts': 1,
+                        'gradients': gradients}}
   if window_s:
     spec['windows'] = {'length_s': window_s}
   path = tmp / f'{key}_tune.yaml'
   path.write_text(yaml.safe_dump(spec))
+  return path
+
+
+def recordings(tmp, key, pr, duration):
+  recs = tune.simulate_recordings(
+      pr['manifest'], overrides=truth_overrides(pr['truth'], pr.get('latency_s')), seed=1,
+      duration_s=duration, worlds=(0, 1), physics=pr.get('physics', 'mjx'))
+  out = []
+  for i, rec in enumerate(recs):
+    if pr.get('latency_s') is not None:
+      rec = host_stamped(rec)
+    out.append(str(recording.write_recording(tmp / f'{key}_{i}.npz', rec)))
+  return out
+
+
+def run_fibril(path, *, warm: bool):
+  """`(result, cold wall, warm wall or None)`: the fit in an empty cache, then again."""
+  cache_cold()
   t0 = time.perf_counter()
   res = tune.tune(path, progress=False)
-  wall = time.perf_counter() - t0
-  return res, flat, wall, recs[0]
+  cold = time.perf_counter() - t0
+  again = None
+  if warm:
+    t0 = time.perf_counter()
+    res = tune.tune(path, progress=False)
+    again = time.perf_counter() - t0
+  return res, cold, again
 
 
 # ------------------------------------------------------------------------------ mujoco.sysid
 
 
-def run_sysid(res, rec_path, truth, sensors, iterations):
+def run_sysid(prob, rec_path, sensors, iterations, weights):
+  """`(estimate (P,), wall s, loss)` of `mujoco.sysid` on one recording, the fitted quantities
+  of `prob` (its MJCF ones in the model, its device ones as measurement parameters)."""
   from mujoco import sysid
-  prob = res.problem
   sim = prob.sim
   m0 = sim.mj_model
   rec = recording.read_recording(rec_path)
@@ -182,8 +258,7 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
   t_meas = np.asarray(s['sample_time_s'])
   y_meas = np.concatenate([np.asarray(s['angular_velocity']),
                            np.asarray(s['linear_acceleration'])], axis=1)
-  w = np.concatenate([np.full(3, prob.spec.loss[0].weight[0]),
-                      np.full(3, prob.spec.loss[1].weight[0])])
+  w = np.concatenate([np.full(3, weights[0]), np.full(3, weights[1])])
   dt = float(m0.opt.timestep)
   n = int(round(t_meas[-1] / dt)) + 2
   t_ctrl = np.arange(n) * dt
@@ -195,9 +270,8 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
   params = sysid.ParameterDict()
   measurement = {}
   for q in prob.params:
-    lo, hi = q.lower, q.upper
     nm = q.name.replace(':', '_').replace('.', '_').replace('[', '_').replace(']', '')
-    params.add(sysid.Parameter(nm, nominal=q.init, min_value=lo, max_value=hi))
+    params.add(sysid.Parameter(nm, nominal=q.init, min_value=q.lower, max_value=q.upper))
     params[nm].value[:] = q.init
     if q.kind == 'component':
       measurement[nm] = (q.target[1], q.index[0] if q.index else 0)
@@ -209,11 +283,7 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
       v = float(p[nm].value[0])
       if q.kind == 'mjx':
         fld, idx = q.target
-        arr = getattr(m, fld)
-        if fld == 'geom_friction' or fld.startswith('actuator_'):
-          arr[idx] = v
-        else:
-          arr[list(idx)] = v
+        getattr(m, fld)[idx] = v
       elif q.kind == 'dcmotor':
         aid = int(sim.dcmotor.actuator_id[q.target[1]])
         m.actuator_gainprm[aid, 0 if q.target[0] == 'resistance_ohm' else 1] = v
@@ -221,15 +291,19 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
 
   def modify_residual(p, pred, measured, model, return_pred_all, state=None):
     del measured, model, return_pred_all, state
-    y = pred.resample(t_meas).data
+    y = pred.resample(t_meas + dt).data   # sysid stamps step k's sensors t_{k+1}: see main doc
     g = y[:, gadr:gadr + 3].copy()
     a = y[:, aadr:aadr + 3].copy()
+    for nm, (field, k) in measurement.items():   # gains first, then biases: s·x + b
+      v = float(p[nm].value[0])
+      if field == 'angular_velocity_scale':
+        g[:, k] *= v
+      elif field == 'linear_acceleration_scale':
+        a[:, k] *= v
     for nm, (field, k) in measurement.items():
       v = float(p[nm].value[0])
       if field == 'angular_velocity_bias':
         g[:, k] += v
-      elif field == 'linear_acceleration_scale':
-        a[:, k] *= v
       elif field == 'linear_acceleration_bias':
         a[:, k] += v
     r = (np.concatenate([g, a], axis=1) - y_meas) * w
@@ -238,12 +312,14 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
   class _Spec:   # ModelSequences compiles its spec once; hand it the compiled model
     def compile(self):
       return m0
-  spec = _Spec()
-  data = __import__('mujoco').MjData(m0)
+  data = mujoco.MjData(m0)
+  if rec.initial:
+    data.qpos[:] = rec.initial['qpos']
+    data.qvel[:] = rec.initial.get('qvel', np.zeros(m0.nv))
   init = sysid.create_initial_state(m0, data.qpos, data.qvel, data.act)
   control_ts = sysid.TimeSeries(t_ctrl, ctrl)
   sensor_ts = sysid.TimeSeries.from_names(t_ctrl, np.zeros((n, m0.nsensordata)), m0)
-  ms = sysid.ModelSequences('bench', spec, 'rec', init, control_ts, sensor_ts)
+  ms = sysid.ModelSequences('bench', _Spec(), 'rec', init, control_ts, sensor_ts)
   residual_fn = sysid.build_residual_fn(models_sequences=[ms], build_model=build_model,
                                         modify_residual=modify_residual)
   t0 = time.perf_counter()
@@ -253,48 +329,179 @@ def run_sysid(res, rec_path, truth, sensors, iterations):
   est = np.array([float(opt[nm].value[0]) for nm in names])
   r, _, _ = residual_fn(est, opt)
   loss = float(np.mean(np.concatenate(r) ** 2))
+  if os.environ.get("DBG"): print("per channel rms", np.sqrt(np.mean(np.concatenate(r).reshape(-1, 6) ** 2, 0)) / w)
   return est, wall, loss
+
+
+def weights(loss):
+  return loss[0]['weight'], loss[1]['weight']
+
+
+# ------------------------------------------------------------------------------ (e) a fleet
+
+
+def fleet_recordings(tmp, K, seed=7):
+  """K turntables with their own dampings (±20 %) and gyro biases (5–10 mrad/s, random
+  sign), 2 s each, from one batched MuJoCo C run: `(paths, truths (K, 6))`."""
+  rng = np.random.default_rng(seed)
+  damp = np.array(list(TT.values())) * rng.uniform(0.8, 1.2, (K, 3))
+  bias = rng.uniform(0.005, 0.01, (K, 3)) * rng.choice([-1, 1], (K, 3))
+  sim = fibril_mjx.load(TURNTABLE, vary={'ahrs': ['angular_velocity_bias']}, physics='c')
+  m = sim.mj_model
+  dof = np.tile(m.dof_damping, (K, 1))
+  for j, name in enumerate(('yaw', 'tilt', 'roll')):
+    dof[:, m.jnt_dofadr[m.joint(name).id]] = damp[:, j]
+  params = sim.default_params(K)
+  c = sim.components['ahrs']
+  params['ahrs'] = c.set_param(params['ahrs'], 'angular_velocity_bias',
+                               jnp.asarray(bias, jnp.float32))
+  n = int(round(2.0 / sim.dt))
+  _, trace = sim.rollout(params, fibril_mjx.world_keys(3, K), n, model={'dof_damping': dof})
+  trace = jax.tree.map(np.asarray, trace)
+  paths = []
+  for k in range(K):
+    rec = recording.recording_from_trace(trace, k, sim=sim)
+    paths.append(str(recording.write_recording(tmp / f'e_{k}.npz', rec)))
+  return paths, np.concatenate([damp, bias], axis=1)
+
+
+def run_fleet(tmp, K, iterations):
+  paths, truth = fleet_recordings(tmp, K)
+  params, _ = param_entries({**TT, **GYRO_BIAS})
+  path = write_tune_file(tmp, 'e', TURNTABLE, params, AHRS_LOSS, paths, [], iterations)
+  cache_cold()
+  t0 = time.perf_counter()
+  res = tune.tune_fleet(path, progress=False)
+  wall_f = time.perf_counter() - t0
+  ef = rel_error(res.estimate, truth)
+  wall_s, es = 0.0, []
+  for k, p in enumerate(paths):
+    est, w, _ = run_sysid(res.problem, p, AHRS_SENSORS, iterations, weights(AHRS_LOSS))
+    wall_s += w
+    es.append(rel_error(est, truth[k]))
+  return dict(params=truth.shape[1] * K, wall_f=wall_f, wall_s=wall_s,
+              loss_f=float(np.mean(res.losses)), loss_s=float('nan'), ef=ef,
+              es=float(np.mean(es)), collinear=res.collinear)
+
+
+# ------------------------------------------------------------------------------ (g) SciPy
+
+
+def run_outside(tmp, iterations):
+  """(g): the external double pendulum, fibril_mjx vs SciPy least_squares over MuJoCo C."""
+  import mujoco.rollout as mj_rollout
+  from scipy.optimize import least_squares
+  sys.path.insert(0, str(ROOT / 'tests' / 'workflows'))
+  import test_tune_external as ext   # the recordings' generator (MuJoCo C + NumPy noise)
+  (tmp / 'g_model.xml').write_text(ext.MODEL.format(dt=ext.DT, **ext.START))
+  man = {'fibril_manifest': 1, 'model': 'g_model.xml', 'components': [
+      {'id': 'imu', 'type': 'fibril_sim/imu',
+       'config': {'gyroscope_sensor': 'gyro', 'accelerometer_sensor': 'accel',
+                  'period_s': ext.PERIOD}}]}
+  (tmp / 'g.yaml').write_text(yaml.safe_dump(man))
+  train = recording.write_recording(tmp / 'g_train.npz', ext.c_recording(1))
+  names = [('joint:shoulder.damping', 'damping'), ('joint:elbow.stiffness', 'stiffness'),
+           ('body:lower.mass', 'mass')]
+  params = [{'mjcf': k, 'bounds': [ext.START[n] * 0.1, ext.START[n] * 10], 'log': True,
+             'init': ext.START[n]} for k, n in names]
+  loss = [{'component': 'imu', 'field': 'angular_velocity', 'weight': 1 / ext.GYRO_SIGMA},
+          {'component': 'imu', 'field': 'linear_acceleration', 'weight': 1 / ext.ACCEL_SIGMA}]
+  path = write_tune_file(tmp, 'g', tmp / 'g.yaml', params, loss, [str(train)], [], iterations)
+  truth = np.array([ext.TRUTH[n] for _, n in names])
+  res, cold, _ = run_fibril(path, warm=False)
+
+  rec = recording.read_recording(train)
+  s = rec.sensor('imu')
+  y = np.concatenate([s['angular_velocity'], s['linear_acceleration']], axis=1)
+  w = np.concatenate([np.full(3, 1 / ext.GYRO_SIGMA), np.full(3, 1 / ext.ACCEL_SIGMA)])
+  m0 = mujoco.MjModel.from_xml_string(ext.MODEL.format(dt=ext.DT, **ext.START))
+  every = int(round(ext.PERIOD / ext.DT))
+  T = int(round(s['sample_time_s'][-1] / ext.DT)) + 1
+  d = mujoco.MjData(m0)
+  d.qpos[:] = ext.Q0
+  mujoco.mj_forward(m0, d)
+  s0 = np.zeros(mujoco.mj_stateSize(m0, mujoco.mjtState.mjSTATE_FULLPHYSICS))
+  mujoco.mj_getState(m0, d, s0, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+  datas = [mujoco.MjData(m0)]
+  lower = m0.body('lower').id
+
+  def resid(logx):
+    x = np.exp(logx)
+    m = copy.copy(m0)
+    m.dof_damping[0], m.jnt_stiffness[1], m.body_mass[lower] = x
+    _, sd = mj_rollout.rollout(m, datas, s0[None], np.zeros((1, T, 0)))
+    return ((sd[0, ::every][:len(y)] - y) * w).reshape(-1)
+  t0 = time.perf_counter()
+  fit = least_squares(resid, np.log([ext.START[n] for _, n in names]), method='trf',
+                      jac='2-point', max_nfev=50 * (iterations + 1))
+  wall_s = time.perf_counter() - t0
+  return dict(params=3, wall_f=cold, wall_s=wall_s, loss_f=res.train_loss,
+              loss_s=float(np.mean(fit.fun ** 2)), ef=rel_error(res.estimate, truth),
+              es=rel_error(np.exp(fit.x), truth), collinear=res.collinear,
+              within=bool(np.all(np.abs(res.estimate - truth) <= 2 * res.sigma)))
 
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  ap.add_argument('--only', default='a,b,c')
-  ap.add_argument('--duration', type=float, default=2.0)
+  ap.add_argument('--only', default='a,b,c,d,e,f,g')
   ap.add_argument('--iterations', type=int, default=20)
-  ap.add_argument('--window', type=float, default=0.0,
-                  help='multiple-shooting window in s (default: the whole recording)')
+  ap.add_argument('--fleet', type=int, default=32, help='units of problem (e)')
   ap.add_argument('--quick', action='store_true',
-                  help='1 s recordings, 10 iterations (a few minutes per problem on 2 cores)')
+                  help='(d) 10 s instead of 60 s, (e) 8 units')
   a = ap.parse_args(argv)
-  if a.quick:
-    a.duration, a.iterations = min(a.duration, 1.0), min(a.iterations, 10)
   rows = []
   with tempfile.TemporaryDirectory() as d:
     tmp = pathlib.Path(d)
     probs = problems(tmp)
     for key in a.only.split(','):
-      manifest, truth, loss, sensors = probs[key]
-      res, flat, wall_f, rec = run_fibril(tmp, key, manifest, truth, loss, a.duration,
-                                          a.iterations, a.window)
-      est_s, wall_s, loss_s = run_sysid(res, rec, truth, sensors, a.iterations)
-      ef, es = rel_error(res.estimate, flat), rel_error(est_s, flat)
-      rows.append((key, len(flat), wall_f, wall_s, res.train_loss, loss_s, ef, es))
-      print(f'tune_params_{key}={len(flat)}')
-      print(f'tune_wall_s_fibril_{key}={wall_f:.1f}')
-      print(f'tune_wall_s_sysid_{key}={wall_s:.1f}')
-      print(f'tune_loss_fibril_{key}={res.train_loss:.4g}')
-      print(f'tune_loss_sysid_{key}={loss_s:.4g}')
-      print(f'tune_param_error_fibril_{key}={ef:.4g}')
-      print(f'tune_param_error_sysid_{key}={es:.4g}')
-      print(f'tune_time_ratio_{key}={wall_s / wall_f:.3g}')
-      print(f'tune_poorly_identifiable_{key}=' + ('; '.join(res.collinear) or 'none'),
+      if key == 'e':
+        row = run_fleet(tmp, 8 if a.quick else a.fleet, a.iterations)
+      elif key == 'g':
+        row = run_outside(tmp, a.iterations)
+      else:
+        pr = probs[key]
+        duration = 10.0 if a.quick and key == 'd' else pr['duration_s']
+        recs = recordings(tmp, key, pr, duration)
+        params, flat = param_entries(pr['truth'])
+        if pr.get('latency_s') is not None:
+          params.append({'component': 'ahrs', 'field': 'latency_s', 'bounds': [0.0, 0.04]})
+        path = write_tune_file(tmp, key, pr['manifest'], params, pr['loss'], [recs[0]],
+                               [recs[1]], a.iterations)
+        warm = key in 'abc'
+        res, cold, again = run_fibril(path, warm=warm)
+        est_s, wall_s, loss_s = run_sysid(res.problem, recs[0], pr['sensors'], a.iterations,
+                                          weights(pr['loss']))
+        row = dict(params=len(flat) + (pr.get('latency_s') is not None), wall_f=again or cold,
+                   wall_s=wall_s, loss_f=res.train_loss, loss_s=loss_s,
+                   ef=rel_error(res.estimate, flat), es=rel_error(est_s, flat),
+                   collinear=res.collinear)
+        if warm:
+          row['cold'] = cold
+          print(f'tune_time_ratio_cold_{key}={wall_s / cold:.3g}')
+          print(f'tune_wall_s_fibril_cold_{key}={cold:.1f}')
+        if res.timing:
+          row['latency'] = res.timing[0]['best_s']
+          print(f'tune_latency_s_fibril_{key}={res.timing[0]["best_s"]:.4g} '
+                f'(truth {pr["latency_s"]:g})')
+      rows.append((key, row))
+      peer = 'scipy' if key == 'g' else 'sysid'
+      print(f'tune_params_{key}={row["params"]}')
+      print(f'tune_wall_s_fibril_{key}={row["wall_f"]:.2f}')
+      print(f'tune_wall_s_{peer}_{key}={row["wall_s"]:.2f}')
+      print(f'tune_loss_fibril_{key}={row["loss_f"]:.4g}')
+      print(f'tune_loss_{peer}_{key}={row["loss_s"]:.4g}')
+      print(f'tune_param_error_fibril_{key}={row["ef"]:.4g}')
+      print(f'tune_param_error_{peer}_{key}={row["es"]:.4g}')
+      print(f'tune_time_ratio_{key}={row["wall_s"] / row["wall_f"]:.3g}')
+      print(f'tune_poorly_identifiable_{key}=' + ('; '.join(row['collinear']) or 'none'),
             flush=True)
-  print('\n| problem | params | fibril_mjx s | sysid s | loss fibril | loss sysid | '
-        'rel. error fibril | rel. error sysid |')
-  print('| --- | --- | --- | --- | --- | --- | --- | --- |')
-  for r in rows:
-    print(f'| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.4g} | {r[5]:.4g} | '
-          f'{r[6]:.3g} | {r[7]:.3g} |')
+  print('\n| problem | params | fibril_mjx s | peer s | ratio (peer / fibril) | loss fibril | '
+        'loss peer | rel. error fibril | rel. error peer |')
+  print('| --- | --- | --- | --- | --- | --- | --- | --- | --- |')
+  for key, r in rows:
+    fw = f'{r["wall_f"]:.2f}' + (f' (cold {r["cold"]:.1f})' if 'cold' in r else '')
+    print(f'| {key} | {r["params"]} | {fw} | {r["wall_s"]:.2f} | {r["wall_s"] / r["wall_f"]:.3g} '
+          f'| {r["loss_f"]:.4g} | {r["loss_s"]:.4g} | {r["ef"]:.3g} | {r["es"]:.3g} |')
 
 
 if __name__ == '__main__':

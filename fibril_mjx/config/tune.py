@@ -121,6 +121,10 @@ class LossModel(_UnknownKey, Strict):
   component: str
   field: str
   weight: Union[float, list[float]] = 1.0
+  time: Annotated[Literal['sample', 'arrival'], check(
+      lambda v: v in ('sample', 'arrival'), 'one of sample (the model\'s acquisition at the '
+      'recorded sample time), arrival (what a consumer holds at the recorded arrival time)')
+  ] = 'sample'
 
   @pydantic.model_validator(mode='before')
   @classmethod

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.workflows.tune import identifiability, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.rollouts import make_problem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
@@ -32,6 +33,10 @@ class TuneResult:
     unidentifiable_combinations: near-collinear parameter groups at the start (names).
     correlation: `(P, P)` at the optimum.
     traces: held-out traces for the plot.
+    fixed: for each poorly identifiable group, the combinations the data fixes, with ± 2σ
+      (`identifiability.fixed_combinations`).
+    timing: per fitted latency the search stage's evidence (`timing.search`, at the
+      optimum).
   """
   names: list
   estimate: np.ndarray
@@ -58,6 +63,8 @@ class TuneResult:
   iterations: int
   traces: dict | None = None
   problem: Any = None
+  timing: list = dataclasses.field(default_factory=list)
+  fixed: list = dataclasses.field(default_factory=list)
 
 
 def _rms(per):
@@ -73,24 +80,8 @@ def _pick(d, s):
   return None if d is None else {k: v[s].tolist() for k, v in d.items()}
 
 
-def _sensitivity(prob: Problem, J0: np.ndarray):
-  norms = np.linalg.norm(J0, axis=0)
-  scale = max(float(norms.max()), 1e-300)
-  dead = [p.name for p, n in zip(prob.params, norms) if not n > 1e-7 * scale]
-  if dead:
-    raise FibrilError(f'{prob.spec.path}: unidentifiable parameter(s) {", ".join(dead)}: the '
-                      'loss does not change with them at the start (zero derivative) — add a '
-                      'loss term on a sensor that sees them, or remove them')
-  Jn = J0 / norms
-  _, sv, vt = np.linalg.svd(Jn, full_matrices=False)
-  out = []
-  for k in range(len(sv)):
-    if sv[k] < 1e-3 * sv[0]:
-      v = vt[k]
-      big = np.argsort(-np.abs(v))[:3]
-      out.append(' + '.join(f'{v[i]:+.2f}·{prob.params[i].name}' for i in big
-                            if abs(v[i]) > 0.1) + f' (singular value {sv[k] / sv[0]:.1e})')
-  return out
+def _sensitivity(prob: Problem, J0: np.ndarray) -> list[str]:
+  return identifiability.sensitivity(prob, J0)[0]
 
 
 def _lag1(r):
@@ -121,6 +112,50 @@ def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
   return float(np.mean(factors)) if factors else 1.0
 
 
+def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
+  """Levenberg–Marquardt of independent problems in one batch (one per row of `U (S, P)`):
+  each has its own damping, and a step is kept where its problem's cost decreased.
+
+  Args:
+    evaluate: `(U, jacobian) -> (r (S, R), J (S, R, P) or None)`.
+    r, J: at `U`; lo, hi: bounds of the fitted coordinates; bar: the iterations (a tqdm);
+    N: residual count(s) that normalize the reported loss (a scalar or `(S,)`).
+
+  Returns:
+    `(U, r, J, cost (S,), [cost / N after each iteration])`.
+  """
+  S = U.shape[0]
+  cost = np.sum(r ** 2, axis=1)
+  curve = []
+  lam = np.full(S, 1e-3)
+  for _ in bar:
+    g = np.einsum('snp,sn->sp', J, r)
+    H = np.einsum('snp,snq->spq', J, J)
+    D = np.einsum('spp->sp', H) + 1e-12
+    step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
+    Un = np.clip(U + step, lo, hi)
+    du = Un - U
+    # decrease of rᵀr the linear model predicts for the (projected) step
+    pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
+    if np.all(pred <= 1e-6 * cost):
+      break                     # converged: no problem can decrease its loss any more
+    # residuals first; the Jacobian only where a step is accepted
+    rn, _ = evaluate(Un, False)
+    cn = np.sum(rn ** 2, axis=1)
+    ok = cn < cost
+    if ok.any():
+      Ua = np.where(ok[:, None], Un, U)
+      ra, Ja = evaluate(Ua, True)
+      U, r, J = Ua, ra, Ja
+      cost = np.where(ok, cn, cost)
+    lam = np.where(ok, np.maximum(lam / 3, 1e-9), np.minimum(lam * 4, 1e9))
+    curve.append(cost / N)
+    bar.set_postfix(loss=f'{np.min(cost / N):.4g}')
+    if np.all(lam >= 1e9):
+      break
+  return U, r, J, cost, curve
+
+
 def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None = None
          ) -> TuneResult:
   """Fits the tune file's parameters; see the module docstring.
@@ -148,8 +183,9 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
     U[1:] = np.clip(u0 + rng.uniform(-1, 1, (S - 1, P)) * width, lo, hi)
   starts = U.copy()
 
+  found = timing.search(prob, u0) if prob.timing else []   # latencies over whole ticks first
   r, per0, J = prob.evaluate(U, prob.train, jacobian=True)
-  collinear = _sensitivity(prob, J[0])
+  collinear, groups = identifiability.sensitivity(prob, J[0])
   N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
   cost = np.sum(r ** 2, axis=1)
   curve = [cost / N]
@@ -159,32 +195,18 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
              disable=not prob.progress, leave=False)
   if spec.method == 'gauss_newton':
-    lam = np.full(S, 1e-3)
-    for _ in bar:
-      g = np.einsum('snp,sn->sp', J, r)
-      H = np.einsum('snp,snq->spq', J, J)
-      D = np.einsum('spp->sp', H) + 1e-12
-      step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
-      Un = np.clip(U + step, lo, hi)
-      du = Un - U
-      # decrease of rᵀr the linear model predicts for the (projected) step
-      pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
-      if np.all(pred <= 1e-6 * cost):
-        break                     # converged: no start can decrease its loss any more
-      # residuals first; the Jacobian only where a step is accepted
-      rn, _, _ = prob.evaluate(Un, prob.train)
-      cn = np.sum(rn ** 2, axis=1)
-      ok = cn < cost
-      if ok.any():
-        Ua = np.where(ok[:, None], Un, U)
-        ra, _, Ja = prob.evaluate(Ua, prob.train, jacobian=True)
-        U, r, J = Ua, ra, Ja
-        cost = np.where(ok, cn, cost)
-      lam = np.where(ok, np.maximum(lam / 3, 1e-9), np.minimum(lam * 4, 1e9))
-      curve.append(cost / N)
-      bar.set_postfix(loss=f'{cost.min() / N:.4g}')
-      if np.all(lam >= 1e9):
-        break
+    def evaluate(Uc, jacobian):
+      rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)
+      return rr, JJ
+    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
+    curve += more
+    if prob.timing:   # the search again at the optimum; a moved latency refits the rest
+      again = timing.search(prob, U[int(np.argmin(cost))])
+      if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
+        r, J = evaluate(U, True)
+        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
+        curve += more
+      found = again
   else:
     import optax
     if spec.method == 'adam':
@@ -235,6 +257,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   sigma = np.where(logm, x * sig_u, sig_u)
   dn = np.where(sig_u > 0, sig_u, 1.0)
   corr = cov_u / np.outer(dn, dn)
+  fixed = identifiability.fixed_combinations(prob, Jb, cov_u, U[best], groups)
   conv = cost <= 1.1 * cost[best]
   spread = np.std(prob.natural(U[conv]), axis=0) if conv.sum() > 1 else np.zeros(P)
 
@@ -259,4 +282,4 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
       heldout_rms_after=_pick(rms_h, 1), train_loss=float(cost[best] / N), heldout_loss=h_loss,
       correlation=corr, collinear=collinear, method=spec.method,
       wall_s=time.perf_counter() - t_start, iterations=len(curve) - 1, traces=traces,
-      problem=prob)
+      problem=prob, timing=found, fixed=fixed)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
+from fibril_mjx.core.pipeline import LATENCY_FIELDS
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
@@ -64,11 +65,40 @@ def _stochastic_overrides(sim, fitted: set) -> list:
   return out
 
 
-def _resolve_params(spec: TuneSpec, sim) -> list[Param]:
-  """Expands the tune file's parameters to scalar `Param`s against the fitted simulation."""
+def latency_overrides(spec: TuneSpec) -> list:
+  """Fitted transport latencies built at their upper bound (it sizes the delivery queue;
+  each evaluation then sets its own latency per world, `pipeline.latency_inputs`)."""
+  return [{'component': p['component'], 'field': p['field'], 'value': float(p['bounds'][1])}
+          for p in spec.parameters if 'component' in p and p.get('field') in LATENCY_FIELDS]
+
+
+def _latency_param(f, where, p, cid, field, nominal, sim, loss) -> Param:
+  """A fitted transport latency: searched over whole ticks (`kind 'latency'`)."""
+  lo, hi = (float(x) for x in p['bounds'])
+  if p.get('log'):
+    raise ConfigError(f, f'{where}.log', 'a latency is searched over whole ticks, not in log',
+                      True)
+  if lo < 0 or math.floor(hi / sim.dt + 1e-9) < math.ceil(lo / sim.dt - 1e-9):
+    raise ConfigError(f, f'{where}.bounds', f'a latency needs bounds >= 0 s spanning at least '
+                      f'one whole tick (dt = {sim.dt:g} s)', [lo, hi])
+  terms = [t for t in loss if t.component == cid]
+  if not terms or any(t.time != 'arrival' for t in terms):
+    raise ConfigError(f, f'{where}.field', f'a latency is invisible to samples matched at '
+                      f'their sample time: give the loss terms of {cid!r} time: arrival', field)
+  init = p.get('init')
+  if init is None:
+    init = dict(nominal.components[cid].fields)[field].value
+  return Param(f'{cid}.{field}', 'latency', (cid, field), (), lo, hi, False, float(init),
+               ('component', cid, field))
+
+
+def _resolve_params(spec: TuneSpec, sim, nominal=None) -> list[Param]:
+  """Expands the tune file's parameters to scalar `Param`s against the fitted simulation
+  (`nominal`: the manifest as written, for a fitted latency's start)."""
   f = spec.path
   out = []
   base = sim.default_params()
+  lat_fields = sim.latency_fields()
   for i, p in enumerate(spec.parameters):
     where = f'parameters[{i}]'
     lo, hi = (float(x) for x in p['bounds'])
@@ -84,6 +114,9 @@ def _resolve_params(spec: TuneSpec, sim) -> list[Param]:
       if field not in names:
         raise ConfigError(f, f'{where}.field', f'unknown field of {c.type}'
                           + did_you_mean(field, names), field)
+      if field in lat_fields.get(cid, ()):
+        out.append(_latency_param(f, where, p, cid, field, nominal or sim, sim, spec.loss))
+        continue
       if c.param_path(field) is None:
         raise ConfigError(f, f'{where}.field', 'static field (timing, schedule or structure): '
                           'it fixes the compiled graph and the tick schedule, so it has no '

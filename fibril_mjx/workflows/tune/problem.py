@@ -16,7 +16,8 @@ from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
-from fibril_mjx.workflows.tune.params import _resolve_params, _stochastic_overrides
+from fibril_mjx.workflows.tune.params import (_resolve_params, _stochastic_overrides,
+                                              latency_overrides)
 from fibril_mjx.workflows.tune.spec import TuneSpec, _load_recording, read_tune_file
 
 
@@ -67,18 +68,26 @@ class Problem:
       if cid in nominal.components and nominal.components[cid].param_path(field) is not None:
         vary.setdefault(cid, []).append(field)
     self.zeroed = _stochastic_overrides(nominal, fitted)
-    self.sim = load_simulation(spec.manifest, overrides={'components': self.zeroed} if
-                               self.zeroed else None, vary=vary, physics=physics)
-    self.params = _resolve_params(spec, self.sim)
+    built_at = self.zeroed + latency_overrides(spec)
+    self.sim = load_simulation(spec.manifest, overrides={'components': built_at} if
+                               built_at else None, vary=vary, physics=physics)
+    params = _resolve_params(spec, self.sim, nominal)
+    self.params = [p for p in params if p.kind != 'latency']
+    self.timing = [p for p in params if p.kind == 'latency']   # searched over whole ticks
+    if self.timing and self.gradients != 'fd':
+      raise ConfigError(spec.path, 'optimizer.gradients', 'a fitted latency needs gradients fd '
+                        '(MuJoCo C rollouts; the exact path compiles one latency in)',
+                        self.gradients)
+    if not self.params:
+      raise ConfigError(spec.path, 'parameters', 'needs at least one continuous parameter '
+                        'beside the latencies')
     for t in spec.loss:
       if t.component not in self.sim.components:
         raise ConfigError(spec.path, 'loss', f'no component {t.component!r} in the manifest'
                           + did_you_mean(t.component, self.sim.components), t.component)
     self.dt = float(self.sim.dt)
-    rec_lengths = []
     self.train = self._dataset(spec.train, 'train')
     self.heldout = self._dataset(spec.heldout, 'heldout') if spec.heldout else None
-    del rec_lengths
     self._base = self.sim.default_params(1)
     self._keys = jax.random.PRNGKey(0)[None]
     self._compile()
@@ -287,7 +296,13 @@ class Problem:
                             f'{D} values', list(t.weight))
         k = np.rint(np.asarray(s[rec_mod.SAMPLE_TIME]) / dt).astype(int)
         per = [[] for _ in range(n)]
-        if len(s_all):
+        if t.time == 'arrival':   # what the model's consumer holds at the recorded arrival
+          ta = np.asarray(s[rec_mod.ARRIVAL_TIME], np.float64)
+          ka = np.rint(ta / dt).astype(int)
+          for i in np.nonzero((ka >= 1) & (ka <= n * L))[0]:
+            j = int(ka[i]) - 1    # local index j of window j // L is tick j + 1
+            per[j // L].append((j % L, y[i], float(ta[i])))
+        elif len(s_all):
           order = np.argsort(s_all, kind='stable')
           ss, jj = s_all[order], j_all[order]
           pos = np.clip(np.searchsorted(ss, k), 0, len(ss) - 1)

@@ -14,6 +14,7 @@ from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import plotting
 from fibril_mjx.io import outdir
 from fibril_mjx.physics import mjcf_fields
+from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 
 
@@ -65,6 +66,9 @@ def overlay_dict(res: TuneResult) -> dict:
             mjcf[key] = np.array(m.geom_friction[gid], np.float64)
         mjcf[key][k] = x
 
+  for q in prob.timing:   # fitted latencies: the searched whole tick
+    comps[q.target] = np.asarray(prob.latency[q.target], np.float64)
+
   def val(v):
     v = np.asarray(v, np.float64)
     return float(v) if v.ndim == 0 else [float(a) for a in v.reshape(-1)]
@@ -91,6 +95,8 @@ def overlay_dict(res: TuneResult) -> dict:
           'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
           'estimates': {n: {'value': float(x), 'sigma': float(s)}
                         for n, x, s in zip(res.names, res.estimate, res.sigma)},
+          **({'latency_search': [timing.describe(f, prob.dt) for f in res.timing]}
+             if res.timing else {}),
       },
       'mjcf': [{'element': e, 'name': n, 'attribute': a, 'value': val(v)}
                for (e, n, a), v in mjcf.items()],
@@ -119,6 +125,9 @@ def render_report(res: TuneResult) -> str:
     lines.append(f'{n:40s} {res.start[i]:12.6g} {res.estimate[i]:12.6g} '
                  f'{2 * res.sigma[i]:10.3g} {res.spread[i]:10.3g}  '
                  f'[{res.lower[i]:g}, {res.upper[i]:g}]')
+  if res.timing:
+    lines += ['', 'latency search (training loss per whole tick, at the optimum):'] + [
+        f'  {timing.describe(f, prob.dt)}' for f in res.timing]
   lines += ['', f'train loss {res.train_loss:.6g}' + (
       f', held-out loss {res.heldout_loss:.6g}' if res.heldout_loss is not None else ''), '',
       'residual RMS (sensor units)       before → after']
@@ -133,6 +142,9 @@ def render_report(res: TuneResult) -> str:
   if res.collinear:
     lines += ['', 'poorly identifiable combinations at the start:'] + [
         f'  {c}' for c in res.collinear]
+    if res.fixed:
+      lines += ['what the data does fix (at the optimum; the single parameters of such a group '
+                'are not determined apart):'] + [f'  {c}' for c in res.fixed]
   P = len(res.names)
   high = [(res.names[i], res.names[j], res.correlation[i, j]) for i in range(P)
           for j in range(i + 1, P) if abs(res.correlation[i, j]) > 0.95]
@@ -163,7 +175,9 @@ def write_outputs(res: TuneResult, out, *, overwrite: bool = False) -> pathlib.P
           'heldout_loss': res.heldout_loss, 'train_rms_before': res.train_rms_before,
           'train_rms_after': res.train_rms_after, 'heldout_rms_before': res.heldout_rms_before,
           'heldout_rms_after': res.heldout_rms_after, 'method': res.method,
-          'iterations': res.iterations, 'wall_s': res.wall_s, 'collinear': res.collinear}
+          'iterations': res.iterations, 'wall_s': res.wall_s, 'collinear': res.collinear,
+          'fixed_combinations': res.fixed,
+          'gradients': res.problem.gradients, 'latency_search': res.timing}
     (tmp / 'report.json').write_text(json.dumps(js, indent=2))
     _plots(res, tmp)
   return out

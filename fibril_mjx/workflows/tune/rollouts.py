@@ -54,7 +54,8 @@ class RolloutProblem(Problem):
 
   gradients = 'fd'
 
-  def __init__(self, spec, *, progress=None):
+  def __init__(self, spec, *, progress=None, paired: bool = False):
+    self.paired = paired
     super().__init__(dataclasses.replace(spec, window_s=None), progress=progress,
                      physics='c')
     self.requested_window_s = spec.window_s
@@ -64,6 +65,24 @@ class RolloutProblem(Problem):
     acts = {cid for cid, _ in pipeline.actuators(self.sim.built)}
     self.physical = [i for i, p in enumerate(self.params)
                      if p.kind != 'component' or p.target[0] in acts]
+    # the fitted latencies' current values (whole ticks), set by the search stage
+    self.latency = {q.target: self._whole_tick(q.init) for q in self.timing}
+
+  def _whole_tick(self, seconds: float) -> float:
+    return round(float(seconds) / self.dt) * self.dt
+
+  def _lat(self, starts, latency=None):
+    """Latency inputs of worlds whose starts are `starts`: the current values, or per start
+    `latency = {(component, field): (S,) seconds}` (the search stage's candidates)."""
+    if not self.timing:
+      return None
+    n, out = len(starts), {}
+    for q in self.timing:
+      cid, field = q.target
+      v = np.broadcast_to(self.latency[q.target], (n,)) if not latency or \
+          q.target not in latency else np.asarray(latency[q.target], np.float64)[starts]
+      out.setdefault(cid, {})[field] = np.array(v, np.float64)
+    return pipeline.latency_inputs(self.sim.built, out, n)
 
   # ----------------------------------------------------------------- traced programs
 
@@ -175,7 +194,8 @@ class RolloutProblem(Problem):
                                           np.zeros((len(recs), L + 1, m.nu)))
       p = self._world_params(us)
       keys = jnp.repeat(self._keys, len(recs), axis=0)
-      ctrl = np.asarray(physics_c._devices(built, p, keys, held, c0, cs, False, latency)[2],
+      lat = self._lat([s for s, _ in cols], latency)
+      ctrl = np.asarray(physics_c._devices(built, p, keys, held, c0, cs, False, lat)[2],
                         np.float64)
     else:
       ctrl = np.broadcast_to(np.asarray(physics_c._script_ctrl(built, L), np.float64),
@@ -195,49 +215,89 @@ class RolloutProblem(Problem):
   # ----------------------------------------------------------------- Problem interface
 
   def _worlds(self, S, ds):
+    """The worlds `(start, recording)` of `S` starts: every start on every recording, or in
+    a fleet (`paired`) start k on recording k alone."""
     R = len(ds.recordings)
+    if self.paired:
+      if S != R:
+        raise ValueError(f'a fleet pairs each start with its recording: {S} starts, {R} '
+                         'recordings')
+      return [(k, k) for k in range(S)]
     return [(s, r) for s in range(S) for r in range(R)]
 
-  def forward(self, U, ds: DataSet, latency=None):
-    """As `Problem.forward` (one window per recording); `latency`: per world (start ×
-    recording) transport latencies (`pipeline.latency_inputs`)."""
+  def _device_fields(self, us, fr, sr, latency):
+    """The device pass over frames of worlds `sr`: per term `(n, L, D)` samples and
+    `(new_data, sample_tick)` `(n, L)` (NumPy)."""
+    c0, cs = self._commands(self._ds, [r for _, r in sr])
+    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), fr)
+    with sig.straight_through():
+      vals, tim = self._fields(jnp.asarray(us, jnp.float32), f32, c0, cs,
+                               self._lat([s for s, _ in sr], latency))
+    return ([np.asarray(v) for v in vals],
+            [(np.asarray(a), np.asarray(b)) for a, b in tim])
+
+  def forward(self, U, ds: DataSet, latency=None, frames=None):
+    """As `Problem.forward` (one window per recording); `latency`: per start the fitted
+    latencies `{(component, field): (S,) seconds}` (default: the current ones). In a fleet
+    each window has the one row of its unit."""
     U = np.asarray(U, np.float64)
     S = U.shape[0]
     sr = self._worlds(S, ds)
-    fr, us = self._frames(U, ds, [(s, -1) for s, _ in sr], [r for _, r in sr], latency)
-    c0, cs = self._commands(ds, [r for _, r in sr])
-    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), fr)
-    with sig.straight_through():
-      vals, tim = self._fields(jnp.asarray(us, jnp.float32), f32, c0, cs, latency)
+    self._ds = ds
+    fr, us = frames or self._frames(U, ds, [(s, -1) for s, _ in sr], [r for _, r in sr],
+                                    latency)
+    vals, tim = self._device_fields(us, fr, sr, latency)
     R = len(ds.recordings)
     fields = {t: [] for t in self.spec.loss}
     timing = {t: [] for t in self.spec.loss}
     for i, t in enumerate(self.spec.loss):
-      v = np.asarray(vals[i]).reshape(S, R, self.L, -1)
-      nd = np.asarray(tim[i][0]).reshape(S, R, self.L)
-      sk = np.asarray(tim[i][1]).reshape(S, R, self.L)
+      if self.paired:
+        v, (nd, sk) = vals[i].reshape(S, 1, self.L, -1), tim[i]
+        nd, sk = nd.reshape(S, 1, self.L), sk.reshape(S, 1, self.L)
+        for r in range(R):
+          fields[t].append(v[r])
+          timing[t].append((nd[r], sk[r]))
+        continue
+      v = vals[i].reshape(S, R, self.L, -1)
+      nd = tim[i][0].reshape(S, R, self.L)
+      sk = tim[i][1].reshape(S, R, self.L)
       for r in range(R):
         fields[t].append(v[:, r])
         timing[t].append((nd[:, r], sk[:, r]))
     return None, fields, timing
 
+  def residuals(self, fields, ds: DataSet):
+    """As `Problem.residuals`; in a fleet row k holds unit k's residuals on its recording
+    alone (and the details carry the recorded values per unit)."""
+    if not self.paired:
+      return super().residuals(fields, ds)
+    rs, per = [], {}
+    for t in self.spec.loss:
+      idx, y, wt, ts = (np.stack([mp[t][k] for mp in ds.maps]) for k in range(4))
+      pred = np.stack([fields[t][w][0][idx[w]] for w in range(len(ds.maps))])   # (S, M, D)
+      rs.append(((pred - y) * wt).reshape(pred.shape[0], -1))
+      per[t] = [(pred, y, wt, ts)]
+    return np.concatenate(rs, axis=1).astype(np.float64), per
+
   def evaluate(self, U, ds: DataSet, *, jacobian=False, latency=None):
     """As `Problem.evaluate`: `r (S, N)`, per-term details, with `jacobian` `J (S, N, P)`."""
     U = np.asarray(U, np.float64)
-    _, fields, timing = self.forward(U, ds, latency)
+    S, P = U.shape[0], len(self.params)
+    sr = self._worlds(S, ds)
+    n, phys = len(sr), self.physical
+    cols = [(s, -1) for s, _ in sr]
+    recs = [r_ for _, r_ in sr]
+    if jacobian:   # one batch of rollouts: the starts, then each start's perturbed copies
+      cols += [(s, c) for s, _ in sr for c in phys]
+      recs += [r_ for _, r_ in sr for _ in phys]
+    fr, us = self._frames(U, ds, cols, recs, latency)
+    base = jax.tree.map(lambda x: x[:n], fr)
+    _, fields, timing = self.forward(U, ds, latency, frames=(base, us[:n]))
     if not ds.maps:
       self.build_maps(ds, timing)
     r, per = self.residuals(fields, ds)
     if not jacobian:
       return r, per, None
-    S, P = U.shape[0], len(self.params)
-    sr = self._worlds(S, ds)
-    phys = self.physical
-    cols = [(s, -1) for s, _ in sr] + [(s, c) for s, _ in sr for c in phys]
-    recs = [r_ for _, r_ in sr] + [r_ for _, r_ in sr for _ in phys]
-    fr, us = self._frames(U, ds, cols, recs, latency)
-    n = len(sr)
-    base = jax.tree.map(lambda x: x[:n], fr)
     # tangents: (worlds, P, ...) — a rollout difference for a physical column, 0 otherwise
     dfr = []
     for k in range(n):
@@ -246,21 +306,22 @@ class RolloutProblem(Problem):
       for i in range(P):
         if i in pert:
           h = us[pert[i], i] - us[k, i]
-          per_col.append(jax.tree.map(lambda a, b, j=pert[i], h=h: (a[j] - b[k]) / h, fr, fr))
+          per_col.append(jax.tree.map(lambda a, j=pert[i], h=h: (a[j] - a[k]) / h, fr))
         else:
           per_col.append(jax.tree.map(lambda a: np.zeros_like(a[k]), fr))
       dfr.append(jax.tree.map(lambda *xs: np.stack(xs), *per_col))
     dfr = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs), jnp.float32), *dfr)
     du = jnp.eye(P, dtype=jnp.float32)
-    maps = self._maps(ds, [r_ for _, r_ in sr])
-    c0, cs = self._commands(ds, [r_ for _, r_ in sr])
+    maps = self._maps(ds, recs[:n])
+    c0, cs = self._commands(ds, recs[:n])
     f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), base)
     with sig.straight_through():
-      _, J = self._jacobian(jnp.asarray(us[:n], jnp.float32), f32, c0, cs, latency, maps,
-                            du, dfr)
-    R = len(ds.recordings)
-    J = np.asarray(J, np.float64).reshape(S, R, -1, P).reshape(S, -1, P)
-    return r, per, J
+      _, J = self._jacobian(jnp.asarray(us[:n], jnp.float32), f32, c0, cs,
+                            self._lat([s for s, _ in sr], latency), maps, du, dfr)
+    J = np.asarray(J, np.float64)
+    if not self.paired:
+      J = J.reshape(S, len(ds.recordings), -1, P)
+    return r, per, J.reshape(S, -1, P)
 
   def _maps(self, ds, recs):
     return {i: tuple(jnp.asarray(np.stack([ds.maps[r][t][k] for r in recs])) for k in range(3))

@@ -16,9 +16,13 @@ __all__ = ['METHODS', 'LossTerm', 'TuneSpec', 'read_tune_file', 'tune_spec_from_
 
 @dataclasses.dataclass(frozen=True)
 class LossTerm:
+  """One loss term; `time`: `'sample'` compares the model's acquisition at each recorded
+  sample time, `'arrival'` what a consumer of the model holds at each recorded arrival time
+  (the only match that sees a transport latency)."""
   component: str
   field: str
   weight: tuple   # per axis
+  time: str = 'sample'
 
 
 @dataclasses.dataclass
@@ -81,7 +85,7 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
   opt = model.optimizer or OptimizerModel()
   loss = [LossTerm(t.component, t.field,
                    tuple(float(x) for x in (t.weight if isinstance(t.weight, list)
-                                            else [t.weight])))
+                                            else [t.weight])), t.time)
           for t in model.loss]
   return TuneSpec(
       path=f, manifest=str(base / model.manifest), train=_recordings(f, base, 'train',
