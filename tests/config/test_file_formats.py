@@ -188,6 +188,10 @@ TUNE_RULES = [
      "adam, lbfgs"),
     (('optimizer', 'iteration'), 3, "optimizer.iteration = 3: unknown key (did you mean "
      "'iterations'?)"),
+    (('optimizer', 'gradients'), 'jvp', "optimizer.gradients = 'jvp': one of auto, fd, exact"),
+    (('loss', 0, 'time'), 'receipt', "loss[0].time = 'receipt': one of sample (the model's "
+     "acquisition at the recorded sample time), arrival (what a consumer holds at the "
+     "recorded arrival time)"),
 ]
 
 
@@ -198,6 +202,7 @@ def test_valid_tune_keeps_its_values():
   assert m.parameters[1].index == 2 and m.loss[0].weight == [1, 2, 3]
   assert m.windows.length_s == 1.0 and m.optimizer.method == 'adam' and m.optimizer.seed == 0
   assert m.overlay_id == 'unit_7'
+  assert m.optimizer.gradients == 'auto' and m.loss[0].time == 'sample'   # the defaults
 
 
 @pytest.mark.parametrize('path, value, line', TUNE_RULES,

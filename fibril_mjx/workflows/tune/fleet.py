@@ -64,8 +64,8 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
   bar = tqdm(range(spec.iterations), desc=f'tune fleet ({K} units)', disable=not prob.progress,
              leave=False)
 
-  def evaluate(Uc, jacobian):
-    rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)
+  def evaluate(Uc, jacobian, rows):
+    rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian, units=rows)
     return rr, JJ
   U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
   bar.close()

@@ -8,8 +8,8 @@ whose controller saturates its voltage is the classic case: the drive torque is 
 resistance `R` and motor constant `K` move together and only their ratio is fixed by data
 that sees the motion. For such a group of k parameters the report gives the k − 1
 combinations the data fixes best (the leading right singular vectors of the Jacobian's
-columns of the group, in the fitted coordinates), written as powers (`K^1.00 · R^-1.00`)
-when the group is fitted in log, with the ± of the fit's covariance along them.
+columns of the group, in the fitted coordinates), written as powers (`K^1 · R^-1`) when the
+group is fitted in log, with the ± of the fit's covariance along them.
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ def sensitivity(prob, J0: np.ndarray) -> tuple[list[str], list[tuple[int, ...]]]
   return text, groups
 
 
+def _simple(a: np.ndarray) -> np.ndarray:
+  """Exponents as written: a half-integer when within 0.05 of one (the ratio `K/R`, not
+  `K^1.00 · R^-0.99`), else two decimals; the value and ± are those of what is written."""
+  half = np.round(a * 2) / 2
+  return np.where(np.abs(a - half) < 0.05, half, np.round(a, 2))
+
+
 def fixed_combinations(prob, J: np.ndarray, cov_u: np.ndarray, u: np.ndarray,
                        groups) -> list[str]:
   """For each flagged group, the combinations its data fixes at the optimum `u` (one line
@@ -54,18 +61,18 @@ def fixed_combinations(prob, J: np.ndarray, cov_u: np.ndarray, u: np.ndarray,
     g = list(g)
     _, _, vt = np.linalg.svd(J[:, g], full_matrices=False)
     for a in vt[:len(g) - 1]:
-      a = a / a[np.argmax(np.abs(a))]
+      a = _simple(a / a[np.argmax(np.abs(a))])
       w = np.zeros(len(u))
       w[g] = a
       sd = float(np.sqrt(max(w @ cov_u @ w, 0.0)))
       names = [prob.params[i].name for i in g]
       if all(prob.params[i].log for i in g):
         value = float(np.exp(w @ u))
-        expr = ' · '.join(f'{n}^{e:.2f}' for n, e in zip(names, a) if abs(e) > 0.01)
+        expr = ' · '.join(f'{n}^{e:g}' for n, e in zip(names, a) if e != 0)
         out.append(f'{expr} = {value:.6g} ± {2 * sd * value:.3g} (2σ)')
       else:
         value = float(w @ u)
-        expr = ' + '.join(f'{e:.2f}·{"log " if prob.params[i].log else ""}{n}'
-                          for i, n, e in zip(g, names, a) if abs(e) > 0.01)
+        expr = ' + '.join(f'{e:g}·{"log " if prob.params[i].log else ""}{n}'
+                          for i, n, e in zip(g, names, a) if e != 0)
         out.append(f'{expr} = {value:.6g} ± {2 * sd:.3g} (2σ)')
   return out

@@ -76,6 +76,9 @@ def _rms(per):
   return out
 
 
+CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start has converged
+
+
 def _pick(d, s):
   return None if d is None else {k: v[s].tolist() for k, v in d.items()}
 
@@ -114,20 +117,25 @@ def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
 
 def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
   """Levenberg–Marquardt of independent problems in one batch (one per row of `U (S, P)`):
-  each has its own damping, and a step is kept where its problem's cost decreased.
+  each has its own damping, a step is kept where its problem's cost decreased, and a problem
+  that has converged (no decrease left to gain: `CONVERGED` of its cost) or whose damping
+  ran away is no longer evaluated while the others go on.
 
   Args:
-    evaluate: `(U, jacobian) -> (r (S, R), J (S, R, P) or None)`.
+    evaluate: `(U_rows, jacobian, rows) -> (r (k, R), J (k, R, P) or None)` for the problems
+      `rows` (indices into the batch) at their coordinates `U_rows (k, P)`.
     r, J: at `U`; lo, hi: bounds of the fitted coordinates; bar: the iterations (a tqdm);
     N: residual count(s) that normalize the reported loss (a scalar or `(S,)`).
 
   Returns:
     `(U, r, J, cost (S,), [cost / N after each iteration])`.
   """
+  U, r, J = U.copy(), r.copy(), J.copy()
   S = U.shape[0]
   cost = np.sum(r ** 2, axis=1)
   curve = []
   lam = np.full(S, 1e-3)
+  active = np.ones(S, bool)
   for _ in bar:
     g = np.einsum('snp,sn->sp', J, r)
     H = np.einsum('snp,snq->spq', J, J)
@@ -137,21 +145,23 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
     du = Un - U
     # decrease of rᵀr the linear model predicts for the (projected) step
     pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
-    if np.all(pred <= 1e-6 * cost):
+    active &= pred > CONVERGED * cost
+    if not active.any():
       break                     # converged: no problem can decrease its loss any more
+    idx = np.flatnonzero(active)
     # residuals first; the Jacobian only where a step is accepted
-    rn, _ = evaluate(Un, False)
+    rn, _ = evaluate(Un[idx], False, idx)
     cn = np.sum(rn ** 2, axis=1)
-    ok = cn < cost
+    ok = cn < cost[idx]
     if ok.any():
-      Ua = np.where(ok[:, None], Un, U)
-      ra, Ja = evaluate(Ua, True)
-      U, r, J = Ua, ra, Ja
-      cost = np.where(ok, cn, cost)
-    lam = np.where(ok, np.maximum(lam / 3, 1e-9), np.minimum(lam * 4, 1e9))
+      acc = idx[ok]
+      ra, Ja = evaluate(Un[acc], True, acc)
+      U[acc], r[acc], J[acc], cost[acc] = Un[acc], ra, Ja, cn[ok]
+    lam[idx] = np.where(ok, np.maximum(lam[idx] / 3, 1e-9), np.minimum(lam[idx] * 4, 1e9))
+    active &= lam < 1e9
     curve.append(cost / N)
     bar.set_postfix(loss=f'{np.min(cost / N):.4g}')
-    if np.all(lam >= 1e9):
+    if not active.any():
       break
   return U, r, J, cost, curve
 
@@ -195,8 +205,8 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
              disable=not prob.progress, leave=False)
   if spec.method == 'gauss_newton':
-    def evaluate(Uc, jacobian):
-      rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)
+    def evaluate(Uc, jacobian, rows=None):
+      rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
       return rr, JJ
     U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
     curve += more

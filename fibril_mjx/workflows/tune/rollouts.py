@@ -40,13 +40,26 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf_fields
+from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
 FD_STEP = 1e-6   # forward-difference step of a physical parameter, in its fitted coordinate
 
 
 def _stack(trees):
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+  return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+def _pad(tree, k: int, dtype=None):
+  """Host arrays `(n, ...)` padded to `(k, ...)` by repeating the last world (NumPy: an
+  eager `jnp` op on a new shape would compile a program of its own), cast to `dtype`."""
+  def one(x):
+    x = np.asarray(x) if dtype is None or not np.issubdtype(np.asarray(x).dtype, np.floating) \
+        else np.asarray(x, dtype)
+    if x.shape[0] == k:
+      return x
+    return np.concatenate([x, np.repeat(x[-1:], k - x.shape[0], axis=0)])
+  return None if tree is None else jax.tree.map(one, tree)
 
 
 class RolloutProblem(Problem):
@@ -65,8 +78,19 @@ class RolloutProblem(Problem):
     acts = {cid for cid, _ in pipeline.actuators(self.sim.built)}
     self.physical = [i for i, p in enumerate(self.params)
                      if p.kind != 'component' or p.target[0] in acts]
+    self._pool, self._states0, self._last = [], {}, {}
     # the fitted latencies' current values (whole ticks), set by the search stage
     self.latency = {q.target: self._whole_tick(q.init) for q in self.timing}
+    # one batch shape for every device pass (starts × recordings, the before/after pair on
+    # train and held-out, the latency candidates): one program, traced and compiled once
+    R = len(self.train.recordings)
+    self.jlanes = R if paired else max(1, spec.starts) * R
+    if paired:
+      self.lanes = max(2, R)
+    else:
+      n_cand = max([len(timing.candidates(self, q)) for q in self.timing] or [1])
+      self.lanes = max(2, max(1, spec.starts) * R, 2 * R, n_cand * R,
+                       2 * len(self.heldout.recordings) if self.heldout else 0)
 
   def _whole_tick(self, seconds: float) -> float:
     return round(float(seconds) / self.dt) * self.dt
@@ -117,17 +141,22 @@ class RolloutProblem(Problem):
         out.append(((vals[i][idx] - y) * w).reshape(-1))
       return jnp.concatenate(out)
 
-    def jac(u, fr, c0, cs, lat, maps, du, dfr):
-      """`(residual (R,), J (R, P))`: the jvp along each column's `(du, dframes)`."""
+    def jac(u, fr, c0, cs, lat, maps, du_phys, dfr, du_dev):
+      """`(residual (R,), J (R, P_phys + P_dev))`: a physical column is the jvp along
+      `(e_i, ∂F/∂θ_i)`, a device column the jvp along `e_j` with the frames held (no
+      tangent flows through what only the physics moves)."""
       f = lambda uu, ff: resid(uu, ff, c0, cs, lat, maps)   # noqa: E731
       r = f(u, fr)
-      cols = jax.vmap(lambda a, b: jax.jvp(f, (u, fr), (a, b))[1])(du, dfr)
-      return r, cols.T
+      cols = []
+      if du_phys.shape[0]:
+        cols.append(jax.vmap(lambda a, b: jax.jvp(f, (u, fr), (a, b))[1])(du_phys, dfr))
+      if du_dev.shape[0]:
+        cols.append(jax.vmap(lambda a: jax.jvp(lambda uu: f(uu, fr), (u,), (a,))[1])(du_dev))
+      return r, jnp.concatenate(cols).T
 
     world = (0, 0, 0, 0, 0)
     self._fields = jax.jit(jax.vmap(fields, in_axes=world))
-    self._resid = jax.jit(jax.vmap(resid, in_axes=world + (0,)))
-    self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0)))
+    self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0, None)))
 
   # ----------------------------------------------------------------- MuJoCo C
 
@@ -136,11 +165,12 @@ class RolloutProblem(Problem):
     the unperturbed start), and the fitted coordinates of each world."""
     m = self.sim.mj_model
     out, us = [], []
-    for s, c in cols:
+    while len(self._pool) < len(cols):   # one copy per world slot, rewritten every call
+      self._pool.append(copy.copy(m))
+    for (s, c), mw in zip(cols, self._pool):
       u = np.array(U[s], np.float64)
       if c >= 0:
         u[c] += self._step(u, c)
-      mw = copy.copy(m)
       for i, p in enumerate(self.params):
         if p.kind == 'component':
           continue
@@ -162,6 +192,12 @@ class RolloutProblem(Problem):
     return -h if u[i] + h > hi[i] else h
 
   def _state0(self, ds: DataSet, r: int) -> np.ndarray:
+    key = (id(ds), r)
+    if key not in self._states0:
+      self._states0[key] = self._initial_state(ds, r)
+    return self._states0[key]
+
+  def _initial_state(self, ds: DataSet, r: int) -> np.ndarray:
     m = self.sim.mj_model
     d = mujoco.MjData(m)
     d0 = ds.data0[r]
@@ -182,7 +218,26 @@ class RolloutProblem(Problem):
 
   def _frames(self, U, ds: DataSet, cols, recs, latency=None):
     """MuJoCo C frames `(n, L + 1, ...)` (float64 NumPy leaves) of worlds `(start, column)`
-    on recordings `recs`, and the worlds' fitted coordinates."""
+    on recordings `recs`, and the worlds' fitted coordinates. An unperturbed world that the
+    previous call rolled out (same coordinates, same recording) is not rolled out again: a
+    Jacobian follows the residuals of the step it accepts."""
+    m = self.sim.mj_model
+    _, us = self._models(U, cols)
+    keys = [(us[j].tobytes(), r) if c < 0 and latency is None else None
+            for j, ((_, c), r) in enumerate(zip(cols, recs))]
+    todo = [j for j, k in enumerate(keys) if k is None or k not in self._last]
+    if todo:
+      fr_new = self._rollout(U, ds, [cols[j] for j in todo], [recs[j] for j in todo], latency)
+    done = {}
+    for q, j in enumerate(todo):
+      done[j] = jax.tree.map(lambda a, q=q: a[q], fr_new)
+    rows = [done[j] if j in done else self._last[keys[j]] for j in range(len(cols))]
+    self._last = {k: row for k, row in zip(keys, rows) if k is not None}
+    fr = Frame(*(np.stack(x) for x in zip(*rows)))
+    del m
+    return fr, us
+
+  def _rollout(self, U, ds: DataSet, cols, recs, latency):
     m, L = self.sim.mj_model, self.L
     models, us = self._models(U, cols)
     s0 = np.stack([self._state0(ds, r) for r in recs])
@@ -192,20 +247,22 @@ class RolloutProblem(Problem):
       held = physics_c.frames_from_states(m, np.repeat(s0[:, None], L + 1, axis=1),
                                           np.zeros((len(recs), L + 1, m.nsensordata)),
                                           np.zeros((len(recs), L + 1, m.nu)))
+      n = len(recs)   # padded to one shape: the Jacobian's batch
+      lanes = max(n, self.lanes * (1 + len(self.physical)))
       p = self._world_params(us)
-      keys = jnp.repeat(self._keys, len(recs), axis=0)
+      keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
-      ctrl = np.asarray(physics_c._devices(built, p, keys, held, c0, cs, False, lat)[2],
-                        np.float64)
+      ctrl = np.asarray(physics_c._devices(built, _pad(p, lanes), _pad(keys, lanes),
+                                           _pad(held, lanes), _pad(c0, lanes), _pad(cs, lanes),
+                                           False, _pad(lat, lanes))[2], np.float64)[:n]
     else:
       ctrl = np.broadcast_to(np.asarray(physics_c._script_ctrl(built, L), np.float64),
                              (len(recs), L + 1, m.nu))
     st, sd = self.runner(models, s0, np.ascontiguousarray(ctrl))
     states = np.concatenate([s0[:, None], st[:, :-1]], axis=1)
     nq, nv, na = m.nq, m.nv, m.na
-    fr = Frame(states[..., 1:1 + nq], states[..., 1 + nq:1 + nq + nv],
-               states[..., 1 + nq + nv:1 + nq + nv + na], sd, ctrl)
-    return fr, us
+    return Frame(states[..., 1:1 + nq], states[..., 1 + nq:1 + nq + nv],
+                 states[..., 1 + nq + nv:1 + nq + nv + na], sd, np.asarray(ctrl))
 
   def _world_params(self, us):
     ps = [jax.tree.map(lambda x: x[0], self._apply(jnp.asarray(u, jnp.float32))[1])
@@ -214,35 +271,37 @@ class RolloutProblem(Problem):
 
   # ----------------------------------------------------------------- Problem interface
 
-  def _worlds(self, S, ds):
+  def _worlds(self, S, ds, units=None):
     """The worlds `(start, recording)` of `S` starts: every start on every recording, or in
-    a fleet (`paired`) start k on recording k alone."""
+    a fleet (`paired`) start k on the recording of unit `units[k]` (default k) alone."""
     R = len(ds.recordings)
     if self.paired:
-      if S != R:
-        raise ValueError(f'a fleet pairs each start with its recording: {S} starts, {R} '
-                         'recordings')
-      return [(k, k) for k in range(S)]
+      units = list(range(S)) if units is None else [int(x) for x in units]
+      if len(units) != S:
+        raise ValueError(f'a fleet pairs each start with its unit: {S} starts, units {units}')
+      return list(enumerate(units))
     return [(s, r) for s in range(S) for r in range(R)]
 
   def _device_fields(self, us, fr, sr, latency):
     """The device pass over frames of worlds `sr`: per term `(n, L, D)` samples and
     `(new_data, sample_tick)` `(n, L)` (NumPy)."""
+    n = len(sr)
     c0, cs = self._commands(self._ds, [r for _, r in sr])
-    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), fr)
+    lanes = max(self.lanes, n)
     with sig.straight_through():
-      vals, tim = self._fields(jnp.asarray(us, jnp.float32), f32, c0, cs,
-                               self._lat([s for s, _ in sr], latency))
-    return ([np.asarray(v) for v in vals],
-            [(np.asarray(a), np.asarray(b)) for a, b in tim])
+      vals, tim = self._fields(_pad(us, lanes, np.float32), _pad(fr, lanes, np.float32),
+                               _pad(c0, lanes), _pad(cs, lanes),
+                               _pad(self._lat([s for s, _ in sr], latency), lanes))
+    return ([np.asarray(v)[:n] for v in vals],
+            [(np.asarray(a)[:n], np.asarray(b)[:n]) for a, b in tim])
 
-  def forward(self, U, ds: DataSet, latency=None, frames=None):
+  def forward(self, U, ds: DataSet, latency=None, frames=None, units=None):
     """As `Problem.forward` (one window per recording); `latency`: per start the fitted
     latencies `{(component, field): (S,) seconds}` (default: the current ones). In a fleet
     each window has the one row of its unit."""
     U = np.asarray(U, np.float64)
     S = U.shape[0]
-    sr = self._worlds(S, ds)
+    sr = self._worlds(S, ds, units)
     self._ds = ds
     fr, us = frames or self._frames(U, ds, [(s, -1) for s, _ in sr], [r for _, r in sr],
                                     latency)
@@ -251,12 +310,12 @@ class RolloutProblem(Problem):
     fields = {t: [] for t in self.spec.loss}
     timing = {t: [] for t in self.spec.loss}
     for i, t in enumerate(self.spec.loss):
-      if self.paired:
+      if self.paired:   # one entry per recording: the row of its unit, or None
         v, (nd, sk) = vals[i].reshape(S, 1, self.L, -1), tim[i]
         nd, sk = nd.reshape(S, 1, self.L), sk.reshape(S, 1, self.L)
-        for r in range(R):
-          fields[t].append(v[r])
-          timing[t].append((nd[r], sk[r]))
+        row = {r: k for k, r in sr}
+        fields[t] = [v[row[r]] if r in row else None for r in range(R)]
+        timing[t] = [(nd[row[r]], sk[row[r]]) if r in row else None for r in range(R)]
         continue
       v = vals[i].reshape(S, R, self.L, -1)
       nd = tim[i][0].reshape(S, R, self.L)
@@ -267,23 +326,25 @@ class RolloutProblem(Problem):
     return None, fields, timing
 
   def residuals(self, fields, ds: DataSet):
-    """As `Problem.residuals`; in a fleet row k holds unit k's residuals on its recording
-    alone (and the details carry the recorded values per unit)."""
+    """As `Problem.residuals`; in a fleet row k holds the residuals of the k-th evaluated
+    unit on its recording alone (and the details carry the recorded values per unit)."""
     if not self.paired:
       return super().residuals(fields, ds)
     rs, per = [], {}
+    units = [r for r, f in enumerate(fields[self.spec.loss[0]]) if f is not None]
     for t in self.spec.loss:
-      idx, y, wt, ts = (np.stack([mp[t][k] for mp in ds.maps]) for k in range(4))
-      pred = np.stack([fields[t][w][0][idx[w]] for w in range(len(ds.maps))])   # (S, M, D)
+      idx, y, wt, ts = (np.stack([ds.maps[r][t][k] for r in units]) for k in range(4))
+      pred = np.stack([fields[t][r][0][idx[q]] for q, r in enumerate(units)])   # (S, M, D)
       rs.append(((pred - y) * wt).reshape(pred.shape[0], -1))
       per[t] = [(pred, y, wt, ts)]
     return np.concatenate(rs, axis=1).astype(np.float64), per
 
-  def evaluate(self, U, ds: DataSet, *, jacobian=False, latency=None):
-    """As `Problem.evaluate`: `r (S, N)`, per-term details, with `jacobian` `J (S, N, P)`."""
+  def evaluate(self, U, ds: DataSet, *, jacobian=False, latency=None, units=None):
+    """As `Problem.evaluate`: `r (S, N)`, per-term details, with `jacobian` `J (S, N, P)`;
+    in a fleet `units`: the unit of each row of `U` (default: row k is unit k)."""
     U = np.asarray(U, np.float64)
     S, P = U.shape[0], len(self.params)
-    sr = self._worlds(S, ds)
+    sr = self._worlds(S, ds, units)
     n, phys = len(sr), self.physical
     cols = [(s, -1) for s, _ in sr]
     recs = [r_ for _, r_ in sr]
@@ -292,39 +353,36 @@ class RolloutProblem(Problem):
       recs += [r_ for _, r_ in sr for _ in phys]
     fr, us = self._frames(U, ds, cols, recs, latency)
     base = jax.tree.map(lambda x: x[:n], fr)
-    _, fields, timing = self.forward(U, ds, latency, frames=(base, us[:n]))
+    _, fields, timing = self.forward(U, ds, latency, frames=(base, us[:n]),
+                                     units=[r_ for _, r_ in sr] if self.paired else None)
     if not ds.maps:
       self.build_maps(ds, timing)
     r, per = self.residuals(fields, ds)
     if not jacobian:
       return r, per, None
-    # tangents: (worlds, P, ...) — a rollout difference for a physical column, 0 otherwise
-    dfr = []
-    for k in range(n):
-      per_col = []
-      pert = {c: n + k * len(phys) + j for j, c in enumerate(phys)}
-      for i in range(P):
-        if i in pert:
-          h = us[pert[i], i] - us[k, i]
-          per_col.append(jax.tree.map(lambda a, j=pert[i], h=h: (a[j] - a[k]) / h, fr))
-        else:
-          per_col.append(jax.tree.map(lambda a: np.zeros_like(a[k]), fr))
-      dfr.append(jax.tree.map(lambda *xs: np.stack(xs), *per_col))
-    dfr = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs), jnp.float32), *dfr)
-    du = jnp.eye(P, dtype=jnp.float32)
+    # tangents (worlds, P_phys, ...): the difference of each perturbed rollout
+    dev = [i for i in range(P) if i not in phys]
+    dfr = [jax.tree.map(lambda a, k=k: np.stack(
+        [(a[n + k * len(phys) + j] - a[k]) / (us[n + k * len(phys) + j, c] - us[k, c])
+         for j, c in enumerate(phys)]) if phys else np.zeros((0,) + a.shape[1:]), fr)
+        for k in range(n)]
+    dfr = jax.tree.map(lambda *xs: np.stack(xs).astype(np.float32), *dfr)
+    eye = np.eye(P, dtype=np.float32)
     maps = self._maps(ds, recs[:n])
     c0, cs = self._commands(ds, recs[:n])
-    f32 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), base)
+    lanes = max(n, self.jlanes)   # every subset of starts in the batch shape of all of them
     with sig.straight_through():
-      _, J = self._jacobian(jnp.asarray(us[:n], jnp.float32), f32, c0, cs,
-                            self._lat([s for s, _ in sr], latency), maps, du, dfr)
-    J = np.asarray(J, np.float64)
+      _, J = self._jacobian(_pad(us[:n], lanes, np.float32), _pad(base, lanes, np.float32),
+                            _pad(c0, lanes), _pad(cs, lanes),
+                            _pad(self._lat([s for s, _ in sr], latency), lanes),
+                            _pad(maps, lanes), eye[phys], _pad(dfr, lanes), eye[dev])
+    J = np.asarray(J, np.float64)[:n][..., np.argsort(phys + dev)]
     if not self.paired:
       J = J.reshape(S, len(ds.recordings), -1, P)
     return r, per, J.reshape(S, -1, P)
 
   def _maps(self, ds, recs):
-    return {i: tuple(jnp.asarray(np.stack([ds.maps[r][t][k] for r in recs])) for k in range(3))
+    return {i: tuple(np.stack([ds.maps[r][t][k] for r in recs]) for k in range(3))
             for i, t in enumerate(self.spec.loss)}
 
 
