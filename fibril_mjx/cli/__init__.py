@@ -17,7 +17,7 @@ from fibril_mjx.batch.worlds import WorldsStalled, cpu_flags
 from fibril_mjx.config.overrides import parse_assignments
 from fibril_mjx.config.validation import load_yaml
 from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.io import mavlink_hil, mcap_export
+from fibril_mjx.io import mavlink_hil, mcap_export, outdir
 from fibril_mjx.workflows import fit_profile, plan, profiles as profiles_cli, replay, schema, tune
 from fibril_mjx.workflows import run as runner
 from fibril_mjx.workflows import validate
@@ -264,6 +264,13 @@ def _positive_float(text):
 
 
 def _cmd_tune(args) -> int:
+  if args.fleet:
+    outdir.claim(args.out, overwrite=args.overwrite)
+    res = tune.tune_fleet(args.tune_file)
+    tune.write_fleet(res, args.out, overwrite=args.overwrite)
+    print(tune.render_fleet(res), end='')
+    print(f'wrote {args.out} (units.csv, report.txt, report.json)')
+    return 0
   res = tune.run_cli(args.tune_file, args.out, overwrite=args.overwrite)
   print(tune.render_report(res), end='')
   print(f'wrote {args.out} (overlay.yaml, report.txt, report.json, loss_curve.png, '
@@ -279,6 +286,9 @@ def _add_tune_command(sub) -> None:
   t.add_argument('--out', required=True,
                  help='output directory (new or empty, unless --overwrite)')
   t.add_argument('--overwrite', action='store_true', help='replace an existing --out')
+  t.add_argument('--fleet', action='store_true',
+                 help='every training recording is its own unit, with its own parameters, all '
+                      'fitted in one batch (MuJoCo C); writes units.csv')
   t.set_defaults(func=_cmd_tune)
 
 

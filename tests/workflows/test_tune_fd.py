@@ -257,6 +257,10 @@ def test_fleet_in_one_batch_equals_the_units_fitted_alone(tmp_path):
   z = np.abs(fleet.estimate - truth) / fleet.sigma
   assert np.all(z < 3.5), z   # 12 estimates, P(any |z| > 3.5) < 0.6 %
   assert np.all(np.abs(fleet.losses - 1) < 3 * math.sqrt(2 / 600))
+  out = tune.write_fleet(fleet, tmp_path / 'fleet')
+  rows = (out / 'units.csv').read_text().splitlines()
+  assert len(rows) == 1 + len(UNITS) and rows[0].startswith('unit,recording,loss,joint:swing')
+  assert float(rows[2].split(',')[3]) == pytest.approx(fleet.estimate[1, 0], rel=1e-8)
   spec = tune.read_tune_file(path)
   for k in (0, 2):
     alone = tune.tune(dataclasses.replace(spec, train=[spec.train[k]]), progress=False)

@@ -1,5 +1,14 @@
-"""Differentiable tuning against recordings (SPEC §11): fit continuous component fields and
-MJCF physical fields to measured samples by gradients through the components and MJX.
+"""Differentiable tuning against recordings (SPEC §11): fit continuous component fields, MJCF
+physical fields and transport latencies to measured samples.
+
+Two ways to the Jacobian (`optimizer.gradients`, `make_problem`): `fd` (`rollouts.py`,
+`RolloutProblem`) runs the physics on MuJoCo C — threaded rollouts, a float64 forward
+difference per physical parameter — and differentiates the device model exactly in forward mode
+on the recorded frames; `exact` (`problem.py`, `Problem`) is forward mode through MJX, described
+below; `auto` picks `fd` on a CPU host when nothing closes a loop on physics. A fitted latency
+is searched over whole ticks (`timing.py`); near-collinear groups get the combinations the data
+fixes (`identifiability.py`); `tune_fleet` fits many units in one batch (`fleet.py`). What
+follows describes the `exact` path; the fit itself (`optimise.py`) is shared.
 
 The tune file (YAML):
 
@@ -16,8 +25,9 @@ parameters:
   - {mjcf: actuator:motor.resistance, bounds: [0.1, 10], log: true}           # dcmotor R
 loss:
   - {component: ahrs, field: angular_velocity, weight: 100.0}     # residual × weight (per axis list ok)
-windows: {length_s: 1.0}                 # multiple shooting (default: the whole recording)
-optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, seed: 0}
+windows: {length_s: 1.0}                 # exact only (default: the whole recording)
+optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, seed: 0,
+            gradients: auto}             # auto | fd | exact
 ```
 
 How the fit works:
@@ -70,10 +80,11 @@ from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 from fibril_mjx.workflows.tune.report import overlay_dict, render_report, run_cli, write_outputs
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem, make_problem
-from fibril_mjx.workflows.tune.fleet import FleetResult, tune_fleet
+from fibril_mjx.workflows.tune.fleet import FleetResult, render_fleet, tune_fleet, write_fleet
 from fibril_mjx.workflows.tune.simulate import simulate_recording, simulate_recordings
 
 __all__ = ['METHODS', 'DataSet', 'FleetResult', 'LossTerm', 'Param', 'Problem',
            'RolloutProblem', 'TuneResult', 'TuneSpec', 'make_problem', 'overlay_dict',
-           'read_tune_file', 'render_report', 'run_cli', 'simulate_recording',
-           'simulate_recordings', 'tune', 'tune_fleet', 'tune_spec_from_dict', 'write_outputs']
+           'read_tune_file', 'render_fleet', 'render_report', 'run_cli', 'simulate_recording',
+           'simulate_recordings', 'tune', 'tune_fleet', 'tune_spec_from_dict', 'write_fleet',
+           'write_outputs']

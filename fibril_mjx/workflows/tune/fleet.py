@@ -10,13 +10,16 @@ Gauss–Newton covariance, as `tune` gives one unit's.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import json
 import time
 import types
 
 import numpy as np
 from tqdm import tqdm
 
+from fibril_mjx.io import outdir
 from fibril_mjx.workflows.tune.optimise import (_correlation_inflation, _sensitivity,
                                                 gauss_newton)
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
@@ -84,3 +87,39 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
       estimate=x, sigma=sigma, start=prob.natural(prob.u0()), losses=cost / N,
       iterations=len(curve), wall_s=time.perf_counter() - t0, collinear=collinear,
       problem=prob)
+
+
+def render_fleet(res: FleetResult) -> str:
+  """The text report of a fleet: per unit its recording, loss and every estimate ± 2σ."""
+  lines = [f'tune fleet: {len(res.units)} units, {res.iterations} iterations, '
+           f'{res.wall_s:.1f} s (MuJoCo C rollouts with exact device derivatives, one batch)',
+           '']
+  for k, unit in enumerate(res.units):
+    lines.append(f'unit {k}: {unit}  (loss {res.losses[k]:.4g})')
+    for n, x, sd in zip(res.names, res.estimate[k], res.sigma[k]):
+      lines.append(f'  {n:40s} {x:12.6g} ± {2 * sd:.3g}')
+  if res.collinear:
+    lines += ['', 'poorly identifiable combinations at the start (unit 0):'] + [
+        f'  {c}' for c in res.collinear]
+  return '\n'.join(lines) + '\n'
+
+
+def write_fleet(res: FleetResult, out, *, overwrite: bool = False):
+  """Writes `units.csv` (one row per unit: recording, loss, estimate and 1σ of every
+  parameter), `report.txt` and `report.json` to `out` (staged, renamed when complete)."""
+  out = outdir.claim(out, overwrite=overwrite)
+  with outdir.staged(out) as tmp:
+    with open(tmp / 'units.csv', 'w', newline='') as fh:
+      w = csv.writer(fh)
+      w.writerow(['unit', 'recording', 'loss'] + [c for n in res.names
+                                                  for c in (n, f'{n} sigma')])
+      for k, unit in enumerate(res.units):
+        w.writerow([k, unit, f'{res.losses[k]:.6g}'] + [
+            f'{v:.9g}' for x, sd in zip(res.estimate[k], res.sigma[k]) for v in (x, sd)])
+    (tmp / 'report.txt').write_text(render_fleet(res))
+    (tmp / 'report.json').write_text(json.dumps({
+        'names': res.names, 'units': res.units, 'estimate': res.estimate.tolist(),
+        'sigma': res.sigma.tolist(), 'losses': res.losses.tolist(),
+        'iterations': res.iterations, 'wall_s': res.wall_s, 'collinear': res.collinear},
+        indent=2))
+  return out

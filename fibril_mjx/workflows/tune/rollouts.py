@@ -146,13 +146,14 @@ class RolloutProblem(Problem):
       `(e_i, ∂F/∂θ_i)`, a device column the jvp along `e_j` with the frames held (no
       tangent flows through what only the physics moves)."""
       f = lambda uu, ff: resid(uu, ff, c0, cs, lat, maps)   # noqa: E731
-      r = f(u, fr)
-      cols = []
+      cols = []   # the residual is the jvp's primal (unbatched: computed once), no third trace
       if du_phys.shape[0]:
-        cols.append(jax.vmap(lambda a, b: jax.jvp(f, (u, fr), (a, b))[1])(du_phys, dfr))
+        r, c = jax.vmap(lambda a, b: jax.jvp(f, (u, fr), (a, b)))(du_phys, dfr)
+        cols.append(c)
       if du_dev.shape[0]:
-        cols.append(jax.vmap(lambda a: jax.jvp(lambda uu: f(uu, fr), (u,), (a,))[1])(du_dev))
-      return r, jnp.concatenate(cols).T
+        r, c = jax.vmap(lambda a: jax.jvp(lambda uu: f(uu, fr), (u,), (a,)))(du_dev)
+        cols.append(c)
+      return r[0], jnp.concatenate(cols).T
 
     world = (0, 0, 0, 0, 0)
     self._fields = jax.jit(jax.vmap(fields, in_axes=world))
