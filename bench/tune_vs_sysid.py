@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import pathlib
 import sys
 import tempfile
@@ -69,32 +68,16 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / 'tests' / 'workflows'))
+import test_tune_fd  # noqa: E402  (the dcmotor rig)
 import fibril_mjx  # noqa: E402
 from fibril_mjx.io import recording  # noqa: E402
 from fibril_mjx.workflows import tune  # noqa: E402
 
 TURNTABLE = ROOT / 'manifests' / 'tuning' / 'turntable_ahrs.yaml'
 
-DCMOTOR_XML = """\
-<mujoco model="dcmotor_arm">
-  <option timestep="0.002"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="0 0 1" damping="0.02" armature="0.005"/>
-      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="1" contype="0" conaffinity="0"/>
-      <site name="imu" pos="0.2 0 0"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <dcmotor name="motor" joint="hinge" resistance="2" motorconst="0.1" input="pos"
-             controller="8 0 0.4 0 0 6"/>
-  </actuator>
-  <sensor>
-    <gyro name="gyro" site="imu"/>
-    <accelerometer name="accel" site="imu"/>
-  </sensor>
-</mujoco>
-"""
+# the rig of tests/workflows/test_tune_fd.py: the controller's 6 V limit binds in the swing
+DCMOTOR_XML = test_tune_fd.DCMOTOR.format(dt=0.002, damping=0.02, r=2, k=0.1)
 
 
 def dcmotor_manifest(tmp: pathlib.Path) -> pathlib.Path:
@@ -329,7 +312,6 @@ def run_sysid(prob, rec_path, sensors, iterations, weights):
   est = np.array([float(opt[nm].value[0]) for nm in names])
   r, _, _ = residual_fn(est, opt)
   loss = float(np.mean(np.concatenate(r) ** 2))
-  if os.environ.get("DBG"): print("per channel rms", np.sqrt(np.mean(np.concatenate(r).reshape(-1, 6) ** 2, 0)) / w)
   return est, wall, loss
 
 
@@ -391,7 +373,6 @@ def run_outside(tmp, iterations):
   """(g): the external double pendulum, fibril_mjx vs SciPy least_squares over MuJoCo C."""
   import mujoco.rollout as mj_rollout
   from scipy.optimize import least_squares
-  sys.path.insert(0, str(ROOT / 'tests' / 'workflows'))
   import test_tune_external as ext   # the recordings' generator (MuJoCo C + NumPy noise)
   (tmp / 'g_model.xml').write_text(ext.MODEL.format(dt=ext.DT, **ext.START))
   man = {'fibril_manifest': 1, 'model': 'g_model.xml', 'components': [
