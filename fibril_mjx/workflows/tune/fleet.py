@@ -20,8 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fibril_mjx.io import outdir
-from fibril_mjx.workflows.tune.optimise import (_correlation_inflation, _sensitivity,
-                                                gauss_newton)
+from fibril_mjx.workflows.tune import identifiability
+from fibril_mjx.workflows.tune.optimise import _correlation_inflation, gauss_newton
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
 
@@ -62,7 +62,7 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
   lo, hi = prob.bounds_u()
   U = np.tile(np.clip(prob.u0(), lo, hi), (K, 1))
   r, _, J = prob.evaluate(U, prob.train, jacobian=True)
-  collinear = _sensitivity(prob, J[0])
+  collinear = identifiability.sensitivity(prob, J[0])[0]
   N = np.array([sum(np.count_nonzero(mp[t][2]) for t in spec.loss) for mp in prob.train.maps])
   bar = tqdm(range(spec.iterations), desc=f'tune fleet ({K} units)', disable=not prob.progress,
              leave=False)

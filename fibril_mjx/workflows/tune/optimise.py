@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.workflows.tune import identifiability, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.rollouts import make_problem
@@ -81,10 +80,6 @@ CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start 
 
 def _pick(d, s):
   return None if d is None else {k: v[s].tolist() for k, v in d.items()}
-
-
-def _sensitivity(prob: Problem, J0: np.ndarray) -> list[str]:
-  return identifiability.sensitivity(prob, J0)[0]
 
 
 def _lag1(r):
