@@ -187,14 +187,17 @@ def cache_cold():
 # ------------------------------------------------------------------------------ fibril_mjx
 
 
-def write_tune_file(tmp, key, manifest, params, loss, train, heldout, iterations, window_s=0.0,
+FREE_STARTS_S = 0.0   # --free-starts: true multiple shooting windows (s) for fibril_mjx
+
+
+def write_tune_file(tmp, key, manifest, params, loss, train, heldout, iterations,
                     gradients='auto'):
   spec = {'fibril_tune': 1, 'manifest': str(manifest), 'train': train, 'heldout': heldout,
           'parameters': params, 'loss': loss,
           'optimizer': {'method': 'gauss_newton', 'iterations': iterations, 'starts': 1,
                         'gradients': gradients}}
-  if window_s:
-    spec['windows'] = {'length_s': window_s}
+  if FREE_STARTS_S and key != 'e':
+    spec['windows'] = {'length_s': FREE_STARTS_S, 'free_starts': True}
   path = tmp / f'{key}_tune.yaml'
   path.write_text(yaml.safe_dump(spec))
   return path
@@ -429,7 +432,12 @@ def main(argv=None):
   ap.add_argument('--fleet', type=int, default=32, help='units of problem (e)')
   ap.add_argument('--quick', action='store_true',
                   help='(d) 10 s instead of 60 s, (e) 8 units')
+  ap.add_argument('--free-starts', type=float, default=0.0, metavar='S',
+                  help='fibril_mjx with true multiple shooting: windows of S s with free starts '
+                       '(default: single shooting; not for the fleet)')
   a = ap.parse_args(argv)
+  global FREE_STARTS_S
+  FREE_STARTS_S = a.free_starts
   rows = []
   with tempfile.TemporaryDirectory() as d:
     tmp = pathlib.Path(d)

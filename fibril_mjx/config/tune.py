@@ -135,9 +135,18 @@ class LossModel(_UnknownKey, Strict):
 
 
 class WindowsModel(_UnknownKey, Strict):
-  """Multiple shooting: recordings cut into windows of `length_s` (default: one window)."""
+  """Multiple shooting: recordings cut into windows of `length_s` (default: one window);
+  `free_starts`: each later window's start state is a free variable with a continuity
+  residual (true multiple shooting, `gradients: fd`)."""
   length_s: Optional[Annotated[float, check(lambda v: is_number(v) and v > 0,
                                              'a positive number of seconds')]] = None
+  free_starts: bool = False
+
+  @pydantic.model_validator(mode='after')
+  def _free_needs_length(self):
+    if self.free_starts and self.length_s is None:
+      raise ValueError('free_starts: true needs length_s (the window length)')
+    return self
 
 
 class OptimizerModel(_UnknownKey, Strict):

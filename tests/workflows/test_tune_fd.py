@@ -188,6 +188,23 @@ def test_fit_reaches_the_noise_floor_and_covers_the_truth(problem):
   assert res.sigma[0] < 0.05 * TRUTH[0]
 
 
+def test_rollouts_are_reused_only_for_the_same_recording(problem):
+  """A Jacobian reuses the rollouts of the residuals just before it, but another data set's
+  recording 0 (here released from another angle) is not the training one."""
+  other = c_recording(*TRUTH, seed=2)
+  other.initial['qpos'] = np.array([0.5])
+  recording.write_recording(problem.spec.path.rsplit('/', 1)[0] + '/other.npz', other)
+  ds = problem.dataset([problem.spec.path.rsplit('/', 1)[0] + '/other.npz'])
+  U = problem.u0()[None]
+  problem.evaluate(U, problem.train)
+  r_after_train, _, _ = problem.evaluate(U, ds)
+  problem._last = {}
+  r_fresh, _, _ = problem.evaluate(U, ds)
+  r_train, _, _ = problem.evaluate(U, problem.train)
+  np.testing.assert_array_equal(r_after_train, r_fresh)
+  assert np.abs(r_train - r_fresh).max() > 10
+
+
 def test_second_fit_traces_nothing_new(problem):
   tune.tune(None, problem=problem)
   sizes = (problem._fields._cache_size(), problem._jacobian._cache_size())
@@ -339,3 +356,68 @@ def test_saturated_dcmotor_flags_resistance_and_motorconst_and_reports_their_rat
   truth = R ** e_r * K ** e_k                          # the ratio K/R (or R/K)
   assert abs(value - truth) <= pm and pm < 0.02 * truth, (value, pm, truth)
   assert 'what the data does fix' in tune.render_report(res)
+
+
+@pytest.fixture(scope='module')
+def shooting(tmp_path_factory, problem):
+  tmp = tmp_path_factory.mktemp('tune_shooting')
+  path = write_problem(tmp, [c_recording(*TRUTH, seed=1)])
+  raw = yaml.safe_load(path.read_text())
+  raw['windows'] = {'length_s': 0.3, 'free_starts': True}
+  path.write_text(yaml.safe_dump(raw))
+  return tune.make_problem(tune.read_tune_file(path), progress=False)
+
+
+def test_free_window_starts_on_the_single_shooting_trajectory_are_continuous(shooting, problem):
+  """At window starts taken from the single-shooting trajectory the defects vanish and the
+  data residuals are the single-shooting ones (a window's rollout resumes MuJoCo C's state)."""
+  assert isinstance(shooting, tune.ShootingProblem) and shooting.W == 3
+  u = problem.u0()[None]
+  U = np.concatenate([u, shooting.nuisance0(u)], axis=1)
+  assert U.shape == (1, 4 + 2 * 2)
+  r, _, _ = shooting.evaluate(U, shooting.train)
+  r_single, _, _ = problem.evaluate(u, problem.train)
+  assert np.abs(r[0, -shooting.n_defects:]).max() < 1e-8
+  np.testing.assert_allclose(r[0, :-shooting.n_defects], r_single[0], rtol=0, atol=1e-3)
+
+
+def test_free_window_starts_jacobian_against_central_differences(shooting, problem):
+  u = problem.u0()[None]
+  U = np.concatenate([u, shooting.nuisance0(u)], axis=1)
+  U[0, 4:] += 0.01    # off the trajectory: defects and their derivatives at work
+  _, _, J = shooting.evaluate(U, shooting.train, jacobian=True)
+  nd = shooting.n_defects
+  for col, h in ((0, 1e-4), (4, 1e-4), (5, 1e-3), (7, 1e-3)):   # log damping, z_1 q, z_1 v, z_2 v
+    Up, Um = U.copy(), U.copy()
+    Up[0, col] += h
+    Um[0, col] -= h
+    ref = (shooting.evaluate(Up, shooting.train)[0][0] - shooting.evaluate(Um, shooting.train)[0][0]) / (2 * h)
+    np.testing.assert_allclose(J[0, -nd:, col], ref[-nd:], rtol=1e-4, atol=1e-4 * np.abs(ref[-nd:]).max() + 1e-9)
+    data = ref[:-nd]
+    np.testing.assert_allclose(J[0, :-nd, col], data, rtol=2e-2, atol=2e-2 * np.abs(data).max())
+
+
+def test_true_multiple_shooting_fit_agrees_with_single_shooting(shooting, problem):
+  single = tune.tune(None, problem=problem)
+  multi = tune.tune(None, problem=shooting)
+  assert 'true multiple shooting (3 windows of 0.3 s' in tune.render_report(multi)
+  N = problem.n_residuals(problem.train)
+  assert abs(multi.train_loss - 1) < 3 * math.sqrt(2 / N), multi.train_loss
+  truth = np.array([TRUTH[0], *TRUTH[1]])
+  assert distance2(multi.estimate, multi.sigma, multi.correlation, truth) < CHI2_999[4]
+  assert np.all(np.abs(multi.estimate - single.estimate) < 0.5 * single.sigma)
+  # the ± is the marginal over the window starts' freedom (continuity is a weighted
+  # residual, not an exact constraint): never narrower, here up to ~25 % wider
+  ratio = multi.sigma / single.sigma
+  assert np.all((ratio > 0.98) & (ratio < 1.5)), ratio
+
+
+def test_free_window_starts_need_gradients_fd(tmp_path):
+  path = write_problem(tmp_path, [c_recording(*TRUTH, seed=1)], gradients='exact')
+  raw = yaml.safe_load(path.read_text())
+  raw['windows'] = {'length_s': 0.3, 'free_starts': True}
+  path.write_text(yaml.safe_dump(raw))
+  with pytest.raises(ConfigError, match=r"tune\.yaml: windows\.free_starts = True: free window "
+                     r"starts need gradients fd \(MuJoCo C rollouts\); here gradients are exact "
+                     r"\(as asked\)"):
+    tune.make_problem(tune.read_tune_file(path), progress=False)

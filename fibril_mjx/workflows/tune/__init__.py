@@ -79,12 +79,14 @@ from fibril_mjx.workflows.tune.params import Param
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.optimise import TuneResult, tune
 from fibril_mjx.workflows.tune.report import overlay_dict, render_report, run_cli, write_outputs
-from fibril_mjx.workflows.tune.rollouts import RolloutProblem, make_problem
+from fibril_mjx.workflows.tune.rollouts import RolloutProblem
+from fibril_mjx.workflows.tune.shooting import ShootingProblem
+from fibril_mjx.workflows.tune.choose import make_problem
 from fibril_mjx.workflows.tune.fleet import FleetResult, render_fleet, tune_fleet, write_fleet
 from fibril_mjx.workflows.tune.simulate import simulate_recording, simulate_recordings
 
 __all__ = ['METHODS', 'DataSet', 'FleetResult', 'LossTerm', 'Param', 'Problem',
-           'RolloutProblem', 'TuneResult', 'TuneSpec', 'make_problem', 'overlay_dict',
+           'RolloutProblem', 'ShootingProblem', 'TuneResult', 'TuneSpec', 'make_problem', 'overlay_dict',
            'read_tune_file', 'render_fleet', 'render_report', 'run_cli', 'simulate_recording',
            'simulate_recordings', 'tune', 'tune_fleet', 'tune_spec_from_dict', 'write_fleet',
            'write_outputs']

@@ -13,7 +13,7 @@ import numpy as np
 
 from fibril_mjx.workflows.tune import identifiability, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
-from fibril_mjx.workflows.tune.rollouts import make_problem
+from fibril_mjx.workflows.tune.choose import make_problem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
 
 
@@ -189,8 +189,12 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   starts = U.copy()
 
   found = timing.search(prob, u0) if prob.timing else []   # latencies over whole ticks first
+  NZ = getattr(prob, 'n_nuisance', 0)   # free window starts (multiple shooting), not reported
+  if NZ:
+    U = np.concatenate([U, prob.nuisance0(U)], axis=1)
+    lo, hi = np.concatenate([lo, np.full(NZ, -np.inf)]), np.concatenate([hi, np.full(NZ, np.inf)])
   r, per0, J = prob.evaluate(U, prob.train, jacobian=True)
-  collinear, groups = identifiability.sensitivity(prob, J[0])
+  collinear, groups = identifiability.sensitivity(prob, J[0][:, :P])
   N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
   cost = np.sum(r ** 2, axis=1)
   curve = [cost / N]
@@ -249,13 +253,15 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   bar.close()
 
   best = int(np.argmin(cost))
-  # uncertainty at the optimum of the best start
+  # uncertainty at the optimum of the best start (with free window starts: the parameters'
+  # block of the full covariance; the defects' residuals carry no data)
   rb, Jb = r[best], J[best]
   dof = max(N - P, 1)
   s2 = float(rb @ rb) / dof
-  infl = _correlation_inflation(prob, prob.train, rb)
+  infl = _correlation_inflation(prob, prob.train, rb[:rb.size - getattr(prob, 'n_defects', 0)])
   H = Jb.T @ Jb
-  cov_u = s2 * infl * np.linalg.pinv(H)
+  cov_u = (s2 * infl * np.linalg.pinv(H))[:P, :P]
+  U, Jb = U[:, :P], Jb[:, :P]
   x = prob.natural(U[best])
   logm = np.array([p.log for p in prob.params])
   sig_u = np.sqrt(np.maximum(np.diag(cov_u), 0))

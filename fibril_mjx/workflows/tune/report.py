@@ -107,8 +107,11 @@ def overlay_dict(res: TuneResult) -> dict:
 
 def _gradients(prob) -> str:
   if prob.gradients == 'fd':
+    shots = (f'true multiple shooting ({prob.W} windows of {prob.windows_s:g} s, free window '
+             'starts with continuity residuals)' if getattr(prob, 'n_nuisance', 0)
+             else 'single shooting')
     return ('MuJoCo C rollouts (forward differences of the physics, float64) with exact '
-            'forward-mode derivatives of the device model, single shooting')
+            f'forward-mode derivatives of the device model, {shots}')
   return (f'forward-mode Jacobians through MJX, multiple shooting {prob.L * prob.dt:g} s '
           'windows')
 

@@ -35,7 +35,6 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.batch import physics_c
-from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
@@ -164,14 +163,22 @@ class RolloutProblem(Problem):
   def _models(self, U, cols):
     """Per world the `MjModel` of start `s` with column `c` perturbed (`cols`: `(s, c)`, c=-1
     the unperturbed start), and the fitted coordinates of each world."""
-    m = self.sim.mj_model
-    out, us = [], []
-    while len(self._pool) < len(cols):   # one copy per world slot, rewritten every call
-      self._pool.append(copy.copy(m))
-    for (s, c), mw in zip(cols, self._pool):
+    us = []
+    for s, c in cols:
       u = np.array(U[s], np.float64)
       if c >= 0:
         u[c] += self._step(u, c)
+      us.append(u)
+    us = np.stack(us)
+    return self.models_at(us), us
+
+  def models_at(self, us) -> list:
+    """The `MjModel` of each row of fitted coordinates `us (n, P)`: copies of the compiled
+    model kept in a pool (one per world slot, rewritten every call)."""
+    m = self.sim.mj_model
+    while len(self._pool) < len(us):
+      self._pool.append(copy.copy(m))
+    for u, mw in zip(us, self._pool):
       for i, p in enumerate(self.params):
         if p.kind == 'component':
           continue
@@ -183,9 +190,7 @@ class RolloutProblem(Problem):
           field, di = p.target
           slot = {f: k for f, k in mjcf_fields.DCMOTOR_ATTRIBUTES.values()}[field]
           mw.actuator_gainprm[int(self.sim.dcmotor.actuator_id[di]), slot] = x
-      out.append(mw)
-      us.append(u)
-    return out, np.stack(us)
+    return self._pool[:len(us)]
 
   def _step(self, u, i):
     lo, hi = self.bounds_u()
@@ -224,7 +229,7 @@ class RolloutProblem(Problem):
     Jacobian follows the residuals of the step it accepts."""
     m = self.sim.mj_model
     _, us = self._models(U, cols)
-    keys = [(us[j].tobytes(), r) if c < 0 and latency is None else None
+    keys = [(id(ds), us[j].tobytes(), r) if c < 0 and latency is None else None
             for j, ((_, c), r) in enumerate(zip(cols, recs))]
     todo = [j for j, k in enumerate(keys) if k is None or k not in self._last]
     if todo:
@@ -387,25 +392,4 @@ class RolloutProblem(Problem):
             for i, t in enumerate(self.spec.loss)}
 
 
-def make_problem(spec, *, progress=None) -> Problem:
-  """The problem of `spec.gradients`: `'fd'` (`RolloutProblem`), `'exact'` (`Problem`:
-  forward-mode Jacobians through MJX), or `'auto'`: fd on a CPU host when MuJoCo C can run the
-  manifest open loop (measured faster there: `bench/tune_vs_sysid.py`), else exact. The
-  choice and its reason are `problem.gradients_why`."""
-  how = spec.gradients
-  why = 'as asked'
-  if how == 'auto':
-    problems = physics_c.open_loop_problems(load_simulation(spec.manifest).built)
-    if problems:
-      how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
-    elif jax.default_backend() != 'cpu':
-      how, why = 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
-    else:
-      how, why = 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
-                        '(nothing closes a loop on physics)')
-  prob = (RolloutProblem if how == 'fd' else Problem)(spec, progress=progress)
-  prob.gradients_why = why
-  return prob
-
-
-__all__ = ['FD_STEP', 'RolloutProblem', 'make_problem']
+__all__ = ['FD_STEP', 'RolloutProblem']

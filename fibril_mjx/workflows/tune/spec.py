@@ -43,6 +43,7 @@ class TuneSpec:
   seed: int = 0
   overlay_id: str = 'tuned'
   gradients: str = 'auto'
+  free_starts: bool = False
 
 
 def read_tune_file(path) -> TuneSpec:
@@ -95,7 +96,8 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       window_s=None if model.windows is None else model.windows.length_s, method=opt.method,
       iterations=int(opt.iterations), learning_rate=float(opt.learning_rate),
       starts=int(opt.starts), start_spread=float(opt.start_spread), seed=int(opt.seed),
-      overlay_id=str(model.overlay_id), gradients=str(opt.gradients))
+      overlay_id=str(model.overlay_id), gradients=str(opt.gradients),
+      free_starts=bool(model.windows is not None and model.windows.free_starts))
 
 
 def _load_recording(item, file, types=None):

@@ -51,6 +51,7 @@ def search(prob, u) -> list[dict]:
   previous_s}`."""
   out = []
   ds = prob.train
+  u = np.asarray(u, np.float64)[:len(prob.params)]   # single shooting (no window starts)
   if not ds.maps:
     prob.evaluate(np.asarray(u, np.float64)[None], ds)
   for q in prob.timing:

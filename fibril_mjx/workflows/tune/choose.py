@@ -1,0 +1,39 @@
+"""Which tune problem a tune file gets (`make_problem`): its `gradients` and windows."""
+
+from __future__ import annotations
+
+import jax
+
+from fibril_mjx.batch import physics_c
+from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.errors import ConfigError
+from fibril_mjx.workflows.tune import shooting
+from fibril_mjx.workflows.tune.problem import Problem
+from fibril_mjx.workflows.tune.rollouts import RolloutProblem
+
+
+def make_problem(spec, *, progress=None) -> Problem:
+  """The problem of `spec.gradients`: `'fd'` (`RolloutProblem`), `'exact'` (`Problem`:
+  forward-mode Jacobians through MJX), or `'auto'`: fd on a CPU host when MuJoCo C can run the
+  manifest open loop (measured faster there: `bench/tune_vs_sysid.py`), else exact. The
+  choice and its reason are `problem.gradients_why`."""
+  how = spec.gradients
+  why = 'as asked'
+  if how == 'auto':
+    problems = physics_c.open_loop_problems(load_simulation(spec.manifest).built)
+    if problems:
+      how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
+    elif jax.default_backend() != 'cpu':
+      how, why = 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
+    else:
+      how, why = 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
+                        '(nothing closes a loop on physics)')
+  if spec.free_starts and how != 'fd':
+    raise ConfigError(spec.path, 'windows.free_starts', 'free window starts need gradients fd '
+                      f'(MuJoCo C rollouts); here gradients are {how} ({why})', True)
+  if spec.free_starts:
+    prob = shooting.ShootingProblem(spec, progress=progress)
+  else:
+    prob = (RolloutProblem if how == 'fd' else Problem)(spec, progress=progress)
+  prob.gradients_why = why
+  return prob
