@@ -68,8 +68,9 @@ class Fifo:
     read_max: `B`, samples one read takes at most (the batch size of `Batch`).
     watermark: samples that start a read (0: reads on `read_schedule`).
     read_schedule: the periodic reader's `Schedule`, or None (watermark reads).
-    delay_ticks: ticks from a read's start to its arrival.
+    delay_ticks: ticks from a read's start to its arrival (`delay_s` rounded up to ticks).
     drop_oldest: overflow policy (False: drop the newest).
+    dt: physics timestep (s).
   """
   depth: int
   read_max: int
