@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import plotting
+from fibril_mjx.mechanisms import fifo
 
 
 def flatten(trace: dict) -> dict:
@@ -14,7 +15,8 @@ def flatten(trace: dict) -> dict:
   for cid, d in trace['sensor'].items():
     for name, value in d.sample._asdict().items():
       flat[f'sensor/{cid}/{name}'] = np.asarray(value)
-    for name in ('new_data', 'sequence', 'sample_tick', 'arrival_tick', 'valid'):
+    for name in (fifo.BOOK if isinstance(d, fifo.Batch) else
+                 ('new_data', 'sequence', 'sample_tick', 'arrival_tick', 'valid')):
       flat[f'sensor/{cid}/{name}'] = np.asarray(getattr(d, name))
   for cid, d in trace['truth'].items():
     for name, value in d.items():
@@ -44,6 +46,14 @@ def angle_rad(p, q) -> np.ndarray:
 def group(flat: dict, kind: str, cid: str) -> dict:
   prefix = f'{kind}/{cid}/'
   return {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+
+
+def per_sample(sensor: dict) -> dict:
+  """A component's sensor group `{field: (W, T, ...)}` as per-tick delivered samples: itself
+  for the delivery queue; for FIFO delivery (batches, a `count` field) the acquisition-time
+  view `fifo.by_acquisition` (each sample at its acquisition tick, with its batch's
+  arrival)."""
+  return fifo.by_acquisition(sensor) if fifo.is_batch(sensor) else sensor
 
 
 def describe(values: np.ndarray) -> dict:

@@ -14,7 +14,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.error_models.core import is_set
 from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
-from fibril_mjx.mechanisms import faults
+from fibril_mjx.mechanisms import faults, fifo
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
 from fibril_mjx.errors import ConfigError, ConfigErrors
@@ -220,7 +220,9 @@ class SensorBase(ComponentBase):
 
   @property
   def schedules(self) -> dict:
-    return {'acquisition': self.schedule}
+    """The acquisition schedule, and the reader's (`fifo_read`) with periodic FIFO reads."""
+    read = getattr(self.transport, 'read_schedule', None)
+    return {'acquisition': self.schedule, **({fifo.READ: read} if read is not None else {})}
 
   def sense(self, p, s, data, tick, dues, env):
     """One tick after physics: track, acquire and enqueue at an instant, then deliver.
@@ -246,7 +248,7 @@ class SensorBase(ComponentBase):
                   st.streams['delivery_loss'])
       return st._replace(queue=q)
     s = jax.lax.cond(due, acquire, lambda st: st, s)
-    queue, held = tp.receive(self.transport, s.queue, s.held, tick)
+    queue, held = tp.receive(self.transport, s.queue, s.held, tick, dues)
     return s._replace(queue=queue, held=held)
 
   def output(self, s) -> tp.Delivered:

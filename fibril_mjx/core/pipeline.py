@@ -35,7 +35,7 @@ from fibril_mjx.core import protocol
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.errors import FibrilError, did_you_mean
-from fibril_mjx.mechanisms import jax_compat, schedule, transport
+from fibril_mjx.mechanisms import fifo, jax_compat, schedule, transport
 from fibril_mjx.physics import dcmotor
 from fibril_mjx.physics.mjx import impl_fns, mjx
 
@@ -338,11 +338,12 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, 
 def finite(data, comps) -> jax.Array:
   """True while one world's physics and component state are finite (a traced check).
 
-  Delivered data (`transport.QueueState` in flight, `transport.Delivered` held) is left
+  Delivered data (`transport.QueueState` / `fifo.FifoState` in flight, `transport.Delivered`
+  / `fifo.Batch` held) is left
   out: a device may send NaN — a `nan` fault, a motor's `normalized_output` without a
   forcerange — and that is data for the consumer, not a diverged world.
   """
-  data_types = (transport.QueueState, transport.Delivered)
+  data_types = (transport.QueueState, transport.Delivered, fifo.FifoState, fifo.Batch)
   internal = jax.tree.leaves(comps, is_leaf=lambda x: isinstance(x, data_types))
   leaves = [data.qpos, data.qvel, data.act] + [
       x for x in internal if not isinstance(x, data_types)

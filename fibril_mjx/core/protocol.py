@@ -79,7 +79,8 @@ class Component(Protocol):
     """Initial state of one world; random draws use named streams of `world_key`."""
 
   def output(self, state: Any) -> Any:
-    """What a consumer sees this tick (a `fibril_mjx.mechanisms.transport.Delivered`)."""
+    """What a consumer sees this tick (a `fibril_mjx.mechanisms.transport.Delivered`; with
+    FIFO delivery a `fibril_mjx.mechanisms.fifo.Batch`)."""
 
   def truth(self, state: Any, data: Any) -> dict:
     """Ideal values of this tick (`truth/<id>/<field>`), never a sample."""

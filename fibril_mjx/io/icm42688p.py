@@ -64,6 +64,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from fibril_mjx.mechanisms import fifo
+
 G0 = 9.80665   # m/s² per g (the unit conversions of profiles/evidence/consumer_mems_imu.md)
 
 # Bank 0 register addresses (DS-000347 register map, via Zephyr icm42688_reg.h / PX4).
@@ -127,10 +129,16 @@ class Samples(NamedTuple):
 
 def samples_from_trace(arrays, cid: str, row: int, dt_s: float) -> Samples:
   """The delivered samples of IMU component `cid`, world row `row`, of a run's `trace.npz`
-  arrays or a flattened rollout trace (`analysis.common.flatten`), stamped `sample_tick · dt`."""
-  get = lambda k: np.asarray(arrays[f'sensor/{cid}/{k}'][row])   # noqa: E731
+  arrays or a flattened rollout trace (`analysis.common.flatten`), stamped `sample_tick · dt`
+  (FIFO delivery: every sample of every batch, `fifo.rows`)."""
+  prefix = f'sensor/{cid}/'
+  group = {k[len(prefix):]: np.asarray(v[row:row + 1]) for k, v in arrays.items()
+           if k.startswith(prefix)}
+  if fifo.is_batch(group):
+    group = fifo.rows(group)
+  get = lambda k: group[k][0]   # noqa: E731
   keep = get('new_data') & get('valid')
-  temp = get('temperature_c')[keep] if f'sensor/{cid}/temperature_c' in arrays else None
+  temp = get('temperature_c')[keep] if 'temperature_c' in group else None
   return Samples(get('sample_tick')[keep].astype(np.float64) * dt_s,
                  get('angular_velocity')[keep].astype(np.float64),
                  get('linear_acceleration')[keep].astype(np.float64), temp)

@@ -55,6 +55,7 @@ import numpy as np
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io.mcap_export import read_run
 from fibril_mjx.io import outdir
+from fibril_mjx.mechanisms import fifo
 
 IMU, MAG, BARO, AIRSPEED, GPS = 'imu', 'mag', 'baro', 'airspeed', 'gps'
 # The sample fields that identify each source (as `mcap_export` maps fields to messages).
@@ -294,7 +295,8 @@ def _by_component(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.nd
     parts = key.split('/')
     if len(parts) == 3 and parts[0] == 'sensor':
       out.setdefault(parts[1], {})[parts[2]] = v
-  return out
+  # FIFO delivery: each sample at its acquisition tick, sent at its batch's arrival
+  return {cid: fifo.by_acquisition(f) if fifo.is_batch(f) else f for cid, f in out.items()}
 
 
 def _stream_rows(sensor: dict, encoder: HilEncoder, row: int, n_ticks: int) -> Iterator[Packet]:
@@ -325,8 +327,10 @@ def stream_rollout(sim, trace: Mapping, *, world: int = 0, chosen: Mapping | Non
   sources = select_sources(fields_of, types, chosen, where=str(sim.manifest.path))
   enc = HilEncoder(sources, sim.dt, **encoder_kw)
   flat = {cid: {**{k: np.asarray(v) for k, v in d.sample._asdict().items()},
-                **{k: np.asarray(getattr(d, k)) for k in DELIVERY_FIELDS}}
+                **{k: np.asarray(getattr(d, k))
+                   for k in (fifo.BOOK if isinstance(d, fifo.Batch) else DELIVERY_FIELDS)}}
           for cid, d in sensor.items() if cid in sources.values()}
+  flat = {cid: fifo.by_acquisition(f) if fifo.is_batch(f) else f for cid, f in flat.items()}
   n_ticks = next(iter(flat.values()))['new_data'].shape[1]
   yield from _stream_rows(flat, enc, world, n_ticks)
 

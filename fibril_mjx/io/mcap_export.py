@@ -78,6 +78,7 @@ from fibril_mjx.config.version import __version__
 from fibril_mjx.core import registry
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
+from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.ros_messages import (  # noqa: F401  (the converter API, re-exported)
     TYPES, TYPESTORE, Context, Converter, _imu, _joint, _orientation, by_fields,
     diag_covariance, field_mappable, header, quaternion, register, vector3)
@@ -169,6 +170,8 @@ def messages(run_dir, worlds: list[int] | None = None, *, unmapped: list | None 
       raise FibrilError(f'{run_dir}: world {w} is not in trace.npz; traced worlds: '
                         f'{", ".join(map(str, traced))}')
   sensor, truth = _group(arrays, 'sensor'), _group(arrays, 'truth')
+  # FIFO delivery: each sample at its acquisition tick, logged at its batch's arrival
+  sensor = {cid: fifo.by_acquisition(f) if fifo.is_batch(f) else f for cid, f in sensor.items()}
   types = {cid: (c or {}).get('type') for cid, c in (meta.get('components') or {}).items()}
   n_ticks = arrays['time_s'].shape[0]
   convs = {}

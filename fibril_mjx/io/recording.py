@@ -34,6 +34,7 @@ import numpy as np
 
 from fibril_mjx.errors import FibrilError, did_you_mean
 from fibril_mjx.io import bags
+from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.recording_data import (ARRIVAL_TIME, COMMAND_TIME, INFINITY_ALLOWED,  # noqa: F401
                                           PREFIXES, SAMPLE_TIME, Recording, _err, validate)
 
@@ -170,9 +171,10 @@ def recording_from_trace(trace: dict, world: int, dt: float | None = None, *, si
                          meta: dict | None = None) -> Recording:
   """One world of a rollout trace as a recording.
 
-  Every sensing component's delivered samples (ticks where `new_data`) become
-  `sensor/<id>/<field>` with `sample_time_s = sample_tick·dt`, `arrival_time_s =
-  arrival_tick·dt` and `sequence`; `trace['truth']` (if recorded, `observe_truth=True`)
+  Every sensing component's delivered samples (ticks where `new_data`; with FIFO delivery
+  every sample of every batch, `fifo.rows`) become `sensor/<id>/<field>` with
+  `sample_time_s = sample_tick·dt`, `arrival_time_s = arrival_tick·dt` (the batch's) and
+  `sequence`; `trace['truth']` (if recorded, `observe_truth=True`)
   becomes `truth/<id>/<field>` per tick with `truth/<id>/time_s`, kept apart from samples.
 
   Args:
@@ -199,15 +201,21 @@ def recording_from_trace(trace: dict, world: int, dt: float | None = None, *, si
   for cid, out in trace.get('sensor', {}).items():
     if not hasattr(out, 'new_data') or not hasattr(out, 'sample'):
       continue
-    new = np.asarray(out.new_data[world]).astype(bool)
+    names = out.sample._fields if hasattr(out.sample, '_fields') else ()
+    if isinstance(out, fifo.Batch):   # FIFO delivery: every sample of every batch
+      d, _ = fifo.split(out)
+      r = fifo.rows({k: np.asarray(v[world:world + 1]) for k, v in d.items()})
+      get = lambda k: r[k][0]   # noqa: E731
+    else:
+      get = lambda k: np.asarray(getattr(out.sample, k, None) if k in names   # noqa: E731
+                                 else getattr(out, k))[world]
+    new = get('new_data').astype(bool)
     fields = {}
-    sample = out.sample
-    names = sample._fields if hasattr(sample, '_fields') else ()
     for f in names:
-      fields[f] = np.asarray(getattr(sample, f)[world])[new]
-    fields[SAMPLE_TIME] = np.asarray(out.sample_tick[world])[new].astype(np.float64) * dt
-    fields[ARRIVAL_TIME] = np.asarray(out.arrival_tick[world])[new].astype(np.float64) * dt
-    fields['sequence'] = np.asarray(out.sequence[world])[new].astype(np.int64)
+      fields[f] = get(f)[new]
+    fields[SAMPLE_TIME] = get('sample_tick')[new].astype(np.float64) * dt
+    fields[ARRIVAL_TIME] = get('arrival_tick')[new].astype(np.float64) * dt
+    fields['sequence'] = get('sequence')[new].astype(np.int64)
     rec.sensors[cid] = fields
   for cid, fields in trace.get('truth', {}).items():
     d = {f: np.asarray(a[world]) for f, a in fields.items()}

@@ -5,6 +5,9 @@ A sample acquired at tick `k` is released at
 reorders samples — unless it is lost (probability `loss_probability`). Samples wait in a ring
 buffer of static capacity; a sample that finds the buffer full is dropped and counted in
 `overflow`. Sequence numbers are acquisition indices, so a consumer sees gaps.
+
+`init`, `send` and `receive` also serve FIFO delivery (a `fifo.Fifo` in place of a
+`Transport`: batches read on the reader's schedule, `fibril_mjx/mechanisms/fifo.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx.mechanisms import rng
+from fibril_mjx.mechanisms import fifo, rng
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.schedule import ticks_fraction
 
@@ -111,6 +114,10 @@ class QueueState(NamedTuple):
 
 
 def init(tr: Transport, neutral_sample) -> tuple[QueueState, Delivered]:
+  """The empty queue and the neutral held output (a `fifo.Fifo` gives its own: FIFO
+  delivery, `fibril_mjx/mechanisms/fifo.py`)."""
+  if isinstance(tr, fifo.Fifo):
+    return fifo.init(tr, neutral_sample)
   c = tr.capacity
   buf = jax.tree.map(lambda x: jnp.zeros((c,) + jnp.shape(x), jnp.asarray(x).dtype),
                      neutral_sample)
@@ -132,6 +139,8 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
     active: optional per-world bool; when False nothing is sent (no loss or overflow is
       counted) — for senders that issue on some ticks only (actuator commands).
   """
+  if isinstance(tr, fifo.Fifo):
+    return fifo.send(tr, q, sample, n, tick, active)
   delay = q.delay_ticks
   if tr.jitter_s > 0:
     secs = jnp.maximum(0.0, q.latency_s + tr.jitter_s * rng.normal(jitter_stream, n))
@@ -193,9 +202,15 @@ def release(tr: Transport, q: QueueState, tick) -> tuple[QueueState, jax.Array, 
   return q._replace(head=(q.head + m) % c, count=q.count - m), ready, idx
 
 
-def receive(tr: Transport, q: QueueState, held: Delivered, tick
+def receive(tr: Transport, q: QueueState, held: Delivered, tick, dues=None
             ) -> tuple[QueueState, Delivered]:
-  """Delivers every sample whose release tick has come; the latest one becomes `held`."""
+  """Delivers every sample whose release tick has come; the latest one becomes `held`.
+
+  `dues` (the component's `{schedule name: (due, n)}`) is read by FIFO delivery only (its
+  periodic reader), which `fifo.receive` serves.
+  """
+  if isinstance(tr, fifo.Fifo):
+    return fifo.receive(tr, q, held, tick, dues)
   q_out, ready, idx = release(tr, q, tick)
   m = jnp.sum(ready.astype(jnp.int32))
   new = m > 0

@@ -9,7 +9,9 @@ failed run never leaves a directory that looks finished):
 - `worlds.csv` — one row per world: global world index and each per-world metric.
 - `trace.npz` — per-tick arrays of the first `--trace-worlds` worlds: `time_s` `(T,)`,
   `world_index` `(K,)`, `sensor/<id>/<field>` and `truth/<id>/<field>` `(K, T, ...)`. Sensor
-  fields are the delivered output held at each tick (`new_data` marks deliveries).
+  fields are the delivered output held at each tick (`new_data` marks deliveries); a
+  component with FIFO delivery holds its batches, `(K, T, B, ...)` sample fields, `sequence`
+  and `sample_tick` per slot, plus `count` (`fibril_mjx/mechanisms/fifo.py`).
 - `<component id>.png` — truth vs delivered samples for world 0 and the error distribution.
 """
 
@@ -218,7 +220,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
         metric_fn = analysis.for_type(c.type).metrics
         if metric_fn is not None:
           with np.errstate(all='ignore'):
-            m = metric_fn(common.group(flat, 'sensor', cid), common.group(flat, 'truth', cid))
+            m = metric_fn(common.per_sample(common.group(flat, 'sensor', cid)),
+                        common.group(flat, 'truth', cid))
           for k, v in m.items():
             metrics[cid].setdefault(k, []).append(np.asarray(v))
         for k, v in c.status(state.components[cid]).items():
@@ -334,7 +337,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
         finite_metrics = {k: _finite_rows(v, keep) for k, v in metrics[cid].items()}
         try:
           with np.errstate(all='ignore'):
-            plot_fn(tmp / f'{cid}.png', cid, time_s, common.group(arrays, 'sensor', cid),
+            plot_fn(tmp / f'{cid}.png', cid, time_s,
+                    common.per_sample(common.group(arrays, 'sensor', cid)),
                     common.group(arrays, 'truth', cid), world, finite_metrics,
                     f'{pathlib.Path(manifest_path).name} — {cid} ({c.type}), seed {seed}'
                     + (f', world {world}' if world else ''))

@@ -124,7 +124,11 @@ R6093U = ('r6093u', 'fibril_sim/ahrs', {'device': 'r6093u_nominal'})
      ['bode.linear_acceleration']),
     # the AHRS: the shipped -1 yaw sign turned to +1
     (R6093U, {}, {'orientation_yaw_sign': 1.0}, ['geometry.yaw_sign']),
-], ids=['timing', 'six_orientation', 'rate_table', 'range', 'bode', 'geometry_ahrs'])
+    # FIFO delivery (validate/fifo_timing.py): the device's reads arrive 2 ms later
+    (ICM, {'delivery': 'fifo', 'fifo_read_period_s': 0.01, 'fifo_read_phase_s': 0.003,
+           'fifo_read_delay_s': 0.002, 'fifo_read_max': 8}, {'fifo_read_delay_s': 0.004},
+     ['timing.batch', 'timing.latency']),
+], ids=['timing', 'six_orientation', 'rate_table', 'range', 'bode', 'geometry_ahrs', 'fifo'])
 def test_a_perturbation_fails_exactly_its_check(tmp_path, device, config, perturb, failed):
   m = _manifest(tmp_path, *device, **config)
   s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=STATIC_S, worlds=WORLDS,

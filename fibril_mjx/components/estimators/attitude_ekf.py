@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fibril_mjx.mechanisms import estimators
+from fibril_mjx.mechanisms import estimators, fifo
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
@@ -324,6 +324,10 @@ def build_with_imu(cid: str, raw, ctx: BuildContext, catalog, imu_component: imu
 def bind(cid, cfg: AttitudeEkfConfigModel, fields, ctx: BuildContext, imu_c: imu.Imu
          ) -> AttitudeEkf:
   origin = base.field_origin(fields, ctx)
+  if isinstance(imu_c.transport, fifo.Fifo):
+    raise ConfigError(*origin('imu'), f'the attitude EKF reads one IMU sample per tick; '
+                      f'{imu_c.id!r} delivers FIFO batches (delivery: fifo), not supported yet',
+                      cfg.imu)
   g = np.asarray(ctx.model.opt.gravity, np.float64)
   g_norm = float(np.linalg.norm(g))
   if g_norm == 0 or np.linalg.norm(g[:2]) > 1e-9 * g_norm or g[2] > 0:

@@ -23,7 +23,8 @@ the gain and the filter, when `vibration_joint` is set.
 
 Every term whose manifest value is the default is absent from the traced graph (unless the
 field is named for per-world variation); every random term has its own named stream (SPEC §4).
-Schedule and transport (latency, jitter, loss) are as in SPEC §4. The sample carries per-axis
+Schedule and transport (latency, jitter, loss) are as in SPEC §4; `delivery: fifo` replaces the
+queue by a device FIFO read in batches (`mechanisms/fifo.py`, SPEC §4 "FIFO delivery"). The sample carries per-axis
 variances (white noise, times the filter gain when added before it, plus q²/12).
 """
 
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx.mechanisms import faults, quat, rng
+from fibril_mjx.mechanisms import faults, fifo, quat, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
 from fibril_mjx.components import base
@@ -65,7 +66,7 @@ def _zero_diagonal(m):
 
 
 class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
-                     vibration.VibrationConfig):
+                     vibration.VibrationConfig, fifo.FifoConfig):
   """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
 
   Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),

@@ -184,5 +184,5 @@ def sense(comp, p, s, data, tick, dues, env):
     return st._replace(queue=q, faults=fs)
 
   s = jax.lax.cond(due, acquire, lambda st: st, s)
-  queue, held = tp.receive(comp.transport, s.queue, s.held, tick)
+  queue, held = tp.receive(comp.transport, s.queue, s.held, tick, dues)
   return s._replace(queue=queue, held=held)

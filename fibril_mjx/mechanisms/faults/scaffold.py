@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from fibril_mjx.mechanisms import rng
+from fibril_mjx.mechanisms import fifo, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.faults.spec import DeviceConfig, default_params, init_state
@@ -54,8 +54,13 @@ def stream_keys(world_key, cid: str, sources, shared: dict | None = None) -> dic
 
 
 def build_timing(cfg: DeviceConfig, ctx, origin):
-  """`(Schedule, Transport)` of a `DeviceConfig` (SPEC §4)."""
+  """`(Schedule, Transport)` of a `DeviceConfig` (SPEC §4); the transport is a `fifo.Fifo`
+  with `delivery: fifo` (a config with `fifo.FifoConfig`)."""
   schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
+  if getattr(cfg, 'delivery', 'queue') == 'fifo':
+    return schedule, fifo.Fifo.build(cfg, ctx.dt, origin)
+  if hasattr(cfg, 'delivery'):
+    fifo.unused_fields(cfg, origin)
   transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
                                  cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
   return schedule, transport

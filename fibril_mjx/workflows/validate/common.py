@@ -21,6 +21,7 @@ from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import plotting
 from fibril_mjx.io import outdir
+from fibril_mjx.mechanisms import fifo
 
 G = 9.80665
 K_SIGMA = 4.0
@@ -122,20 +123,23 @@ def _collect(sim, params, keys, n_ticks, seg, fields):
   samples indexed by acquisition (sequence) number, NaN where lost, plus 'delivered'."""
   first, rest = segments(sim, params, keys, n_ticks, seg)
   first = jax.tree.map(lambda x: x[:, 0], first['sensor'])
-  chunks = {cid: {f: [] for f in fields + ('new_data', 'sequence', 'sample_tick')}
-            for cid in first}
+  book = lambda d: ('new_data', 'sequence', 'sample_tick') + (   # noqa: E731
+      ('count',) if isinstance(d, fifo.Batch) else ())
+  chunks = {cid: {f: [] for f in fields + book(d)} for cid, d in first.items()}
   for cid, d in first.items():
     for f in fields:
       chunks[cid][f].append(np.asarray(getattr(d.sample, f))[:, None])
-    for f in ('new_data', 'sequence', 'sample_tick'):
+    for f in book(d):
       chunks[cid][f].append(np.asarray(getattr(d, f))[:, None])
   for outs in rest:
     for cid, d in outs['sensor'].items():
       for f in fields:
         chunks[cid][f].append(np.asarray(getattr(d.sample, f)))
-      for f in ('new_data', 'sequence', 'sample_tick'):
+      for f in book(d):
         chunks[cid][f].append(np.asarray(getattr(d, f)))
-  return {cid: {f: np.concatenate(v, axis=1) for f, v in c.items()} for cid, c in chunks.items()}
+  out = {cid: {f: np.concatenate(v, axis=1) for f, v in c.items()} for cid, c in chunks.items()}
+  # FIFO delivery: one row per batch slot (`_by_sequence` reads the delivered ones)
+  return {cid: fifo.rows(c) if fifo.is_batch(c) else c for cid, c in out.items()}
 
 
 def _by_sequence(c: dict, field: str, n_acq: int):

@@ -1,5 +1,5 @@
 """The driver of the inertial validation (`run_inertial`, registered as the rig of
-`fibril_sim/imu` and `fibril_sim/ahrs`) and its thermal sweep."""
+`fibril_sim/imu` and `fibril_sim/ahrs`), its thermal sweep and its rotor rig."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate import thermal
+from fibril_mjx.workflows.validate import thermal, vibration
 from fibril_mjx.workflows.validate.common import (rig_simulation, _by_sequence, _collect,
                                                   _staged_output, _summary, _write_rig,
                                                   _write_summary)
@@ -19,6 +19,7 @@ from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPP
                                                            device_from_config)
 from fibril_mjx.workflows.validate.inertial.dynamic import _dynamic_checks
 from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig
+from fibril_mjx.workflows.validate.inertial.signals import _h_expected
 from fibril_mjx.workflows.validate.inertial.static import _static_checks
 
 
@@ -40,6 +41,23 @@ def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0
   samples = {ch: _by_sequence(data, ch, n_acq) for ch in CHANNELS}
   progress(f'  simulated ({time.time() - t0:.0f} s); thermal checks')
   return thermal.sweep_checks(dev, cfg, plan, samples)
+
+
+def _vibration_rig(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
+  """The rotor rig: line amplitudes at the reference speed (`validate/vibration.py`)."""
+  xml, doc = vibration.rig(cfg, dev.period_s, perturb)
+  sim = rig_simulation(_write_rig(rigs, 'vibration', xml, doc))
+  n_ticks = vibration.n_ticks(dev.period_s, window_s)
+  progress(f'vibration rig: rotor at {cfg["vibration_reference_speed_rad_s"]:g} rad/s x '
+           f'{worlds} worlds x {n_ticks} ticks')
+  n_seg = int(math.ceil(n_ticks / 5000))
+  seg = int(math.ceil(n_ticks / n_seg))
+  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_seg * seg, seg,
+                  CHANNELS)['pz']
+  samples = {ch: _by_sequence(data, ch, n_ticks - 1) for ch in CHANNELS}
+  progress(f'  simulated ({time.time() - t0:.0f} s); vibration checks')
+  return vibration.checks(dev, cfg, samples, lambda ch, f: _h_expected(
+      dev, dev.channels[ch], f, dev.period_s))
 
 
 def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
@@ -84,6 +102,9 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     if ctype == 'fibril_sim/imu' and thermal.has_thermal(cfg):
       checks += _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
                                static_duration_s / len(thermal.LEVELS_K), progress, t0)
+    if ctype == 'fibril_sim/imu' and vibration.has_vibration(cfg):
+      checks += _vibration_rig(dev, cfg, perturb, rigs, worlds, seed + 3,
+                               static_duration_s / 5, progress, t0)
     summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
                        worlds, seed, time.time() - t0)
     _write_summary(tmp, summary)

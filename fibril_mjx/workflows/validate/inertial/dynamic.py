@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from fibril_mjx.workflows.validate import fifo_timing
 from fibril_mjx.workflows.validate.common import K_SIGMA, Check, _axes_str, _fmt, _timing
 from fibril_mjx.workflows.validate.inertial.device import (Device, RATE_SITES, SKIP, SUBSTEPS,
                                                            UNITS, WINDOW)
@@ -21,12 +22,17 @@ from fibril_mjx.workflows.validate.inertial.signals import _h_expected, _referen
 def _dynamic_checks(dev: Device, plan: DynamicPlan, trace, fig_dir) -> list[Check]:
   checks = []
   dt = plan.dt
-  sens, truth = trace['sensor'], trace['truth']
+  raw, truth = trace['sensor'], trace['truth']
+  # FIFO delivery: the per-sample checks read each sample at its acquisition tick
+  sens = {n: fifo_timing.delivered(d) for n, d in raw.items()}
   checks += _rate_table(dev, plan, sens, truth, fig_dir)
   checks += _range(dev, plan, sens, truth, fig_dir)
   checks += _bode(dev, plan, sens, truth, fig_dir)
   checks += _geometry_rotation(dev, plan, sens)
-  checks += _timing(dev, dt, sens, fig_dir)
+  if fifo_timing.batched(raw):
+    checks += fifo_timing.checks(dev, dt, raw, fig_dir)
+  else:
+    checks += _timing(dev, dt, sens, fig_dir)
   return checks
 
 

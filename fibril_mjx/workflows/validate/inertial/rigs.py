@@ -8,7 +8,7 @@ import math
 import textwrap
 
 
-from fibril_mjx.workflows.validate import thermal
+from fibril_mjx.workflows.validate import thermal, vibration
 from fibril_mjx.workflows.validate.common import G, bench_xml
 from fibril_mjx.workflows.validate.inertial.device import (Device, POSES, RATE_SITES, SKIP,
                                                            SUBSTEPS, TONES, WINDOW)
@@ -28,6 +28,7 @@ def _sensor_xml(prefix, site, ahrs):
 def _entry(dev: Device, name, overrides):
   cfg = {k: v for k, v in dev.config.items()}
   cfg.update(thermal.neutral_ambient(cfg))   # the thermal sweep has its own rig
+  cfg.update(vibration.neutral(cfg))         # and the rotor its own
   cfg.update(overrides)
   cfg['gyroscope_sensor'] = f'g_{name}'
   cfg['accelerometer_sensor'] = f'a_{name}'
