@@ -203,7 +203,41 @@ def test_ahrs_rates_carry_the_thermal_terms():
   np.testing.assert_allclose(z['truth/ahrs/temperature_c'][1][ticks], ts, atol=2e-4)
 
 
-def test_ahrs_refuses_a_temperature_output(tmp_path):
-  ov = {'components': [{'component': 'ahrs', 'field': 'temperature_output', 'value': True}]}
-  with pytest.raises(fibril_mjx.FibrilError, match='not supported by fibril_sim/ahrs'):
-    fibril_mjx.load(REPO / 'manifests' / 'ahrs_turntable.yaml', overrides=ov)
+def test_ahrs_delivers_its_temperature_channel():
+  """`fibril_sim/ahrs` with `temperature_output: true`: the delivered `temperature_c` is the
+  float64 first-order lag (τ_d) of the lagged sensor temperature (τ), plus N(0, σ²) from its
+  own stream, on the resolution grid — the IMU's channel, on the AHRS's 100 Hz schedule; the
+  rate and orientation fields are those of the AHRS without it (same streams)."""
+  import jax.numpy as jnp
+  times, temps, tau, tau_d, sigma, q = [0.0, 0.8], [20.0, 45.0], 0.3, 0.1, 0.05, 0.01
+  base = [('ambient_temperature_time_s', times), ('ambient_temperature_c', temps),
+          ('temperature_time_constant_s', tau),
+          ('angular_velocity_bias_temperature_k1', [1e-3, 0.0, 0.0])]
+  out = base + [('temperature_output', True), ('temperature_output_time_constant_s', tau_d),
+                ('temperature_noise_stddev_c', sigma), ('temperature_resolution_c', q)]
+  load = lambda fields: fibril_mjx.load(  # noqa: E731  (MuJoCo C: the channel is the subject)
+      REPO / 'manifests' / 'ahrs_turntable.yaml', physics='c', overrides={
+          'components': [{'component': 'ahrs', 'field': f, 'value': v} for f, v in fields]})
+  sims = [load(base), load(out)]
+  keys = jnp.concatenate([fibril_mjx.world_keys(0, 1)] * 2)
+  z0, z = (flatten(jax.device_get(s.rollout(s.default_params(2), keys, 1000)[1])) for s in sims)
+  cfg = sims[1].components['ahrs'].cfg
+  new = z['sensor/ahrs/new_data'][0] & z['sensor/ahrs/valid'][0]
+  ticks = z['sensor/ahrs/sample_tick'][0][new]
+  ta = np.interp(ticks * sims[1].dt, times, temps)
+  a, a_d = 1 - math.exp(-cfg.period_s / tau), 1 - math.exp(-cfg.period_s / tau_d)
+  ts, lag = np.empty_like(ta), np.empty_like(ta)
+  for i in range(len(ta)):
+    ts[i] = ta[0] if i == 0 else ts[i - 1] + a * (ta[i] - ts[i - 1])
+    lag[i] = ts[0] if i == 0 else lag[i - 1] + a_d * (ts[i] - lag[i - 1])
+  td = z['sensor/ahrs/temperature_c'][0][new].astype(np.float64)
+  k = td / q
+  assert np.max(np.abs(k - np.round(k))) < 2e-3            # on the resolution grid
+  r, n = td - lag, len(td)
+  s_tot = math.sqrt(sigma ** 2 + q ** 2 / 12)
+  assert n >= 190 and abs(r.mean()) < 4 * s_tot / math.sqrt(n)
+  assert abs(r.std(ddof=1) - s_tot) < 4 * s_tot / math.sqrt(2 * (n - 1))
+  for f in ('orientation', 'angular_velocity', 'linear_acceleration'):
+    np.testing.assert_array_equal(z[f'sensor/ahrs/{f}'], z0[f'sensor/ahrs/{f}'])
+  assert 'temperature_c' not in z0 and 'temperature_c' not in sims[0].components[
+      'ahrs'].init(sims[0].default_params()['ahrs'], keys[0]).held.sample._fields

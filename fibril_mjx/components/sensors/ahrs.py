@@ -4,8 +4,8 @@ Output dynamics (first-order filters) plus residual errors (bias, AR(1) noise, a
 yaw-rate bias shared by gyro Z and yaw drift, saturation, resolution); not a vendor filter.
 Terms whose manifest value is the default are absent from the traced graph. The thermal model
 of `components/thermal.py` (ambient table, sensor lag, bias and scale polynomials) acts on the
-rate outputs when a coefficient is set; the AHRS sample has no temperature field, so
-`temperature_output` is refused.
+rate outputs when a coefficient is set; `temperature_output: true` delivers the module's
+temperature channel (`temperature_c`: its own lag, noise and resolution), as the IMU's.
 """
 
 from __future__ import annotations
@@ -59,13 +59,6 @@ class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalCo
   linear_acceleration_limit_m_s2: NonNeg = 0.0
   angular_velocity_resolution: NonNeg = 0.0
   linear_acceleration_resolution: NonNeg = 0.0
-
-  @pydantic.model_validator(mode='after')
-  def _no_temperature_output(self):
-    if self.temperature_output:
-      raise ValueError('temperature_output: true is not supported by fibril_sim/ahrs (its '
-                       'sample type has no temperature field; use fibril_sim/imu)')
-    return self
 
   @pydantic.field_validator('orientation_yaw_sign')
   @classmethod
@@ -123,6 +116,10 @@ Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'),
 `orientation_variance` `(3,)` rad² roll/pitch/yaw — σ² + q²/12, plus on yaw the variance
 `(σ_b·t)²` of the drift `b_ψ·t` since the first sample; then `inertial.RATE_SAMPLE_FIELDS` in
 device (site) axes (variances σ² + q²/12).""")
+SampleWithTemperature = inertial.sample_type(
+    'Sample', ('temperature_c', 'orientation', 'orientation_variance'), doc="""\
+`fibril_sim/ahrs_sample/v1` with the delivered module temperature `temperature_c` (°C) first
+(`temperature_output: true`), then the fields of `Sample`.""")
 
 
 class State(NamedTuple):
@@ -200,15 +197,23 @@ class Ahrs(inertial.RateSensor):
       return self._on('orientation_noise_stddev_rad')
     return self._on(field)
 
+  def _sample(self, **fields):
+    if self.thermal is not None and self.thermal.output:
+      return SampleWithTemperature(**fields)
+    return Sample(**fields)
+
   def init(self, params: Params, world_key: jax.Array) -> State:
-    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
+    sources = SOURCES + (thermal.SOURCES if self.thermal is not None else ())
+    streams = {s: rng.stream_key(world_key, self.id, s) for s in sources}
     b = jnp.float32(0.0)
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b = params.yaw_rate_bias_stddev_rad_s * rng.normal(streams['yaw_rate_bias'], 0)
     w, a = (c.init(p, streams) for c, p in zip(self.channels, params[1:3]))
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32)
-    neutral = Sample(orientation=q0, orientation_variance=self._orientation_variance(
-        params, jnp.float32(0.0)), **self.neutral_rates(params))
+    extra = ({'temperature_c': jnp.zeros((), jnp.float32)}
+             if self.thermal is not None and self.thermal.output else {})
+    neutral = self._sample(orientation=q0, orientation_variance=self._orientation_variance(
+        params, jnp.float32(0.0)), **self.neutral_rates(params), **extra)
     queue, held, fault_state = self.init_transport(neutral)
     return State(streams, w, a, yaw_rate_bias=b, yaw0=jnp.float32(0.0), orientation_filter=q0,
                  orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held,
@@ -247,10 +252,11 @@ class Ahrs(inertial.RateSensor):
     b_psi = None
     if self._on('yaw_rate_bias_stddev_rad_s'):
       b_psi = jnp.zeros(3, jnp.float32).at[2].set(s.yaw_rate_bias)
+    delivered = None
     if self.thermal is None:
       rates, s = self.step_rates(p, s, gyro, accel, n, extra=b_psi)
     else:
-      th, terms, _ = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
+      th, terms, delivered = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
       (wb, wg), (ab, ag) = terms['angular_velocity'], terms['linear_acceleration']
       extra = wb if b_psi is None else (b_psi if wb is None else b_psi + wb)
       rates, s = self.step_rates(p, s, gyro, accel, n, extra=extra, accel_extra=ab,
@@ -284,8 +290,10 @@ class Ahrs(inertial.RateSensor):
       q = quat.from_rpy(signal.quantize(quat.to_rpy(q), po.resolution_rad))
     q = quat.canonical(q)
 
-    sample = Sample(orientation=q, orientation_variance=self._orientation_variance(p, t),
-                    **rates)
+    if delivered is not None:
+      rates['temperature_c'] = delivered
+    sample = self._sample(orientation=q, orientation_variance=self._orientation_variance(p, t),
+                          **rates)
     return s._replace(yaw0=yaw0, orientation_filter=q_filt, orientation_noise=q_noise), sample
 
   def truth(self, s: State, data) -> dict:
@@ -317,11 +325,13 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
                                           period_s=cfg.period_s, dt=ctx.dt)
                    for ch in ('angular_velocity', 'linear_acceleration'))
   z3 = jnp.zeros(3, jnp.float32)
-  neutral = Sample(jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
-                   jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
+  th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
+  neutral = (jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
+             jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
+  neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *neutral)
+             if th is not None and th.output else Sample(*neutral))
   return sb.make(Ahrs, neutral, sensors=sensors, channels=channels,
-                 first_tick=schedule.tick_of(0),
-                 thermal=thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt))
+                 first_tick=schedule.tick_of(0), thermal=th)
 
 
 CONFIG_MODEL = AhrsConfigModel
