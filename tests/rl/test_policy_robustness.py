@@ -23,12 +23,13 @@ spec = importlib.util.spec_from_file_location('policy_robustness',
 example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
 
+STEPS = 4 * 4 * 4 * 2 * 3   # 384 env steps: three PPO iterations of 4 envs x 4 unroll x 4 x 2
 TINY = dict(hidden=(8,), unroll_length=4, batch_size=4, num_minibatches=2,
             num_updates_per_batch=1, num_eval_envs=4)
 
 
 def test_two_policies_through_one_campaign(tmp_path):
-  res = example.run(tmp_path, timesteps=4 * 4 * 4 * 2 * 3, envs=4, episode_length=4,
+  res = example.run(tmp_path, timesteps=STEPS, envs=4, episode_length=4,
                     worlds=64, duration_s=0.05, train_kw=TINY, log=lambda *_: None)
   assert set(res) == {'ideal', 'randomized'}
   rows = {}
@@ -41,7 +42,7 @@ def test_two_policies_through_one_campaign(tmp_path):
                                                           method='wilson')
     np.testing.assert_allclose(c['wilson95'], [ci.low, ci.high], rtol=1e-12, atol=1e-15)
     meta = json.loads(pathlib.Path(r['policy']).with_name('policy.json').read_text())
-    assert meta['training']['timesteps'] == 96 and meta['training']['envs'] == 4
+    assert meta['training']['timesteps'] == STEPS and meta['training']['envs'] == 4
     assert (meta['env']['device_randomization'] is None) == (name == 'ideal')
     done = json.loads((pathlib.Path(c['dir']) / 'campaign.json').read_text())
     assert done['options']['policy'] == r['policy']

@@ -134,7 +134,7 @@ def test_closed_loop_equals_a_numpy_policy_on_the_replayed_trace(ran, ckpt):
   assert m['policy.tracking_error_rms'] == pytest.approx(np.sqrt(err2 / n), rel=1e-5)
   settled = max(errs[n - max(1, n // 4):])
   assert m['policy.settled_error_max'] == pytest.approx(settled, rel=1e-5)
-  assert m['policy.success'] == float(settled < 0.05)
+  assert m['policy.success'] == float(settled < policy_io.TASKS['leg_hold'].success_tol)
   assert m['pass'] == (settled <= 0.05)
 
 
