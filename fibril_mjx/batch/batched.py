@@ -53,6 +53,20 @@ def join_state(shared: dict, world: dict) -> SimState:
   return SimState(**shared, **world)
 
 
+def concat_worlds(trees: list):
+  """Host chunks' trees (leaves `(nworld_i, ...)`) joined on the world axis."""
+  return trees[0] if len(trees) == 1 else jax.tree.map(
+      lambda *xs: jnp.concatenate(xs, axis=0), *trees)
+
+
+def concat_states(states: list, share: bool) -> SimState:
+  """Host chunks' batch states joined: the shared fields are the first chunk's."""
+  if len(states) == 1:
+    return states[0]
+  sh, _ = split_state(states[0], share)
+  return join_state(sh, concat_worlds([split_state(s, share)[1] for s in states]))
+
+
 def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
           qvel_offset=None, model_fields=(), share=False, latency=None, commands=None,
           impl='jax') -> SimState:

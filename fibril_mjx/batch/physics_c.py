@@ -80,16 +80,20 @@ def check_backend(built: Built, physics: str) -> None:
     check_open_loop(built, physics)
 
 
-def choose(built: Built, physics: str = 'auto', *, impl: str = 'jax') -> tuple[str, str]:
+def choose(built: Built, physics: str = 'auto', *, impl: str = 'jax',
+           controller=None) -> tuple[str, str]:
   """`(backend, why)` for `physics` `'auto'` / `'mjx'` / `'c'`: auto picks MuJoCo C on a CPU
   host when nothing closes a loop on physics (it is faster there: `bench/scaling.py`), else
-  MJX in the loop; an explicit `'c'` that cannot serve the manifest is an error."""
+  MJX in the loop; an explicit `'c'` that cannot serve the manifest (or `controller`, not
+  None when a controller closes the loop) is an error."""
   if physics not in PHYSICS + ('auto',):
     raise FibrilError(f'physics {physics!r}: unknown; choose one of auto, {", ".join(PHYSICS)}')
   if physics != 'auto':
     check_backend(built, physics)
+    if physics == 'c':
+      check_open_loop(built, physics, controller=controller)
     return physics, 'as asked'
-  problems = open_loop_problems(built)
+  problems = open_loop_problems(built, controller=controller)
   if problems:
     return 'mjx', f'auto: MJX in the loop, because {problems[0]}'
   if impl != 'jax' or jax.default_backend() != 'cpu':

@@ -382,7 +382,8 @@ class Simulation:
               controller_init: Any = None, observe_truth: bool = False, model=None,
               model_axes=None, qpos_offset=None, qvel_offset=None,
               latency: dict | None = None, share_physics: bool = True, devices=None,
-              sub_batch: int | None = None, stall_s: float | None = None):
+              sub_batch: int | None = None, stall_s: float | None = None,
+              controller_per_world: bool = False, return_carry: bool = False):
     """Reset then `n_ticks` steps of every world, in one program per host chunk.
 
     The world axis (`fibril_mjx.batch.worlds`): worlds are sharded over `devices` (default every
@@ -398,7 +399,9 @@ class Simulation:
         issued at tick k (tick `n_ticks` issues nothing), or
       controller: a single-world controller with a single-world `controller_init` carry
         (see `run`): it sees the outputs of tick k and issues the commands of tick k + 1
-        (tick 0 gets the scripted or null commands).
+        (tick 0 gets the scripted or null commands). With `controller_per_world`,
+        `controller_init`'s leaves have a leading `(nworld,)` axis (a carry per world, e.g.
+        each world's goal) instead of being broadcast.
       model, model_axes: a per-world `mjx.Model`, e.g.
         `rollout(params, keys, T, model=sim.mx.replace(dof_damping=d), model_axes={'dof_damping':
         0})` with `d` of shape `(nworld, nv)`, or `model={'dof_damping': d}` with the rest of
@@ -415,10 +418,11 @@ class Simulation:
     Returns:
       `(final_state, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0 first
       (None when `record` is False); `final_state.diverged` `(nworld,)` is the first tick at
-      which a world became non-finite (-1: never).
+      which a world became non-finite (-1: never). With `return_carry`, `(final_state,
+      trace, final controller carry (nworld, ...))`.
     """
     n = world_keys.shape[0]
-    if self.physics == 'c':   # MuJoCo C, open loop (fibril_mjx.batch.physics_c)
+    if self.physics == 'c':   # MuJoCo C, open loop: refuses a controller (physics_c)
       return physics_c.simulation_rollout(
           self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
           commands=commands, controller=controller, model=model, model_axes=model_axes,
@@ -432,7 +436,7 @@ class Simulation:
                                     model_fields=fields, qpos_offset=qpos_offset,
                                     qvel_offset=qvel_offset, share_physics=share_physics)
     devs = worlds.resolve_devices(devices)
-    finals, traces = [], []
+    finals, traces, carries = [], [], []
     for lo, hi in worlds.chunks(n, chunk_worlds):
       sl = lambda t: jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
       p, keys = sl(params), world_keys[lo:hi]
@@ -444,8 +448,8 @@ class Simulation:
       cmds0, cmds = batched.split_trace(commands, self.null_commands(), lo, hi)
       carry = None
       if controller is not None:
-        carry = jax.tree.map(lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)),
-                             controller_init)
+        carry = sl(controller_init) if controller_per_world else jax.tree.map(
+            lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)), controller_init)
       st = self.reset(p, keys, commands=cmds0, model=m, model_axes=fields,
                       qpos_offset=sl(qpos_offset),
                       qvel_offset=sl(qvel_offset), latency=sl(lat) or None,
@@ -459,19 +463,14 @@ class Simulation:
       worlds.Watchdog(f'{self.manifest.path}: rollout of worlds {lo}..{hi - 1} '
                       f'({lay.describe()}, {n_ticks} ticks)', stall_s).wait((st, outs))
       finals.append(st)
+      carries.append(carry)
       if record:
         traces.append(jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1),
                                    out0, outs))
-    trace = None
-    if record:
-      trace = traces[0] if len(traces) == 1 else jax.tree.map(
-          lambda *xs: jnp.concatenate(xs, axis=0), *traces)
-    final = finals[0]
-    if len(finals) > 1:
-      sh, _ = batched.split_state(finals[0], share)
-      wo = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0),
-                        *[batched.split_state(s, share)[1] for s in finals])
-      final = batched.join_state(sh, wo)
+    trace = batched.concat_worlds(traces) if record else None
+    final = batched.concat_states(finals, share)
+    if return_carry:
+      return final, trace, batched.concat_worlds(carries)
     return final, trace
 
 

@@ -201,7 +201,7 @@ def _add_validation_commands(sub) -> None:
 def _cmd_campaign(args) -> int:
   campaign_run.run(args.campaign, args.out, worlds=args.worlds, duration_s=args.duration,
                    chunk_worlds=args.chunk_worlds, resume=args.resume, backend=args.backend,
-                   ray_address=args.ray_address)
+                   ray_address=args.ray_address, policy=args.policy)
   return 0
 
 
@@ -221,6 +221,8 @@ def _add_campaign_commands(sub) -> None:
   c.add_argument('--worlds', type=_positive_int, default=None, help="replaces the file's")
   c.add_argument('--duration', type=_positive_float, default=None, help='seconds')
   c.add_argument('--chunk-worlds', type=_positive_int, default=None)
+  c.add_argument('--policy', default=None, help="policy checkpoint replacing the file's "
+                 'controller.policy (the same campaign for another policy)')
   c.add_argument('--resume', action='store_true', help='continue --out, skipping done chunks')
   c.add_argument('--backend', choices=('local', 'ray'), default='local')
   c.add_argument('--ray-address', default=None,

@@ -29,7 +29,11 @@ DISTRIBUTIONS = {
 }
 OPTIONAL = ('relative', 'weights')
 TOP_KEYS = ('fibril_campaign', 'manifest', 'worlds', 'seed', 'duration_s', 'chunk_worlds',
-            'physics', 'scenario', 'vary', 'metrics', 'criteria')
+            'physics', 'scenario', 'controller', 'vary', 'metrics', 'criteria')
+# `controller:` keys: a trained policy closing the loop on delivered samples
+CONTROLLER_KEYS = ('policy', 'task', 'observe', 'actions', 'control_period_s', 'goal')
+# the tasks a `controller:` may name (`fibril_mjx.workflows.campaign.policy.TASKS`)
+TASKS = ('leg_hold',)
 # `scenario:` keys: the manifest's open-loop drives, replaced entry list by entry list
 SCENARIO_KEYS = ('actuator_script', 'command_script')
 
@@ -257,6 +261,63 @@ Criterion = Annotated[CriterionModel, check(
     'must be {metric: NAME, max: X} and/or min: X')]
 
 
+class ActionModel(Strict):
+  """One action entry: `action[i]` (clipped to [-1, 1]) × `scale` commands `component` in
+  `mode` (the component's `command(mode, value)`)."""
+  component: Annotated[str, check(lambda v: isinstance(v, str), 'must be a component id')]
+  mode: Annotated[str, check(lambda v: isinstance(v, str), 'must be a command mode (e.g. effort)')]
+  scale: Annotated[float, check(lambda v: is_number(v) and v > 0,
+                                'must be a number > 0 (command units per unit action)')]
+
+  @classmethod
+  def unknown_key_rule(cls, key: str) -> str:
+    return ('unknown key (component, mode, scale)'
+            + did_you_mean(key, ('component', 'mode', 'scale')))
+
+
+def _observe_layout(v) -> bool:
+  return (isinstance(v, dict) and bool(v) and all(
+      isinstance(k, str) and (f is None or (isinstance(f, list) and f
+                                            and all(isinstance(x, str) for x in f)))
+      for k, f in v.items()))
+
+
+class ControllerModel(Strict):
+  """`controller:` — a trained policy run closed loop on each world's delivered samples: its
+  checkpoint (`policy.msgpack` + `policy.json` as `examples/train_ppo.py` writes them) and the
+  env config it was trained with (task, observation layout, action scaling, control period,
+  the per-world goal)."""
+  policy: Annotated[str, check(lambda v: isinstance(v, str),
+                               'must be the policy checkpoint path (policy.msgpack), relative '
+                               'to the campaign file')]
+  task: Annotated[str, check(lambda v: isinstance(v, str) and v in TASKS,
+                             'unknown task; expected ' + ', '.join(TASKS))]
+  observe: Annotated[dict[str, Optional[list[str]]], check(
+      _observe_layout, 'must be a mapping component id → list of sample fields (or null: '
+      'every field), in observation order')]
+  actions: Annotated[list[ActionModel], check(
+      lambda v: isinstance(v, list) and bool(v),
+      'must be a non-empty list of {component, mode, scale}, in action order')]
+  control_period_s: Annotated[float, check(lambda v: is_number(v) and v > 0,
+                                           'must be a number > 0 (seconds per policy step)')]
+  goal: Optional[Distribution] = None
+
+  _MISSING: ClassVar[dict] = {
+      'policy': 'required: the policy checkpoint path (policy.msgpack)',
+      'task': 'required: the task the policy was trained on (' + ', '.join(TASKS) + ')',
+      'observe': 'required: the observation layout the policy was trained with',
+      'actions': 'required: the action scaling the policy was trained with',
+      'control_period_s': 'required: the policy period the policy was trained with'}
+
+  @classmethod
+  def unknown_key_rule(cls, key: str) -> str:
+    return 'unknown key' + did_you_mean(key, CONTROLLER_KEYS)
+
+  @classmethod
+  def missing_rule(cls, key: str) -> str:
+    return cls._MISSING.get(key, 'required field is missing')
+
+
 class CampaignModel(Strict):
   """A campaign file: the manifest, the worlds, what varies per world, metrics and criteria."""
   fibril_campaign: Annotated[Literal[1], check(lambda v: v == 1 and not isinstance(v, bool),
@@ -275,6 +336,9 @@ class CampaignModel(Strict):
       lambda v: isinstance(v, dict) and bool(v),
       'must be a mapping with actuator_script: and/or command_script: (entry lists as in the '
       'manifest)')]] = None
+  controller: Optional[Annotated[ControllerModel, check(
+      lambda v: isinstance(v, dict), 'must be a mapping policy, task, observe, actions, '
+      'control_period_s[, goal]')]] = None
   vary: Annotated[dict[str, Distribution], check(
       lambda v: isinstance(v, dict), 'must be a mapping field path → distribution')] = {}
   metrics: Optional[Annotated[list[MetricItem], check(
@@ -300,3 +364,4 @@ class CampaignModel(Strict):
 
 assert tuple(CampaignModel.model_fields) == TOP_KEYS
 assert tuple(ScenarioModel.model_fields) == SCENARIO_KEYS
+assert tuple(ControllerModel.model_fields) == CONTROLLER_KEYS

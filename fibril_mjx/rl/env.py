@@ -49,6 +49,7 @@ from fibril_mjx.batch.simulation import Simulation, load
 from fibril_mjx.core import pipeline
 from fibril_mjx.rl import wrappers
 from fibril_mjx.rl.randomize import DeviceRandomization
+from fibril_mjx.workflows.campaign import policy as policy_io
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +215,8 @@ class FibrilEnv:
                        self._command_trace(action), self.task.control_ticks)
     out = pipeline.outputs(self.sim.built, ps)
     reward, metrics = self.task.reward(out, goal, action)
-    metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+    # keys an outer wrapper added (Brax's EvalWrapper: `reward`) stay, as Brax envs keep them
+    metrics = {**state.metrics, **{k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}}
     term = (jnp.asarray(self.task.done(out, goal), bool) if self.task.done is not None
             else jnp.zeros((), bool))
     obs, truth = self._observe(out, goal)
@@ -253,19 +255,10 @@ class FibrilEnv:
   def _observe(self, out, goal):
     """`(obs, truth)`: delivered fields + new_data per observed component (+ goal), and the
     flattened truth of those components."""
-    leaves, truth = [], []
-    for cid, names in self.task.observe.items():
-      d = out['sensor'][cid]
-      sample = d.sample
-      if names is None:
-        leaves.extend(x for x in jax.tree.leaves(sample))
-      else:
-        leaves.extend(getattr(sample, n) for n in names)
-      leaves.append(d.new_data)
-      truth.extend(jax.tree.leaves(out['truth'][cid]))
-    if self.task.goal_obs is not None:
-      leaves.append(self.task.goal_obs(goal))
-    obs, truth = _flat(leaves), _flat(truth)
+    # the layout a campaign's policy controller builds too (`workflows.campaign.policy`)
+    obs = policy_io.observation(self.task.observe, out, None if self.task.goal_obs is None
+                                else self.task.goal_obs(goal))
+    truth = _flat([x for cid in self.task.observe for x in jax.tree.leaves(out['truth'][cid])])
     if self.privileged_obs:
       return {'state': obs, 'privileged_state': jnp.concatenate([obs, truth])}, truth
     return obs, truth

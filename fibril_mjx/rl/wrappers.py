@@ -133,7 +133,10 @@ class SyncVmap:
     ps = state.pipeline_state
     ps_axes = jax.tree.map(lambda _: 0, ps)._replace(
         tick=None, clocks=jax.tree.map(lambda _: None, ps.clocks))
-    return jax.tree.map(lambda _: 0, state).replace(pipeline_state=ps_axes)
+    # 0 over whole `obs`, `metrics`, `info` (a prefix): an outer wrapper (Brax's EvalWrapper)
+    # may add entries to the input state that the step's output does not have yet
+    return jax.tree.map(lambda _: 0, state).replace(pipeline_state=ps_axes, obs=0, reward=0,
+                                                     done=0, metrics=0, info=0)
 
   def reset(self, rng: jax.Array):
     one = jax.eval_shape(self.env.reset, rng[0])

@@ -35,3 +35,4 @@ from fibril_mjx.analysis.stats.allan_model import (  # noqa: F401
     allan_variance_model,
     ar1_fit,
 )
+from fibril_mjx.analysis.stats.proportion import Z95, wilson  # noqa: F401

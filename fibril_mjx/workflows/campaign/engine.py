@@ -36,6 +36,7 @@ from fibril_mjx.batch import worlds as worlds_axis
 from fibril_mjx.analysis import common
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.workflows.campaign import fields as fl
+from fibril_mjx.workflows.campaign import policy as pol
 from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
 from fibril_mjx.config.manifest import read_manifest
@@ -189,11 +190,13 @@ class Plan:
     self.physics_asked = physics or c.physics
     self.physics, self.physics_why = None, ''
     file = str(c.file)
+    self.policy = None if c.controller is None else pol.load(c.controller.policy, file)
+    self._controllers = {}   # {id(group Simulation): policy.Controller}
     self._vary = {}
     self.group_sims = {}   # {static choice indices: Simulation}
     # Nominal build first (for names), then with every Params field compiled in.
     nominal = self._build(None, {})
-    self.fields = fl.resolve(nominal, c.vary, file)
+    self.fields = fl.resolve(nominal, c.vary, file) + self._goal_field(file)
     for f in self.fields:
       if f.kind == 'param':
         self._vary.setdefault(f.component, []).append(f.name)
@@ -208,6 +211,7 @@ class Plan:
     if self.sim is None:
       self.sim = self._group_sim(())
     self.n_ticks = max(1, int(math.ceil(c.duration_s / self.sim.dt - 1e-9)))
+    self.controller(self.sim)   # the controller's errors (shapes, modes) before anything runs
     self.chunks = [(lo, min(c.worlds, lo + c.chunk_worlds))
                    for lo in range(0, c.worlds, c.chunk_worlds)]
     self._check_metrics()
@@ -222,7 +226,8 @@ class Plan:
     try:
       built = build.build(var, vary=vary)
       if self.physics is None:   # decided once, on the nominal build, for every group
-        self.physics, self.physics_why = physics_c.choose(built, self.physics_asked)
+        self.physics, self.physics_why = physics_c.choose(
+            built, self.physics_asked, controller=c.controller)
       return Simulation(built, physics=self.physics if vary is not None else 'mjx')
     except ConfigError as e:
       raise _scenario_error(e, man, c.file) from None
@@ -254,10 +259,39 @@ class Plan:
     self.group_sims[key] = sim
     return sim
 
+  # ---------------------------------------------------------------- controller
+
+  def _goal_field(self, file) -> list:
+    """The `controller.goal` distribution as a sampled field (kind `goal`)."""
+    ctl = self.campaign.controller
+    if ctl is None or ctl.goal is None:
+      return []
+    size = pol.TASKS[ctl.task].goal_size
+    if fl._dist_len(ctl.goal) not in (1, size):
+      raise ConfigError(file, 'controller.goal', f'per-axis lists must have {size} entries '
+                        f'(the goal of task {ctl.task})', fl._dist_len(ctl.goal))
+    shape = () if size == 1 else (size,)
+    return [fl.Field('controller.goal', 'goal', ctl.goal, shape, np.zeros(shape))]
+
+  def controller(self, sim) -> pol.Controller | None:
+    """The policy controller of a group's `Simulation` (built once per group)."""
+    if self.policy is None:
+      return None
+    if id(sim) not in self._controllers:
+      self._controllers[id(sim)] = pol.Controller(self.campaign.controller, self.policy, sim,
+                                                  self.n_ticks, str(self.campaign.file))
+    return self._controllers[id(sim)]
+
+  def goals(self, samples: dict, n: int) -> np.ndarray:
+    ctl = self.campaign.controller
+    if ctl.goal is None:
+      return pol.default_goals(ctl.task, n)
+    return samples['controller.goal'][0].reshape(n, -1)
+
   # ---------------------------------------------------------------- metrics
 
   def component_metrics(self) -> list[str]:
-    out = []
+    out = [pol.PREFIX + m for m in pol.METRICS] if self.policy is not None else []
     for cid, c in self.sim.components.items():
       if analysis.for_type(c.type).metrics is not None:
         out.extend(f'{cid}.{m}' for m in _probe_metrics(self, cid))
@@ -378,13 +412,21 @@ class Plan:
     idx = np.arange(-(-n // per) * per) % n
     padded = {p: (v[idx], None if ch is None else ch[idx]) for p, (v, ch) in samples.items()}
     inp = self.inputs(sim, worlds[idx], padded)
-    _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=k)
+    ctl, extra = self.controller(sim), {}
+    if ctl is None:
+      _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=k)
+    else:   # closed loop: a carry per world (its goal), metrics from the final carry
+      _, tr, carry = inp.rollout(
+          sim, self.n_ticks, devices=devs, sub_batch=k, controller=ctl.controller,
+          controller_init=ctl.init(self.goals(padded, len(idx))), controller_per_world=True,
+          observe_truth=True, return_carry=True)
+      extra = ctl.metrics(jax.tree.map(lambda x: np.asarray(x)[:n], carry))
     flat = common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
-    cols = self._metrics(sim, flat)
+    cols = self._metrics(sim, flat, extra)
     return cols, (flat if trace else None)
 
-  def _metrics(self, sim, flat) -> dict:
-    values = {}
+  def _metrics(self, sim, flat, extra=None) -> dict:
+    values = dict(extra or {})
     for cid, c in sim.components.items():
       fn = analysis.for_type(c.type).metrics
       if fn is None:

@@ -52,8 +52,12 @@ def hashes(plan: engine.Plan) -> dict:
       versions[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
       versions[name] = None
-  return {'campaign': plan.campaign.sha256, 'manifest': _sha(plan.campaign.manifest),
-          'model': _sha(man.model_path), 'profiles': profiles.hexdigest(), 'packages': versions}
+  out = {'campaign': plan.campaign.sha256, 'manifest': _sha(plan.campaign.manifest),
+         'model': _sha(man.model_path), 'profiles': profiles.hexdigest(), 'packages': versions}
+  if plan.policy is not None:   # the checkpoint and its network description
+    out['policy'] = plan.policy.sha256
+    out['policy_json'] = _sha(plan.policy.path.with_name('policy.json'))
+  return out
 
 
 def options(plan: engine.Plan) -> dict:
@@ -64,7 +68,8 @@ def options(plan: engine.Plan) -> dict:
   return {'worlds': c.worlds, 'seed': c.seed, 'duration_s': c.duration_s,
           'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
           'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa(),
-          'physics': plan.physics}
+          'physics': plan.physics,
+          'policy': None if c.controller is None else str(c.controller.policy)}
 
 
 def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
@@ -86,11 +91,13 @@ def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
 
 
 def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
-        backend='local', ray_address=None, report=True, progress=None, plan=None) -> dict:
+        backend='local', ray_address=None, report=True, progress=None, plan=None,
+        policy=None) -> dict:
   """Runs (or resumes) a campaign into `out`; returns `campaign.json`'s content.
 
   Args:
-    worlds, duration_s, chunk_worlds: replace the campaign file's values.
+    worlds, duration_s, chunk_worlds: replace the campaign file's values; `policy` its
+      `controller.policy` checkpoint (the same campaign for another policy).
     resume: continue `out`, skipping completed chunks; refuses when any hash or option differs.
     backend: `local` (this process) or `ray` (each chunk a Ray task; `ray_address` of an
       existing cluster, e.g. `127.0.0.1:6379` or `ray://head:10001`; None starts a local one).
@@ -99,7 +106,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   """
   if backend not in ('local', 'ray'):
     raise FibrilError(f'--backend {backend!r}: must be local or ray')
-  opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds}
+  opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds,
+          'policy': None if policy is None else str(pathlib.Path(policy).resolve())}
   camp = sp.read(campaign_path, **opts)
   out = outdir.claim(out, overwrite=resume, hint='use --resume to continue it, or another --out')
   meta_path = out / 'campaign.json'
@@ -108,7 +116,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   if plan is None:
     plan = engine.Plan(camp)
   else:
-    same = lambda c: (c.sha256, c.worlds, c.seed, c.duration_s, c.chunk_worlds)  # noqa: E731
+    same = lambda c: (c.sha256, c.worlds, c.seed, c.duration_s, c.chunk_worlds,  # noqa: E731
+                      c.controller)
     if same(plan.campaign) != same(camp):
       raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
   meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),

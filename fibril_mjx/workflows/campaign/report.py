@@ -6,29 +6,17 @@ worlds."""
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 
 import numpy as np
 from scipy import stats
 
 from fibril_mjx.analysis import plotting
+from fibril_mjx.analysis.stats.proportion import Z95, wilson  # noqa: F401 (report.wilson)
 from fibril_mjx.workflows.campaign import parts
 from fibril_mjx.workflows.campaign.fields import choice_label
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
-Z95 = 1.959963984540054
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-  """95 % Wilson score interval of a binomial proportion k / n."""
-  if n == 0:
-    return (float('nan'), float('nan'))
-  p = k / n
-  den = 1 + z * z / n
-  mid = (p + z * z / (2 * n)) / den
-  half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-  return (max(0.0, mid - half), min(1.0, mid + half))
 
 
 def spearman(x, y) -> float:

@@ -14,11 +14,12 @@ import pathlib
 
 from fibril_mjx.config.campaign import (DISTRIBUTIONS, OPTIONAL, SCENARIO_KEYS, TOP_KEYS,
                                         CampaignModel, ChoiceDist, UserMetric, numbers)
+from fibril_mjx.config.campaign import ControllerModel
 from fibril_mjx.config.validation import load_yaml, validate
 from fibril_mjx.errors import ConfigError, ConfigErrors
 
-__all__ = ['DISTRIBUTIONS', 'OPTIONAL', 'SCENARIO_KEYS', 'TOP_KEYS', 'Campaign', 'Criterion',
-           'Distribution', 'Metric', 'read']
+__all__ = ['DISTRIBUTIONS', 'OPTIONAL', 'SCENARIO_KEYS', 'TOP_KEYS', 'Campaign', 'Controller',
+           'Criterion', 'Distribution', 'Metric', 'read']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,25 @@ class Criterion:
 
 
 @dataclasses.dataclass(frozen=True)
+class Controller:
+  """A validated `controller:` (a trained policy and its env config).
+
+  Attributes:
+    policy: the checkpoint path (resolved; `policy.json` beside it).
+    task: task name (`policy.TASKS`); observe: `((component id, fields or None), ...)`.
+    actions: `((component id, mode, scale), ...)` in action order.
+    control_period_s: seconds per policy step; goal: the per-world goal `Distribution`
+      (path `controller.goal`) or None (the task's default goal).
+  """
+  policy: pathlib.Path
+  task: str
+  observe: tuple
+  actions: tuple
+  control_period_s: float
+  goal: Distribution | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Campaign:
   """A validated campaign file (manifest path resolved relative to it)."""
   file: pathlib.Path
@@ -78,6 +98,7 @@ class Campaign:
   user_metrics: tuple[Metric, ...]
   criteria: tuple[Criterion, ...]
   physics: str = 'auto'        # the physics backend asked for (`physics_c.choose`)
+  controller: Controller | None = None   # a policy closing the loop (None: open loop)
 
 
 def _distribution(path: str, d) -> Distribution:
@@ -90,9 +111,18 @@ def _distribution(path: str, d) -> Distribution:
   return Distribution(path, d.dist, params, d.relative)
 
 
+def _controller(c: ControllerModel, policy: pathlib.Path) -> Controller:
+  return Controller(policy, c.task, tuple((cid, None if f is None else tuple(f))
+                                          for cid, f in c.observe.items()),
+                    tuple((a.component, a.mode, float(a.scale)) for a in c.actions),
+                    float(c.control_period_s),
+                    None if c.goal is None else _distribution('controller.goal', c.goal))
+
+
 def read(path, *, worlds: int | None = None, duration_s: float | None = None,
-         chunk_worlds: int | None = None) -> Campaign:
-  """Reads and validates a campaign file; command-line values replace the file's.
+         chunk_worlds: int | None = None, policy=None) -> Campaign:
+  """Reads and validates a campaign file; command-line values replace the file's (`policy`:
+  the checkpoint of `controller.policy`, relative to the working directory).
 
   Raises:
     ConfigErrors: every structural error, one line each.
@@ -116,6 +146,19 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
   manifest = (path.resolve().parent / man).resolve() if isinstance(man, str) else None
   if manifest is not None and not manifest.is_file():
     errors.append(ConfigError(file, 'manifest', f'file not found ({manifest})', man))
+  ctl = data.get('controller')
+  pol = ctl.get('policy') if isinstance(ctl, dict) else None
+  policy_path = None
+  if policy is not None:
+    policy_path = pathlib.Path(policy).resolve()
+    if model is not None and model.controller is None:
+      errors.append(ConfigError(file, 'controller', '--policy needs a controller: section '
+                                '(the env config of the policy)', str(policy)))
+  elif isinstance(pol, str):
+    policy_path = (path.resolve().parent / pol).resolve()
+  if policy_path is not None and not policy_path.is_file():
+    errors.append(ConfigError(file, 'controller.policy', f'file not found ({policy_path})',
+                              str(policy) if policy is not None else pol))
   if errors:
     raise ConfigErrors(errors)
   scenario = None
@@ -131,4 +174,6 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
                   int(model.seed), float(model.duration_s), model.chunk_worlds,
                   tuple(_distribution(str(fp), d) for fp, d in model.vary.items()),
                   tuple(names) if names is not None else None, scenario, tuple(user),
-                  tuple(criteria), model.physics)
+                  tuple(criteria), model.physics,
+                  None if model.controller is None else _controller(model.controller,
+                                                                    policy_path))
