@@ -18,7 +18,8 @@ every tick) that MuJoCo C computes for the physical parameters, read by the devi
   under its perturbed controls and its direct effect on the devices.
 - **Windows**: none. MuJoCo C rolls a whole recording out in a few milliseconds and a finite
   difference over it is the derivative of the whole recording, so the fit is single shooting
-  with its exact Jacobian (the window length of the tune file applies to `gradients: exact`).
+  with its exact Jacobian; `windows.free_starts` is true multiple shooting
+  (`shooting.ShootingProblem`), a plain window length applies to `gradients: exact`.
 
 One compiled device program serves every iteration and start (its world count is fixed by
 the problem); JAX's persistent compilation cache serves a second fit of the same model.
@@ -70,7 +71,6 @@ class RolloutProblem(Problem):
     self.paired = paired
     super().__init__(dataclasses.replace(spec, window_s=None), progress=progress,
                      physics='c')
-    self.requested_window_s = spec.window_s
     m = self.sim.mj_model
     self.runner = physics_c.Rollout(m)
     # which parameters move the physics (a rollout per column) and how
