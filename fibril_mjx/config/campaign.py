@@ -282,7 +282,22 @@ def _observe_layout(v) -> bool:
       for k, f in v.items()))
 
 
-class ControllerModel(Strict):
+class _KeyRules:
+  """`unknown key` with a did-you-mean over the model's `_KEYS`, and the message of a
+  missing required key from its `_MISSING` (a generic one otherwise)."""
+  _KEYS: ClassVar[tuple] = ()
+  _MISSING: ClassVar[dict] = {}
+
+  @classmethod
+  def unknown_key_rule(cls, key: str) -> str:
+    return 'unknown key' + did_you_mean(key, cls._KEYS)
+
+  @classmethod
+  def missing_rule(cls, key: str) -> str:
+    return cls._MISSING.get(key, 'required field is missing')
+
+
+class ControllerModel(_KeyRules, Strict):
   """`controller:` — a trained policy run closed loop on each world's delivered samples: its
   checkpoint (`policy.msgpack` + `policy.json` as `examples/train_ppo.py` writes them) and the
   env config it was trained with (task, observation layout, action scaling, control period,
@@ -308,17 +323,10 @@ class ControllerModel(Strict):
       'observe': 'required: the observation layout the policy was trained with',
       'actions': 'required: the action scaling the policy was trained with',
       'control_period_s': 'required: the policy period the policy was trained with'}
-
-  @classmethod
-  def unknown_key_rule(cls, key: str) -> str:
-    return 'unknown key' + did_you_mean(key, CONTROLLER_KEYS)
-
-  @classmethod
-  def missing_rule(cls, key: str) -> str:
-    return cls._MISSING.get(key, 'required field is missing')
+  _KEYS: ClassVar[tuple] = CONTROLLER_KEYS
 
 
-class CampaignModel(Strict):
+class CampaignModel(_KeyRules, Strict):
   """A campaign file: the manifest, the worlds, what varies per world, metrics and criteria."""
   fibril_campaign: Annotated[Literal[1], check(lambda v: v == 1 and not isinstance(v, bool),
                                                 'must be 1 (the schema version)')]
@@ -352,14 +360,7 @@ class CampaignModel(Strict):
       'manifest': 'required: the manifest path, relative to the campaign file',
       'worlds': 'must be a positive integer',
       'duration_s': 'must be a number > 0 (seconds)'}
-
-  @classmethod
-  def unknown_key_rule(cls, key: str) -> str:
-    return 'unknown key' + did_you_mean(key, TOP_KEYS)
-
-  @classmethod
-  def missing_rule(cls, key: str) -> str:
-    return cls._MISSING.get(key, 'required field is missing')
+  _KEYS: ClassVar[tuple] = TOP_KEYS
 
 
 assert tuple(CampaignModel.model_fields) == TOP_KEYS
