@@ -11,7 +11,7 @@ temperature channel (`temperature_c`: its own lag, noise and resolution), as the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -156,6 +156,7 @@ class Ahrs(inertial.RateSensor):
   reads_sensors_only = True
   type = TYPE
   sample_type = SAMPLE_TYPE
+  samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
 
   def stochastic_fields(self) -> tuple[str, ...]:
     """Fields that scale a random draw (what `tune` holds at zero): its own, its rate
@@ -196,11 +197,6 @@ class Ahrs(inertial.RateSensor):
     if field == 'orientation_noise_correlation':
       return self._on('orientation_noise_stddev_rad')
     return self._on(field)
-
-  def _sample(self, **fields):
-    if self.thermal is not None and self.thermal.output:
-      return SampleWithTemperature(**fields)
-    return Sample(**fields)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     sources = SOURCES + (thermal.SOURCES if self.thermal is not None else ())

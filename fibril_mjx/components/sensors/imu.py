@@ -31,7 +31,7 @@ variances (white noise, times the filter gain when added before it, plus q²/12)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -174,6 +174,7 @@ class Imu(inertial.RateSensor):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
+  samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
 
   def stochastic_fields(self) -> tuple[str, ...]:
     """Fields that scale a random draw (what `tune` holds at zero): the channels' (read off
@@ -198,11 +199,6 @@ class Imu(inertial.RateSensor):
     if field in vibration.PARAM_FIELDS:
       return self.vibration is not None and self.vibration.uses(field)
     return self.channel_uses(field)
-
-  def _sample(self, **fields):
-    if self.thermal is not None and self.thermal.output:
-      return SampleWithTemperature(**fields)
-    return Sample(**fields)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     sources = (SOURCES + (thermal.SOURCES if self.thermal is not None else ())

@@ -39,7 +39,7 @@ estimator models as such, not per-sample measurement noise.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -290,6 +290,13 @@ class RateSensor(base.FaultySensorFields):
   faults / health (`fibril_mjx.mechanisms.faults`, a `faults` leaf in Params and State) on its rates.
   The common static fields come from `base.FaultySensorFields`."""
   fault_fields = ('angular_velocity', 'linear_acceleration')
+  samples: ClassVar[tuple] = ()   # (Sample, Sample with `temperature_c` first) of the type
+
+  def _sample(self, **fields):
+    """The type's sample, the one with `temperature_c` when the thermal model delivers it."""
+    plain, with_temperature = self.samples
+    return (with_temperature if self.thermal is not None and self.thermal.output
+            else plain)(**fields)
 
   def on_reset(self, p, s, index):
     """A device reset redraws the per-episode turn-on biases (draw `index` of their streams)."""
