@@ -205,6 +205,12 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
              disable=not prob.progress, leave=False)
   if spec.method == 'gauss_newton':
     def evaluate(Uc, jacobian, rows=None):
+      if rows is not None and prob.gradients != 'fd' and len(rows) != U.shape[0]:
+        # MJX's programs are compiled for the whole batch of starts: fill the other rows
+        full = np.repeat(Uc[:1], U.shape[0], axis=0)
+        full[rows] = Uc
+        rr, _, JJ = prob.evaluate(full, prob.train, jacobian=jacobian)
+        return rr[rows], None if JJ is None else JJ[rows]
       rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
       return rr, JJ
     U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
