@@ -227,7 +227,6 @@ class RolloutProblem(Problem):
     on recordings `recs`, and the worlds' fitted coordinates. An unperturbed world that the
     previous call rolled out (same coordinates, same recording) is not rolled out again: a
     Jacobian follows the residuals of the step it accepts."""
-    m = self.sim.mj_model
     _, us = self._models(U, cols)
     keys = [(id(ds), us[j].tobytes(), r) if c < 0 and latency is None else None
             for j, ((_, c), r) in enumerate(zip(cols, recs))]
@@ -240,7 +239,6 @@ class RolloutProblem(Problem):
     rows = [done[j] if j in done else self._last[keys[j]] for j in range(len(cols))]
     self._last = {k: row for k, row in zip(keys, rows) if k is not None}
     fr = Frame(*(np.stack(x) for x in zip(*rows)))
-    del m
     return fr, us
 
   def _rollout(self, U, ds: DataSet, cols, recs, latency):
@@ -288,11 +286,11 @@ class RolloutProblem(Problem):
       return list(enumerate(units))
     return [(s, r) for s in range(S) for r in range(R)]
 
-  def _device_fields(self, us, fr, sr, latency):
-    """The device pass over frames of worlds `sr`: per term `(n, L, D)` samples and
-    `(new_data, sample_tick)` `(n, L)` (NumPy)."""
+  def _device_fields(self, ds, us, fr, sr, latency):
+    """The device pass over frames of worlds `sr` on the recordings of `ds`: per term
+    `(n, L, D)` samples and `(new_data, sample_tick)` `(n, L)` (NumPy)."""
     n = len(sr)
-    c0, cs = self._commands(self._ds, [r for _, r in sr])
+    c0, cs = self._commands(ds, [r for _, r in sr])
     lanes = max(self.lanes, n)
     with sig.straight_through():
       vals, tim = self._fields(_pad(us, lanes, np.float32), _pad(fr, lanes, np.float32),
@@ -308,10 +306,9 @@ class RolloutProblem(Problem):
     U = np.asarray(U, np.float64)
     S = U.shape[0]
     sr = self._worlds(S, ds, units)
-    self._ds = ds
     fr, us = frames or self._frames(U, ds, [(s, -1) for s, _ in sr], [r for _, r in sr],
                                     latency)
-    vals, tim = self._device_fields(us, fr, sr, latency)
+    vals, tim = self._device_fields(ds, us, fr, sr, latency)
     R = len(ds.recordings)
     fields = {t: [] for t in self.spec.loss}
     timing = {t: [] for t in self.spec.loss}
