@@ -31,11 +31,11 @@ if os.environ.get('FIBRIL_MJX_TEST_CACHE'):
   jax.config.update('jax_compilation_cache_dir', os.environ['FIBRIL_MJX_TEST_CACHE'])
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)
-  try:   # bounded (least recently used entries go), and locked between processes: needs filelock
-    import filelock  # noqa: F401
-    jax.config.update('jax_compilation_cache_max_size', 2 ** 30)
-  except ImportError:
-    pass
+  # No LRU bound here (`jax_compilation_cache_max_size` stays -1): with a bound, JAX's cache
+  # reads an `-atime` file beside every entry before each write, and entries written by a
+  # process without the bound (a subprocess, the CLI) have none, so from the first such entry
+  # on every write failed ("Error writing persistent compilation cache entry") and most of the
+  # suite compiled from scratch on every run. tools/run_tests.py trims the directory instead.
   os.environ.setdefault('FIBRIL_MJX_CACHE', os.environ['FIBRIL_MJX_TEST_CACHE'])
   # ... and every Python process a test starts (`python -c` with two XLA devices, bench/
   # scripts, the CLI): JAX reads these settings from the environment when it starts, so a

@@ -13,6 +13,7 @@ per file isolates both; a crashed file is reported as failed, never hidden.
                   (tests/test_x.py, tests/test_x.py::test_y) restrict the run to those files
   --jobs N        files run at once (default $FIBRIL_MJX_TEST_JOBS or 2); the longest files
                   (tools/test_durations.json, measured) start first
+  FIBRIL_MJX_TEST_LOGS=DIR  keeps each file's whole output as DIR/<file>.log
   --file-timeout S  a file still running after S seconds (default $FIBRIL_MJX_TEST_TIMEOUT or
                   1500; test_worlds.py took ~15 minutes on a loaded 2-core machine) is reported
                   FAILED with the Python stacks of all its threads (faulthandler, dumped by
@@ -45,6 +46,7 @@ DURATIONS = ROOT / 'tools' / 'test_durations.json'
 COUNT = re.compile(r'(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)')
 KINDS = ('passed', 'failed', 'skipped', 'xfailed', 'xpassed', 'error', 'deselected')
 SELECTION = ('-k', '-m', '--deselect')
+CACHE_BYTES = 2 * 2 ** 30     # the shared test compilation cache is trimmed to this
 
 # The pytest process: stacks of every thread to `stack_file` on SIGUSR1 (faulthandler writes
 # from its C signal handler, so a process deadlocked in native code still reports), and the
@@ -148,12 +150,34 @@ def _run_file(f: pathlib.Path, ids: list[str], args: list[str], timeout: float, 
       LIVE.discard(p.pid)
     seconds = time.perf_counter() - t
     output = pathlib.Path(out_file).read_text(errors='replace')
+    if os.environ.get('FIBRIL_MJX_TEST_LOGS'):          # every file's whole output, kept
+      logs = pathlib.Path(os.environ['FIBRIL_MJX_TEST_LOGS'])
+      logs.mkdir(parents=True, exist_ok=True)
+      (logs / f'{f.stem}.log').write_text(output)
     stacks = pathlib.Path(stack_file).read_text(errors='replace') if timed_out else ''
     try:
       counts = json.loads(pathlib.Path(count_file).read_text())
     except (OSError, ValueError):
       counts = _counts_from_tail(output)
   return f, rc, timed_out, seconds, output, stacks, counts
+
+
+def _trim_cache(cache: pathlib.Path, keep_bytes: int = CACHE_BYTES) -> None:
+  """The shared compilation cache, oldest entries first, down to `keep_bytes` (before any file
+  runs: JAX's own LRU bound breaks when processes with and without it share a directory)."""
+  try:
+    entries = [(e.stat().st_mtime, e.stat().st_size, e) for e in cache.iterdir() if e.is_file()]
+  except OSError:
+    return
+  size = sum(n for _, n, _ in entries)
+  for _, n, e in sorted(entries, key=lambda x: x[0]):
+    if size <= keep_bytes:
+      break
+    try:
+      e.unlink()
+      size -= n
+    except OSError:
+      pass
 
 
 def main(argv: list[str]) -> int:
@@ -169,6 +193,7 @@ def main(argv: list[str]) -> int:
   env.setdefault('FIBRIL_MJX_TEST_CACHE', str(pathlib.Path.home() / '.cache' / 'fibril_mjx' /
                                                'jax-tests'))
   env['PYTHONPATH'] = os.pathsep.join(p for p in (str(ROOT), env.get('PYTHONPATH')) if p)
+  _trim_cache(pathlib.Path(env['FIBRIL_MJX_TEST_CACHE']))
 
   totals = dict.fromkeys(KINDS, 0)
   bad, times = [], {}
