@@ -1,6 +1,6 @@
 """What every component shares: config validation with profile layers, the sensing cycle
 (`SensorBase`), the static fields and build prologue of a sensor (`SensorFields`,
-`FaultySensorFields`, `SensorBuild`). The contract itself is written in `protocol.py`."""
+`FaultySensorFields`, `SiteSensorFields`, `SensorBuild`). The contract itself is written in `protocol.py`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
 from fibril_mjx.mechanisms import faults, fifo
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
+from fibril_mjx.core.context import SitePose
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.config.manifest import Catalog, FieldValue, layer_config, overlay_fields
 from fibril_mjx.mechanisms.schedule import Schedule
@@ -313,6 +314,21 @@ class FaultySensorFields(faults.FaultySensor, SensorFields):
 
   def uses(self, field: str) -> bool:
     return field == 'faults' or super().uses(field)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SiteSensorFields(FaultySensorFields):
+  """`FaultySensorFields` of a sensor that measures at one MuJoCo site, plus (keyword-only,
+  from `at_site`): `site_id` and the probes of the `site`'s pose. It reads the physics only
+  through MuJoCo sensors."""
+  reads_sensors_only = True
+  site_id: int
+  site: SitePose
+
+
+def at_site(ctx, site_id: int) -> dict:
+  """The `SiteSensorFields` of site `site_id` (its pose probes are requested now)."""
+  return dict(site_id=int(site_id), site=ctx.site_pose(site_id))
 
 
 class SensorBuild:

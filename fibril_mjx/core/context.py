@@ -181,9 +181,11 @@ class BuildContext:
   vary: frozenset = frozenset()
   probes: ProbeSet | None = None
 
-  def _name(self, obj: mujoco.mjtObj, i: int, what: str) -> str:
-    """The object's name, or a hidden one (`fibril_probe:<what><id>`) the builder gives it."""
-    return mujoco.mj_id2name(self.model, obj, int(i)) or f'{PROBE_PREFIX}{what}{int(i)}'
+  def _name(self, objtype: str, i: int) -> str:
+    """The object's name, or a hidden one (`fibril_probe:<objtype><id>`) the builder gives
+    it."""
+    return (mujoco.mj_id2name(self.model, _MJ_OBJ[objtype], int(i))
+            or f'{PROBE_PREFIX}{objtype}{int(i)}')
 
   def _probe(self, kind: str, objtype: str, name: str) -> Probe:
     if self.probes is None:
@@ -193,8 +195,13 @@ class BuildContext:
       objid = int(name[len(PROBE_PREFIX) + len(objtype):])
     return self.probes.request(kind, objtype, name, objid)
 
+  def _probes(self, objtype: str, i: int, *kinds: str) -> tuple[Probe, ...]:
+    """Probes of `kinds` (requested in that order) on object `i` of `objtype`."""
+    name = self._name(objtype, i)
+    return tuple(self._probe(kind, objtype, name) for kind in kinds)
+
   def _pose(self, objtype: str, i: int) -> SitePose:
-    name = self._name(_MJ_OBJ[objtype], i, objtype)
+    name = self._name(objtype, i)
     return SitePose(name, self._probe('framepos', objtype, name),
                     tuple(self._probe(f'frame{a}axis', objtype, name) for a in 'xyz'))
 
@@ -210,35 +217,29 @@ class BuildContext:
 
   def site_position(self, site_id: int) -> Probe:
     """Probe of a site's world position (`framepos` = `site_xpos`)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
-    return self._probe('framepos', 'site', name)
+    return self._probes('site', site_id, 'framepos')[0]
 
   def site_quat(self, site_id: int) -> Probe:
     """Probe of a site's orientation quaternion, site → world (`framequat`)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
-    return self._probe('framequat', 'site', name)
+    return self._probes('site', site_id, 'framequat')[0]
 
   def site_velocity(self, site_id: int) -> tuple[Probe, Probe]:
     """Probes of a site's linear and angular velocity, world frame (`framelinvel`,
     `frameangvel`)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_SITE, site_id, 'site')
-    return self._probe('framelinvel', 'site', name), self._probe('frameangvel', 'site', name)
+    return self._probes('site', site_id, 'framelinvel', 'frameangvel')
 
   def joint_probe(self, joint_id: int) -> JointProbe:
     """Probes of a hinge or slide joint's position and velocity."""
-    name = self._name(mujoco.mjtObj.mjOBJ_JOINT, joint_id, 'joint')
-    return JointProbe(name, self._probe('jointpos', 'joint', name),
-                      self._probe('jointvel', 'joint', name))
+    return JointProbe(self._name('joint', joint_id),
+                      *self._probes('joint', joint_id, 'jointpos', 'jointvel'))
 
   def actuator_force(self, actuator_id: int) -> Probe:
     """Probe of an actuator's force (`actuatorfrc` = `actuator_force`)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_ACTUATOR, actuator_id, 'actuator')
-    return self._probe('actuatorfrc', 'actuator', name)
+    return self._probes('actuator', actuator_id, 'actuatorfrc')[0]
 
   def joint_actuator_force(self, joint_id: int) -> Probe:
     """Probe of the actuator force on a joint (`jointactfrc` = `qfrc_actuator` at its dof)."""
-    name = self._name(mujoco.mjtObj.mjOBJ_JOINT, joint_id, 'joint')
-    return self._probe('jointactfrc', 'joint', name)
+    return self._probes('joint', joint_id, 'jointactfrc')[0]
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

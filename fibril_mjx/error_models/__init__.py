@@ -42,11 +42,11 @@ from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC
                                           params_type, state_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, quantization,
-                                           random_walk, saturation, turn_on_bias,
-                                           white_noise)
+                                           random_walk, saturation, sinusoids,
+                                           turn_on_bias, white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
            'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
            'first_order_lag', 'gain', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
-           'saturation',
+           'saturation', 'sinusoids',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -198,6 +198,17 @@ def ar1_noise(sigma: str, rho: str, stream: str, state: str, shape=(), owns_stre
       variance=lambda p, ctx: getattr(p, sigma) ** 2)
 
 
+def sinusoids(amplitude: str, angles: str = 'angles') -> Term:
+  """`x + Σ_k A[k]·sin(φ[k])`: lines of amplitudes `A` (field `amplitude`, `(K, 3)`) at the
+  angles `φ = ctx.inputs[angles]` `(K, 3)` of the sample (the sensor's: e.g. orders of a shaft
+  angle plus their phases); deterministic given the angles."""
+
+  def apply(p, st, x, ctx):
+    return st, x + jnp.sum(getattr(p, amplitude) * jnp.sin(ctx.inputs[angles]), axis=0), None
+  return Term('sinusoidal lines', DETERMINISTIC, (ConfigField(amplitude, tuple[Vec3, ...], ()),),
+              (amplitude,), (amplitude,), apply=apply)
+
+
 def first_order_lag(tau: str, state: str = 'lagged', started: str = 'started') -> Term:
   """First-order lag of time constant τ, updated every `ctx.period_s` and started at the first
   value (no turn-on transient); `apply` returns the lagged value."""

@@ -82,7 +82,7 @@ def write_recording(path, rec: Recording) -> pathlib.Path:
   rec.path = rec.path or str(path)
   validate(rec)
   arrays = rec.arrays()
-  meta = json.dumps(rec.meta, sort_keys=True, default=_json_default)
+  meta = json.dumps(rec.meta, sort_keys=True, default=json_default)
   path.parent.mkdir(parents=True, exist_ok=True)
   if path.suffix == '.npz':
     with open(path, 'wb') as fh:
@@ -103,7 +103,9 @@ def write_recording(path, rec: Recording) -> pathlib.Path:
   return path
 
 
-def _json_default(o):
+def json_default(o):
+  """`json.dumps(default=...)` for NumPy values: scalars as Python numbers, arrays as lists,
+  anything else as its `str`."""
   if isinstance(o, np.generic):
     return o.item()
   if isinstance(o, np.ndarray):

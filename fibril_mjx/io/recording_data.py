@@ -92,6 +92,15 @@ def _check_time(file, key, t, strict):
                float(t[i]))
 
 
+def _check_leading(file, prefix, fields, count, what):
+  """Every array of `fields` (under key `prefix/<field>`) has `count` rows."""
+  for f, a in fields.items():
+    a = np.asarray(a)
+    if a.ndim == 0 or a.shape[0] != count:
+      raise _err(file, f'{prefix}/{f}',
+                 f'leading dimension must be the {what} count {count}, got shape {a.shape}')
+
+
 def validate(rec: Recording) -> Recording:
   """Checks a recording; raises a one-line `ConfigError` naming the file and key."""
   file = rec.path or '<recording>'
@@ -118,12 +127,7 @@ def validate(rec: Recording) -> Recording:
       i = int(np.argmax(early))
       raise _err(file, f'sensor/{cid}/{ARRIVAL_TIME}[{i}]',
                  f'must be >= {SAMPLE_TIME}[{i}] = {ts[i]!r}', float(ta[i]))
-    for f, a in fields.items():
-      a = np.asarray(a)
-      if a.ndim == 0 or a.shape[0] != ts.shape[0]:
-        raise _err(file, f'sensor/{cid}/{f}',
-                   f'leading dimension must be the sample count {ts.shape[0]}, got shape '
-                   f'{a.shape}')
+    _check_leading(file, f'sensor/{cid}', fields, ts.shape[0], 'sample')
     if len(fields) < 3:
       raise _err(file, f'sensor/{cid}', 'has only times; at least one sample field needed')
   for cid, fields in rec.commands.items():
@@ -132,12 +136,7 @@ def validate(rec: Recording) -> Recording:
                  'component)')
     t = np.asarray(fields[COMMAND_TIME], np.float64)
     _check_time(file, f'command/{cid}/{COMMAND_TIME}', t, strict=False)
-    for f, a in fields.items():
-      a = np.asarray(a)
-      if a.ndim == 0 or a.shape[0] != t.shape[0]:
-        raise _err(file, f'command/{cid}/{f}',
-                   f'leading dimension must be the command count {t.shape[0]}, got shape '
-                   f'{a.shape}')
+    _check_leading(file, f'command/{cid}', fields, t.shape[0], 'command')
   for f in rec.initial:
     if f not in ('qpos', 'qvel'):
       raise _err(file, f'initial/{f}', "unknown key (known: initial/qpos, initial/qvel)")

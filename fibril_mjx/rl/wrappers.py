@@ -34,7 +34,21 @@ import jax.numpy as jnp
 EPISODE_INFO = ('rng', 'params', 'goal', 'truth', 'model', 'draws')
 
 
-class AutoReset:
+class _Wrapper:
+  """Brax's `Wrapper` interface over `self.env`: its sizes and `unwrapped`, the backend of
+  the unwrapped env, and any other attribute."""
+  observation_size = property(lambda self: self.env.observation_size)
+  action_size = property(lambda self: self.env.action_size)
+  unwrapped = property(lambda self: self.env.unwrapped)
+  backend = property(lambda self: self.unwrapped.backend)
+
+  def __getattr__(self, name):
+    if name == '__setstate__':
+      raise AttributeError(name)
+    return getattr(self.env, name)
+
+
+class AutoReset(_Wrapper):
   """Restarts finished episodes from a fresh reset of a new episode key (module doc).
 
   Args:
@@ -89,30 +103,8 @@ class AutoReset:
     return state.replace(pipeline_state=ps, obs=jax.tree.map(pick, fresh.obs, state.obs),
                          info=info)
 
-  # Brax `Wrapper` interface
-  @property
-  def observation_size(self):
-    return self.env.observation_size
 
-  @property
-  def action_size(self) -> int:
-    return self.env.action_size
-
-  @property
-  def unwrapped(self):
-    return self.env.unwrapped
-
-  @property
-  def backend(self) -> str:
-    return self.unwrapped.backend
-
-  def __getattr__(self, name):
-    if name == '__setstate__':
-      raise AttributeError(name)
-    return getattr(self.env, name)
-
-
-class SyncVmap:
+class SyncVmap(_Wrapper):
   """Brax's `VmapWrapper` for a batch of envs in step: the tick and the schedule clocks of the
   pipeline state are shared by the batch (unbatched), every other leaf has the env axis.
 
@@ -153,11 +145,6 @@ class SyncVmap:
     return jax.tree.map(lambda _: False, pipeline_state)._replace(
         tick=True, clocks=jax.tree.map(lambda _: True, pipeline_state.clocks))
 
-  observation_size = AutoReset.observation_size
-  action_size = AutoReset.action_size
-  unwrapped = AutoReset.unwrapped
-  backend = AutoReset.backend
-  __getattr__ = AutoReset.__getattr__
 
 
 def wrap(env, episode_length: int, action_repeat: int = 1):

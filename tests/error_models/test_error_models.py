@@ -18,8 +18,9 @@ import pytest
 
 import nav_helpers as nh
 from fibril_mjx import error_models as em
-from fibril_mjx.components.sensors import (barometer, camera, gnss, inertial, lidar,
-                                           magnetometer, optical_flow, rangefinder, thermal)
+from fibril_mjx.components.sensors import (ahrs, barometer, camera, gnss, inertial, lidar,
+                                           magnetometer, optical_flow, rangefinder, thermal,
+                                           vibration)
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.workflows.tune import params as tune_params
 
@@ -245,6 +246,21 @@ def test_first_order_lag_starts_at_the_first_value():
   np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
+def test_sinusoids_match_the_float64_sum_of_lines():
+  """`x + Σ_k A[k, a]·sin(φ[k, a])` at the sample's angles (`ctx.inputs`), and off (its field
+  at the default) the chain leaves x unchanged."""
+  c = em.chain(em.sinusoids('amp'))
+  g = np.random.default_rng(4)
+  amp, x0 = g.normal(size=(3, 3)), np.array([0.5, -1.0, 2.0])
+  angles = g.uniform(-10.0, 10.0, size=(3, 3))
+  out, _ = run(c, P(amp=amp), x0, 1, {}, angles=jnp.asarray(angles, jnp.float32))
+  want = x0 + np.sum(amp * np.sin(angles), axis=0)
+  np.testing.assert_allclose(out[0], want, rtol=0, atol=1e-5 * (1 + np.abs(amp).sum()))
+  off, _ = run(c, P(amp=amp), x0, 1, {}, on=nothing_on, angles=jnp.asarray(angles))
+  np.testing.assert_array_equal(off[0], x0.astype(np.float32))
+  assert c.params == ('amp',) and c.stochastic_fields() == () and c.streams == ()
+
+
 def test_gain_scales_per_axis_and_defaults_to_one():
   """`k ⊙ x` per axis (float64 product), default (1, 1, 1) so that a sensor leaves it out; before
   a bias in a chain, the bias is not scaled."""
@@ -340,6 +356,27 @@ def test_stream_names_are_unchanged():
   assert set(optical_flow.SOURCES) == {'noise', 'gyro_bias_turn_on', 'gyro_noise',
                                        'delivery_jitter', 'delivery_loss'}
   assert thermal.SOURCES == ('temperature_noise',)
+
+
+def test_ahrs_orientation_and_vibration_read_streams_and_fields_off_their_chains():
+  """The last two error sources on chains: the AHRS's orientation residual and the IMU's
+  vibration keep their stream names (so their draws stay bitwise the same) and the fields `tune`
+  holds at zero, now read off `ORIENTATION_ERRORS` / `vibration.ERRORS`."""
+  assert ahrs.ORIENTATION_ERRORS.streams == ('orientation_noise',)
+  assert set(ahrs.SOURCES) == {'orientation_noise', 'angular_velocity_noise',
+                               'linear_acceleration_noise', 'yaw_rate_bias', 'delivery_jitter',
+                               'delivery_loss'}
+  assert set(ahrs.ORIENTATION_ERRORS.params) <= set(ahrs.OrientationParams._fields)
+  assert ahrs.OWN_STOCHASTIC == ('orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s')
+  assert vibration.SOURCES == ('angular_velocity_vibration_floor',
+                               'linear_acceleration_vibration_floor')
+  assert vibration.STOCHASTIC == ('angular_velocity_vibration_floor_stddev',
+                                  'linear_acceleration_vibration_floor_stddev')
+  for ch, c in vibration.ERRORS.items():
+    assert set(c.params) <= set(vibration.PARAM_FIELDS), ch
+    model = vibration.VibrationConfig.model_fields
+    for f in c.config:
+      assert model[f.name].default == f.default, f.name
 
 
 @pytest.mark.parametrize('module, old', [

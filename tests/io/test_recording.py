@@ -44,6 +44,11 @@ def test_parquet_round_trip(tmp_path):
      'sensor/imu/sample_time_s[7]', 'strictly increasing'),
     (lambda r: r.sensors['imu']['angular_velocity'].__setitem__((3, 1), np.nan),
      'sensor/imu/angular_velocity', 'finite'),
+    (lambda r: r.sensors['imu'].__setitem__('sequence', np.arange(49)),
+     'sensor/imu/sequence', 'leading dimension must be the sample count 50, got shape (49,)'),
+    (lambda r: r.commands['motor'].__setitem__('position', np.ones((3, 2))),
+     'command/motor/position',
+     'leading dimension must be the command count 4, got shape (3, 2)'),
 ])
 def test_validation_errors_are_one_line(tmp_path, mutate, where, rule):
   rec = _rec()

@@ -80,28 +80,15 @@ def allan_deviation(x, rate_hz, taus=None):
 
 
 def allan_white_level(noise_density, tau):
-  """Allan deviation `N/√τ` of white rate noise of density `N` (IEEE-952 / Kalibr).
-
-  Args:
-    noise_density: N in units/√Hz (e.g. rad/s/√Hz), scalar or array.
-    tau: averaging time(s) in seconds.
-
-  Returns:
-    Allan deviation in the signal's units, broadcast shape of the inputs.
-  """
+  """Allan deviation `N/√τ` of white rate noise of density `N = noise_density` (units/√Hz,
+  e.g. rad/s/√Hz; IEEE-952 / Kalibr) at averaging time(s) `tau` (s): in the signal's units,
+  the inputs (scalars or arrays) broadcast."""
   return np.asarray(noise_density, dtype=np.float64) / np.sqrt(np.asarray(tau, np.float64))
 
 
 def allan_random_walk_level(random_walk, tau):
-  """Allan deviation `K·√(τ/3)` of a rate random walk `b += K√Δ·ξ`.
-
-  Args:
-    random_walk: K in units/√s (e.g. rad/s/√s), scalar or array.
-    tau: averaging time(s) in seconds.
-
-  Returns:
-    Allan deviation in the signal's units, broadcast shape of the inputs.
-  """
+  """Allan deviation `K·√(τ/3)` of a rate random walk `b += K√Δ·ξ`, `K = random_walk`
+  (units/√s, e.g. rad/s/√s), at averaging time(s) `tau` (s): as `allan_white_level`."""
   return np.asarray(random_walk, np.float64) * np.sqrt(np.asarray(tau, np.float64) / 3.0)
 
 

@@ -457,3 +457,28 @@ class FeedbackOutput(base.ComponentBase):
     return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
             'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
             'feedback_overflow': s.fb_queue.overflow}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MotorFields(FeedbackOutput):
+  """`FeedbackOutput` with the static fields of a motor-type component declared once,
+  keyword-only (`motor_fields` builds them): `id`, `cfg`, the `application` and `feedback`
+  schedules, the command `link`, the `fb_transport`, `actuator_count`, and `fields` (plan
+  metadata, not compared). A subclass declares only its own fields, which stay positional."""
+  reads_sensors_only = True
+  id: str
+  cfg: Any
+  application: Schedule
+  feedback: Schedule
+  link: CommandLink
+  fb_transport: tp.Transport
+  actuator_count: int
+  fields: tuple = dataclasses.field(compare=False)
+
+
+def motor_fields(cid: str, cfg, fields: dict, ctx, origin, actuator_count: int) -> dict:
+  """The `MotorFields` of a validated config (`build_timing`), by keyword."""
+  application, feedback, fb_transport, link = build_timing(cfg, ctx, origin)
+  return dict(id=cid, cfg=cfg, application=application, feedback=feedback, link=link,
+              fb_transport=fb_transport, actuator_count=actuator_count,
+              fields=tuple(fields.items()))

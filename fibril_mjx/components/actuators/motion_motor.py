@@ -44,7 +44,6 @@ from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
-from fibril_mjx.mechanisms.schedule import Schedule
 
 TYPE = 'fibril_sim/motion_motor'
 SAMPLE_TYPE = 'fibril_sim/motion_motor_feedback/v1'
@@ -144,19 +143,11 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class MotionMotor(actuation.FeedbackOutput):
-  """A built `fibril_sim/motion_motor` (static)."""
-  reads_sensors_only = True
-  id: str
-  cfg: MotionMotorConfigModel
+class MotionMotor(actuation.MotorFields):
+  """A built `fibril_sim/motion_motor` (static; `cfg` a `MotionMotorConfigModel`, the common
+  fields of `actuation.MotorFields`)."""
   channels: tuple  # (P, D, FF) ActuatorBindings
   gear: float
-  application: Schedule
-  feedback: Schedule
-  link: actuation.CommandLink
-  fb_transport: tp.Transport
-  actuator_count: int
-  fields: tuple = dataclasses.field(compare=False)
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -327,9 +318,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       'the three channels have different gears '
                       f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
-  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
-  return MotionMotor(cid, cfg, tuple(channels), gears.pop(), application, feedback, link,
-                     fb_transport, asm.actuator_count if asm else 1, tuple(fields.items()))
+  return MotionMotor(tuple(channels), gears.pop(),
+                     **actuation.motor_fields(cid, cfg, fields, ctx, origin,
+                                              asm.actuator_count if asm else 1))
 
 
 CONFIG_MODEL = MotionMotorConfigModel

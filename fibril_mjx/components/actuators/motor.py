@@ -44,7 +44,6 @@ from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation
 from fibril_mjx.components import base
-from fibril_mjx.mechanisms.schedule import Schedule
 from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
 from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
     DUTY, EFFORT, HOLD, KINDS, NONE, POSITION, TRAJECTORY, VELOCITY, MotorConfigModel,
@@ -176,24 +175,16 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Motor(actuation.FeedbackOutput):
-  """A built `fibril_sim/motor` component (static, hashable)."""
-  reads_sensors_only = True
+class Motor(actuation.MotorFields):
+  """A built `fibril_sim/motor` component (static, hashable; `cfg` a `MotorConfigModel`,
+  the common fields of `actuation.MotorFields`)."""
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
 
-  id: str
-  cfg: MotorConfigModel
   binding: actuation.ActuatorBinding
-  application: Schedule
-  feedback: Schedule
-  link: actuation.CommandLink
-  fb_transport: tp.Transport
   accepted: tuple[int, ...]
-  actuator_count: int
   scale_source: str
-  fields: tuple = dataclasses.field(compare=False)
 
   # ------------------------------------------------------------------ protocol basics
 
@@ -481,9 +472,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
           source=asm.id, file=asm.file, path=asm.path)
   b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
   _check_compatible(cfg, given, b, origin)
-  application, feedback, fb_transport, link = actuation.build_timing(cfg, ctx, origin)
-  return Motor(cid, cfg, b, application, feedback, link, fb_transport,
-               accepted_for(cfg, b.semantic), count, source, tuple(fields.items()))
+  return Motor(b, accepted_for(cfg, b.semantic), source,
+               **actuation.motor_fields(cid, cfg, fields, ctx, origin, count))
 
 
 CONFIG_MODEL = MotorConfigModel

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
+from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, quat, rng
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.mechanisms import transport as tp
@@ -29,8 +30,14 @@ from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
 TYPE = 'fibril_sim/ahrs'
 SAMPLE_TYPE = 'fibril_sim/ahrs_sample/v1'
 
-SOURCES = ('orientation_noise', 'angular_velocity_noise', 'linear_acceleration_noise',
-           'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
+# The orientation residual's error model, over `OrientationParams` field names: an AR(1)
+# roll/pitch/yaw residual (stream `orientation_noise`), applied to zeros; its state `noise` is
+# the rotation the orientation output is multiplied by.
+ORIENTATION_ERRORS = em.chain(em.ar1_noise('noise_stddev_rad', 'noise_correlation',
+                                           'orientation_noise', 'noise', (3,)))
+
+SOURCES = ORIENTATION_ERRORS.streams + ('angular_velocity_noise', 'linear_acceleration_noise',
+                                        'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
 
 
 class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig):
@@ -140,9 +147,10 @@ class State(NamedTuple):
   thermal: Any = None   # `thermal.ThermalState`, or None when the thermal model is off
 
 
-# Fields of the AHRS's own terms that scale a random draw (its rate channels' come from their
-# error model).
-OWN_STOCHASTIC = ('orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s')
+# Fields of the AHRS's own terms that scale a random draw: the orientation error model's, then
+# the yaw-rate bias (its rate channels' come from their error model).
+OWN_STOCHASTIC = tuple(ORIENTATION_FIELDS[f] for f in ORIENTATION_ERRORS.stochastic_fields()) + (
+    'yaw_rate_bias_stddev_rad_s',)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,11 +224,13 @@ class Ahrs(inertial.RateSensor):
                  faults=fault_state,
                  thermal=self.thermal.init() if self.thermal is not None else None)
 
+  def orientation_ctx(self, streams: dict, n=0) -> em.Ctx:
+    """What `ORIENTATION_ERRORS` sees: switches by `OrientationParams` field name."""
+    return em.Ctx(lambda f: self._on(ORIENTATION_FIELDS[f]), streams, n, self.cfg.period_s, {})
+
   def _orientation_variance(self, p: Params, t):
     """Roll/pitch/yaw variances; `t` (s) since the first sample for the yaw drift term."""
-    o = jnp.zeros(3, jnp.float32)
-    if self._on('orientation_noise_stddev_rad'):
-      o = o + p.orientation.noise_stddev_rad ** 2
+    o = ORIENTATION_ERRORS.variance(p.orientation, self.orientation_ctx({}), (3,))
     if self._on('orientation_resolution_rad'):
       o = o + p.orientation.resolution_rad ** 2 / 12.0
     if self._on('yaw_rate_bias_stddev_rad_s'):
@@ -272,10 +282,11 @@ class Ahrs(inertial.RateSensor):
       alpha = signal.lowpass_alpha(po.bandwidth_hz, cfg.period_s)
       q = quat.normalize(signal.lowpass(q_filt, q, alpha, first))
       q_filt = q
-    q_noise = s.orientation_noise
-    if self._on('orientation_noise_stddev_rad'):
-      z = rng.normal(s.streams['orientation_noise'], n, (3,))
-      q_noise = signal.ar1(q_noise, z, po.noise_correlation, po.noise_stddev_rad, first)
+    ctx = self.orientation_ctx(s.streams, n)
+    st, _, _ = ORIENTATION_ERRORS.apply(po, {'noise': s.orientation_noise},
+                                        jnp.zeros(3, jnp.float32), ctx)
+    q_noise = st['noise']
+    if ORIENTATION_ERRORS.on_terms(ctx.on):
       q = quat.multiply(q, quat.from_rpy(q_noise))
     t = (tick - self.first_tick).astype(jnp.float32) * self.dt
     if self._on('yaw_rate_bias_stddev_rad_s'):

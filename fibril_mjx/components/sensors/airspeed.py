@@ -29,7 +29,7 @@ import mujoco
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
+from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import Positive, Vec3
 
@@ -81,13 +81,10 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
 
 
 @dataclasses.dataclass(frozen=True)
-class Airspeed(base.FaultySensorFields):
+class Airspeed(base.SiteSensorFields):
   """A built `fibril_sim/airspeed` (static, hashable; `cfg` an `AirspeedConfigModel`, the
-  common fields of `base.FaultySensorFields`); `site_id` is the probe's site."""
-  reads_sensors_only = True
+  common fields of `base.SiteSensorFields`); `site_id` is the probe's site."""
   velocity: SensorBinding
-  site_id: int
-  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -157,7 +154,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
   z = jnp.float32(0.0)
   return sb.make(Airspeed, Sample(z, z, jnp.bool_(False), jnp.int32(0)), velocity=velocity,
-                 site_id=int(sid), site=ctx.site_pose(sid))
+                 **base.at_site(ctx, sid))
 
 
 CONFIG_MODEL = AirspeedConfigModel

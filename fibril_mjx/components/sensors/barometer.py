@@ -117,21 +117,18 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
 
 
 @dataclasses.dataclass(frozen=True)
-class Barometer(base.FaultySensorFields):
+class Barometer(base.SiteSensorFields):
   """A built `fibril_sim/barometer` (static, hashable; `cfg` a `BarometerConfigModel`, the
-  common fields of `base.FaultySensorFields`).
+  common fields of `base.SiteSensorFields`).
 
   Attributes:
     site_id: the site whose height is measured; throttle_ctrl: `ctrl` index of the throttle
     actuator (−1 none); velocity: the velocimeter binding (or None) and its site id; site,
     velocity_pose: the probes of those sites' poses.
   """
-  reads_sensors_only = True
-  site_id: int
   throttle_ctrl: int
   velocity: SensorBinding | None
   velocity_site: int
-  site: SitePose
   velocity_pose: SitePose | None
 
   type = TYPE
@@ -254,9 +251,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
                'must list the airspeeds of the bias table when velocity_sensor is set',
                list(cfg.airspeed_bias_points_m_s))
   z = jnp.float32(0.0)
-  return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)), site_id=sid,
+  return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)),
                  throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite),
-                 site=ctx.site_pose(sid),
+                 **base.at_site(ctx, sid),
                  velocity_pose=ctx.site_pose(vsite) if velocity is not None else None)
 
 

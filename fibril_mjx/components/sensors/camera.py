@@ -55,7 +55,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, SiteMotion, rotate, site_bodies
+from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, rotate, view_of
 from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 TYPE = 'fibril_sim/camera'
@@ -134,16 +134,10 @@ def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
 
 
 @dataclasses.dataclass(frozen=True)
-class Camera(base.FaultySensorFields):
-  """A built `fibril_sim/camera` (static, hashable)."""
-  reads_sensors_only = True
-  site_id: int
-  body: int
-  root: int
+class Camera(ViewSensorFields):
+  """A built `fibril_sim/camera` (static, hashable; the fields of `ViewSensorFields`)."""
   landmark_ids: tuple
   landmark_bodies: tuple
-  scene: Scene
-  motion: SiteMotion
   landmarks: tuple    # framepos probes of the landmark sites
 
   type = TYPE
@@ -285,13 +279,10 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Camera:
   sid = faults.bind_site(ctx, cfg.site, sb.origin)
   file, path = sb.origin('landmarks')
   lm = bind_sites(ctx, cfg.landmarks, file, path)
-  body, root = site_bodies(ctx.model, sid)
-  comp = sb.make(Camera, None, site_id=sid, body=body, root=root, landmark_ids=tuple(lm),
-                 landmark_bodies=tuple(int(ctx.model.site_bodyid[i]) for i in lm),
-                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid),
-                 landmarks=tuple(ctx.site_position(i) for i in lm))
-  plan = faults.build_plan(cfg, comp.neutral(), Camera.fault_fields, origin=sb.origin)
-  return dataclasses.replace(comp, fault_plan=plan)
+  view = view_of(ctx, sid)   # the scene's and the site's probes before the landmarks'
+  return make_view(sb, Camera, view, landmark_ids=tuple(lm),
+                   landmark_bodies=tuple(int(ctx.model.site_bodyid[i]) for i in lm),
+                   landmarks=tuple(ctx.site_position(i) for i in lm))
 
 
 CONFIG_MODEL = CameraConfigModel

@@ -47,7 +47,7 @@ import pydantic
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, geodesy, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
+from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError
@@ -144,20 +144,17 @@ def _neutral(origin: geodesy.Origin) -> Sample:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gnss(base.FaultySensorFields):
+class Gnss(base.SiteSensorFields):
   """A built `fibril_sim/gnss` (static, hashable; `cfg` a `GnssConfigModel`, the common
-  fields of `base.FaultySensorFields`).
+  fields of `base.SiteSensorFields`).
 
   Attributes:
     velocity, angular_velocity: bound velocimeter and gyro (None without a lever arm).
     site_id: the reference site; origin: the geodetic origin (`fibril_mjx.mechanisms.geodesy.Origin`).
   """
-  reads_sensors_only = True
   velocity: SensorBinding
   angular_velocity: SensorBinding | None
-  site_id: int
   origin: geodesy.Origin
-  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -276,8 +273,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
   geo = geodesy.Origin.build(cfg.origin_latitude_deg, cfg.origin_longitude_deg,
                              cfg.origin_height_m)
   return sb.make(Gnss, _neutral(geo), weak=bool(cfg.outage_start_s), velocity=velocity,
-                 angular_velocity=gyro, site_id=int(sid), origin=geo,
-                 site=ctx.site_pose(sid))
+                 angular_velocity=gyro, origin=geo,
+                 **base.at_site(ctx, sid))
 
 
 CONFIG_MODEL = GnssConfigModel

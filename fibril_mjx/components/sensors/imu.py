@@ -65,44 +65,35 @@ def _zero_diagonal(m):
   return m
 
 
-class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
-                     vibration.VibrationConfig, fifo.FifoConfig):
-  """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
+# The IMU's channel fields (of `inertial.FIELDS`), each a manifest field `<channel>_<field>` of
+# both channels: `(type, default)`.
+CHANNEL_SPEC = {
+    'bandwidth_hz': (NonNeg, 0.0),
+    'scale': (Positive3, (1.0, 1.0, 1.0)),
+    'misalignment': (Mat3, ZERO33),
+    'noise_density': (NonNeg3, ZERO3),
+    'bias': (Vec3, ZERO3),
+    'bias_turn_on_stddev': (NonNeg3, ZERO3),
+    'bias_instability_stddev': (NonNeg3, ZERO3),
+    'bias_correlation_time_s': (NonNeg3, ZERO3),
+    'random_walk': (NonNeg3, ZERO3),
+    'limit': (NonNeg, 0.0),
+    'resolution': (NonNeg, 0.0),
+}
+CHANNEL_FIELDS = tuple(CHANNEL_SPEC)
 
-  Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
-  `linear_acceleration_*` in m/s² (density m/s²/√Hz, random walk m/s²/√s).
-  """
+
+class _OwnConfig(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
+                 vibration.VibrationConfig, fifo.FifoConfig):
+  """The IMU's fields but its channels' (`CHANNEL_SPEC` adds those)."""
   gyroscope_sensor: str
   accelerometer_sensor: str
   noise_before_filter: bool = False
   filter_rate: Literal['physics', 'output'] = 'physics'
 
-  angular_velocity_bandwidth_hz: NonNeg = 0.0
-  angular_velocity_scale: Positive3 = (1.0, 1.0, 1.0)
-  angular_velocity_misalignment: Mat3 = ZERO33
-  angular_velocity_noise_density: NonNeg3 = ZERO3
-  angular_velocity_bias: Vec3 = ZERO3
-  angular_velocity_bias_turn_on_stddev: NonNeg3 = ZERO3
-  angular_velocity_bias_instability_stddev: NonNeg3 = ZERO3
-  angular_velocity_bias_correlation_time_s: NonNeg3 = ZERO3
-  angular_velocity_random_walk: NonNeg3 = ZERO3
-  angular_velocity_limit: NonNeg = 0.0
-  angular_velocity_resolution: NonNeg = 0.0
-
-  linear_acceleration_bandwidth_hz: NonNeg = 0.0
-  linear_acceleration_scale: Positive3 = (1.0, 1.0, 1.0)
-  linear_acceleration_misalignment: Mat3 = ZERO33
-  linear_acceleration_noise_density: NonNeg3 = ZERO3
-  linear_acceleration_bias: Vec3 = ZERO3
-  linear_acceleration_bias_turn_on_stddev: NonNeg3 = ZERO3
-  linear_acceleration_bias_instability_stddev: NonNeg3 = ZERO3
-  linear_acceleration_bias_correlation_time_s: NonNeg3 = ZERO3
-  linear_acceleration_random_walk: NonNeg3 = ZERO3
-  linear_acceleration_limit: NonNeg = 0.0
-  linear_acceleration_resolution: NonNeg = 0.0
-
   _diag = pydantic.field_validator('angular_velocity_misalignment',
-                                   'linear_acceleration_misalignment')(_zero_diagonal)
+                                   'linear_acceleration_misalignment',
+                                   check_fields=False)(_zero_diagonal)
 
   @pydantic.model_validator(mode='after')
   def _before_needs_output_rate(self):
@@ -112,9 +103,14 @@ class ImuConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalCon
     return self
 
 
-CHANNEL_FIELDS = ('bandwidth_hz', 'scale', 'misalignment', 'noise_density', 'bias',
-                  'bias_turn_on_stddev', 'bias_instability_stddev', 'bias_correlation_time_s',
-                  'random_walk', 'limit', 'resolution')
+# its own fields, then `CHANNEL_SPEC` per channel
+ImuConfigModel = pydantic.create_model(
+    'ImuConfigModel', __base__=_OwnConfig, __module__=__name__,
+    __doc__="""Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
+
+  Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
+  `linear_acceleration_*` in m/s² (density m/s²/√Hz, random walk m/s²/√s).
+  """, **{f'{ch}_{f}': spec for ch in CHANNELS for f, spec in CHANNEL_SPEC.items()})
 
 
 class Params(NamedTuple):

@@ -81,25 +81,14 @@ def channel_errors(name: str) -> tuple[em.Chain, em.Chain]:
 ERRORS = {name: channel_errors(name) for name in UNITS}
 
 
-class ChannelParams(NamedTuple):
-  """Per-world parameters of one channel; a field the sensor does not have is None (no leaf).
+ChannelParams = NamedTuple('ChannelParams', [(f, jax.Array | None) for f in FIELDS])
+ChannelParams.__new__.__defaults__ = (None,) * len(FIELDS)
+ChannelParams.__doc__ = """Per-world parameters of one channel (`FIELDS`); a field the sensor does
+not have is None (no leaf).
 
-  Shapes: scalars for `bandwidth_hz`, `limit`, `resolution`; `(3, 3)` for `misalignment`;
-  `(3,)` for the rest.
-  """
-  bandwidth_hz: jax.Array | None = None
-  scale: jax.Array | None = None
-  misalignment: jax.Array | None = None
-  noise_density: jax.Array | None = None
-  noise_stddev: jax.Array | None = None
-  noise_correlation: jax.Array | None = None
-  bias: jax.Array | None = None
-  bias_turn_on_stddev: jax.Array | None = None
-  bias_instability_stddev: jax.Array | None = None
-  bias_correlation_time_s: jax.Array | None = None
-  random_walk: jax.Array | None = None
-  limit: jax.Array | None = None
-  resolution: jax.Array | None = None
+Shapes: scalars for `bandwidth_hz`, `limit`, `resolution`; `(3, 3)` for `misalignment`;
+`(3,)` for the rest.
+"""
 
 
 class ChannelState(NamedTuple):

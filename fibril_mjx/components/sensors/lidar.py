@@ -44,7 +44,7 @@ from fibril_mjx.mechanisms import faults, rng
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, SiteMotion, rotate, site_bodies
+from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, rotate, view_of
 
 TYPE = 'fibril_sim/lidar'
 SAMPLE_TYPE = 'fibril_sim/lidar_scan/v1'
@@ -131,16 +131,10 @@ def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Lidar(base.FaultySensorFields):
-  """A built `fibril_sim/lidar` (static, hashable)."""
-  reads_sensors_only = True
-  site_id: int
-  body: int
-  root: int
+class Lidar(ViewSensorFields):
+  """A built `fibril_sim/lidar` (static, hashable; the fields of `ViewSensorFields`)."""
   directions: tuple      # ((x, y, z), ...) site frame
   offsets: tuple         # firing offsets (s)
-  scene: Scene
-  motion: SiteMotion
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -243,14 +237,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Lidar:
              f'must be ≥ vertical_min_deg = {cfg.vertical_min_deg:g}', cfg.vertical_max_deg)
   base.check(cfg.sweep_time_s <= cfg.period_s, *sb.origin('sweep_time_s'),
              f'must be ≤ period_s = {cfg.period_s:g}', cfg.sweep_time_s)
-  sid = faults.bind_site(ctx, cfg.site, sb.origin)
-  body, root = site_bodies(ctx.model, sid)
   d, t = beam_pattern(cfg)
-  comp = sb.make(Lidar, None, site_id=sid, body=body, root=root,
-                 directions=tuple(map(tuple, d.tolist())), offsets=tuple(t.tolist()),
-                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid))
-  plan = faults.build_plan(cfg, comp.neutral(), Lidar.fault_fields, origin=sb.origin)
-  return dataclasses.replace(comp, fault_plan=plan)
+  return make_view(sb, Lidar, view_of(ctx, faults.bind_site(ctx, cfg.site, sb.origin)),
+                   directions=tuple(map(tuple, d.tolist())), offsets=tuple(t.tolist()))
 
 
 CONFIG_MODEL = LidarConfigModel

@@ -42,7 +42,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.core.context import BuildContext, SitePose
+from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -125,17 +125,14 @@ State = em.state_type('State', ('earth_field', 'current'), ERRORS, ('queue', 'he
 
 
 @dataclasses.dataclass(frozen=True)
-class Magnetometer(base.FaultySensorFields):
+class Magnetometer(base.SiteSensorFields):
   """A built `fibril_sim/magnetometer` (static, hashable; `cfg` a `MagnetometerConfigModel`,
-  the common fields of `base.FaultySensorFields`).
+  the common fields of `base.SiteSensorFields`).
 
   Attributes:
     site_id: MuJoCo site id; current_ids: components whose feedback `current` is read.
   """
-  reads_sensors_only = True
-  site_id: int
   current_ids: tuple[str, ...]
-  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -256,8 +253,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
     earlier_feedback(ctx, cid, name, origin, 'current_components', j)
   ERRORS.check(sb)
   z3 = jnp.zeros(3, jnp.float32)
-  return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)), site_id=sid,
-                 site=ctx.site_pose(sid),
+  return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)),
+                 **base.at_site(ctx, sid),
                  current_ids=tuple(cfg.current_components))
 
 

@@ -55,7 +55,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import Scene, SiteMotion, site_bodies
+from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, view_of
 
 TYPE = 'fibril_sim/optical_flow'
 SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
@@ -156,14 +156,8 @@ def _zero_acc():
 
 
 @dataclasses.dataclass(frozen=True)
-class OpticalFlow(base.FaultySensorFields):
-  """A built `fibril_sim/optical_flow` (static, hashable)."""
-  reads_sensors_only = True
-  site_id: int
-  body: int
-  root: int
-  scene: Scene
-  motion: SiteMotion
+class OpticalFlow(ViewSensorFields):
+  """A built `fibril_sim/optical_flow` (static, hashable; the fields of `ViewSensorFields`)."""
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -271,12 +265,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> OpticalFlow:
              f'must be > min_range_m = {cfg.min_range_m:g}', cfg.max_range_m)
   base.check(cfg.exposure_s <= cfg.period_s, *sb.origin('exposure_s'),
              f'must be ≤ period_s = {cfg.period_s:g}', cfg.exposure_s)
-  sid = faults.bind_site(ctx, cfg.site, sb.origin)
-  body, root = site_bodies(ctx.model, sid)
-  comp = sb.make(OpticalFlow, None, site_id=sid, body=body, root=root,
-                 scene=Scene.of(ctx.model, ctx), motion=SiteMotion.of(ctx, sid))
-  plan = faults.build_plan(cfg, comp.neutral(), OpticalFlow.fault_fields, origin=sb.origin)
-  return dataclasses.replace(comp, fault_plan=plan)
+  return make_view(sb, OpticalFlow, view_of(ctx, faults.bind_site(ctx, cfg.site, sb.origin)))
 
 
 CONFIG_MODEL = OpticalFlowConfigModel

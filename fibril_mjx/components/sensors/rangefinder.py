@@ -27,7 +27,7 @@ import pydantic
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import faults
-from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
+from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.components.sensors.lidar import range_sigma
@@ -87,13 +87,10 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
-class Rangefinder(base.FaultySensorFields):
+class Rangefinder(base.SiteSensorFields):
   """A built `fibril_sim/rangefinder` (static, hashable; `cfg` a `RangefinderConfigModel`,
-  the common fields of `base.FaultySensorFields`)."""
-  reads_sensors_only = True
+  the common fields of `base.SiteSensorFields`)."""
   sensor: SensorBinding
-  site_id: int
-  site: SitePose
 
   type = TYPE
   sample_type = SAMPLE_TYPE
@@ -154,7 +151,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, sensor.site)
   z = jnp.float32(0.0)
   return sb.make(Rangefinder, Sample(z, jnp.bool_(False), z, jnp.int32(0)), sensor=sensor,
-                 site_id=int(sid), site=ctx.site_pose(sid))
+                 **base.at_site(ctx, sid))
 
 
 CONFIG_MODEL = RangefinderConfigModel

@@ -19,6 +19,9 @@ flow i kamera").
   `framelinvel` / `frameangvel` probes (MuJoCo's `mj_objectVelocity` with `flg_local = 0`).
 - `rotate`: `exp([a]×)·y` (Rodrigues), for poses extrapolated at constant velocity over a
   frame or sweep.
+- `ViewSensorFields`, `view_of`, `make_view`: the static fields every one of these sensors
+  has (its site, the site's body and root body, the scene, the site's motion), declared and
+  built once.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.core.context import Probe, SitePose
+from fibril_mjx.components import base
+from fibril_mjx.mechanisms import faults
 from fibril_mjx.physics.mjx import mjx
 
 _FIELDS = ('body_weldid', 'geom_bodyid', 'geom_group', 'geom_type', 'geom_matid', 'geom_rgba',
@@ -198,6 +203,35 @@ class SiteMotion:
     """`(v, ω)`: linear velocity of the site origin and angular velocity of its body, both in
     the world frame."""
     return self.linvel.read(data), self.angvel.read(data)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ViewSensorFields(base.FaultySensorFields):
+  """`base.FaultySensorFields` of a sensor that looks at the scene from a site, plus (keyword-
+  only, from `view_of`): `site_id`, its `body` and `root` body, the `scene` and the site's
+  `motion`. The subclass declares only its own fields."""
+  reads_sensors_only = True
+  site_id: int
+  body: int
+  root: int
+  scene: Scene
+  motion: SiteMotion
+
+
+def view_of(ctx, site_id: int) -> dict:
+  """The `ViewSensorFields` of site `site_id` (the scene's probes requested before the
+  site's)."""
+  body, root = site_bodies(ctx.model, site_id)
+  return dict(site_id=site_id, body=body, root=root, scene=Scene.of(ctx.model, ctx),
+              motion=SiteMotion.of(ctx, site_id))
+
+
+def make_view(sb, cls, view: dict, **own):
+  """`sb.make(cls, **view, **own)` (a `base.SensorBuild`), then its fault plan from the built
+  sensor's `neutral()` sample."""
+  comp = sb.make(cls, None, **view, **own)
+  plan = faults.build_plan(sb.cfg, comp.neutral(), cls.fault_fields, origin=sb.origin)
+  return dataclasses.replace(comp, fault_plan=plan)
 
 
 def rotate(a, y):

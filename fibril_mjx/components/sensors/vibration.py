@@ -16,6 +16,10 @@ is order N), `A` their amplitudes at ω_ref, `g` the frame's transmission gain p
 broadband floor (white per physics tick, stream `<channel>_vibration_floor`, indexed by tick so
 the physics-rate filter and the acquisition see the same value). Off (absent from the graph)
 unless `vibration_joint` is set.
+
+Each channel's lines and floor are an error model (`ERRORS`, `fibril_mjx.error_models`):
+`sinusoids` of the line amplitudes at the angles `order_k·θ + φ`, then `white_noise` of the floor
+σ drawn per physics tick; the sum is scaled by `g·s(ω)`.
 """
 
 from __future__ import annotations
@@ -28,19 +32,26 @@ import jax.numpy as jnp
 import mujoco
 import pydantic
 
-from fibril_mjx.mechanisms import rng
+from fibril_mjx import error_models as em
 from fibril_mjx.components.base import NonNeg3, Positive, Vec3
 from fibril_mjx.core.context import BuildContext, JointProbe
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.config.validation import Strict
 
 CHANNELS = ('angular_velocity', 'linear_acceleration')
-SOURCES = tuple(f'{ch}_vibration_floor' for ch in CHANNELS)
 ZERO3 = (0.0, 0.0, 0.0)
 
 
-STOCHASTIC = ('angular_velocity_vibration_floor_stddev',
-              'linear_acceleration_vibration_floor_stddev')   # scale random draws
+def channel_errors(ch: str) -> em.Chain:
+  """The vibration of channel `ch` before the transmission: its lines, then the broadband floor
+  (white per physics tick, stream `<ch>_vibration_floor`)."""
+  return em.chain(em.sinusoids(f'{ch}_vibration_amplitude'),
+                  em.white_noise(f'{ch}_vibration_floor_stddev', f'{ch}_vibration_floor', (3,)))
+
+
+ERRORS = {ch: channel_errors(ch) for ch in CHANNELS}
+SOURCES = tuple(s for ch in CHANNELS for s in ERRORS[ch].streams)
+STOCHASTIC = tuple(f for ch in CHANNELS for f in ERRORS[ch].stochastic_fields())
 
 
 class VibrationConfig(Strict):
@@ -141,17 +152,17 @@ class Vibration:
     out = {}
     phase = p.vibration_phase_rad if 'vibration_phase_rad' in self.on else 0.0
     angles = jnp.asarray(self.orders, jnp.float32)[:, None] * theta + phase   # (K, 3)
+    ctx = em.Ctx(self._on, streams, tick, self.dt, {'angles': angles})
     for ch in CHANNELS:
-      v = None
-      if f'{ch}_vibration_amplitude' in self.on and self.orders:
-        v = jnp.sum(getattr(p, f'{ch}_vibration_amplitude') * jnp.sin(angles), axis=0)
-      if f'{ch}_vibration_floor_stddev' in self.on:
-        f = getattr(p, f'{ch}_vibration_floor_stddev') * rng.normal(
-            streams[f'{ch}_vibration_floor'], tick, (3,))
-        v = f if v is None else v + f
-      if v is not None:
+      if ERRORS[ch].on_terms(ctx.on):
+        # from −0.0, the exact additive identity: a lone term's value is kept bit for bit
+        _, v, _ = ERRORS[ch].apply(p, {}, jnp.full(3, -0.0, jnp.float32), ctx)
         out[ch] = p.vibration_transmission_gain * s * v
     return out
+
+  def _on(self, field: str) -> bool:
+    """Switch of a term of `ERRORS`: its field is on (lines also need orders)."""
+    return field in self.on and (bool(self.orders) or not field.endswith('_amplitude'))
 
   def describe(self) -> list[str]:
     return [f'vibration: joint {self.joint!r}, orders {list(self.orders)} per revolution; '

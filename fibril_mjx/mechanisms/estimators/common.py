@@ -219,7 +219,20 @@ def tilt_error_rad(q_est, q_true):
 def predict_update_step(predict, update, params, state, gyro, accel, dt, new_data):
   """One IMU sample of either EKF: `predict` with the gyro over `dt`, then `update` with the
   lever-arm compensated accelerometer (`compensated_accel`); the state is kept when `new_data`
-  is False (a select, so it works under `vmap` with per-world masks)."""
+  is False (a select, so it works under `vmap` with per-world masks).
+
+  Args:
+    predict, update: the filter's `(params, state, gyro, dt)` and `(params, state, accel)`.
+    params: `EkfParams`.
+    state: the filter's state (`QuatEkfState` / `RpyEkfState`).
+    gyro: `(3,)` rad/s, body frame.
+    accel: `(3,)` m/s², body frame (specific force).
+    dt: seconds since the previously processed sample.
+    new_data: bool `()`; when False the state is returned unchanged.
+
+  Returns:
+    The filter's state after the sample.
+  """
   a_c = compensated_accel(params, state, gyro, accel, dt)
   new = update(params, predict(params, state, gyro, dt), a_c)
   return _tree_where(new_data, new, state)

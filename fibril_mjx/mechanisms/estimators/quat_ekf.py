@@ -129,20 +129,8 @@ def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfSta
 
 def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
                   new_data) -> QuatEkfState:
-  """One IMU sample: predict with `gyro` over `dt`, then update with `accel` (lever-arm
-  compensated, `compensated_accel`).
-
-  Args:
-    params: `EkfParams`.
-    state: `QuatEkfState`.
-    gyro: `(3,)` rad/s, body frame.
-    accel: `(3,)` m/s², body frame (specific force).
-    dt: seconds since the previously processed sample.
-    new_data: bool `()`; when False the state is returned unchanged.
-
-  Returns:
-    `QuatEkfState`.
-  """
+  """One IMU sample (`predict_update_step` of `quat_ekf_predict`, `quat_ekf_update`: its Args;
+  returns the `QuatEkfState`)."""
   return predict_update_step(quat_ekf_predict, quat_ekf_update, params, state, gyro, accel, dt,
                              new_data)
 

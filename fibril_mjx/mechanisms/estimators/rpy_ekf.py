@@ -181,19 +181,8 @@ def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
 
 def rpy_ekf_step(params: EkfParams, state: RpyEkfState, gyro, accel, dt,
                  new_data) -> RpyEkfState:
-  """One IMU sample: predict with `gyro` over `dt`, then update with `accel`.
-
-  Args:
-    params: `EkfParams`.
-    state: `RpyEkfState`.
-    gyro: `(3,)` rad/s, body frame.
-    accel: `(3,)` m/s², body frame.
-    dt: seconds since the previously processed sample.
-    new_data: bool `()`; when False the state is returned unchanged.
-
-  Returns:
-    `RpyEkfState`.
-  """
+  """One IMU sample (`predict_update_step` of `rpy_ekf_predict`, `rpy_ekf_update`: its Args;
+  returns the `RpyEkfState`)."""
   return predict_update_step(rpy_ekf_predict, rpy_ekf_update, params, state, gyro, accel, dt,
                              new_data)
 

@@ -159,16 +159,8 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
     outdir.write_file(files[1], yaml.safe_dump(tprof, sort_keys=False).encode())
   outdir.write_file(files[2], _evidence(result, recs, how, six_fit, tim, plots,
                                         component).encode())
-  outdir.write_file(files[3], json.dumps(result, indent=1, default=_json).encode())
+  outdir.write_file(files[3], json.dumps(result, indent=1, default=rc.json_default).encode())
   return result
-
-
-def _json(o):
-  if isinstance(o, np.ndarray):
-    return o.tolist()
-  if isinstance(o, np.generic):
-    return o.item()
-  return str(o)
 
 
 def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:

@@ -138,9 +138,8 @@ def run_moving(cfg, perturb, rigs, worlds, seed, duration_s, progress) -> list[C
   sim = rig_simulation(_write_rig(rigs, 'moving', xml, doc))
   progress(f'camera moving rig: {worlds} worlds x {dur:g} s at {SPEED:g} m/s, {len(pts)} '
            'landmarks')
-  ticks = int(math.ceil(dur / sim.dt))
-  seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
-  uv, rt, blur, vis, p0 = _collect(sim, worlds, seed, int(math.ceil(ticks / seg)) * seg, seg)
+  uv, rt, blur, vis, p0 = _collect(sim, worlds, seed,
+                                   *common._segmented(int(math.ceil(dur / sim.dt))))
   uv, rt, blur, vis, p0 = (a[:, SKIP:] for a in (uv, rt, blur, vis, p0))
   vel = SPEED * AXIS
   ref = [[reference(cfg, pts, p0[w, k], vel) for k in range(p0.shape[1])]

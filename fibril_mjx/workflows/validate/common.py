@@ -10,6 +10,8 @@ import dataclasses
 import json
 import math
 import pathlib
+import time
+import types
 
 import jax
 import numpy as np
@@ -247,7 +249,7 @@ def _write_rig(dirpath, name, xml, doc):
 
 
 @contextlib.contextmanager
-def _staged_output(out: pathlib.Path):
+def _staged_output(out):
   """The staged output directory of `out` (`fibril_mjx.io.outdir`), with `rigs/`: a reader
   never sees half a result."""
   with outdir.staged(out) as tmp:
@@ -258,6 +260,24 @@ def _staged_output(out: pathlib.Path):
 def _write_summary(tmp: pathlib.Path, summary: dict) -> None:
   (tmp / 'summary.json').write_text(json.dumps(summary, indent=1, ensure_ascii=False))
   (tmp / 'summary.txt').write_text(render(summary))
+
+
+def _finish(tmp, manifest_path, component, dev, checks, perturb, dur, worlds, seed, t0):
+  """The summary of a rig run (`_summary`, wall time since `t0`), written into `tmp`; `dev`
+  has `type` and `config` (a `(type, config)` pair is taken too)."""
+  if isinstance(dev, tuple):
+    dev = types.SimpleNamespace(type=dev[0], config=dev[1])
+  summary = _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed,
+                     time.time() - t0)
+  _write_summary(tmp, summary)
+  return summary
+
+
+def _segmented(ticks: int) -> tuple[int, int]:
+  """`(n_ticks, seg)` for `_collect`: `ticks` rounded up to whole segments of at most 5000
+  ticks."""
+  seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
+  return int(math.ceil(ticks / seg)) * seg, seg
 
 
 def _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed, wall):

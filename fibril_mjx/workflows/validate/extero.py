@@ -33,18 +33,15 @@ Tolerances: K_SIGMA standard errors of the sample statistics, plus a float32 all
 from __future__ import annotations
 
 import math
-import pathlib
 import textwrap
-import time
-import types
 import warnings
 
 import numpy as np
 
 from fibril_mjx.workflows.validate import camera_motion
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
-                                                  _fmt, _staged_output, _summary, _write_rig,
-                                                  _write_summary, bench_xml, one_type_rig, Check)
+                                                  _finish, _fmt, _segmented, _staged_output,
+                                                  _write_rig, bench_xml, one_type_rig, Check)
 from fibril_mjx.components.sensors import optical_flow
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -96,14 +93,14 @@ def flow_rig(cfg: dict, overrides: dict, kind: str, rate: float = 0.0, freq: flo
   return xml, doc, h, dt
 
 
-def _run(sim, worlds, seed, dur, period):
+def _run(sim, worlds, seed, dur, period, fields=FIELDS):
+  """`fields` of the rig's `dut` over `dur` s (`round(dur / period)` acquisitions), by
+  sequence, and the collected data."""
   n_acq = int(round(dur / period))
-  ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
-  seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
-  n_seg = int(math.ceil(ticks / seg))
-  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                  n_seg * seg, seg, FIELDS)['dut']
-  return {f: _by_sequence(data, f, n_acq) for f in FIELDS}, data
+  n_ticks, seg = _segmented(int(math.ceil((n_acq + 2) * period / sim.dt)))
+  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_ticks, seg,
+                  fields)['dut']
+  return {f: _by_sequence(data, f, n_acq) for f in fields}, data
 
 
 def _site_x(xml) -> np.ndarray:
@@ -209,7 +206,6 @@ def _rotation_checks(cfg, z, data, dt, w_pk, freq, period) -> list[Check]:
 def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
              progress, t0) -> dict:
   """`validate` for `fibril_sim/optical_flow`: the translation and rotation rigs."""
-  out = pathlib.Path(out)
   period = float(cfg['period_s'])
   dur = min(static_duration_s, 20.0)
   with _staged_output(out) as tmp:
@@ -228,11 +224,8 @@ def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
     progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
     z, data = _run(sim, worlds, seed + 1, min(dur, 5.0), period)
     checks += _rotation_checks(cfg, z, data, dt, w_pk, freq, period)
-    dev = types.SimpleNamespace(type=FLOW_TYPE, config=cfg)
-    summary = _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed,
-                       time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, (FLOW_TYPE, cfg), checks, perturb, dur,
+                   worlds, seed, t0)
 
 
 # ----------------------------------------------------------------------------- lidar
@@ -323,29 +316,21 @@ def _lidar_checks(cfg, r, ok, h) -> list[Check]:
 def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
               progress, t0) -> dict:
   """`validate` for `fibril_sim/lidar`: the static fan rig."""
-  out = pathlib.Path(out)
   period = float(cfg['period_s'])
   with _staged_output(out) as tmp:
     xml, doc, h = lidar_rig(cfg, perturb)
     sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
-    n_acq = int(round(static_duration_s / period))
-    progress(f'lidar static fan rig: {worlds} worlds x {n_acq} scans, {h:g} m above ground')
-    ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
-    seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
-    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                    int(math.ceil(ticks / seg)) * seg, seg, ('range_m', 'beam_valid'))['dut']
-    r = _by_sequence(data, 'range_m', n_acq)
-    ok = _by_sequence(data, 'beam_valid', n_acq)
+    progress(f'lidar static fan rig: {worlds} worlds x {round(static_duration_s / period)} '
+             f'scans, {h:g} m above ground')
+    z, _ = _run(sim, worlds, seed, static_duration_s, period, ('range_m', 'beam_valid'))
+    r, ok = z['range_m'], z['beam_valid']
     keep = np.all(np.isfinite(ok), axis=-1)
     r, ok = r[:, keep.all(axis=0)], ok[:, keep.all(axis=0)].astype(bool)
     with warnings.catch_warnings():     # a beam that never returns has no mean
       warnings.simplefilter('ignore', RuntimeWarning)
       checks = _lidar_checks(cfg, r, ok, h)
-    dev = types.SimpleNamespace(type=LIDAR_TYPE, config=cfg)
-    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
-                       worlds, seed, time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, (LIDAR_TYPE, cfg), checks, perturb,
+                   static_duration_s, worlds, seed, t0)
 
 
 # ---------------------------------------------------------------------------- camera
@@ -426,19 +411,14 @@ def _camera_checks(cfg, uv, vis, rt, pts) -> list[Check]:
 def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
                progress, t0) -> dict:
   """`validate` for `fibril_sim/camera`: the static landmark-grid rig."""
-  out = pathlib.Path(out)
   period = float(cfg['period_s'])
   with _staged_output(out) as tmp:
     xml, doc, pts = camera_rig(cfg, perturb)
     sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
-    n_acq = int(round(min(static_duration_s, 20.0) / period))
-    progress(f'camera static grid rig: {worlds} worlds x {n_acq} frames, {len(pts)} landmarks')
-    ticks = int(math.ceil((n_acq + 2) * period / sim.dt))
-    seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
-    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                    int(math.ceil(ticks / seg)) * seg, seg,
-                    ('uv_px', 'visible', 'row_time_s'))['dut']
-    z = {f: _by_sequence(data, f, n_acq) for f in ('uv_px', 'visible', 'row_time_s')}
+    dur = min(static_duration_s, 20.0)
+    progress(f'camera static grid rig: {worlds} worlds x {round(dur / period)} frames, '
+             f'{len(pts)} landmarks')
+    z, _ = _run(sim, worlds, seed, dur, period, ('uv_px', 'visible', 'row_time_s'))
     keep = np.all(np.isfinite(z['visible']), axis=(0, 2))
     vis = z['visible'][:, keep].astype(bool)
     with warnings.catch_warnings():
@@ -446,11 +426,8 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
       checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
     checks += camera_motion.run_moving(cfg, perturb, tmp / 'rigs', worlds, seed + 1,
                                        static_duration_s, progress)
-    dev = types.SimpleNamespace(type=CAMERA_TYPE, config=cfg)
-    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
-                       worlds, seed, time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, (CAMERA_TYPE, cfg), checks, perturb,
+                   static_duration_s, worlds, seed, t0)
 
 
 # The rigs of these types (validate finds this module by walking its package).

@@ -14,14 +14,13 @@ with two receivers (one with the rig's own outage):
 from __future__ import annotations
 
 import math
-import pathlib
 import time
 
 import numpy as np
 
 from fibril_mjx.workflows.validate.common import (rig_simulation, segments, K_SIGMA, _fmt_any,
-                                                  _staged_output, _summary, _timing, _write_rig,
-                                                  _write_summary, bench_xml, one_type_rig, Check)
+                                                  _finish, _staged_output, _timing, _write_rig,
+                                                  bench_xml, one_type_rig, Check)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.mechanisms.rng import world_keys
@@ -426,9 +425,6 @@ def gnss_checks(noise: dict, outage: dict, cfg: dict, dt: float, fig_dir) -> lis
 def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
              progress, t0) -> dict:
   """`validate` for `fibril_sim/gnss`: the static GNSS rig (`gnss_rig`, `gnss_checks`)."""
-  import types
-
-  out = pathlib.Path(out)
   with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     xml, doc = gnss_rig(cfg, perturb)
@@ -451,11 +447,8 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
                          n_seg * seg, seg, n_acq, origin)
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks = gnss_checks(sols['dut'], sols['dut_outage'], cfg, dt, tmp)
-    dev = types.SimpleNamespace(type=GNSS_TYPE, config=cfg)
-    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
-                       worlds, seed, time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, (GNSS_TYPE, cfg), checks, perturb,
+                   static_duration_s, worlds, seed, t0)
 
 
 # The rig of this type (validate finds this module by walking its package).

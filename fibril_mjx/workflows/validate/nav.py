@@ -11,14 +11,12 @@ the Gauss–Markov rig:
 from __future__ import annotations
 
 import math
-import pathlib
-import time
 
 import numpy as np
 
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
-                                                  _fmt, _staged_output, _summary, _write_rig,
-                                                  _write_summary, bench_xml, Check)
+                                                  _finish, _fmt, _staged_output, _write_rig,
+                                                  bench_xml, Check)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
@@ -132,9 +130,6 @@ def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
 def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
             perturb, progress, t0) -> dict:
   """`validate` for a navigation sensor: the static noise rig only."""
-  import types
-
-  out = pathlib.Path(out)
   field = NAV_TYPES[ctype][0]
   with _staged_output(out) as tmp:
     rigs = tmp / 'rigs'
@@ -160,11 +155,8 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
                       n_seg * seg, seg, (field,))
       z = _by_sequence(data['dut'], field, n_acq)
       checks.append(_nav_gm_check(ctype, cfg, z, gm, xml, period))
-    dev = types.SimpleNamespace(type=ctype, config=cfg)
-    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
-                       worlds, seed, time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, (ctype, cfg), checks, perturb,
+                   static_duration_s, worlds, seed, t0)
 
 
 def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import math
-import pathlib
 import time
 
 import numpy as np
 
 from fibril_mjx.workflows.validate import thermal, vibration
 from fibril_mjx.workflows.validate.common import (rig_simulation, _by_sequence, _collect,
-                                                  _staged_output, _summary, _write_rig,
-                                                  _write_summary)
+                                                  _finish, _staged_output, _write_rig)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
@@ -65,7 +63,6 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
   """`validate` for `fibril_sim/imu` / `fibril_sim/ahrs`: the static and the dynamic rig."""
   import jax
 
-  out = pathlib.Path(out)
   dev = device_from_config(component, ctype, cfg)
   with _staged_output(out) as tmp:
     fig_dir = tmp
@@ -105,10 +102,8 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     if ctype == 'fibril_sim/imu' and vibration.has_vibration(cfg):
       checks += _vibration_rig(dev, cfg, perturb, rigs, worlds, seed + 3,
                                static_duration_s / 5, progress, t0)
-    summary = _summary(manifest_path, component, dev, checks, perturb, static_duration_s,
-                       worlds, seed, time.time() - t0)
-    _write_summary(tmp, summary)
-  return summary
+    return _finish(tmp, manifest_path, component, dev, checks, perturb, static_duration_s,
+                   worlds, seed, t0)
 
 
 # The rig of these types (validate finds this module by walking its package).
