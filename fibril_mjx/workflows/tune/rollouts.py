@@ -22,7 +22,8 @@ every tick) that MuJoCo C computes for the physical parameters, read by the devi
   (`shooting.ShootingProblem`), a plain window length applies to `gradients: exact`.
 
 One compiled device program serves every iteration and start (its world count is fixed by
-the problem); JAX's persistent compilation cache serves a second fit of the same model.
+the problem); a second fit of the same model in a new process reads the traced program from
+disk (`programs.py`) and its compilation from JAX's persistent compilation cache.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf_fields
-from fibril_mjx.workflows.tune import timing
+from fibril_mjx.workflows.tune import programs, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
 FD_STEP = 1e-6   # forward-difference step of a physical parameter, in its fitted coordinate
@@ -155,8 +156,10 @@ class RolloutProblem(Problem):
       return r[0], jnp.concatenate(cols).T
 
     world = (0, 0, 0, 0, 0)
-    self._fields = jax.jit(jax.vmap(fields, in_axes=world))
-    self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0, None)))
+    ident = programs.identity(self)    # a second process loads the traced programs (programs.py)
+    self._fields = programs.Program(jax.vmap(fields, in_axes=world), 'tune_fields', ident)
+    self._jacobian = programs.Program(jax.vmap(jac, in_axes=world + (0, None, 0, None)),
+                                      'tune_jacobian', ident)
 
   # ----------------------------------------------------------------- MuJoCo C
 
