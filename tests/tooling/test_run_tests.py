@@ -145,3 +145,23 @@ def test_stopping_the_runner_stops_its_files(suite):
   while _running(hang) and time.monotonic() < deadline:
     time.sleep(0.1)
   assert not _running(hang)
+
+
+def test_shared_cache_is_trimmed_oldest_first(tmp_path):
+  """The runner bounds the shared compilation cache itself (JAX's LRU bound breaks when
+  processes with and without it share a directory): oldest entries go until it fits."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location('run_tests', ROOT / 'tools' / 'run_tests.py')
+  rt = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(rt)
+  for i, name in enumerate(['old', 'mid', 'new']):
+    f = tmp_path / f'jit_{name}-cache'
+    f.write_bytes(b'x' * 100)
+    os.utime(f, (1000 + i, 1000 + i))
+  (tmp_path / 'fibril_programs').mkdir()      # a folder is left alone
+  rt._trim_cache(tmp_path, keep_bytes=250)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['fibril_programs', 'jit_mid-cache',
+                                                        'jit_new-cache']
+  rt._trim_cache(tmp_path, keep_bytes=1000)
+  assert len(list(tmp_path.iterdir())) == 3
+  rt._trim_cache(tmp_path / 'missing')          # no directory yet: nothing to do
