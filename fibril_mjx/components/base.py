@@ -309,11 +309,22 @@ class SensorFields(SensorBase):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FaultySensorFields(faults.FaultySensor, SensorFields):
   """`SensorFields` plus the static `fault_plan` of `fibril_mjx.mechanisms.faults` (Params and State
-  then carry `faults`); the subclass sets `fault_fields`."""
+  then carry `faults`); `fault_fields` (the fields a fault acts on) default to the sample's
+  first field."""
   fault_plan: faults.FaultPlan = faults.FaultPlan()
 
   def uses(self, field: str) -> bool:
     return field == 'faults' or super().uses(field)
+
+  def init_state(self, state_type, p, world_key, neutral, *before, streams=(), **after):
+    """The usual `init`: the keys of the error model's streams, of `streams` and of the
+    delivery streams; the queue, held output and fault state of the `neutral` sample;
+    `state_type(keys, *before, <the error model's state>, queue, held, faults, **after)`."""
+    keys = em.stream_keys(world_key, self.id, self.errors, self.cfg,
+                          tuple(streams) + ('delivery_jitter', 'delivery_loss'))
+    queue, held, fs = self.init_transport(neutral)
+    return state_type(keys, *before, **self.errors.init(p, self.error_ctx(keys)), queue=queue,
+                      held=held, faults=fs, **after)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ A sensor writes its error model once, as a chain of terms in application order:
     ERRORS = em.chain(BIAS, NOISE)
 
 and reads off `ERRORS` what used to be written out by hand: its config fields
-(`em.config_model`), Params (`em.params_type`), State (`em.state_type`), stream names
+(`em.config_model`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
+`em.SAMPLE_TAIL`, `em.sample_type`), stream names
 (`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
 sample (`ERRORS.variance`), the build-time rules (`ERRORS.check`) and the fields `tune` holds at
 zero (`ERRORS.stochastic_fields()`). In the traced step it calls `BIAS.apply(p, st, x, ctx)`
@@ -37,16 +38,16 @@ channels use both. A sensor then gains a term by adding it to its chain: its man
 Params, State, streams, plan line and `tune` behaviour follow.
 """
 
-from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SLOW, STOCHASTIC, Chain,
-                                          ConfigField, Ctx, Term, chain, config_model,
-                                          params_type, state_type, stream_keys)
+from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,
+                                          Chain, ConfigField, Ctx, Term, chain, config_model,
+                                          params_type, sample_type, state_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, quantization,
                                            random_walk, saturation, sinusoids,
                                            turn_on_bias, white_noise)
 
-__all__ = ['DETERMINISTIC', 'KINDS', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
+__all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
            'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
            'first_order_lag', 'gain', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
-           'saturation', 'sinusoids',
+           'sample_type', 'saturation', 'sinusoids',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

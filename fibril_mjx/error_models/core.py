@@ -271,6 +271,24 @@ def state_type(name: str, before: tuple[str, ...], errors: Chain, after: tuple[s
   return cls
 
 
+# The fields a sensor's Sample ends with, and their docs (in the docstring's Attributes).
+SAMPLE_TAIL = ('variance', 'saturated', 'health')
+_SAMPLE_TAIL_DOC = """
+    variance: σ² + q²/12 of each measured element, the per-sample noise variance its error
+      model implies (`Chain.variance`), in the measurement's unit squared.
+    saturated: bool, each element clipped to the range this sample.
+    health: int32 (`fibril_mjx.mechanisms.faults`).
+  """
+
+
+def sample_type(name: str, measured: tuple[str, ...], doc: str):
+  """A sensor's Sample NamedTuple: the `measured` fields, then `SAMPLE_TAIL` (all `jax.Array`);
+  `doc` (a docstring whose Attributes name the measured fields) gets the tail's docs."""
+  cls = typing.NamedTuple(name, [(f, jax.Array) for f in tuple(measured) + SAMPLE_TAIL])
+  cls.__doc__ = doc.rstrip() + _SAMPLE_TAIL_DOC
+  return cls
+
+
 def stream_keys(world_key, cid: str, errors: Chain, cfg, extra: tuple[str, ...] = ()) -> dict:
   """`{source: key}` of every stream of `errors` (shared ones on `shared:<name>`) and `extra`
   (e.g. the delivery streams)."""

@@ -132,6 +132,18 @@ def test_terms_off_are_absent():
   assert not c.fault_plan.active and c.throttle_ctrl == -1 and c.velocity is None
 
 
+def test_sample_fields_and_the_default_fault_fields():
+  """The sample's fields in order (the trace's columns), and a fault entry without `fields`
+  acting on the measurement (the first field), one with `fields` on what it names."""
+  assert barometer.Sample._fields == ('pressure_pa', 'temperature_k', 'variance', 'saturated',
+                                      'health')
+  assert 'health: int32' in barometer.Sample.__doc__
+  c = make(faults=[{'type': 'stuck', 'start_s': 0.1},
+                   {'type': 'bias_step', 'start_s': 0.2, 'value': 1.0,
+                    'fields': ['temperature_k']}])
+  assert c.fault_plan.fields == (('pressure_pa',), ('temperature_k',))
+
+
 def test_noise_and_drift_closed_forms():
   sig_n, sig_d, tau = 1.2, 4.0, 0.2
   c = make(noise_stddev_pa=sig_n, resolution_pa=0.0)

@@ -21,9 +21,7 @@ of this component) and `R` site → world:
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import mujoco
 
@@ -60,24 +58,15 @@ Params = em.params_type('Params', ('wind_m_s', 'air_density_kg_m3'), ERRORS,
                         doc='Per-world parameters (config names), faults.')
 
 
-class Sample(NamedTuple):
-  """`fibril_sim/airspeed_sample/v1`.
+Sample = em.sample_type('Sample', ('differential_pressure_pa',), doc="""\
+`fibril_sim/airspeed_sample/v1`.
 
   Attributes:
     differential_pressure_pa: Pa (pitot − static).
-    variance: σ² + q²/12, Pa².
-    saturated: bool, this sample.
-    health: int32 (`fibril_mjx.mechanisms.faults`).
-  """
-  differential_pressure_pa: jax.Array
-  variance: jax.Array
-  saturated: jax.Array
-  health: jax.Array
+  """)
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
-    'Per-world state: streams, the error model\'s (lagged pressure and whether it started, '
-    'clip count), queue, held output, faults.'))
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,20 +79,15 @@ class Airspeed(base.SiteSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('differential_pressure_pa',)
   always_used = ('wind_m_s', 'air_density_kg_m3')
 
   def variance(self, p: Params):
     return ERRORS.variance(p, self.error_ctx({}))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
-    z = jnp.float32(0.0)
-    neutral = Sample(z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
-    queue, held, fs = self.init_transport(neutral)
-    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
-                 faults=fs)
+    neutral = Sample(jnp.float32(0.0), self.variance(p), jnp.bool_(False),
+                     jnp.int32(faults.HEALTHY))
+    return self.init_state(State, p, world_key, neutral)
 
   def air_velocity(self, p: Params, data):
     """Air-relative velocity of the probe in site axes `(3,)` m/s."""

@@ -24,9 +24,7 @@ velocimeter; wind `wind_m_s` in the world frame): identified from logs or tunnel
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import mujoco
 
@@ -94,26 +92,16 @@ Params = em.params_type('Params', OWN_PARAMS, ERRORS, doc='Per-world parameters 
                         'faults.')
 
 
-class Sample(NamedTuple):
-  """`fibril_sim/barometer_sample/v1`.
+Sample = em.sample_type('Sample', ('pressure_pa', 'temperature_k'), doc="""\
+`fibril_sim/barometer_sample/v1`.
 
   Attributes:
     pressure_pa: static pressure, Pa.
     temperature_k: sensor temperature, K.
-    variance: per-sample noise variance σ² + q²/12, Pa².
-    saturated: bool, clipped to the pressure range this sample.
-    health: int32 (`fibril_mjx.mechanisms.faults`).
-  """
-  pressure_pa: jax.Array
-  temperature_k: jax.Array
-  variance: jax.Array
-  saturated: jax.Array
-  health: jax.Array
+  """)
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'), doc=(
-    'Per-world state: streams, the error model\'s (turn-on offset, drift, unit common-mode '
-    'process, clip count), queue, held output, faults.'))
+State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +123,6 @@ class Barometer(base.SiteSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('pressure_pa',)
   always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 
   def _temperature_on(self) -> bool:
@@ -145,13 +132,9 @@ class Barometer(base.SiteSensorFields):
     return ERRORS.variance(p, self.error_ctx({}))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
     z = jnp.float32(0.0)
     neutral = Sample(z, z, self.variance(p), jnp.bool_(False), jnp.int32(faults.HEALTHY))
-    queue, held, fs = self.init_transport(neutral)
-    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
-                 faults=fs)
+    return self.init_state(State, p, world_key, neutral)
 
   def on_reset(self, p: Params, s: State, index) -> State:
     """A device reset redraws the turn-on offset (draw `index` of its stream)."""

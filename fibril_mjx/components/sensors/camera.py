@@ -144,7 +144,6 @@ class Camera(ViewSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('uv_px',)
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 
   @property
@@ -158,10 +157,7 @@ class Camera(ViewSensorFields):
                   jnp.zeros((n, 2), jnp.float32), jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
-    queue, held, fs = self.init_transport(self.neutral())
-    return State(streams, queue, held, fs)
+    return self.init_state(State, p, world_key, self.neutral())
 
   def _landmarks(self, data):
     return jnp.stack([pr.read(data) for pr in self.landmarks])

@@ -167,12 +167,8 @@ class Gnss(base.SiteSensorFields):
     return bool(self.cfg.outage_start_s)
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
     neutral = _neutral(self.origin)
-    queue, held, fs = self.init_transport(neutral)
-    return State(streams, p.lever_arm_m, **ERRORS.init(p, self.error_ctx(streams)),
-                 last_fix=neutral, queue=queue, held=held, faults=fs)
+    return self.init_state(State, p, world_key, neutral, p.lever_arm_m, last_fix=neutral)
 
   def antenna(self, lever_arm, data):
     """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""

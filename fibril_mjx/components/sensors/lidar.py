@@ -140,7 +140,6 @@ class Lidar(ViewSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('range_m',)
   always_used = ('min_range_m', 'max_range_m')
 
   @property
@@ -152,11 +151,9 @@ class Lidar(ViewSensorFields):
     return Sample(z, jnp.zeros((self.n_beams,), bool), z, jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('return', 'delivery_jitter', 'delivery_loss'))
-    queue, held, fs = self.init_transport(self.neutral())
     z = jnp.zeros((self.n_beams,), jnp.float32)
-    return State(streams, queue, held, fs, (z - 1.0, z + 1.0))
+    return self.init_state(State, p, world_key, self.neutral(), streams=('return',),
+                           ideal=(z - 1.0, z + 1.0))
 
   def rays(self, data):
     """World origins and unit directions `(N, 3)` of the beams (pose extrapolated per beam)."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -103,19 +102,12 @@ def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
                    -f * math.sin(i)])
 
 
-class Sample(NamedTuple):
-  """`fibril_sim/magnetometer_sample/v1`.
+Sample = em.sample_type('Sample', ('magnetic_field_ut',), doc="""\
+`fibril_sim/magnetometer_sample/v1`.
 
   Attributes:
     magnetic_field_ut: `(3,)` measured field, sensor axes, µT.
-    variance: `(3,)` per-sample noise variance implied by the config (σ² + q²/12), µT².
-    saturated: `(3,)` bool, this sample.
-    health: int32 (`fibril_mjx.mechanisms.faults`).
-  """
-  magnetic_field_ut: jax.Array
-  variance: jax.Array
-  saturated: jax.Array
-  health: jax.Array
+  """)
 
 
 State = em.state_type('State', ('earth_field', 'current'), ERRORS, ('queue', 'held', 'faults'),
@@ -138,7 +130,6 @@ class Magnetometer(base.SiteSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('magnetic_field_ut',)
 
   def default_params(self) -> Params:
     c = self.cfg
@@ -159,13 +150,10 @@ class Magnetometer(base.SiteSensorFields):
     return ERRORS.variance(p, self.error_ctx({}), (3,))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
-    z3 = jnp.zeros(3, jnp.float32)
-    neutral = Sample(z3, self.variance(p), jnp.zeros(3, bool), jnp.int32(faults.HEALTHY))
-    queue, held, fs = self.init_transport(neutral)
-    return State(streams, p.earth_field_ut, jnp.zeros(len(self.current_ids), jnp.float32),
-                 **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held, faults=fs)
+    neutral = Sample(jnp.zeros(3, jnp.float32), self.variance(p), jnp.zeros(3, bool),
+                     jnp.int32(faults.HEALTHY))
+    return self.init_state(State, p, world_key, neutral, p.earth_field_ut,
+                           jnp.zeros(len(self.current_ids), jnp.float32))
 
   def on_reset(self, p: Params, s: State, index) -> State:
     """A device reset redraws the turn-on bias (draw `index` of its stream)."""

@@ -163,7 +163,6 @@ class OpticalFlow(ViewSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('flow_rad',)
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
 
   def neutral(self):
@@ -172,11 +171,7 @@ class OpticalFlow(ViewSensorFields):
                   jnp.int32(faults.HEALTHY))
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
-    queue, held, fs = self.init_transport(self.neutral())
-    return State(streams, **ERRORS.init(p, self.error_ctx(streams)), queue=queue, held=held,
-                 faults=fs, acc=_zero_acc())
+    return self.init_state(State, p, world_key, self.neutral(), acc=_zero_acc())
 
   def on_reset(self, p: Params, s: State, index) -> State:
     """A device reset redraws the gyro's turn-on bias (draw `index` of its stream)."""

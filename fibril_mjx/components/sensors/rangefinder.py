@@ -96,16 +96,12 @@ class Rangefinder(base.SiteSensorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   errors = ERRORS
-  fault_fields = ('distance_m',)
   always_used = ('min_range_m', 'max_range_m')
 
   def init(self, p: Params, world_key) -> State:
-    streams = em.stream_keys(world_key, self.id, ERRORS, self.cfg,
-                             ('delivery_jitter', 'delivery_loss'))
     z = jnp.float32(0.0)
     neutral = Sample(z, jnp.bool_(False), z, jnp.int32(faults.HEALTHY))
-    queue, held, fs = self.init_transport(neutral)
-    return State(streams, queue, held, fs)
+    return self.init_state(State, p, world_key, neutral)
 
   def cos_incidence(self, data):
     return -self.site.mat(data)[2, 2]

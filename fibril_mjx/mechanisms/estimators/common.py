@@ -80,6 +80,26 @@ class Estimator(NamedTuple):
   attitude: Callable
 
 
+# The fields an EKF's state has after its attitude.
+STATE_TAIL = ('gyro_bias', 'cov', 'gyro_prev', 'gyro_prev_valid')
+
+
+def ekf_state_type(name: str, title: str, attitude: str, attitude_doc: str, cov_doc: str):
+  """An EKF's state NamedTuple: `attitude`, then `STATE_TAIL` (all `jax.Array`), documented
+  by `title`, `attitude_doc` and `cov_doc` (what the `(6, 6)` covariance is of)."""
+  cls = NamedTuple(name, [(f, jax.Array) for f in (attitude,) + STATE_TAIL])
+  cls.__doc__ = f"""{title}
+
+  Attributes:
+    {attitude}: {attitude_doc}
+    gyro_bias: `(3,)` gyro bias estimate, rad/s.
+    cov: `(6, 6)` covariance of {cov_doc}.
+    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
+    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
+  """
+  return cls
+
+
 # ------------------------------------------------------------------------- helpers
 
 
@@ -236,3 +256,12 @@ def predict_update_step(predict, update, params, state, gyro, accel, dt, new_dat
   a_c = compensated_accel(params, state, gyro, accel, dt)
   new = update(params, predict(params, state, gyro, dt), a_c)
   return _tree_where(new_data, new, state)
+
+
+def ekf_step(predict, update):
+  """The `Estimator.step` of a filter: `predict_update_step` with its `predict` and `update`."""
+  def step(params, state, gyro, accel, dt, new_data):
+    return predict_update_step(predict, update, params, state, gyro, accel, dt, new_data)
+  step.__doc__ = (f'One IMU sample (`predict_update_step` of `{predict.__name__}`, '
+                  f'`{update.__name__}`: its Args; returns the filter\'s state).')
+  return step

@@ -3,33 +3,19 @@ docstring)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
 from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
                                                      _kalman_update, _process_noise, _skew,
-                                                     _tree_where, predict_update_step)
+                                                     _tree_where, ekf_state_type, ekf_step)
 
 
-class QuatEkfState(NamedTuple):
-  """State of the quaternion (error-state) EKF.
-
-  Attributes:
-    q: `(4,)` unit quaternion body → world, `[w, x, y, z]`.
-    gyro_bias: `(3,)` gyro bias estimate, rad/s.
-    cov: `(6, 6)` covariance of `[δθ (rad, world frame), δb (rad/s)]`.
-    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
-    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
-  """
-  q: jax.Array
-  gyro_bias: jax.Array
-  cov: jax.Array
-  gyro_prev: jax.Array
-  gyro_prev_valid: jax.Array
+QuatEkfState = ekf_state_type(
+    'QuatEkfState', 'State of the quaternion (error-state) EKF.', 'q',
+    '`(4,)` unit quaternion body → world, `[w, x, y, z]`.',
+    '`[δθ (rad, world frame), δb (rad/s)]`')
 
 
 def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
@@ -127,12 +113,8 @@ def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfSta
   return _tree_where(accept, new, state)
 
 
-def quat_ekf_step(params: EkfParams, state: QuatEkfState, gyro, accel, dt,
-                  new_data) -> QuatEkfState:
-  """One IMU sample (`predict_update_step` of `quat_ekf_predict`, `quat_ekf_update`: its Args;
-  returns the `QuatEkfState`)."""
-  return predict_update_step(quat_ekf_predict, quat_ekf_update, params, state, gyro, accel, dt,
-                             new_data)
+# One IMU sample: `quat_ekf_step(params, state, gyro, accel, dt, new_data) -> QuatEkfState`.
+quat_ekf_step = ekf_step(quat_ekf_predict, quat_ekf_update)
 
 
 def quat_ekf_attitude(state: QuatEkfState):

@@ -3,33 +3,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat, smallmat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
 from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
                                                      _kalman_update, _process_noise, _tree_where,
-                                                     predict_update_step)
+                                                     ekf_state_type, ekf_step)
 
 
-class RpyEkfState(NamedTuple):
-  """State of the Euler-angle EKF.
-
-  Attributes:
-    rpy: `(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].
-    gyro_bias: `(3,)` gyro bias estimate, rad/s.
-    cov: `(6, 6)` covariance of `[roll, pitch, yaw, b_x, b_y, b_z]`.
-    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
-    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
-  """
-  rpy: jax.Array
-  gyro_bias: jax.Array
-  cov: jax.Array
-  gyro_prev: jax.Array
-  gyro_prev_valid: jax.Array
+RpyEkfState = ekf_state_type(
+    'RpyEkfState', 'State of the Euler-angle EKF.', 'rpy',
+    '`(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].',
+    '`[roll, pitch, yaw, b_x, b_y, b_z]`')
 
 
 def euler_rate_matrix(rpy):
@@ -179,12 +165,8 @@ def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
   return _tree_where(accept, new, state)
 
 
-def rpy_ekf_step(params: EkfParams, state: RpyEkfState, gyro, accel, dt,
-                 new_data) -> RpyEkfState:
-  """One IMU sample (`predict_update_step` of `rpy_ekf_predict`, `rpy_ekf_update`: its Args;
-  returns the `RpyEkfState`)."""
-  return predict_update_step(rpy_ekf_predict, rpy_ekf_update, params, state, gyro, accel, dt,
-                             new_data)
+# One IMU sample: `rpy_ekf_step(params, state, gyro, accel, dt, new_data) -> RpyEkfState`.
+rpy_ekf_step = ekf_step(rpy_ekf_predict, rpy_ekf_update)
 
 
 def rpy_ekf_attitude(state: RpyEkfState):

@@ -33,8 +33,8 @@ to ticks like a schedule's `next_boundary`):
 | `stuck` | the data fields hold `value`, or (no `value`) stay frozen at the last sent value |
 | `reset` | the device is off the bus during the window (no packets); at its start the component re-initializes its random per-episode terms (`on_reset`); for `warmup_s` after the window the data come with status `INVALID` (warming up), then the health recovers |
 
-Data fields are the component's `fault_fields` (class attribute) unless an entry names
-`fields`. Bias, stuck and sentinel values are a scalar or one value per element of the field.
+Data fields are the component's `fault_fields` (class attribute; by default the sample's first
+field, its measurement) unless an entry names `fields`. Bias, stuck and sentinel values are a scalar or one value per element of the field.
 
 **Health** (`HEALTHY` → `DEGRADED` → `INVALID` → `RECOVERING` → `HEALTHY`): a driver-side state
 machine advanced once per acquisition instant by the instant's condition — `MISSED` (no

@@ -19,7 +19,8 @@ from fibril_mjx.errors import did_you_mean
 class FaultySensor:
   """Mixin of the guide's sensors (put before `base.SensorBase`, whose `sense` runs the faulted
   cycle for a component with a `fault_plan`): reset hook, queue + fault state init, status. A
-  subclass sets `fault_plan`, `fault_fields` and has `faults` in Params and State."""
+  subclass sets `fault_plan` and has `faults` in Params and State; `fault_fields`, the sample
+  fields a fault entry without `fields` acts on, default to the sample's first field."""
   fault_fields: tuple = ()
 
   def default_params(self):

@@ -158,12 +158,14 @@ def build_plan(cfg: FaultConfig, neutral_sample, default_fields: tuple[str, ...]
 
   Args:
     neutral_sample: a sample of the component (field names, shapes, dtypes).
-    default_fields: the component's `fault_fields`.
+    default_fields: the component's `fault_fields`; empty: the sample's first field (the
+      measurement of a sensor with one, e.g. `pressure_pa`).
     origin: `field -> (file, path)` of the config.
   """
   errors = []
   types, fields, shapes, warm, has = [], [], [], [], []
   names = getattr(type(neutral_sample), '_fields', ())
+  default_fields = tuple(default_fields) or names[:1]
   file, path = origin('faults')
   for i, f in enumerate(cfg.faults):
     where = f'{path}[{i}]'
