@@ -69,19 +69,24 @@ def suite(tmp_path_factory):
   return d
 
 
-def _run(d, *args):
+def _run(d, *args, fork='1'):
   # no shared JAX cache here: the throw-away files never import jax
-  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork)
   env.pop('FIBRIL_MJX_REQUIRE_OPTIONAL', None)
   return subprocess.run([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), *args],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
-def test_hang_empty_optional_fail_and_every_outcome_is_counted(suite):
+@pytest.mark.parametrize('fork', ['1', '0'], ids=['forked', 'fresh'])
+def test_hang_empty_optional_fail_and_every_outcome_is_counted(suite, fork):
+  """Files forked from the runner's server (the default) and run by fresh interpreters
+  (FIBRIL_MJX_TEST_FORK=0) are reported alike."""
   r = _run(suite, '--jobs', '2', '--file-timeout', '6',
-           *(str(suite / n) for n in sorted(FILES)))
+           *(str(suite / n) for n in sorted(FILES)), fork=fork)
   out = r.stdout
   assert r.returncode == 1, out
+  assert ('each file forked from a server' if fork == '1' else
+          'each file in a fresh interpreter') in out, out
   status = {name: s.strip() for s, name in re.findall(r'^(ok  |FAIL) (test_\w+\.py)', out, re.M)}
   assert status == {'test_hang.py': 'FAIL', 'test_empty.py': 'FAIL', 'test_mixed.py': 'ok',
                     'test_optional.py': 'FAIL'}, out
@@ -115,36 +120,61 @@ def test_without_the_runner_a_missing_optional_dependency_still_skips(suite):
   assert r.returncode in (0, 5) and '1 skipped' in r.stdout, r.stdout   # 5: none collected
 
 
-def _running(path: str) -> list[int]:
-  pids = []
+def _descendants(pid: int) -> set[int]:
+  """Every live process below `pid` (children, theirs, ...), from /proc/*/stat."""
+  children: dict[int, list[int]] = {}
   for p in pathlib.Path('/proc').iterdir():
     try:
-      if p.name.isdigit() and path.encode() in (p / 'cmdline').read_bytes():
-        pids.append(int(p.name))
+      if p.name.isdigit():
+        stat = (p / 'stat').read_text()
+        fields = stat[stat.rindex(')') + 2:].split()
+        if fields[0] != 'Z':                      # a zombie is gone, only not yet reaped
+          children.setdefault(int(fields[1]), []).append(int(p.name))
+    except (OSError, ValueError):
+      pass
+  out, todo = set(), [pid]
+  while todo:
+    for c in children.get(todo.pop(), ()):
+      out.add(c)
+      todo.append(c)
+  return out
+
+
+def _alive(pids) -> set[int]:
+  out = set()
+  for pid in pids:
+    try:
+      stat = pathlib.Path(f'/proc/{pid}/stat').read_text()
+      if stat[stat.rindex(')') + 2] != 'Z':
+        out.add(pid)
     except OSError:
       pass
-  return pids
+  return out
 
 
-@pytest.mark.skipif(not pathlib.Path('/proc/self/cmdline').exists(), reason='needs /proc')
-def test_stopping_the_runner_stops_its_files(suite):
+@pytest.mark.skipif(not pathlib.Path('/proc/self/stat').exists(), reason='needs /proc')
+@pytest.mark.parametrize('fork', ['1', '0'], ids=['forked', 'fresh'])
+def test_stopping_the_runner_stops_its_files(suite, fork):
   import signal
   import time
   hang = str(suite / 'test_hang.py')
-  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork)
   p = subprocess.Popen([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), '--file-timeout',
                         '100', hang], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+  # the file's process: with the server, its child (the server's other child is none)
+  want = 2 if fork == '1' else 1
   deadline = time.monotonic() + 60
-  while len(_running(hang)) < 2 and time.monotonic() < deadline:   # the runner and its file
+  while len(_descendants(p.pid)) < want and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert len(_running(hang)) >= 2
+  below = _descendants(p.pid)
+  assert len(below) >= want, below
   time.sleep(1.0)
   p.send_signal(signal.SIGTERM)
   assert p.wait(timeout=30) == 128 + signal.SIGTERM
   deadline = time.monotonic() + 10
-  while _running(hang) and time.monotonic() < deadline:
+  while _alive(below) and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert not _running(hang)
+  assert not _alive(below)
 
 
 def test_shared_cache_is_trimmed_oldest_first(tmp_path):
