@@ -46,8 +46,8 @@ from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, const
                                            random_walk, saturation, sinusoids,
                                            turn_on_bias, white_noise)
 
-__all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField', 'Ctx',
-           'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
+__all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
+           'Ctx', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
            'first_order_lag', 'gain', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
            'sample_type', 'saturation', 'sinusoids',
            'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -274,9 +274,9 @@ def state_type(name: str, before: tuple[str, ...], errors: Chain, after: tuple[s
 # The fields a sensor's Sample ends with, and their docs (in the docstring's Attributes).
 SAMPLE_TAIL = ('variance', 'saturated', 'health')
 _SAMPLE_TAIL_DOC = """
-    variance: σ² + q²/12 of each measured element, the per-sample noise variance its error
-      model implies (`Chain.variance`), in the measurement's unit squared.
-    saturated: bool, each element clipped to the range this sample.
+    variance: σ² + q²/12 of the measurement (the first field; one per element), the per-sample
+      noise variance its error model implies (`Chain.variance`), in its unit squared.
+    saturated: bool, the measurement (per element) clipped to its range this sample.
     health: int32 (`fibril_mjx.mechanisms.faults`).
   """
 
