@@ -167,15 +167,14 @@ class Server:
       proc = subprocess.Popen([sys.executable, '-c', SERVER], cwd=ROOT, env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, start_new_session=True)
-      first = proc.stdout.readline()
-      if json.loads(first or b'{}').get('ready'):
-        return cls(proc)
-    except (OSError, ValueError):
-      pass
+    except OSError:
+      return None
     try:
-      proc.kill()
-    except (NameError, OSError):
+      if json.loads(proc.stdout.readline() or b'{}').get('ready'):
+        return cls(proc)
+    except ValueError:
       pass
+    proc.kill()
     return None
 
   def _read(self):
