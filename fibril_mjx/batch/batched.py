@@ -214,6 +214,16 @@ def join_model(mx, shared_model, world_model):
   return worlds.join_model(shared_model, world_model)
 
 
+def model_rows(model, fields: tuple, lo: int, hi: int):
+  """Worlds `lo:hi` of a per-world `model` (a mapping of fields, or an `mjx.Model` whose
+  `fields` have a world axis); as it is without per-world fields."""
+  if fields and isinstance(model, Mapping):
+    return {f: model[f][lo:hi] for f in fields}
+  if fields:
+    return model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
+  return model
+
+
 def split_trace(commands, null: dict, lo: int, hi: int):
   """A rollout's open-loop trace `{id: (n_ticks, nworld, ...)}` for worlds `lo:hi`, as the
   tick-0 commands for a reset `(k, ...)` and the world-major commands of ticks 1 … n_ticks

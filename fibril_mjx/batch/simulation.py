@@ -4,14 +4,14 @@ world) and its world axis (`fibril_mjx.batch.batched`: `vmap` over worlds, `lax.
 ticks), laid out on devices, sub-batches and host chunks by `fibril_mjx.batch.worlds`.
 
 Each verb is one jitted program per layout (`_program`): a block over one sub-batch of worlds,
-mapped over the sub-batches and sharded over the devices. Inside a user's `jit` / `vmap` /
+mapped over the sub-batches and sharded over the devices; on one device its trace is kept on
+disk for the next process (`fibril_mjx.batch.programs`). Inside a user's `jit` / `vmap` /
 `grad` (traced inputs) a verb runs the batched pipeline as it is: the caller owns the world axis.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any, Callable
 
 import jax
@@ -20,6 +20,7 @@ import numpy as np
 
 from fibril_mjx.batch import batched
 from fibril_mjx.batch import physics_c
+from fibril_mjx.batch import programs
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
@@ -27,10 +28,6 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics.mjx import mjx
-
-
-def _call_unpinned(prog, shared, world):
-  return prog(worlds.unpin(shared), worlds.unpin(world))
 
 
 class Simulation:
@@ -64,12 +61,11 @@ class Simulation:
       mujoco.mj_forward(built.physics_model, d)
       self._data0 = mjx.put_data(built.physics_model, d, impl='warp')
     self._programs: dict = {}
+    self._identity: tuple | None = None   # (programs.built_identity,), once
     self._sub_batch: tuple | None = None
 
-  @property
-  def data0(self):
-    """The `mjx.Data` every world starts from (the model's initial state after `mj_forward`)."""
-    return self._data0
+  data0 = property(lambda self: self._data0, doc="""The `mjx.Data` every world starts from (the
+  model's initial state after `mj_forward`).""")
 
   # ---------------------------------------------------------------- params
 
@@ -116,20 +112,21 @@ class Simulation:
 
   def world_nbytes(self, *, share: bool = False) -> tuple[float, float]:
     """`(bytes of one world's state on the device, bytes of one world's outputs of one tick)`,
-    from the shapes only (nothing runs); with `share` the physics is not a world's."""
-    p, keys = self.default_params(2), rng.world_keys(0, 2)
-    st = jax.eval_shape(lambda: self._reset_batch(None, p, keys, share=share))
-    out = jax.eval_shape(lambda: batched.outputs(self.built, self._reset_batch(
-        None, p, keys, share=share)))
-    return (worlds.tree_nbytes(batched.split_state(st, share)[1]) / 2,
-            worlds.tree_nbytes(out) / 2)
+    from the shapes only (nothing runs; kept on disk as the programs are); with `share` the
+    physics is not a world's."""
+    def compute():
+      p, keys = self.default_params(2), rng.world_keys(0, 2)
+      st, out = jax.eval_shape(lambda: (lambda s: (s, batched.outputs(self.built, s)))(
+          self._reset_batch(None, p, keys, share=share)))
+      return (worlds.tree_nbytes(batched.split_state(st, share)[1]) / 2,
+              worlds.tree_nbytes(out) / 2)
+    return tuple(programs.cached_value(self.identity(), f'world_nbytes-{share}', compute))
 
   # ---------------------------------------------------------------- the batched pipeline
 
   def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
                    model_fields=(), share=False, latency=None, commands=None, data0=None):
-    """`batched.reset` with this simulation's model, initial data and impl (traceable; what
-    `reset` runs inside its programs)."""
+    """`batched.reset` with this simulation's model, initial data and impl (traceable)."""
     return batched.reset(self.built, self.mx if mx is None else mx, params, world_keys,
                          data0=self._data0 if data0 is None else data0,
                          qpos_offset=qpos_offset, qvel_offset=qvel_offset,
@@ -142,8 +139,7 @@ class Simulation:
 
   def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
                  controller=None, observe_truth=False, model_fields=()):
-    """`batched.run` with this simulation's model and impl (traceable; what `run` runs inside
-    its programs)."""
+    """`batched.run` with this simulation's model and impl (traceable)."""
     return batched.run(self.built, self.mx if mx is None else mx, params, state, carry,
                        commands, n_ticks, record, controller, observe_truth,
                        model_fields=model_fields, impl=self.impl)
@@ -161,16 +157,17 @@ class Simulation:
 
   def sub_batch_cap(self) -> tuple[int | None, str]:
     """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`worlds.
-    lapack_safe_sub_batch`, from the traced step), and why; None: no limit."""
+    lapack_safe_sub_batch`, from the traced step; kept on disk as the programs are), and why;
+    None: no limit."""
+    def compute():
+      p, keys = self.default_params(1), rng.world_keys(0, 1)
+      st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
+      return worlds.lapack_safe_sub_batch(lambda pp, s: self._step_batch(None, pp, s), p, st)
     if self._sub_batch is None:
       if jax.default_backend() != 'cpu':
         self._sub_batch = (None, f'{jax.default_backend()} backend: no CPU LAPACK call')
       else:
-        p = self.default_params(1)
-        keys = rng.world_keys(0, 1)
-        st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
-        self._sub_batch = worlds.lapack_safe_sub_batch(
-            lambda pp, s: self._step_batch(None, pp, s), p, st)
+        self._sub_batch = tuple(programs.cached_value(self.identity(), 'sub_batch', compute))
     return self._sub_batch
 
   def layout(self, n_worlds: int, *, devices=None, sub_batch: int | None = None,
@@ -186,12 +183,22 @@ class Simulation:
     key = (kind, lay, devices, tuple(sorted(static.items())))
     prog = self._programs.get(key)
     if prog is None:
-      block = getattr(self, f'_{kind}_block')
-      prog = jax.jit(worlds.program(functools.partial(block, **static), lay, devices))
+      fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **static), lay,
+                          devices)
       if lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
-        prog = functools.partial(_call_unpinned, prog)
+        prog = worlds.unpinned(jax.jit(fn))
+      elif self.impl == 'jax' and static.get('controller') is None:   # kept on disk
+        prog = programs.Program(fn, f'{kind} {programs.canon((lay, key[3]))}', self.identity())
+      else:
+        prog = jax.jit(fn)
       self._programs[key] = prog
     return prog
+
+  def identity(self) -> bytes | None:
+    """What this simulation's traced programs depend on (`programs.built_identity`), once."""
+    if self._identity is None:
+      self._identity = (programs.built_identity(self.built) if self.impl == 'jax' else None,)
+    return self._identity[0]
 
   def _join_model(self, shared_model, world_model):
     return batched.join_model(self.mx, shared_model, world_model)
@@ -440,11 +447,7 @@ class Simulation:
     for lo, hi in worlds.chunks(n, chunk_worlds):
       sl = lambda t: jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
       p, keys = sl(params), world_keys[lo:hi]
-      m = model
-      if fields and isinstance(model, Mapping):
-        m = {f: model[f][lo:hi] for f in fields}
-      elif fields:
-        m = model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
+      m = batched.model_rows(model, fields, lo, hi)
       cmds0, cmds = batched.split_trace(commands, self.null_commands(), lo, hi)
       carry = None
       if controller is not None:
@@ -485,11 +488,8 @@ def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str =
       compiled in even when the manifest leaves them at the default, so that per-world
       values (randomization, gradients) take effect. A per-world value given for a term that
       is compiled out is an error (`Simulation.reset`).
-    impl: physics implementation, `'jax'` (MJX-JAX, default, differentiable) or `'warp'`
-      (MJX-Warp, NVIDIA GPUs only, not differentiable); refused with a clear error where it
-      cannot run.
-    physics: the backend of `rollout`: `'mjx'` (default) or `'c'` (MuJoCo C, open loop; a
-      one-line error names a component that closes a loop on physics).
+    impl, physics: as in `Simulation` (refused with a clear error where they cannot run; a
+      one-line error names a component that closes a loop on physics under `physics='c'`).
   """
   worlds.check_impl(impl)
   return Simulation(build.build(read_manifest(manifest_path, overrides=overrides), vary=vary),

@@ -281,6 +281,11 @@ def unpin(tree):
   return jax.tree.map(one, tree)
 
 
+def unpinned(prog: Callable) -> Callable:
+  """`prog(shared, world)` called with both `unpin`ned."""
+  return lambda shared, world: prog(unpin(shared), unpin(world))
+
+
 def is_traced(tree) -> bool:
   """True inside a user's transformation (jit / vmap / grad): the caller owns the world axis."""
   return any(jax_compat.is_tracer(x) for x in jax.tree.leaves(tree))

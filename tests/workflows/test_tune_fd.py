@@ -29,7 +29,8 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from fibril_mjx.workflows.tune import programs, timing
+from fibril_mjx.batch import programs
+from fibril_mjx.workflows.tune import timing
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
 GYRO_SIGMA, ACCEL_SIGMA = 2e-3, 2e-2
@@ -468,7 +469,7 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
 IDENTITY = """\
 import sys
 from fibril_mjx.workflows import tune
-from fibril_mjx.workflows.tune import programs
+from fibril_mjx.batch import programs
 p = tune.make_problem(tune.read_tune_file(sys.argv[1]), progress=False)
 print('IDENTITY', programs.identity(p).hex())
 """
@@ -503,8 +504,8 @@ def test_program_key_follows_the_model_and_not_the_process(problem, tmp_path):
 
 def test_program_key_text_sorts_sets():
   """Set order follows the string hash seed; the key's text does not."""
-  code = ('from fibril_mjx.workflows.tune import programs; '
-          "print(programs._canon((frozenset('abcde'), {'x': {'p', 'q', 'r', 's'}})))")
+  code = ('from fibril_mjx.batch import programs; '
+          "print(programs.canon((frozenset('abcde'), {'x': {'p', 'q', 'r', 's'}})))")
   outs = {subprocess.run([sys.executable, '-c', code], text=True, capture_output=True,
                          env=dict(os.environ, PYTHONHASHSEED=seed), timeout=300).stdout
           for seed in ('1', '2', '3')}

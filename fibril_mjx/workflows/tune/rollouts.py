@@ -41,7 +41,8 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf_fields
-from fibril_mjx.workflows.tune import programs, timing
+from fibril_mjx.batch import programs
+from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
 FD_STEP = 1e-6   # forward-difference step of a physical parameter, in its fitted coordinate

@@ -1,0 +1,366 @@
+"""Traced programs kept on disk (`jax.export`) for the next process.
+
+JAX's persistent compilation cache saves a new process the XLA compilation but not the tracing:
+it traces the pipeline (MJX's step, the latency queue, schedules, quantization, filters) again
+before it can even look the compiled program up — for a small model most of a warm start.
+`Program` serializes the traced program (StableHLO, `jax.export`) beside the compilation cache,
+keyed by everything the trace depends on, so the next process deserializes it and goes
+straight to the (cached) compilation. `Simulation.reset / step / run` (one device, no
+controller) and a tune's device programs (`fibril_mjx.workflows.tune.rollouts`) use it.
+
+The key is the SHA-256 of:
+- every file of the installed `fibril_mjx` package (the code that is traced);
+- the versions of jax, jaxlib, mujoco and numpy, JAX's configuration (every setting but
+  those of its caches, logging and dumps), `XLA_FLAGS`, the backend;
+- the owner's identity: for a simulation (`built_identity`) the built model's key (manifest
+  sha256, the built components' static configuration, scripts, dcmotor binding, vary), the
+  compiled `MjModel`s' binaries and the MJX model's and initial data's arrays; for a tune
+  problem (`identity`) that plus the default and fitted parameters, the loss, the keys and the
+  problem's class;
+- the name of the program (for a simulation: the verb, the layout and its static options),
+  the structure, shapes and dtypes of its arguments, and whether quantization is traced with
+  straight-through derivatives.
+
+Anything whose text is not stable across processes (a `repr` with an object address, e.g. a
+controller function) makes the program uncached: traced as `jax.jit`, never written. The
+output's pytree structure is kept beside the program (pickled; read back by an unpickler
+that builds nothing but classes of jax, jaxlib, mujoco.mjx, numpy and fibril_mjx). The
+process that writes a program runs it in its exported form too, so a process that reads it
+computes bitwise what the writer did. The programs live in `$FIBRIL_MJX_PROGRAM_CACHE`, else
+in `fibril_programs/` of JAX's compilation cache directory (the CLI's
+`~/.cache/fibril_mjx/jax`, or `$FIBRIL_MJX_CACHE`); with neither, or with
+`FIBRIL_MJX_NO_PROGRAM_CACHE=1`, nothing is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import io
+import json
+import os
+import pathlib
+import pickle
+import platform
+import re
+import sys
+import tempfile
+
+import jax
+import jaxlib
+import mujoco
+import numpy as np
+import pydantic
+
+from fibril_mjx.mechanisms import signal as sig
+
+SUFFIX = '.fibril-export'
+_MAGIC = b'fibril-program-1\n'
+_UNSTABLE = re.compile(r' at 0x[0-9a-f]+')
+# JAX settings that do not change a traced program: its caches, logging, dumps, profiling
+_UNTRACED = re.compile(r'cache|log|dump|explain|profil|traceback')
+_PACKAGE: list = []
+
+
+def _package_digest() -> str:
+  """SHA-256 of every file of the installed package (its code and data), once a process."""
+  if not _PACKAGE:
+    root = pathlib.Path(__file__).resolve().parents[1]     # the fibril_mjx package
+    h = hashlib.sha256()
+    for f in sorted(root.rglob('*')):
+      if f.is_file() and '__pycache__' not in f.parts and f.suffix not in ('.pyc', '.pyo'):
+        h.update(str(f.relative_to(root)).encode() + b'\0' + f.read_bytes() + b'\0')
+    _PACKAGE.append(h.hexdigest())
+  return _PACKAGE[0]
+
+
+def _environment() -> bytes:
+  settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
+                    if not _UNTRACED.search(k))
+  return repr((jax.__version__, jaxlib.__version__, mujoco.__version__, np.__version__,
+               sys.version_info[:2], platform.machine(), jax.default_backend(),
+               settings, os.environ.get('XLA_FLAGS', ''))).encode()
+
+
+def canon(x) -> str:
+  """A text of `x` that is the same in every process: `repr`, but sets sorted (their order
+  follows the string hash seed), dataclasses and pydantic models field by field, arrays by
+  their bytes."""
+  if isinstance(x, (set, frozenset)):
+    return '{' + ', '.join(sorted(canon(v) for v in x)) + '}'
+  if isinstance(x, dict):
+    return '{' + ', '.join(f'{canon(k)}: {canon(v)}' for k, v in x.items()) + '}'
+  if isinstance(x, (list, tuple)):
+    return f'{type(x).__qualname__}(' + ', '.join(canon(v) for v in x) + ')'
+  if isinstance(x, np.ndarray):
+    return f'array({x.dtype}, {x.shape}, {hashlib.sha256(x.tobytes()).hexdigest()})'
+  if dataclasses.is_dataclass(x) and not isinstance(x, type):
+    return f'{type(x).__qualname__}(' + ', '.join(
+        f'{f.name}={canon(getattr(x, f.name))}' for f in dataclasses.fields(x)) + ')'
+  if isinstance(x, pydantic.BaseModel):
+    items = [(k, getattr(x, k)) for k in type(x).model_fields] + \
+        sorted((x.model_extra or {}).items())
+    return f'{type(x).__qualname__}(' + ', '.join(f'{k}={canon(v)}' for k, v in items) + ')'
+  if isinstance(x, type):
+    return f'{x.__module__}.{x.__qualname__}{getattr(x, "_fields", "")}'
+  text = repr(x)
+  slots = getattr(type(x), '__slots__', None)
+  if _UNSTABLE.search(text) and (slots or hasattr(x, '__dict__')):   # e.g. MJX's array wrapper
+    fields = {k: getattr(x, k) for k in slots} if slots else vars(x)
+    return f'{type(x).__qualname__}(' + canon(fields) + ')'
+  return text
+
+
+def tree_text(tree) -> str:
+  """`canon` of a pytree structure: node types, their data and children (its `str` may hold
+  object addresses, and equal structures pickle to different bytes)."""
+  node = tree.node_data()
+  if node is None:
+    return '*'
+  return canon(node) + '[' + ', '.join(tree_text(c) for c in tree.children()) + ']'
+
+
+def _model_bytes(m: mujoco.MjModel) -> bytes:
+  buf = np.zeros(mujoco.mj_sizeModel(m), np.uint8)
+  mujoco.mj_saveModel(m, None, buf)
+  return buf.tobytes()
+
+
+def _leaves_bytes(tree) -> bytes:
+  h = hashlib.sha256()
+  for x in jax.tree.leaves(tree):
+    a = np.asarray(x)
+    h.update(repr((a.shape, str(a.dtype))).encode() + a.tobytes())
+  return h.digest()
+
+
+def _digest(text: str, *parts: bytes) -> bytes | None:
+  if _UNSTABLE.search(text):
+    return None
+  h = hashlib.sha256()
+  for part in (_package_digest().encode(), _environment(), text.encode()) + parts:
+    h.update(hashlib.sha256(part).digest())
+  return h.digest()
+
+
+def built_identity(built) -> bytes | None:
+  """What a simulation's traced programs depend on beside their arguments and static options
+  (module docstring), or None where some part has no stable text (then nothing is kept)."""
+  return _digest(canon(('Simulation', built._key())), _model_bytes(built.mj_model),
+                 _model_bytes(built.physics_model), _leaves_bytes(built.mx),
+                 _leaves_bytes(built.data0))
+
+
+def identity(problem) -> bytes | None:
+  """What a tune problem's traced programs depend on beside their arguments (module
+  docstring), or None where some part has no stable text (then nothing is kept)."""
+  sim = problem.sim
+  fitted = [(p.kind, p.target, p.index, p.log) for p in problem.params]   # what `_apply` reads
+  text = canon((type(problem).__module__, type(problem).__qualname__, sim.built._key(),
+                 fitted, problem.spec.loss, getattr(problem, 'paired', None),
+                 getattr(problem, 'L', None)))
+  return _digest(text, _model_bytes(sim.built.mj_model), _model_bytes(sim.built.physics_model),
+                 _leaves_bytes(sim.mx), _leaves_bytes(problem._base), _leaves_bytes(problem._keys))
+
+
+def cache_dir() -> pathlib.Path | None:
+  """`$FIBRIL_MJX_PROGRAM_CACHE`, else `fibril_programs/` in JAX's compilation cache directory;
+  None (nothing kept) without one or with `FIBRIL_MJX_NO_PROGRAM_CACHE=1`."""
+  if os.environ.get('FIBRIL_MJX_NO_PROGRAM_CACHE') == '1':
+    return None
+  if os.environ.get('FIBRIL_MJX_PROGRAM_CACHE'):
+    return pathlib.Path(os.environ['FIBRIL_MJX_PROGRAM_CACHE'])
+  d = jax.config.jax_compilation_cache_dir
+  return pathlib.Path(d) / 'fibril_programs' if d else None
+
+
+def cached_value(ident: bytes | None, name: str, compute):
+  """`compute()` (a JSON value found by tracing, e.g. a simulation's LAPACK-safe sub-batch),
+  kept on disk beside the programs under `ident` and `name`; computed every time where
+  nothing is kept."""
+  d = cache_dir()
+  if ident is None or d is None:
+    return compute()
+  path = d / f'{name}-{hashlib.sha256(ident + name.encode()).hexdigest()}.json'
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    pass
+  value = compute()
+  _write(path, json.dumps(value).encode())
+  return value
+
+
+def _write(path: pathlib.Path, blob: bytes) -> None:
+  """`blob` to `path`, whole or not at all (a process may be reading beside it); a read-only
+  or full disk leaves nothing written."""
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix='.tmp-')
+    with os.fdopen(fd, 'wb') as f:
+      f.write(blob)
+    os.replace(tmp, path)
+  except OSError:
+    pass
+
+
+# --------------------------------------------------------------- the output's structure
+
+_TRUSTED = ('jax', 'jaxlib', 'mujoco.mjx', 'fibril_mjx', 'numpy')
+_FUNCTIONS = {('jax._src.tree_util', 'default_registry')} | {
+    (f'numpy.{core}.{module}', name) for core in ('_core', 'core')
+    for module, name in (('multiarray', '_reconstruct'), ('multiarray', 'scalar'),
+                         ('numeric', '_frombuffer'))}
+
+
+def _module_types() -> dict:
+  """`{id(class): (module, name)}` of the classes held by loaded fibril_mjx modules — the
+  sample, params and state types their factories build (e.g. `imu.SampleWithTemperature`,
+  whose own name does not find it) are pickled by where they are held."""
+  found = {}
+  for name, mod in sorted(sys.modules.items()):
+    if name.startswith('fibril_mjx') and mod is not None:
+      for attr, v in list(vars(mod).items()):
+        if isinstance(v, type):
+          found.setdefault(id(v), (name, attr))
+  return found
+
+
+class _Pickler(pickle.Pickler):
+  def __init__(self, f, types):
+    super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+    self._types = types
+
+  def persistent_id(self, obj):
+    if not isinstance(obj, type) or getattr(sys.modules.get(obj.__module__),
+                                            obj.__qualname__, None) is obj:
+      return None      # pickled by its own name
+    return self._types.get(id(obj))
+
+
+class _Unpickler(pickle.Unpickler):
+  """Builds nothing but classes of trusted modules and the few functions a pytree structure
+  pickles through (`_FUNCTIONS`)."""
+
+  def find_class(self, module, name):
+    if (module, name) not in _FUNCTIONS:
+      if module.split('.')[0] not in _TRUSTED and not module.startswith('mujoco.mjx.'):
+        raise pickle.UnpicklingError(f'{module}.{name} is not of a trusted module')
+      obj = super().find_class(module, name)
+      if not isinstance(obj, type):
+        raise pickle.UnpicklingError(f'{module}.{name} is not a class')
+      return obj
+    return super().find_class(module, name)
+
+  def persistent_load(self, pid):
+    module, name = pid
+    if not module.startswith('fibril_mjx.'):
+      raise pickle.UnpicklingError(f'{module}.{name} is not of fibril_mjx')
+    obj = getattr(importlib.import_module(module), name)
+    if not isinstance(obj, type):
+      raise pickle.UnpicklingError(f'{module}.{name} is not a class')
+    return obj
+
+
+def _tree_bytes(tree) -> bytes:
+  """A pytree structure pickled (the same bytes in every process; its text may hold object
+  addresses)."""
+  f = io.BytesIO()
+  _Pickler(f, _module_types()).dump(tree)
+  return f.getvalue()
+
+
+def _pack(out_tree, exported) -> bytes:
+  tree = _tree_bytes(out_tree)
+  return _MAGIC + len(tree).to_bytes(8, 'little') + tree + exported.serialize()
+
+
+def _unpack(blob: bytes):
+  if not blob.startswith(_MAGIC):
+    raise ValueError('not a fibril program')
+  i = len(_MAGIC)
+  n = int.from_bytes(blob[i:i + 8], 'little')
+  out_tree = _Unpickler(io.BytesIO(blob[i + 8:i + 8 + n])).load()
+  return out_tree, jax.export.deserialize(bytearray(blob[i + 8 + n:]))
+
+
+# --------------------------------------------------------------- programs
+
+class Program:
+  """`jax.jit(fn)` whose traced program is read from and written to disk (module docstring).
+
+  `Program(fn, name, ident)(*args)`: args are pytrees of arrays; `ident` from `identity` or
+  `built_identity` (None: traced every process, as `jax.jit`); `name` a text naming what
+  else the trace depends on. Traced arguments (inside a user's `jit`) run `jax.jit(fn)` as it
+  is. `.traced` counts the traces this process made for disk, `.loaded` the programs read.
+  """
+
+  def __init__(self, fn, name: str, ident: bytes | None):
+    self.fn, self.name, self.ident = fn, name, ident
+    self._calls: dict = {}
+    self._plain = jax.jit(fn)
+    self.traced = self.loaded = 0
+    self._file = re.match(r'[A-Za-z0-9_]*', name).group()[:40] or 'program'
+
+  def __call__(self, *args):
+    d = cache_dir()
+    if self.ident is None or d is None:
+      return self._plain(*args)
+    leaves, tree = jax.tree.flatten(args)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+      return self._plain(*args)
+    specs = tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype if hasattr(x, 'dtype')
+                                       else np.result_type(x)) for x in leaves)
+    # the trace also reads the straight-through switch (quantization's derivative)
+    local = (tree, sig.straight_through_active(), tuple((s.shape, str(s.dtype)) for s in specs))
+    call = self._calls.get(local)
+    if call is None:
+      text = repr((self.name, tree_text(tree), local[1:]))
+      if _UNSTABLE.search(text):   # no stable text: plain `jax.jit`
+        call = lambda *lv: self._plain(*jax.tree.unflatten(tree, lv))   # noqa: E731
+      else:
+        key = hashlib.sha256(self.ident + text.encode()).hexdigest()
+        call = self._load(d / f'{self._file}-{key}{SUFFIX}', tree, specs)
+      self._calls[local] = call
+    return call(*leaves)
+
+  def _cache_size(self) -> int:
+    """Programs held by this process (as `jax.jit(...)._cache_size()`)."""
+    return len(self._calls) + self._plain._cache_size()
+
+  def _load(self, path: pathlib.Path, tree, specs):
+    if path.is_file():
+      try:
+        out_tree, exp = _unpack(path.read_bytes())
+        self.loaded += 1
+        return _exported(exp, out_tree)
+      except Exception:   # a partial, damaged or foreign file: trace again and rewrite it
+        pass
+    out = []
+
+    def flat(*leaves):
+      res, out_tree = jax.tree.flatten(self.fn(*jax.tree.unflatten(tree, leaves)))
+      out.append(out_tree)
+      return res
+
+    self.traced += 1
+    try:
+      exp = jax.export.export(jax.jit(flat))(*specs)
+    except Exception:   # e.g. a host callback, which `jax.export` refuses: plain `jax.jit`
+      return lambda *leaves: self._plain(*jax.tree.unflatten(tree, leaves))
+    try:
+      blob = _pack(out[0], exp)
+    except Exception:   # a structure or program that cannot be serialized: run, never write
+      blob = None
+    if blob is not None:
+      _write(path, blob)
+    return _exported(exp, out[0])
+
+
+def _exported(exp, out_tree):
+  call = jax.jit(exp.call)
+  return lambda *leaves: jax.tree.unflatten(out_tree, call(*leaves))
+
+
+__all__ = ['Program', 'built_identity', 'cache_dir', 'cached_value', 'canon', 'identity']
