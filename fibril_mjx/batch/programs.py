@@ -296,8 +296,13 @@ class Program:
   is. `.traced` counts the traces this process made for disk, `.loaded` the programs read.
   """
 
-  def __init__(self, fn, name: str, ident: bytes | None):
+  def __init__(self, fn, name: str, ident: bytes | None, devices=None):
     self.fn, self.name, self.ident = fn, name, ident
+    # a program over several devices: its inputs are placed on all of them (replicated)
+    self._place = None
+    if devices is not None and len(devices) > 1:
+      mesh = jax.sharding.Mesh(np.asarray(devices), ('all',))
+      self._place = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     self._calls: dict = {}
     self._plain = jax.jit(fn)
     self.traced = self.loaded = 0
@@ -310,6 +315,8 @@ class Program:
     leaves, tree = jax.tree.flatten(args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
       return self._plain(*args)
+    if self._place is not None:
+      leaves = [jax.device_put(x, self._place) for x in leaves]
     specs = tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype if hasattr(x, 'dtype')
                                        else np.result_type(x)) for x in leaves)
     # the trace also reads the straight-through switch (quantization's derivative)

@@ -4,9 +4,10 @@ world) and its world axis (`fibril_mjx.batch.batched`: `vmap` over worlds, `lax.
 ticks), laid out on devices, sub-batches and host chunks by `fibril_mjx.batch.worlds`.
 
 Each verb is one jitted program per layout (`_program`): a block over one sub-batch of worlds,
-mapped over the sub-batches and sharded over the devices; on one device its trace is kept on
-disk for the next process (`fibril_mjx.batch.programs`). Inside a user's `jit` / `vmap` /
-`grad` (traced inputs) a verb runs the batched pipeline as it is: the caller owns the world axis.
+mapped over the sub-batches and sharded over the devices, its trace kept on disk for the next
+process unless a controller (a Python function) is traced in (`fibril_mjx.batch.programs`).
+Inside a user's `jit` / `vmap` / `grad` (traced inputs) a verb runs the batched pipeline as it
+is: the caller owns the world axis.
 """
 
 from __future__ import annotations
@@ -157,8 +158,7 @@ class Simulation:
 
   def sub_batch_cap(self) -> tuple[int | None, str]:
     """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`worlds.
-    lapack_safe_sub_batch`, from the traced step; kept on disk as the programs are), and why;
-    None: no limit."""
+    lapack_safe_sub_batch`, from the traced step; kept on disk), and why; None: no limit."""
     def compute():
       p, keys = self.default_params(1), rng.world_keys(0, 1)
       st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
@@ -185,10 +185,11 @@ class Simulation:
     if prog is None:
       fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **static), lay,
                           devices)
-      if lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
+      if self.impl == 'jax' and static.get('controller') is None:   # kept on disk
+        prog = programs.Program(fn, f'{kind} {programs.canon((lay, key[3]))}', self.identity(),
+                                devices[:lay.n_devices])
+      elif lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
         prog = worlds.unpinned(jax.jit(fn))
-      elif self.impl == 'jax' and static.get('controller') is None:   # kept on disk
-        prog = programs.Program(fn, f'{kind} {programs.canon((lay, key[3]))}', self.identity())
       else:
         prog = jax.jit(fn)
       self._programs[key] = prog

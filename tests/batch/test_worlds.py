@@ -117,7 +117,8 @@ def test_world_in_any_batch_and_sub_batch_is_bitwise_equal(rig):
 
 def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
   """Two XLA CPU devices (set before JAX initializes, so in a subprocess): 9 worlds on 1 and
-  on 2 devices, per-world and shared physics, give identical traces."""
+  on 2 devices, per-world and shared physics, give identical traces; a second simulation
+  reads the two-device programs from disk and gives them too."""
   path, _ = rig
   code = textwrap.dedent(f"""
       import jax, numpy as np, fibril_mjx
@@ -137,6 +138,14 @@ def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
               for d in (1, 2)]
       for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+      # a second simulation reads the two-device programs the first kept on disk
+      again = fibril_mjx.load({str(path)!r})
+      out = again.rollout(again.default_params(9), keys, {TICKS}, devices=2, model=mx,
+                          model_axes={{'dof_damping': 0}}, share_physics=False)[1]
+      for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(outs[1])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+      kept = [(p.traced, p.loaded) for k, p in again._programs.items() if k[1].n_devices == 2]
+      assert kept == [(0, 1), (0, 1)], kept
       print('DEVICES_OK', sim.layout(9, devices=2).describe())
       """)
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',

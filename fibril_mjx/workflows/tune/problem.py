@@ -57,11 +57,13 @@ class Problem:
   gradients = 'exact'
   gradients_why = 'as asked'
 
-  def __init__(self, spec: TuneSpec, *, progress: bool | None = None, physics: str = 'mjx'):
+  def __init__(self, spec: TuneSpec, *, progress: bool | None = None, physics: str = 'mjx',
+               nominal=None):
+    """`nominal`: the manifest's `Simulation` as it is, where the caller loaded it already."""
     self.spec = spec
     self.progress = (os.environ.get('FIBRIL_MJX_NO_PROGRESS') != '1') if progress is None \
         else progress
-    nominal = load_simulation(spec.manifest)
+    nominal = load_simulation(spec.manifest) if nominal is None else nominal
     fitted = {(p['component'], p.get('field')) for p in spec.parameters if 'component' in p}
     vary = {}
     for cid, field in fitted:

@@ -69,10 +69,10 @@ class RolloutProblem(Problem):
 
   gradients = 'fd'
 
-  def __init__(self, spec, *, progress=None, paired: bool = False):
+  def __init__(self, spec, *, progress=None, paired: bool = False, nominal=None):
     self.paired = paired
     super().__init__(dataclasses.replace(spec, window_s=None), progress=progress,
-                     physics='c')
+                     physics='c', nominal=nominal)
     m = self.sim.mj_model
     self.runner = physics_c.Rollout(m)
     # which parameters move the physics (a rollout per column) and how

@@ -49,8 +49,8 @@ class ShootingProblem(RolloutProblem):
   docstring). `evaluate` on the training set takes coordinates `(S, P + n_nuisance)`; with
   `(S, P)`, or on another data set, it is single shooting."""
 
-  def __init__(self, spec, *, progress=None):
-    super().__init__(spec, progress=progress)
+  def __init__(self, spec, *, progress=None, nominal=None):
+    super().__init__(spec, progress=progress, nominal=nominal)
     m, built = self.sim.mj_model, self.sim.built
     where = (spec.path, 'windows.free_starts')
     if m.nq != m.nv:
