@@ -5,8 +5,8 @@ it traces the pipeline (MJX's step, the latency queue, schedules, quantization, 
 before it can even look the compiled program up — for a small model most of a warm start.
 `Program` serializes the traced program (StableHLO, `jax.export`) beside the compilation cache,
 keyed by everything the trace depends on, so the next process deserializes it and goes
-straight to the (cached) compilation. `Simulation.reset / step / run` (one device, no
-controller) and a tune's device programs (`fibril_mjx.workflows.tune.rollouts`) use it.
+straight to the (cached) compilation. `Simulation.reset / step / run` (on any number of
+devices; never with a controller) and a tune's device programs (`fibril_mjx.workflows.tune.rollouts`) use it.
 
 The key is the SHA-256 of:
 - every file of the installed `fibril_mjx` package (the code that is traced);
@@ -53,6 +53,7 @@ import mujoco
 import numpy as np
 import pydantic
 
+from fibril_mjx.batch import worlds
 from fibril_mjx.mechanisms import signal as sig
 
 SUFFIX = '.fibril-export'
@@ -155,13 +156,13 @@ def built_identity(built) -> bytes | None:
 def identity(problem) -> bytes | None:
   """What a tune problem's traced programs depend on beside their arguments (module
   docstring), or None where some part has no stable text (then nothing is kept)."""
-  sim = problem.sim
+  model = built_identity(problem.sim.built)
   fitted = [(p.kind, p.target, p.index, p.log) for p in problem.params]   # what `_apply` reads
-  text = canon((type(problem).__module__, type(problem).__qualname__, sim.built._key(),
-                 fitted, problem.spec.loss, getattr(problem, 'paired', None),
-                 getattr(problem, 'L', None)))
-  return _digest(text, _model_bytes(sim.built.mj_model), _model_bytes(sim.built.physics_model),
-                 _leaves_bytes(sim.mx), _leaves_bytes(problem._base), _leaves_bytes(problem._keys))
+  text = canon((type(problem).__module__, type(problem).__qualname__, fitted, problem.spec.loss,
+                getattr(problem, 'paired', None), getattr(problem, 'L', None)))
+  if model is None:
+    return None
+  return _digest(text, model, _leaves_bytes(problem._base), _leaves_bytes(problem._keys))
 
 
 def cache_dir() -> pathlib.Path | None:
@@ -263,16 +264,11 @@ class _Unpickler(pickle.Unpickler):
     return obj
 
 
-def _tree_bytes(tree) -> bytes:
-  """A pytree structure pickled (the same bytes in every process; its text may hold object
-  addresses)."""
-  f = io.BytesIO()
-  _Pickler(f, _module_types()).dump(tree)
-  return f.getvalue()
-
-
 def _pack(out_tree, exported) -> bytes:
-  tree = _tree_bytes(out_tree)
+  """The file: a header, the output's pytree structure pickled, the exported program."""
+  f = io.BytesIO()
+  _Pickler(f, _module_types()).dump(out_tree)
+  tree = f.getvalue()
   return _MAGIC + len(tree).to_bytes(8, 'little') + tree + exported.serialize()
 
 
@@ -313,7 +309,7 @@ class Program:
     if self.ident is None or d is None:
       return self._plain(*args)
     leaves, tree = jax.tree.flatten(args)
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if worlds.is_traced(leaves):
       return self._plain(*args)
     if self._place is not None:
       leaves = [jax.device_put(x, self._place) for x in leaves]
@@ -325,12 +321,16 @@ class Program:
     if call is None:
       text = repr((self.name, tree_text(tree), local[1:]))
       if _UNSTABLE.search(text):   # no stable text: plain `jax.jit`
-        call = lambda *lv: self._plain(*jax.tree.unflatten(tree, lv))   # noqa: E731
+        call = self._plain_on(tree)
       else:
         key = hashlib.sha256(self.ident + text.encode()).hexdigest()
         call = self._load(d / f'{self._file}-{key}{SUFFIX}', tree, specs)
       self._calls[local] = call
     return call(*leaves)
+
+  def _plain_on(self, tree):
+    """`jax.jit(fn)` called with the leaves of `tree`."""
+    return lambda *leaves: self._plain(*jax.tree.unflatten(tree, leaves))
 
   def _cache_size(self) -> int:
     """Programs held by this process (as `jax.jit(...)._cache_size()`)."""
@@ -355,7 +355,7 @@ class Program:
     try:
       exp = jax.export.export(jax.jit(flat))(*specs)
     except Exception:   # e.g. a host callback, which `jax.export` refuses: plain `jax.jit`
-      return lambda *leaves: self._plain(*jax.tree.unflatten(tree, leaves))
+      return self._plain_on(tree)
     try:
       blob = _pack(out[0], exp)
     except Exception:   # a structure or program that cannot be serialized: run, never write
