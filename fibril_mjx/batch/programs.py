@@ -86,8 +86,8 @@ def _environment() -> bytes:
 
 def canon(x) -> str:
   """A text of `x` that is the same in every process: `repr`, but sets sorted (their order
-  follows the string hash seed), dataclasses and pydantic models field by field, arrays by
-  their bytes."""
+  follows the string hash seed), dataclasses (the fields their equality compares) and pydantic
+  models field by field, arrays by their bytes."""
   if isinstance(x, (set, frozenset)):
     return '{' + ', '.join(sorted(canon(v) for v in x)) + '}'
   if isinstance(x, dict):
@@ -96,9 +96,9 @@ def canon(x) -> str:
     return f'{type(x).__qualname__}(' + ', '.join(canon(v) for v in x) + ')'
   if isinstance(x, np.ndarray):
     return f'array({x.dtype}, {x.shape}, {hashlib.sha256(x.tobytes()).hexdigest()})'
-  if dataclasses.is_dataclass(x) and not isinstance(x, type):
-    return f'{type(x).__qualname__}(' + ', '.join(
-        f'{f.name}={canon(getattr(x, f.name))}' for f in dataclasses.fields(x)) + ')'
+  if dataclasses.is_dataclass(x) and not isinstance(x, type):   # the fields its == compares
+    return f'{type(x).__qualname__}(' + ', '.join(           # (not e.g. a field's source file)
+        f'{f.name}={canon(getattr(x, f.name))}' for f in dataclasses.fields(x) if f.compare) + ')'
   if isinstance(x, pydantic.BaseModel):
     items = [(k, getattr(x, k)) for k in type(x).model_fields] + \
         sorted((x.model_extra or {}).items())

@@ -87,6 +87,22 @@ def test_a_second_simulation_reads_the_programs_and_computes_bitwise_the_same(
   assert len(kept(store)) == 6
 
 
+def test_the_same_files_in_another_folder_read_the_same_programs(manifest, tmp_path,
+                                                                 monkeypatch):
+  """Where a manifest lies is not part of the key (a field's source file is plan metadata):
+  each test's temporary copy of a rig reads what an earlier copy wrote."""
+  import shutil
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path / 'programs'))
+  first = fibril_mjx.load(manifest)
+  r1 = verbs(first)
+  copy = shutil.copytree(manifest.parent, tmp_path / 'elsewhere') / manifest.name
+  second = fibril_mjx.load(copy)
+  assert second.built.components['ahrs'].fields != first.built.components['ahrs'].fields
+  r2 = verbs(second)
+  assert counts(second) == {'reset': (0, 1), 'step': (0, 1), 'run': (0, 1)}
+  assert_same(r1, r2)
+
+
 def test_a_program_with_a_controller_is_never_kept(manifest, tmp_path, monkeypatch):
   """A controller is a Python function: no text of it is the same in the next process."""
   store = tmp_path / 'programs'
