@@ -6,6 +6,7 @@ programs the first wrote and computes bitwise the same; what cannot be kept stab
 import io
 import os
 import pickle
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -91,7 +92,6 @@ def test_the_same_files_in_another_folder_read_the_same_programs(manifest, tmp_p
                                                                  monkeypatch):
   """Where a manifest lies is not part of the key (a field's source file is plan metadata):
   each test's temporary copy of a rig reads what an earlier copy wrote."""
-  import shutil
   monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path / 'programs'))
   first = fibril_mjx.load(manifest)
   r1 = verbs(first)
