@@ -43,12 +43,16 @@ the stamp. Without that shift sysid stalls on (b) at a loss of ~150 (the one-tic
 
 fibril_mjx runs with `gradients: auto` (on this CPU: MuJoCo C rollouts, forward differences
 for the physics, exact JAX derivatives for the device model). Its wall time includes loading
-the manifest, tracing and compiling: *cold* with an empty persistent compilation cache (a
-user's first fit of a model), *warm* a second fit of the same problem (a new `Problem`, so it
-traces again; XLA's compilations come from the persistent cache).
+the manifest and the recordings, tracing and compiling: *cold* with an empty persistent
+compilation cache and no traced programs kept (a user's first fit of a model), *warm* a
+second fit of the same tune file in the same process (a new `Problem`; it runs the programs
+the process holds, `fibril_mjx/batch/programs.py`), *new process* the same fit in a fresh
+interpreter with the same caches (the traced programs read from disk, XLA's compilations
+from the persistent cache; the `tune.tune` call timed, imports excluded).
 
 Printed per problem p: `tune_time_ratio_p=` (sysid wall ÷ fibril_mjx wall: warm for (a)–(c),
-cold for (d)–(g)), `tune_time_ratio_cold_p=` for (a)–(c), `tune_param_error_fibril_p=` /
+cold for (d)–(g)), `tune_time_ratio_cold_p=` and `tune_time_ratio_new_process_p=` for
+(a)–(c), `tune_param_error_fibril_p=` /
 `tune_param_error_sysid_p=` (mean relative error vs the truth; for the biases relative to the
 bias magnitude), both final losses, and for (g) the SciPy figures in place of sysid's.
 """
@@ -57,7 +61,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -219,17 +225,28 @@ def recordings(tmp, key, pr, duration):
 
 
 def run_fibril(path, *, warm: bool):
-  """`(result, cold wall, warm wall or None)`: the fit in an empty cache, then again."""
+  """`(result, cold wall, warm wall or None, new-process wall or None)`: the fit in an empty
+  cache, then again in this process, then in a new process with the same caches (the wall
+  of its `tune.tune` call, imports excluded)."""
   cache_cold()
   t0 = time.perf_counter()
   res = tune.tune(path, progress=False)
   cold = time.perf_counter() - t0
-  again = None
+  again = fresh = None
   if warm:
     t0 = time.perf_counter()
     res = tune.tune(path, progress=False)
     again = time.perf_counter() - t0
-  return res, cold, again
+    code = (f'import sys, time; sys.path.insert(0, {str(ROOT)!r}); '
+            'from fibril_mjx.workflows import tune; t0 = time.perf_counter(); '
+            f'tune.tune({str(path)!r}, progress=False); print("WALL", time.perf_counter() - t0)')
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    fresh = float(out.split('WALL')[-1])
+  return res, cold, again, fresh
 
 
 # ------------------------------------------------------------------------------ mujoco.sysid
@@ -402,7 +419,7 @@ def run_outside(tmp, iterations):
           {'component': 'imu', 'field': 'linear_acceleration', 'weight': 1 / ext.ACCEL_SIGMA}]
   path = write_tune_file(tmp, 'g', tmp / 'g.yaml', params, loss, [str(train)], [], iterations)
   truth = np.array([ext.TRUTH[n] for _, n in names])
-  res, cold, _ = run_fibril(path, warm=False)
+  res, cold, _, _ = run_fibril(path, warm=False)
 
   rec = recording.read_recording(train)
   s = rec.sensor('imu')
@@ -467,7 +484,7 @@ def main(argv=None):
         path = write_tune_file(tmp, key, pr['manifest'], params, pr['loss'], [recs[0]],
                                [recs[1]], a.iterations)
         warm = key in 'abc'
-        res, cold, again = run_fibril(path, warm=warm)
+        res, cold, again, fresh = run_fibril(path, warm=warm)
         est_s, wall_s, loss_s = run_sysid(res.problem, recs[0], pr['sensors'], a.iterations,
                                           weights(pr['loss']))
         row = dict(params=len(flat) + (pr.get('latency_s') is not None), wall_f=again or cold,
@@ -475,9 +492,11 @@ def main(argv=None):
                    ef=rel_error(res.estimate, flat), es=rel_error(est_s, flat),
                    collinear=res.collinear)
         if warm:
-          row['cold'] = cold
+          row['cold'], row['fresh'] = cold, fresh
           print(f'tune_time_ratio_cold_{key}={wall_s / cold:.3g}')
           print(f'tune_wall_s_fibril_cold_{key}={cold:.1f}')
+          print(f'tune_time_ratio_new_process_{key}={wall_s / fresh:.3g}')
+          print(f'tune_wall_s_fibril_new_process_{key}={fresh:.2f}')
         if res.timing:
           row['latency'] = res.timing[0]['best_s']
           print(f'tune_latency_s_fibril_{key}={res.timing[0]["best_s"]:.4g} '
@@ -498,7 +517,8 @@ def main(argv=None):
         'loss peer | rel. error fibril | rel. error peer |')
   print('| --- | --- | --- | --- | --- | --- | --- | --- | --- |')
   for key, r in rows:
-    fw = f'{r["wall_f"]:.2f}' + (f' (cold {r["cold"]:.1f})' if 'cold' in r else '')
+    fw = f'{r["wall_f"]:.2f}' + (f' (new process {r["fresh"]:.2f}, cold {r["cold"]:.1f})'
+                                 if 'cold' in r else '')
     print(f'| {key} | {r["params"]} | {fw} | {r["wall_s"]:.2f} | {r["wall_s"] / r["wall_f"]:.3g} '
           f'| {r["loss_f"]:.4g} | {r["loss_s"]:.4g} | {r["ef"]:.3g} | {r["es"]:.3g} |')
 

@@ -42,6 +42,7 @@ import numpy as np
 from mujoco import rollout as mj_rollout
 
 from fibril_mjx.batch import batched
+from fibril_mjx.batch import programs
 from fibril_mjx.batch import worlds
 from fibril_mjx.core import pipeline
 from fibril_mjx.core.built import Built
@@ -167,11 +168,11 @@ def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.nda
 
 # ---------------------------------------------------------------- the JAX passes
 
-@functools.partial(jax.jit, static_argnums=(0, 6))
-def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, latency):
+def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, latency):
   """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)`: pass 3 on the recorded
   ones, pass 1 on placeholders (only its controls kept). Returns `(final state, outputs
-  (n_worlds, n_ticks + 1, ...) or None, controls)`."""
+  (n_worlds, n_ticks + 1, ...) or None, controls)`. Traceable; `Simulation` keeps its
+  traced form on disk (`programs.Program`), `_devices` is its plain `jax.jit`."""
   def one(p, key, fr, c0, cs, lat):
     first = jax.tree.map(lambda x: x[0], fr)
     rest = jax.tree.map(lambda x: x[1:], fr)
@@ -187,6 +188,20 @@ def _devices(built: Built, params, keys, frames, cmd0, cmds, record: bool, laten
       outs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), out0, outs)
     return st, outs, jnp.concatenate([first.ctrl[None], ctrl])
   return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
+
+
+# `device_pass` under `jax.jit` (a caller without kept programs)
+_devices = jax.jit(device_pass, static_argnums=(0, 1))
+
+
+def device_program(sim, record: bool) -> programs.Program:
+  """`device_pass` of a `Simulation` as a program kept on disk (`programs.py`), one per
+  `record`: `f(params, keys, frames, cmd0, cmds, latency)` (pass 1 and 3)."""
+  held = sim.__dict__.setdefault('_c_programs', {})   # {record: Program}, on the simulation
+  if record not in held:
+    held[record] = programs.Program(functools.partial(device_pass, sim.built, record),
+                                    f'c_devices record={record}', sim.identity())
+  return held[record]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -264,15 +279,19 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
             record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
             qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
             runner: Rollout | None = None, threads: int | None = None, controller=None,
-            lanes: int | None = None, share_physics: bool = True):
+            lanes: int | None = None, share_physics: bool = True, passes=None):
   """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
   (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
   [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
   n_ticks + 1; every world replays it, each with its own devices): same arguments, same
   `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`). `lanes`: worlds
   per vmapped call (`Simulation.rollout`'s `sub_batch`): a campaign fixes it so that a world
-  replayed alone runs in the same batch shape as in its chunk."""
+  replayed alone runs in the same batch shape as in its chunk. `passes(record)`: the
+  caller's `device_pass` program (`Simulation` keeps them on disk), else `_devices`."""
   check_open_loop(built, physics, controller=controller)
+  if passes is None:
+    passes = lambda rec: functools.partial(_devices, built, rec)   # noqa: E731
+  device = passes(record)
   m = built.mj_model
   n = int(world_keys.shape[0])
   if model is not None and not isinstance(model, Mapping):
@@ -330,8 +349,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       held = frames_from_states(m, np.repeat(s0[:, None], n_ticks + 1, axis=1),
                                 np.zeros((k, n_ticks + 1, m.nsensordata)),
                                 np.zeros((k, n_ticks + 1, m.nu)))
-      ctrl = np.asarray(_devices(built, p, keys, _pad(held, lanes), cmd0, cmds, record, lat)[2],
-                        np.float64)[:k]
+      ctrl = np.asarray(device(p, keys, _pad(held, lanes), cmd0, cmds, lat)[2], np.float64)[:k]
     if trajectory is None and share:   # one world's physics serves all (see `rollout`)
       st, sd = runner(m, s0[:1], ctrl[:1])
       one = frames_from_states(m, np.concatenate([s0[:1, None], st[:, :-1]], axis=1), sd,
@@ -345,7 +363,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
                             trajectory.get('accelerations', 'dynamics'))
       frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
-    final, outs, used = _devices(built, p, keys, _pad(frames, lanes), cmd0, cmds, record, lat)
+    final, outs, used = device(p, keys, _pad(frames, lanes), cmd0, cmds, lat)
     if pipeline.actuators(built) and (trajectory is None or 'ctrl' not in log):
       _check_controls(np.asarray(used)[:k], ctrl, physics)   # only an actuator can close one
     finals.append(final if whole else _cut(final, k))
@@ -382,4 +400,5 @@ def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_ax
     sim._c_runner = Rollout(sim.mj_model)
   physics = sim.physics if trajectory is None else 'trajectory'
   return rollout(sim.built, params, world_keys, n_ticks, physics=physics, model=model,
-                 runner=sim._c_runner, trajectory=trajectory, **kw)
+                 runner=sim._c_runner, trajectory=trajectory,
+                 passes=functools.partial(device_program, sim), **kw)

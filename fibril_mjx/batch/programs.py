@@ -6,7 +6,9 @@ before it can even look the compiled program up — for a small model most of a 
 `Program` serializes the traced program (StableHLO, `jax.export`) beside the compilation cache,
 keyed by everything the trace depends on, so the next process deserializes it and goes
 straight to the (cached) compilation. `Simulation.reset / step / run` (on any number of
-devices; never with a controller) and a tune's device programs (`fibril_mjx.workflows.tune.rollouts`) use it.
+devices; never with a controller) and a tune's programs (the device programs of
+`fibril_mjx.workflows.tune.rollouts`, the window programs of `gradients: exact` in
+`fibril_mjx.workflows.tune.problem`) use it.
 
 The key is the SHA-256 of:
 - every file of the installed `fibril_mjx` package (the code that is traced);
@@ -29,11 +31,15 @@ process that writes a program runs it in its exported form too, so a process tha
 computes bitwise what the writer did. The programs live in `$FIBRIL_MJX_PROGRAM_CACHE`, else
 in `fibril_programs/` of JAX's compilation cache directory (the CLI's
 `~/.cache/fibril_mjx/jax`, or `$FIBRIL_MJX_CACHE`); with neither, or with
-`FIBRIL_MJX_NO_PROGRAM_CACHE=1`, nothing is kept.
+`FIBRIL_MJX_NO_PROGRAM_CACHE=1`, nothing is kept. A process also holds the last `HELD`
+programs it ran, by file, so another owner of the same program in that process (a second
+`Simulation` or tune problem of the same model) runs it without reading, lowering or
+compiling it again; `forget()` drops them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import importlib
@@ -289,7 +295,8 @@ class Program:
   `Program(fn, name, ident)(*args)`: args are pytrees of arrays; `ident` from `identity` or
   `built_identity` (None: traced every process, as `jax.jit`); `name` a text naming what
   else the trace depends on. Traced arguments (inside a user's `jit`) run `jax.jit(fn)` as it
-  is. `.traced` counts the traces this process made for disk, `.loaded` the programs read.
+  is. `.traced` counts the traces this process made for disk, `.loaded` the programs read,
+  `.reused` those another owner in this process already held (`held`).
   """
 
   def __init__(self, fn, name: str, ident: bytes | None, devices=None):
@@ -301,7 +308,7 @@ class Program:
       self._place = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     self._calls: dict = {}
     self._plain = jax.jit(fn)
-    self.traced = self.loaded = 0
+    self.traced = self.loaded = self.reused = 0
     self._file = re.match(r'[A-Za-z0-9_]*', name).group()[:40] or 'program'
 
   def __call__(self, *args):
@@ -324,7 +331,15 @@ class Program:
         call = self._plain_on(tree)
       else:
         key = hashlib.sha256(self.ident + text.encode()).hexdigest()
-        call = self._load(d / f'{self._file}-{key}{SUFFIX}', tree, specs)
+        path = d / f'{self._file}-{key}{SUFFIX}'
+        call = _held.get(path)
+        if call is None:
+          call = self._load(path, tree, specs)
+          if path.is_file():   # the kept program (not a plain-jit fallback): hold it
+            _hold(path, call)
+        else:
+          _held.move_to_end(path)
+          self.reused += 1
       self._calls[local] = call
     return call(*leaves)
 
@@ -365,9 +380,29 @@ class Program:
     return _exported(exp, out[0])
 
 
+# The programs this process holds, by file: another owner of the same program (a second
+# `Simulation` or tune problem of the same model in this process) runs it at once, without
+# reading, lowering or compiling it again. The last `HELD` used are kept.
+HELD = 64
+_held: collections.OrderedDict = collections.OrderedDict()
+
+
+def _hold(path, call) -> None:
+  _held[path] = call
+  while len(_held) > HELD:
+    _held.popitem(last=False)
+
+
+def forget() -> None:
+  """Drops the programs this process holds: the next owner reads them from disk, as a new
+  process does."""
+  _held.clear()
+
+
 def _exported(exp, out_tree):
   call = jax.jit(exp.call)
   return lambda *leaves: jax.tree.unflatten(out_tree, call(*leaves))
 
 
-__all__ = ['Program', 'built_identity', 'cache_dir', 'cached_value', 'canon', 'identity']
+__all__ = ['Program', 'built_identity', 'cache_dir', 'cached_value', 'canon', 'forget',
+           'identity']

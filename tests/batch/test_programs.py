@@ -1,7 +1,8 @@
 """Traced programs kept on disk (`fibril_mjx.batch.programs`): a second process (here: a second
-`Simulation` of the same manifest, which shares nothing in memory with the first) reads the
-programs the first wrote and computes bitwise the same; what cannot be kept stable runs as plain
-`jax.jit` and writes nothing."""
+`Simulation` of the same manifest after `programs.forget()`, which then shares nothing in
+memory with the first) reads the programs the first wrote and computes bitwise the same; a
+second owner in the same process runs the programs the process holds; what cannot be kept
+stable runs as plain `jax.jit` and writes nothing."""
 
 import io
 import os
@@ -62,6 +63,13 @@ def test_a_second_simulation_reads_the_programs_and_computes_bitwise_the_same(
   assert [f.name.split('-')[0] for f in files] == ['reset', 'run', 'step']
   assert [f.name.split('-')[0] for f in store.glob('*.json')] == ['sub_batch']
 
+  same = fibril_mjx.load(manifest)          # another owner in this process: held, not read
+  assert_same(r1, verbs(same))
+  assert counts(same) == {'reset': (0, 0), 'step': (0, 0), 'run': (0, 0)}
+  assert {k[0]: p.reused for k, p in same._programs.items()
+          if isinstance(p, programs.Program)} == {'reset': 1, 'step': 1, 'run': 1}
+
+  programs.forget()                         # as a new process: read from disk
   second = fibril_mjx.load(manifest)
   r2 = verbs(second)
   assert counts(second) == {'reset': (0, 1), 'step': (0, 1), 'run': (0, 1)}
@@ -70,6 +78,7 @@ def test_a_second_simulation_reads_the_programs_and_computes_bitwise_the_same(
 
   step_file = next(f for f in files if f.name.startswith('step-'))
   step_file.write_bytes(b'not a program')           # damaged: traced again and rewritten
+  programs.forget()
   third = fibril_mjx.load(manifest)
   assert_same(r1, verbs(third))
   assert counts(third) == {'reset': (0, 1), 'step': (1, 0), 'run': (0, 1)}
@@ -96,11 +105,28 @@ def test_the_same_files_in_another_folder_read_the_same_programs(manifest, tmp_p
   first = fibril_mjx.load(manifest)
   r1 = verbs(first)
   copy = shutil.copytree(manifest.parent, tmp_path / 'elsewhere') / manifest.name
+  programs.forget()   # as a new process
   second = fibril_mjx.load(copy)
   assert second.built.components['ahrs'].fields != first.built.components['ahrs'].fields
   r2 = verbs(second)
   assert counts(second) == {'reset': (0, 1), 'step': (0, 1), 'run': (0, 1)}
   assert_same(r1, r2)
+
+
+def test_the_device_pass_over_mujoco_c_is_kept(manifest, tmp_path, monkeypatch):
+  """physics='c': the device pipeline over MuJoCo C's frames is read back, bitwise."""
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path / 'programs'))
+
+  def run():
+    sim = fibril_mjx.load(manifest, physics='c')
+    _, trace = sim.rollout(sim.default_params(3), fibril_mjx.world_keys(0, 3), 20)
+    return sim, [np.asarray(x) for x in jax.tree.leaves(trace)]
+  first, a = run()
+  assert [(p.traced, p.loaded) for p in first._c_programs.values()] == [(1, 0)]
+  programs.forget()   # as a new process
+  second, b = run()
+  assert [(p.traced, p.loaded) for p in second._c_programs.values()] == [(0, 1)]
+  assert_same(a, b)
 
 
 def test_a_program_with_a_controller_is_never_kept(manifest, tmp_path, monkeypatch):
@@ -160,6 +186,7 @@ def test_the_structure_reader_builds_only_classes_of_trusted_modules(tmp_path, m
   n = int.from_bytes(blob[len(programs._MAGIC):len(programs._MAGIC) + 8], 'little')
   rest = blob[len(programs._MAGIC) + 8 + n:]
   f.write_bytes(programs._MAGIC + len(evil).to_bytes(8, 'little') + evil + rest)
+  programs.forget()   # as a new process
   again = programs.Program(lambda x: {'y': x + 1.0}, 'plus', b'identity')
   np.testing.assert_array_equal(again(jnp.zeros(2))['y'], [1.0, 1.0])
   assert (again.traced, again.loaded) == (1, 0)

@@ -139,6 +139,8 @@ def test_one_and_two_devices_are_bitwise_equal(rig, tmp_path):
       for x, y in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1])):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
       # a second simulation reads the two-device programs the first kept on disk
+      from fibril_mjx.batch import programs
+      programs.forget()   # as a new process
       again = fibril_mjx.load({str(path)!r})
       out = again.rollout(again.default_params(9), keys, {TICKS}, devices=2, model=mx,
                           model_axes={{'dof_damping': 0}}, share_physics=False)[1]

@@ -449,12 +449,14 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
   assert (first._fields.traced, first._jacobian.traced, first._fields.loaded) == (1, 1, 0)
   files = sorted(store.iterdir())
   assert [f.name.split('-')[0] for f in files] == ['tune_fields', 'tune_jacobian']
+  programs.forget()   # as a new process: read from disk
   second, r2, J2 = fresh()
   assert (second._fields.traced, second._jacobian.traced) == (0, 0)
   assert (second._fields.loaded, second._jacobian.loaded) == (1, 1)
   np.testing.assert_array_equal(r1, r2)
   np.testing.assert_array_equal(J1, J2)
   files[0].write_bytes(b'not a program')
+  programs.forget()
   third, r3, _ = fresh()
   assert (third._fields.traced, third._fields.loaded, third._jacobian.loaded) == (1, 0, 1)
   np.testing.assert_array_equal(r1, r3)
@@ -510,3 +512,44 @@ def test_program_key_text_sorts_sets():
                          env=dict(os.environ, PYTHONHASHSEED=seed), timeout=300).stdout
           for seed in ('1', '2', '3')}
   assert len(outs) == 1 and "{'a', 'b', 'c', 'd', 'e'}" in outs.pop()
+
+
+def _quantized_line_fit(monkeypatch, step_sigma):
+  """Levenberg–Marquardt (`optimise.gauss_newton`) on a linear least-squares problem whose
+  residuals are quantized (a rough loss, as a device's output resolution makes it), started
+  5 σ off. Returns `(estimate, least-squares solution, σ, residual evaluations)`."""
+  from fibril_mjx.workflows.tune import optimise
+  monkeypatch.setattr(optimise, 'STEP_SIGMA', step_sigma)
+  rng = np.random.default_rng(3)
+  A = rng.normal(size=(400, 2))
+  y = A @ np.array([1.0, -2.0]) + rng.normal(size=400)     # unit noise
+  q = 0.3                                                  # the residuals' resolution
+  calls = []
+
+  def evaluate(U, jacobian, rows=None):
+    calls.append(len(U))
+    r = q * np.round((U @ A.T - y) / q)                     # (S, N)
+    return r, (np.broadcast_to(A, (len(U),) + A.shape) if jacobian else None)
+
+  cov = np.linalg.inv(A.T @ A)
+  u_ls = cov @ A.T @ y
+  sigma = np.sqrt(np.diag(cov))
+  U0 = (u_ls + 5 * sigma)[None]
+  r0, J0 = evaluate(U0, True)
+  calls.clear()
+  import tqdm
+  U, *_ = optimise.gauss_newton(evaluate, U0, r0, J0, np.full(2, -10.0), np.full(2, 10.0),
+                                tqdm.tqdm(range(40), disable=True), 400)
+  return U[0], u_ls, sigma, len(calls)
+
+
+def test_a_rejected_step_within_half_a_standard_error_ends_the_fit(monkeypatch):
+  """On a rough loss the fit stops at the first rejected step whose Gauss–Newton step is
+  within `STEP_SIGMA` (0.5) standard errors (σ from (AᵀA)⁻¹, unit noise: closed form), within
+  that distance of the least-squares solution; without the rule it goes on raising the
+  damping to chase the roughness for no gain in accuracy."""
+  u, u_ls, sigma, n = _quantized_line_fit(monkeypatch, 0.5)
+  assert np.all(np.abs(u - u_ls) <= 0.5 * sigma), ((u - u_ls) / sigma)
+  u0, _, _, n0 = _quantized_line_fit(monkeypatch, 0.0)
+  assert np.all(np.abs(u0 - u_ls) <= 0.5 * sigma), ((u0 - u_ls) / sigma)
+  assert n < n0, (n, n0)

@@ -76,6 +76,12 @@ def _rms(per):
 
 
 CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start has converged
+# A step is rejected although the linear model predicts a decrease: where the undamped
+# Gauss–Newton step is within this many standard errors of every parameter (covariance
+# H⁻¹·rᵀr/(N − P)), the start has converged to within what the data resolve — the loss
+# is not smooth at that scale (quantized outputs, schedules, float32 device pipeline), and
+# raising the damping would only chase its roughness.
+STEP_SIGMA = 0.5
 
 
 def _pick(d, s):
@@ -113,8 +119,9 @@ def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
 def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
   """Levenberg–Marquardt of independent problems in one batch (one per row of `U (S, P)`):
   each has its own damping, a step is kept where its problem's cost decreased, and a problem
-  that has converged (no decrease left to gain: `CONVERGED` of its cost) or whose damping
-  ran away is no longer evaluated while the others go on.
+  that has converged (no decrease left to gain: `CONVERGED` of its cost; or a rejected step
+  where the Gauss–Newton step is within `STEP_SIGMA` standard errors) or whose damping ran
+  away is no longer evaluated while the others go on.
 
   Args:
     evaluate: `(U_rows, jacobian, rows) -> (r (k, R), J (k, R, P) or None)` for the problems
@@ -135,6 +142,10 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
     g = np.einsum('snp,sn->sp', J, r)
     H = np.einsum('snp,snq->spq', J, J)
     D = np.einsum('spp->sp', H) + 1e-12
+    Hi = np.linalg.pinv(H)
+    sigma = np.sqrt(np.maximum(np.einsum('spp->sp', Hi), 0.0)
+                    * (cost / np.maximum(N - U.shape[1], 1))[:, None])
+    resolved = np.all(np.abs(np.einsum('spq,sq->sp', Hi, g)) <= STEP_SIGMA * sigma, axis=1)
     step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
     Un = np.clip(U + step, lo, hi)
     du = Un - U
@@ -153,6 +164,7 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
       ra, Ja = evaluate(Un[acc], True, acc)
       U[acc], r[acc], J[acc], cost[acc] = Un[acc], ra, Ja, cn[ok]
     lam[idx] = np.where(ok, np.maximum(lam[idx] / 3, 1e-9), np.minimum(lam[idx] * 4, 1e9))
+    active[idx[~ok & resolved[idx]]] = False
     active &= lam < 1e9
     curve.append(cost / N)
     bar.set_postfix(loss=f'{np.min(cost / N):.4g}')

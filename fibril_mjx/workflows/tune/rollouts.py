@@ -260,9 +260,9 @@ class RolloutProblem(Problem):
       p = self._world_params(us)
       keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
-      ctrl = np.asarray(physics_c._devices(built, _pad(p, lanes), _pad(keys, lanes),
-                                           _pad(held, lanes), _pad(c0, lanes), _pad(cs, lanes),
-                                           False, _pad(lat, lanes))[2], np.float64)[:n]
+      ctrl = np.asarray(physics_c.device_program(self.sim, False)(
+          _pad(p, lanes), _pad(keys, lanes), _pad(held, lanes), _pad(c0, lanes),
+          _pad(cs, lanes), _pad(lat, lanes))[2], np.float64)[:n]
     else:
       ctrl = np.broadcast_to(np.asarray(physics_c._script_ctrl(built, L), np.float64),
                              (len(recs), L + 1, m.nu))
