@@ -24,13 +24,14 @@ import sys
 import mujoco
 import numpy as np
 import pytest
+import tqdm
 import yaml
 
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
 from fibril_mjx.batch import programs
-from fibril_mjx.workflows.tune import timing
+from fibril_mjx.workflows.tune import optimise, timing
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
 GYRO_SIGMA, ACCEL_SIGMA = 2e-3, 2e-2
@@ -518,7 +519,6 @@ def _quantized_line_fit(monkeypatch, step_sigma):
   """Levenberg–Marquardt (`optimise.gauss_newton`) on a linear least-squares problem whose
   residuals are quantized (a rough loss, as a device's output resolution makes it), started
   5 σ off. Returns `(estimate, least-squares solution, σ, residual evaluations)`."""
-  from fibril_mjx.workflows.tune import optimise
   monkeypatch.setattr(optimise, 'STEP_SIGMA', step_sigma)
   rng = np.random.default_rng(3)
   A = rng.normal(size=(400, 2))
@@ -537,7 +537,6 @@ def _quantized_line_fit(monkeypatch, step_sigma):
   U0 = (u_ls + 5 * sigma)[None]
   r0, J0 = evaluate(U0, True)
   calls.clear()
-  import tqdm
   U, *_ = optimise.gauss_newton(evaluate, U0, r0, J0, np.full(2, -10.0), np.full(2, 10.0),
                                 tqdm.tqdm(range(40), disable=True), 400)
   return U[0], u_ls, sigma, len(calls)
