@@ -16,7 +16,9 @@ The key is the SHA-256 of:
   those of its caches, logging and dumps), `XLA_FLAGS`, the backend;
 - the owner's identity: for a simulation (`built_identity`) the built model's key (manifest
   sha256, the built components' static configuration, scripts, dcmotor binding, vary), the
-  compiled `MjModel`s' binaries and the MJX model's and initial data's arrays; for a tune
+  compiled `MjModel`s' binaries (the MJX model and initial data are made from the physics
+  model by the MuJoCo version above, so their arrays are not read: `physics='c'` makes
+  neither); for a tune
   problem (`identity`) that plus the default and fitted parameters, the loss, the keys and the
   problem's class;
 - the name of the program (for a simulation: the verb, the layout and its static options),
@@ -155,8 +157,7 @@ def built_identity(built) -> bytes | None:
   """What a simulation's traced programs depend on beside their arguments and static options
   (module docstring), or None where some part has no stable text (then nothing is kept)."""
   return _digest(canon(('Simulation', built._key())), _model_bytes(built.mj_model),
-                 _model_bytes(built.physics_model), _leaves_bytes(built.mx),
-                 _leaves_bytes(built.data0))
+                 _model_bytes(built.physics_model))
 
 
 def identity(problem) -> bytes | None:

@@ -49,15 +49,15 @@ class Simulation:
   def __init__(self, built: build.Built, *, impl: str = 'jax', physics: str = 'mjx'):
     worlds.check_impl(impl)
     physics_c.check_backend(built, physics)
-    self.impl, self.physics, self._c_runner = impl, physics, None
-    self.built = built
-    for name in ('manifest', 'mj_model', 'physics_model', 'mx', 'dt', 'components', 'dcmotor',
+    self.impl, self.physics, self.built, self._c_runner = impl, physics, built, None
+    self._mx = self._data0 = None   # the Warp model and data under impl='warp'
+    for name in ('manifest', 'mj_model', 'physics_model', 'dt', 'components', 'dcmotor',
                  'assemblies', 'overlays', 'command_script', 'actuator_script'):
       setattr(self, name, getattr(built, name))   # shortcuts into `built`
-    self._data0 = built.data0
+    _ = built.mx if physics == 'mjx' else None   # a model MJX cannot step: refused here
     if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
       import mujoco
-      self.mx = mjx.put_model(built.physics_model, impl='warp')
+      self._mx = mjx.put_model(built.physics_model, impl='warp')
       d = mujoco.MjData(built.physics_model)
       mujoco.mj_forward(built.physics_model, d)
       self._data0 = mjx.put_data(built.physics_model, d, impl='warp')
@@ -65,8 +65,8 @@ class Simulation:
     self._identity: tuple | None = None   # (programs.built_identity,), once
     self._sub_batch: tuple | None = None
 
-  data0 = property(lambda self: self._data0, doc="""The `mjx.Data` every world starts from (the
-  model's initial state after `mj_forward`).""")
+  mx = property(lambda self: self.built.mx if self._mx is None else self._mx)   # class doc
+  data0 = property(lambda self: self.built.data0 if self._data0 is None else self._data0)
 
   # ---------------------------------------------------------------- params
 
@@ -129,7 +129,7 @@ class Simulation:
                    model_fields=(), share=False, latency=None, commands=None, data0=None):
     """`batched.reset` with this simulation's model, initial data and impl (traceable)."""
     return batched.reset(self.built, self.mx if mx is None else mx, params, world_keys,
-                         data0=self._data0 if data0 is None else data0,
+                         data0=self.data0 if data0 is None else data0,
                          qpos_offset=qpos_offset, qvel_offset=qvel_offset,
                          model_fields=model_fields, share=share, latency=latency,
                          commands=commands, impl=self.impl)

@@ -1,9 +1,8 @@
 """Host-side build: MJCF (with `package://`) → MjSpec → assemblies → overlays → MjModel →
-components bound by name → scripts → MJX model, returned as one static `Built`."""
+components bound by name → scripts, returned as one static `Built` (its MJX model is made at
+first use)."""
 
 from __future__ import annotations
-
-import mujoco
 
 from fibril_mjx import components
 from fibril_mjx.config.manifest import ComponentConfig
@@ -13,7 +12,6 @@ from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, ProbeSet, Sens
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.physics import assemblies, dcmotor
 from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
-from fibril_mjx.physics.mjx import mjx
 
 # Every built-in component type: each module under components/ registers itself when imported.
 registry.discover(components)
@@ -40,7 +38,7 @@ def _check_vary(manifest, components: dict, vary: dict) -> dict:
 
 def build(manifest, vary: dict | None = None) -> Built:
   """Host-side build: MJCF (with `package://`) → MjSpec → assemblies → overlays → compile →
-  bind components → scripts → the MJX model.
+  bind components → scripts (the MJX model: `Built.mx`, at its first use).
 
   Args:
     manifest: a parsed `fibril_mjx.config.manifest.Manifest`.
@@ -90,15 +88,7 @@ def build(manifest, vary: dict | None = None) -> Built:
   cmd_script = command_script.build(manifest, components, dt)
   # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.physics.dcmotor).
   physics_model, dc = dcmotor.prepare(mj_model, spec)
-  try:
-    mx = mjx.put_model(physics_model)
-  except NotImplementedError as e:
-    raise ConfigError(str(manifest.model_path), 'model',
-                      f'MJX cannot step this model: {e}') from None
-  d = mujoco.MjData(physics_model)
-  mujoco.mj_forward(physics_model, d)
-  data0 = mjx.put_data(physics_model, d)
-  return Built(manifest, mj_model, physics_model, mx, data0, dt, components, actuator_script,
+  return Built(manifest, mj_model, physics_model, dt, components, actuator_script,
                cmd_script, dc, resolved_assemblies, tuple(overlays), vary, probes)
 
 

@@ -8,12 +8,12 @@ import dataclasses
 from typing import Annotated, Any, Literal
 
 import jax
-import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx import error_models as em
 from fibril_mjx.error_models.core import is_set
 from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, fifo
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
@@ -212,7 +212,7 @@ class SensorBase(ComponentBase):
 
   def default_params(self):
     """Params from the resolved config, float32."""
-    return self.params_type(*(jnp.asarray(getattr(self.cfg, f), jnp.float32)
+    return self.params_type(*(host.array(getattr(self.cfg, f))
                               for f in self.params_type._fields))
 
   def uses(self, field: str) -> bool:

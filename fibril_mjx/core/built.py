@@ -2,16 +2,21 @@
 (`fibril_mjx.core.pipeline`) runs.
 
 It sits in core/ (below builder/, which constructs it) so that the pipeline can name the type it
-takes, and its `Attributes` are the contract the pipeline reads; it depends on nothing but
-MuJoCo.
+takes, and its `Attributes` are the contract the pipeline reads; it depends on MuJoCo and MJX
+alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
+import jax
 import mujoco
+
+from fibril_mjx.errors import ConfigError
+from fibril_mjx.physics.mjx import mjx
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -26,7 +31,8 @@ class Built:
     manifest: the parsed manifest.
     mj_model: the compiled MuJoCo model (assemblies and overlays applied).
     physics_model: the model MJX steps (a twin without `dcmotor` actuators, else `mj_model`).
-    mx: its MJX model; `data0`: `mjx.Data` after `mj_forward` of the initial state.
+    mx: its MJX model; `data0`: `mjx.Data` after `mj_forward` of the initial state — both
+      made at their first use (MuJoCo C rollouts, `physics='c'`, need neither).
     dt: physics timestep (s).
     components: `{id: component}` in manifest order.
     actuator_script, command_script: the manifest's open-loop drives.
@@ -39,8 +45,6 @@ class Built:
   manifest: Any
   mj_model: mujoco.MjModel
   physics_model: mujoco.MjModel
-  mx: Any
-  data0: Any
   dt: float
   components: dict
   actuator_script: Any
@@ -50,6 +54,23 @@ class Built:
   overlays: tuple
   vary: dict
   probes: Any = None
+
+  # made outside any trace even when first read inside one (a cached tracer would leak)
+  @functools.cached_property
+  def mx(self):
+    try:
+      with jax.ensure_compile_time_eval():
+        return mjx.put_model(self.physics_model)
+    except NotImplementedError as e:
+      raise ConfigError(str(self.manifest.model_path), 'model',
+                        f'MJX cannot step this model: {e}') from None
+
+  @functools.cached_property
+  def data0(self):
+    d = mujoco.MjData(self.physics_model)
+    mujoco.mj_forward(self.physics_model, d)
+    with jax.ensure_compile_time_eval():
+      return mjx.put_data(self.physics_model, d)
 
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,

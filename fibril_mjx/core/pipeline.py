@@ -35,6 +35,7 @@ from fibril_mjx.core import protocol
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.errors import FibrilError, did_you_mean
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import fifo, jax_compat, schedule, transport
 from fibril_mjx.physics import dcmotor
 from fibril_mjx.physics.mjx import impl_fns, mjx
@@ -105,7 +106,7 @@ def default_params(built: Built, n_worlds: int | None = None) -> dict:
     p[DCMOTOR_PARAMS] = dcmotor.default_params(built.dcmotor, built.mj_model, jnp.float32)
   if n_worlds is None:
     return p
-  return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)), p)
+  return jax.tree.map(lambda x: host.broadcast(x, (n_worlds,) + np.shape(x)), p)
 
 
 def check_params(built: Built, params: dict) -> None:

@@ -247,3 +247,51 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   with pytest.raises(FibrilError, match='cannot be combined with --physics mjx'):
     runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'x',
                physics='mjx', trajectory=tmp_path / 'log.npz')
+
+
+def _pgs_pendulum() -> str:
+  """The MJCF of a damped pendulum with an IMU site, solved by PGS (which MJX lacks)."""
+  spec = mujoco.MjSpec()
+  spec.option.timestep, spec.option.solver = 0.002, mujoco.mjtSolver.mjSOL_PGS
+  arm = spec.worldbody.add_body(name='arm', pos=[0, 0, 1])
+  arm.add_joint(name='hinge', type=mujoco.mjtJoint.mjJNT_HINGE, axis=[0, 1, 0], damping=0.01)
+  arm.add_geom(type=mujoco.mjtGeom.mjGEOM_CAPSULE, fromto=[0, 0, 0, 0, 0, -0.3],
+               size=[0.02, 0, 0], mass=0.4, contype=0, conaffinity=0)
+  arm.add_site(name='imu', pos=[0, 0, -0.3])
+  for name, kind in (('gyro', mujoco.mjtSensor.mjSENS_GYRO),
+                     ('accel', mujoco.mjtSensor.mjSENS_ACCELEROMETER)):
+    spec.add_sensor(name=name, type=kind, objtype=mujoco.mjtObj.mjOBJ_SITE, objname='imu')
+  spec.compile()
+  return spec.to_xml()
+
+
+def test_a_model_mjx_cannot_step_is_refused_by_mjx_and_runs_on_mujoco_c(tmp_path):
+  """`solver="PGS"` (MJX has CG and Newton only): `physics='mjx'` refuses the model at the
+  load, naming the file and MJX's reason; `physics='c'` makes no MJX model and runs it, its
+  gyro truth that of a MuJoCo C `mj_step` loop written here (float32 rounding)."""
+  xml = _pgs_pendulum()
+  (tmp_path / 'pgs.xml').write_text(xml)
+  man = tmp_path / 'pgs.yaml'
+  man.write_text('fibril_manifest: 1\nmodel: pgs.xml\ncomponents:\n'
+                 '  - {id: imu, type: fibril_sim/imu, config: {gyroscope_sensor: gyro, '
+                 'accelerometer_sensor: accel, period_s: 0.004}}\n')
+  with pytest.raises(FibrilError) as e:
+    fm.load(man)
+  assert str(tmp_path / 'pgs.xml') in str(e.value)
+  assert 'MJX cannot step this model' in str(e.value) and 'PGS' in str(e.value)
+  c = fm.load(man, physics='c')
+  assert 'mx' not in vars(c.built)   # the MJX model was never made
+  n = 200
+  qpos0 = np.array([0.6])
+  _, tr = c.rollout(c.default_params(1), fm.world_keys(0, 1), n, qpos_offset=qpos0[None])
+  m = mujoco.MjModel.from_xml_string(xml)
+  d = mujoco.MjData(m)
+  d.qpos[:] = qpos0
+  ref = []
+  for _ in range(n + 1):
+    mujoco.mj_step(m, d)
+    ref.append(d.sensordata[0:3].copy())
+  got = np.asarray(tr['truth']['imu']['angular_velocity'])[0]
+  ref = np.array(ref)
+  assert np.abs(ref).max() > 0.5   # it swings
+  np.testing.assert_allclose(got, ref, atol=2e-5 * np.abs(ref).max())

@@ -51,9 +51,9 @@ MODEL = """\
 START = {'damping': 0.0345, 'stiffness': 0.68, 'mass': 0.345}   # the manifest's MJCF: 15 % off
 
 
-def c_recording(seed: int) -> recording.Recording:
-  """MuJoCo C at the true parameters: `mj_forward` at each stamp k·PERIOD, the gyro and
-  accelerometer there plus N(0, σ²) noise from NumPy.
+def c_recording(seed: int, duration_s: float = DURATION_S) -> recording.Recording:
+  """MuJoCo C at the true parameters: `mj_forward` at each stamp k·PERIOD up to `duration_s`,
+  the gyro and accelerometer there plus N(0, σ²) noise from NumPy.
 
   The model is the manifest's MJCF compiled by MuJoCo with the true values written into the
   fields `tune` fits (`dof_damping`, `jnt_stiffness`, `body_mass`; the body inertia stays the
@@ -66,7 +66,7 @@ def c_recording(seed: int) -> recording.Recording:
   d.qpos[:] = Q0
   rng = np.random.default_rng(seed)
   every = int(round(PERIOD / DT))
-  n_ticks = int(round(DURATION_S / DT))
+  n_ticks = int(round(duration_s / DT))
   t, gyro, accel = [], [], []
   for k in range(n_ticks + 1):
     mujoco.mj_forward(m, d)

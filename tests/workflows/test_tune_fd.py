@@ -219,6 +219,29 @@ def test_second_fit_traces_nothing_new(problem):
   assert (problem._fields._cache_size(), problem._jacobian._cache_size()) == sizes == (1, 1)
 
 
+def test_a_trial_step_carries_its_jacobian_where_the_threads_would_idle(problem, monkeypatch):
+  """One start, one physical column: the trial world and its perturbed copy fill one round of
+  two or more rollout threads, where apart they take two (`RolloutProblem.speculate`); the fit
+  is bitwise the one that rolls the copy out after the step is accepted, in fewer rounds."""
+  assert problem.speculate(1) and not problem.speculate(2)
+  runner = problem.runner
+  rounds = []
+
+  def counted(models, state0, ctrl):
+    rounds.append(-(-len(state0) // runner.threads))
+    return runner(models, state0, ctrl)
+  counted.threads = runner.threads
+  monkeypatch.setattr(problem, 'runner', counted)
+  ahead = tune.tune(None, problem=problem)
+  n_ahead, rounds[:] = sum(rounds), []
+  monkeypatch.setattr(tune.RolloutProblem, 'speculate', lambda self, rows: False)
+  apart = tune.tune(None, problem=problem)
+  np.testing.assert_array_equal(ahead.estimate, apart.estimate)
+  np.testing.assert_array_equal(ahead.sigma, apart.sigma)
+  np.testing.assert_array_equal(ahead.loss_curve, apart.loss_curve)
+  assert n_ahead < sum(rounds), (n_ahead, rounds)
+
+
 LATENCY_TICKS = 5   # 20 ms; the IMU's output period is 2 ticks
 
 

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
@@ -163,7 +164,7 @@ class MotionMotor(actuation.MotorFields):
     return ('motion',)
 
   def default_params(self) -> Params:
-    return Params(jnp.float32(self.cfg.feedback_current_per_force))
+    return Params(host.array(self.cfg.feedback_current_per_force))
 
   def null_command(self) -> MotionCommand:
     z = jnp.float32(0.0)

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
@@ -202,7 +203,7 @@ class Motor(actuation.MotorFields):
 
   def default_params(self) -> Params:
     c = self.cfg
-    f = lambda v: jnp.float32(0.0 if v is None else v)  # noqa: E731
+    f = lambda v: host.array(0.0 if v is None else v)  # noqa: E731
     return Params(f(c.logical_units_per_joint_unit), f(c.command_velocity_limit),
                   f(c.trajectory_acceleration_limit), f(c.duty_velocity_scale),
                   f(c.duty_effort_scale), f(c.safe_command), f(c.feedback_current_per_force))

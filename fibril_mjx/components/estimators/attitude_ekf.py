@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import estimators, fifo
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms import transport as tp
@@ -167,7 +168,7 @@ class AttitudeEkf(base.ComponentBase):
   def default_params(self) -> Params:
     vals = {f: getattr(self.cfg, f) for f in Params._fields}
     vals['gravity_m_s2'] = self.gravity
-    return Params(*(jnp.asarray(vals[f], jnp.float32) for f in Params._fields))
+    return Params(*(host.array(vals[f]) for f in Params._fields))
 
   def ekf_params(self, p: Params) -> estimators.EkfParams:
     reject = p.accel_reject_m_s2

@@ -16,9 +16,11 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, quat, rng
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.mechanisms import transport as tp
@@ -178,7 +180,7 @@ class Ahrs(inertial.RateSensor):
   thermal: Any = None   # the static `thermal.Thermal`, or None (off)
 
   def default_params(self) -> Params:
-    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    f32 = host.array
     orientation = OrientationParams(**{f: f32(getattr(self.cfg, m))
                                        for f, m in ORIENTATION_FIELDS.items()})
     return Params(orientation, *(c.params(self.cfg) for c in self.channels),
@@ -331,11 +333,11 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on,
                                           period_s=cfg.period_s, dt=ctx.dt)
                    for ch in ('angular_velocity', 'linear_acceleration'))
-  z3 = jnp.zeros(3, jnp.float32)
+  z3 = host.zeros(3)
   th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
-  neutral = (jnp.zeros(4, jnp.float32), z3, z3, z3, z3, z3, jnp.zeros(3, bool),
-             jnp.zeros(3, bool), jnp.zeros(3, jnp.int32), jnp.zeros(3, jnp.int32))
-  neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *neutral)
+  neutral = (host.zeros(4), z3, z3, z3, z3, z3, host.zeros(3, bool), host.zeros(3, bool),
+             host.zeros(3, np.int32), host.zeros(3, np.int32))
+  neutral = (SampleWithTemperature(host.zeros(), *neutral)
              if th is not None and th.output else Sample(*neutral))
   return sb.make(Ahrs, neutral, sensors=sensors, channels=channels,
                  first_tick=schedule.tick_of(0), thermal=th)

@@ -24,8 +24,10 @@ import dataclasses
 
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
@@ -136,8 +138,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
   velocity = ctx.sensor('velocity_sensor', sb.cfg.velocity_sensor,
                         mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
-  z = jnp.float32(0.0)
-  return sb.make(Airspeed, Sample(z, z, jnp.bool_(False), jnp.int32(0)), velocity=velocity,
+  z = host.zeros()
+  return sb.make(Airspeed, Sample(z, z, host.zeros((), bool), host.zeros((), np.int32)), velocity=velocity,
                  **base.at_site(ctx, sid))
 
 

@@ -27,8 +27,10 @@ import dataclasses
 
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
 from fibril_mjx.components import base
@@ -233,8 +235,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
     base.check(bool(cfg.airspeed_bias_points_m_s), *origin('airspeed_bias_points_m_s'),
                'must list the airspeeds of the bias table when velocity_sensor is set',
                list(cfg.airspeed_bias_points_m_s))
-  z = jnp.float32(0.0)
-  return sb.make(Barometer, Sample(z, z, z, jnp.bool_(False), jnp.int32(0)),
+  z = host.zeros()
+  return sb.make(Barometer, Sample(z, z, z, host.zeros((), bool), host.zeros((), np.int32)),
                  throttle_ctrl=throttle, velocity=velocity, velocity_site=int(vsite),
                  **base.at_site(ctx, sid),
                  velocity_pose=ctx.site_pose(vsite) if velocity is not None else None)

@@ -48,9 +48,11 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
@@ -152,9 +154,9 @@ class Camera(ViewSensorFields):
 
   def neutral(self):
     n = len(self.landmark_ids)
-    z = jnp.zeros((n,), jnp.float32)
-    return Sample(jnp.zeros((n, 2), jnp.float32), jnp.zeros((n,), bool), z, z,
-                  jnp.zeros((n, 2), jnp.float32), jnp.int32(faults.HEALTHY))
+    z = host.zeros((n,))
+    return Sample(host.zeros((n, 2)), host.zeros((n,), bool), z, z, host.zeros((n, 2)),
+                  host.array(faults.HEALTHY, np.int32))
 
   def init(self, p: Params, world_key) -> State:
     return self.init_state(State, p, world_key, self.neutral())

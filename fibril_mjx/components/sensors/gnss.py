@@ -43,9 +43,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, geodesy, smallmat
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
@@ -137,10 +139,9 @@ State = em.state_type('State', ('lever_arm',), ERRORS, ('last_fix', 'queue', 'he
 
 
 def _neutral(origin: geodesy.Origin) -> Sample:
-  z = jnp.float32(0.0)
-  return Sample(jnp.int32(origin.lat_e7), jnp.int32(origin.lon_e7),
-                jnp.float32(origin.height_m), jnp.zeros(3, jnp.float32), z, z, z,
-                jnp.int32(FIX_NONE), jnp.int32(0), z, z, jnp.int32(faults.HEALTHY))
+  z, i32 = host.zeros(), lambda v: host.array(v, np.int32)   # noqa: E731
+  return Sample(i32(origin.lat_e7), i32(origin.lon_e7), host.array(origin.height_m),
+                host.zeros(3), z, z, z, i32(FIX_NONE), i32(0), z, z, i32(faults.HEALTHY))
 
 
 @dataclasses.dataclass(frozen=True)

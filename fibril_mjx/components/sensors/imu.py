@@ -36,8 +36,10 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, fifo, quat, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
@@ -310,9 +312,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
       for ch in CHANNELS)
   th = thermal.Thermal.build(cfg, sb.is_on, cfg.period_s, ctx.dt)
   vib = vibration.Vibration.build(cfg, sb.is_on, ctx, ctx.dt, origin)
-  rates = ([jnp.zeros(3, jnp.float32)] * 4 + [jnp.zeros(3, bool)] * 2
-           + [jnp.zeros(3, jnp.int32)] * 2)
-  neutral = (SampleWithTemperature(jnp.zeros((), jnp.float32), *rates)
+  rates = [host.zeros(3)] * 4 + [host.zeros(3, bool)] * 2 + [host.zeros(3, np.int32)] * 2
+  neutral = (SampleWithTemperature(host.zeros(), *rates)
              if th is not None and th.output else Sample(*rates))
   return sb.make(Imu, neutral, sensors=sensors, channels=channels,
                  orientation=ctx.site_quat(sid), thermal=th,

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import smallmat
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.components import base
@@ -153,7 +154,7 @@ class Channel:
 
   def params(self, cfg) -> ChannelParams:
     """Params from the resolved config, float32."""
-    return ChannelParams(**{f: jnp.asarray(getattr(cfg, m), jnp.float32)
+    return ChannelParams(**{f: host.array(getattr(cfg, m))
                             for f, m in self.manifest})
 
   @property

@@ -40,6 +40,7 @@ import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, rng
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
@@ -147,8 +148,8 @@ class Lidar(ViewSensorFields):
     return len(self.offsets)
 
   def neutral(self):
-    z = jnp.zeros((self.n_beams,), jnp.float32)
-    return Sample(z, jnp.zeros((self.n_beams,), bool), z, jnp.int32(faults.HEALTHY))
+    z = host.zeros((self.n_beams,))
+    return Sample(z, host.zeros((self.n_beams,), bool), z, host.array(faults.HEALTHY, np.int32))
 
   def init(self, p: Params, world_key) -> State:
     z = jnp.zeros((self.n_beams,), jnp.float32)

@@ -39,6 +39,7 @@ import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.core.context import BuildContext
@@ -135,7 +136,7 @@ class Magnetometer(base.SiteSensorFields):
     c = self.cfg
     resolved = {'earth_field_ut': earth_field(c), 'current_coefficients_ut_per_a': np.asarray(
         c.current_coefficients_ut_per_a, np.float64).reshape(-1, 3)}
-    return Params(*(jnp.asarray(resolved[f] if f in resolved else getattr(c, f), jnp.float32)
+    return Params(*(host.array(resolved[f] if f in resolved else getattr(c, f))
                     for f in Params._fields[:-1]), faults.default_params(c))
 
   def param_path(self, field: str):
@@ -240,8 +241,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Magnetometer:
   for j, name in enumerate(cfg.current_components):
     earlier_feedback(ctx, cid, name, origin, 'current_components', j)
   ERRORS.check(sb)
-  z3 = jnp.zeros(3, jnp.float32)
-  return sb.make(Magnetometer, Sample(z3, z3, jnp.zeros(3, bool), jnp.int32(0)),
+  z3 = host.zeros(3)
+  return sb.make(Magnetometer, Sample(z3, z3, host.zeros(3, bool), host.zeros((), np.int32)),
                  **base.at_site(ctx, sid),
                  current_ids=tuple(cfg.current_components))
 

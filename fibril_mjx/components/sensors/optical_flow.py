@@ -48,9 +48,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
@@ -166,9 +168,8 @@ class OpticalFlow(ViewSensorFields):
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
 
   def neutral(self):
-    z = jnp.float32(0.0)
-    return Sample(jnp.zeros(2, jnp.float32), jnp.zeros(3, jnp.float32), z, jnp.int32(0),
-                  jnp.int32(faults.HEALTHY))
+    return Sample(host.zeros(2), host.zeros(3), host.zeros(), host.zeros((), np.int32),
+                  host.array(faults.HEALTHY, np.int32))
 
   def init(self, p: Params, world_key) -> State:
     return self.init_state(State, p, world_key, self.neutral(), acc=_zero_acc())

@@ -23,9 +23,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
@@ -145,8 +147,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:
   sensor = ctx.sensor('rangefinder_sensor', cfg.rangefinder_sensor,
                       mujoco.mjtSensor.mjSENS_RANGEFINDER, 1)
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, sensor.site)
-  z = jnp.float32(0.0)
-  return sb.make(Rangefinder, Sample(z, jnp.bool_(False), z, jnp.int32(0)), sensor=sensor,
+  z = host.zeros()
+  return sb.make(Rangefinder, Sample(z, host.zeros((), bool), z, host.zeros((), np.int32)),
+                 sensor=sensor,
                  **base.at_site(ctx, sid))
 
 

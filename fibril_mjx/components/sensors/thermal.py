@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx import error_models as em
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.config.validation import Strict
@@ -139,7 +140,7 @@ class Thermal:
 
   @staticmethod
   def params(cfg) -> ThermalParams:
-    return ThermalParams(**{f: jnp.asarray(getattr(cfg, f), jnp.float32) for f in PARAM_FIELDS})
+    return ThermalParams(**{f: host.array(getattr(cfg, f)) for f in PARAM_FIELDS})
 
   def ambient(self, p: ThermalParams, t):
     """`T_a(t)`: piecewise-linear in the table, held beyond its ends."""

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pydantic
 
 from fibril_mjx import error_models as em
@@ -37,6 +38,7 @@ from fibril_mjx.components.base import NonNeg3, Positive, Vec3
 from fibril_mjx.core.context import BuildContext, JointProbe
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.config.validation import Strict
+from fibril_mjx.mechanisms import host
 
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 ZERO3 = (0.0, 0.0, 0.0)
@@ -138,9 +140,9 @@ class Vibration:
       if f in ('angular_velocity_vibration_amplitude', 'linear_acceleration_vibration_amplitude',
                'vibration_phase_rad') and len(v) == 0:
         v = [ZERO3] * n
-      out[f] = jnp.asarray(v, jnp.float32).reshape((n, 3)) if f in (
+      out[f] = host.array(np.reshape(np.asarray(v, np.float32), (n, 3)) if f in (
           'angular_velocity_vibration_amplitude', 'linear_acceleration_vibration_amplitude',
-          'vibration_phase_rad') else jnp.asarray(v, jnp.float32)
+          'vibration_phase_rad') else v)
     return VibrationParams(**out)
 
   def term(self, p: VibrationParams, data, streams: dict, tick) -> dict:

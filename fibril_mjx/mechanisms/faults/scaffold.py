@@ -4,8 +4,8 @@ timing and site binding, shared-stream checks."""
 from __future__ import annotations
 
 
-import jax.numpy as jnp
 
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import fifo, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
@@ -27,7 +27,7 @@ class FaultySensor:
     """Params from the resolved config, float32, for a flat `params_type` whose last field is
     `faults` (a sensor with nested or derived Params overrides this)."""
     names = self.params_type._fields[:-1]
-    return self.params_type(*(jnp.asarray(getattr(self.cfg, f), jnp.float32) for f in names),
+    return self.params_type(*(host.array(getattr(self.cfg, f)) for f in names),
                             default_params(self.cfg))
 
   def on_reset(self, p, s, index):

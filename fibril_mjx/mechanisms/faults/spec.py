@@ -13,6 +13,7 @@ import pydantic
 
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.config.validation import Strict
+from fibril_mjx.mechanisms import host
 
 
 HEALTHY, DEGRADED, INVALID, RECOVERING = 0, 1, 2, 3
@@ -207,8 +208,7 @@ def default_params(cfg: FaultConfig) -> tuple[FaultParams, ...]:
   for f in cfg.faults:
     end = np.inf if f.end_s is None else f.end_s
     value = 0.0 if f.value is None else f.value
-    out.append(FaultParams(jnp.float32(f.start_s), jnp.float32(end),
-                           jnp.asarray(value, jnp.float32)))
+    out.append(FaultParams(host.array(f.start_s), host.array(end), host.array(value)))
   return tuple(out)
 
 

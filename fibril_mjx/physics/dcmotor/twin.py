@@ -13,12 +13,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Optional, Sequence
 
-import jax.numpy as jnp
 import mujoco
 import numpy as np
 
 from fibril_mjx.physics.dcmotor.model import (INPUT_NAMES, INPUT_NONE, SLOTS, DcMotorParams, DcMotorSet)
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.mechanisms import host
 
 
 class UnsupportedDcMotor(FibrilError, ValueError):
@@ -366,7 +366,7 @@ def default_params(dset: DcMotorSet, mj_model: mujoco.MjModel,
   b = mj_model.actuator_biasprm[ids]
   rows = [dset.ctrladr[i] + k for i in range(dset.n) for k in range(len(dset.inputs[i]))]
   ctrlrange = mj_model.actuator_ctrlrange[rows] if rows else np.zeros((0, 2))
-  arr = lambda x: jnp.asarray(np.asarray(x, dtype=np.float64), dtype=dtype)
+  arr = lambda x: host.array(np.asarray(x, dtype=np.float64), dtype)  # noqa: E731
   return DcMotorParams(
       resistance_ohm=arr(g[:, 0]), motorconst=arr(g[:, 1]),
       electrical_time_constant_s=arr(d[:, 0]), current_rate_limit=arr(d[:, 1]),

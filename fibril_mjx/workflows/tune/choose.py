@@ -5,7 +5,9 @@ from __future__ import annotations
 import jax
 
 from fibril_mjx.batch import physics_c
-from fibril_mjx.batch.simulation import load as load_simulation
+from fibril_mjx.batch.simulation import Simulation
+from fibril_mjx.builder.build import build
+from fibril_mjx.config.manifest import read_manifest
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.workflows.tune import shooting
 from fibril_mjx.workflows.tune.problem import Problem
@@ -20,8 +22,8 @@ def make_problem(spec, *, progress=None) -> Problem:
   how = spec.gradients
   why, nominal = 'as asked', None
   if how == 'auto':
-    nominal = load_simulation(spec.manifest)   # the problem's own, loaded once
-    problems = physics_c.open_loop_problems(nominal.built)
+    built = build(read_manifest(spec.manifest))   # the problem's own, built once
+    problems = physics_c.open_loop_problems(built)
     if problems:
       how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
     elif jax.default_backend() != 'cpu':
@@ -29,6 +31,7 @@ def make_problem(spec, *, progress=None) -> Problem:
     else:
       how, why = 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
                         '(nothing closes a loop on physics)')
+    nominal = Simulation(built, physics='c' if how == 'fd' else 'mjx')
   if spec.free_starts and how != 'fd':
     raise ConfigError(spec.path, 'windows.free_starts', 'free window starts need gradients fd '
                       f'(MuJoCo C rollouts); here gradients are {how} ({why})', True)

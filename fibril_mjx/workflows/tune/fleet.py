@@ -70,7 +70,7 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
   def evaluate(Uc, jacobian, rows):
     rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian, units=rows)
     return rr, JJ
-  U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
+  U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
   bar.close()
   P = U.shape[1]
   logm = np.array([p.log for p in prob.params])

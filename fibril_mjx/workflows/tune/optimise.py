@@ -116,12 +116,17 @@ def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
   return float(np.mean(factors)) if factors else 1.0
 
 
-def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
+def gauss_newton(evaluate, U, r, J, lo, hi, bar, N, speculate=None):
   """Levenberg–Marquardt of independent problems in one batch (one per row of `U (S, P)`):
   each has its own damping, a step is kept where its problem's cost decreased, and a problem
   that has converged (no decrease left to gain: `CONVERGED` of its cost; or a rejected step
   where the Gauss–Newton step is within `STEP_SIGMA` standard errors) or whose damping ran
   away is no longer evaluated while the others go on.
+
+  A trial step is evaluated without its Jacobian, which is computed where the step is
+  accepted — unless `speculate(k)` says that `k` trial rows cost no more with it (MuJoCo C
+  rollouts whose perturbed copies fill idle threads: `RolloutProblem.speculate`); the
+  result is the same either way.
 
   Args:
     evaluate: `(U_rows, jacobian, rows) -> (r (k, R), J (k, R, P) or None)` for the problems
@@ -155,13 +160,14 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N):
     if not active.any():
       break                     # converged: no problem can decrease its loss any more
     idx = np.flatnonzero(active)
-    # residuals first; the Jacobian only where a step is accepted
-    rn, _ = evaluate(Un[idx], False, idx)
+    # residuals first; the Jacobian only where a step is accepted (or with them: speculate)
+    ahead = bool(speculate and speculate(len(idx)))
+    rn, Jn = evaluate(Un[idx], ahead, idx)
     cn = np.sum(rn ** 2, axis=1)
     ok = cn < cost[idx]
     if ok.any():
       acc = idx[ok]
-      ra, Ja = evaluate(Un[acc], True, acc)
+      ra, Ja = (rn[ok], Jn[ok]) if ahead else evaluate(Un[acc], True, acc)
       U[acc], r[acc], J[acc], cost[acc] = Un[acc], ra, Ja, cn[ok]
     lam[idx] = np.where(ok, np.maximum(lam[idx] / 3, 1e-9), np.minimum(lam[idx] * 4, 1e9))
     active[idx[~ok & resolved[idx]]] = False
@@ -225,13 +231,14 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
         return rr[rows], None if JJ is None else JJ[rows]
       rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
       return rr, JJ
-    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
+    ahead = getattr(prob, 'speculate', None)
+    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, ahead)
     curve += more
     if prob.timing:   # the search again at the optimum; a moved latency refits the rest
       again = timing.search(prob, U[int(np.argmin(cost))])
       if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
         r, J = evaluate(U, True)
-        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N)
+        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, ahead)
         curve += more
       found = again
   else:

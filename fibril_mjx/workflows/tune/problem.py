@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.io import recording as rec_mod
+from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.batch import programs
@@ -29,7 +30,8 @@ class DataSet:
   Attributes:
     recordings: the `Recording`s.
     windows: per recording, the number of windows.
-    data0: per recording, the initial `mjx.Data` (one world).
+    data0: per recording, the initial `mjx.Data` (one world), or for MuJoCo C rollouts its
+      `(qpos, qvel)` (`RolloutProblem._initial_data`).
     commands: per window `{cid: command pytree (L, 1, ...)}` (ticks `w·L + 1 … (w+1)·L`) or
       None.
     commands0: per recording the tick-0 commands `{cid: command pytree (1, ...)}` (issued at
@@ -64,7 +66,7 @@ class Problem:
     self.spec = spec
     self.progress = (os.environ.get('FIBRIL_MJX_NO_PROGRESS') != '1') if progress is None \
         else progress
-    nominal = load_simulation(spec.manifest) if nominal is None else nominal
+    nominal = load_simulation(spec.manifest, physics=physics) if nominal is None else nominal
     fitted = {(p['component'], p.get('field')) for p in spec.parameters if 'component' in p}
     vary = {}
     for cid, field in fitted:
@@ -72,8 +74,11 @@ class Problem:
         vary.setdefault(cid, []).append(field)
     self.zeroed = _stochastic_overrides(nominal, fitted)
     built_at = self.zeroed + latency_overrides(spec)
-    self.sim = load_simulation(spec.manifest, overrides={'components': built_at} if
-                               built_at else None, vary=vary, physics=physics)
+    if built_at or vary or nominal.physics != physics:
+      self.sim = load_simulation(spec.manifest, overrides={'components': built_at} if
+                                 built_at else None, vary=vary, physics=physics)
+    else:   # nothing to zero, size or compile in: the manifest's own simulation
+      self.sim = nominal
     params = _resolve_params(spec, self.sim, nominal)
     self.params = [p for p in params if p.kind != 'latency']
     self.timing = [p for p in params if p.kind == 'latency']   # searched over whole ticks
@@ -92,7 +97,8 @@ class Problem:
     self.train = self._dataset(spec.train, 'train')
     self.heldout = self._dataset(spec.heldout, 'heldout') if spec.heldout else None
     self._base = self.sim.default_params(1)
-    self._keys = jax.random.PRNGKey(0)[None]
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(0))   # PRNGKey(0): zeros, made on the host
+    self._keys = host.zeros((1,) + key.shape, key.dtype)
     self._compile()
 
   @classmethod
@@ -123,21 +129,27 @@ class Problem:
     for r, end in zip(recs, ends):
       n = int(math.ceil((end / self.dt + 2) / L))
       windows.append(n)
-      d0 = self.sim.data0
+      qpos, qvel = None, None   # the model's initial state
       if r.initial:
-        qpos = np.asarray(r.initial.get('qpos', np.asarray(d0.qpos)))
-        qvel = np.asarray(r.initial.get('qvel', np.asarray(d0.qvel)))
+        qpos = np.asarray(r.initial.get('qpos', m.qpos0), np.float64)
+        qvel = np.asarray(r.initial.get('qvel', np.zeros(m.nv)), np.float64)
         if qpos.shape != (m.nq,) or qvel.shape != (m.nv,):
           raise ConfigError(r.path, 'initial/qpos', f'shapes must be ({m.nq},), ({m.nv},)',
                             f'{qpos.shape}, {qvel.shape}')
-        d0 = d0.replace(qpos=jnp.asarray(qpos, d0.qpos.dtype),
-                        qvel=jnp.asarray(qvel, d0.qvel.dtype))
+      d0 = self._initial_data(qpos, qvel)
       data0s.append(d0)
       first, per_window = self._window_commands(r, n, L)
       cmds0.append(first)
       cmds.extend(per_window)
       starts.extend((w == 0, d0, first) for w in range(n))
     return DataSet(recs, windows, data0s, cmds, cmds0, starts)
+
+  def _initial_data(self, qpos, qvel):
+    """A recording's initial `mjx.Data`: the model's, or at `qpos`, `qvel` where given."""
+    d0 = self.sim.data0
+    if qpos is None:
+      return d0
+    return d0.replace(qpos=host.array(qpos, d0.qpos.dtype), qvel=host.array(qvel, d0.qvel.dtype))
 
   def _window_commands(self, r, n, L):
     """Per-tick commands of the recording's actuator components: `(the tick-0 commands

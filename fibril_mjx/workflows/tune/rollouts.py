@@ -93,6 +93,15 @@ class RolloutProblem(Problem):
       self.lanes = max(2, max(1, spec.starts) * R, 2 * R, n_cand * R,
                        2 * len(self.heldout.recordings) if self.heldout else 0)
 
+  def speculate(self, rows: int) -> bool:
+    """Whether `rows` trial steps are best rolled out with their Jacobians' perturbed copies
+    (`optimise.gauss_newton`): where the worlds and their copies fill fewer rounds of the
+    rollout threads together than apart (e.g. 1 + 3 worlds on 2 threads: 2 rounds, against
+    1 + 2). A step that is then rejected has cost its device Jacobian for nothing."""
+    n = rows * (1 if self.paired else len(self.train.recordings))
+    k, t = len(self.physical), self.runner.threads
+    return k > 0 and -(-n * (1 + k) // t) < -(-n // t) - (-n * k // t)
+
   def _whole_tick(self, seconds: float) -> float:
     return round(float(seconds) / self.dt) * self.dt
 
@@ -207,12 +216,17 @@ class RolloutProblem(Problem):
       self._states0[key] = self._initial_state(ds, r)
     return self._states0[key]
 
+  def _initial_data(self, qpos, qvel):
+    """A recording's initial `(qpos, qvel)` (None: the model's): MuJoCo C starts from it
+    (`_initial_state`), no `mjx.Data` is made."""
+    return qpos, qvel
+
   def _initial_state(self, ds: DataSet, r: int) -> np.ndarray:
     m = self.sim.mj_model
     d = mujoco.MjData(m)
-    d0 = ds.data0[r]
-    d.qpos[:] = np.asarray(d0.qpos, np.float64)
-    d.qvel[:] = np.asarray(d0.qvel, np.float64)
+    qpos, qvel = ds.data0[r]
+    if qpos is not None:
+      d.qpos[:], d.qvel[:] = qpos, qvel
     mujoco.mj_forward(m, d)
     s = np.zeros(mujoco.mj_stateSize(m, physics_c._STATE))
     mujoco.mj_getState(m, d, s, physics_c._STATE)

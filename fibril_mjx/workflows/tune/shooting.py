@@ -111,6 +111,11 @@ class ShootingProblem(RolloutProblem):
 
   # ----------------------------------------------------------------- Problem interface
 
+  def speculate(self, rows: int) -> bool:
+    """Never: a Jacobian here rolls out every window per column and per window-start
+    coordinate, far more than a trial step's idle threads (`RolloutProblem.speculate`)."""
+    return False
+
   def evaluate(self, U, ds, *, jacobian=False, latency=None, units=None):
     U = np.asarray(U, np.float64)
     P = len(self.params)
