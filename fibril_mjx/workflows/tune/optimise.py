@@ -231,14 +231,14 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
         return rr[rows], None if JJ is None else JJ[rows]
       rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
       return rr, JJ
-    ahead = getattr(prob, 'speculate', None)
-    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, ahead)
+    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
     curve += more
     if prob.timing:   # the search again at the optimum; a moved latency refits the rest
       again = timing.search(prob, U[int(np.argmin(cost))])
       if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
         r, J = evaluate(U, True)
-        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, ahead)
+        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N,
+                                           prob.speculate)
         curve += more
       found = again
   else:

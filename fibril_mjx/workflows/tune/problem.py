@@ -417,6 +417,11 @@ class Problem:
       raise FibrilError('evaluate the data set once first (it builds the sample maps)')
     return int(sum(np.count_nonzero(mp[t][2]) for mp in ds.maps for t in self.spec.loss))
 
+  def speculate(self, rows: int) -> bool:
+    """Whether `optimise.gauss_newton` evaluates `rows` trial steps with their Jacobians:
+    never through MJX (a Jacobian costs P tangents there; `RolloutProblem` overrides)."""
+    return False
+
   def u0(self) -> np.ndarray:
     return np.array([p.to_u(p.init) for p in self.params], np.float64)
 
