@@ -113,8 +113,8 @@ def driven_ctrl(sim, n_ticks):
   held = physics_c.frames_from_states(m, np.repeat(s0[:, None], n_ticks, axis=1),
                                       np.zeros((1, n_ticks, m.nsensordata)),
                                       np.zeros((1, n_ticks, m.nu)))
-  ctrl = physics_c._devices(sim.built, sim.default_params(1), fm.world_keys(0, 1), held,
-                            None, None, False, None)[2]
+  ctrl = physics_c._devices(sim.built, False, sim.default_params(1), fm.world_keys(0, 1),
+                            held, None, None, None)[2]
   return np.asarray(jnp.asarray(ctrl)[0], np.float64)
 
 

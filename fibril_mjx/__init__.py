@@ -3,7 +3,12 @@
 The public API by name; the layers behind it are described in README.md ("How it is built").
 """
 
-from fibril_mjx.analysis import stats
+from fibril_mjx.batch import worlds as _worlds
+
+# before anything computes: XLA:CPU compiles a scan over ticks as one kernel (batch/worlds.py)
+_worlds.import_flags()
+
+from fibril_mjx.analysis import stats  # noqa: E402
 from fibril_mjx.batch.simulation import SimState, Simulation, load
 from fibril_mjx.config import compat
 from fibril_mjx.config.version import __version__

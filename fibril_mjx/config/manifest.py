@@ -149,6 +149,24 @@ def check_empirical_fields(pid: str, fields: dict, file: pathlib.Path, prefix: s
                         'SPEC §3.2', value)
 
 
+# Profile files read by this process, by (path, modification time, size): a manifest read
+# parses and validates each of the ~20 built-in profiles once, not at every read.
+_READ: dict = {}
+
+
+def _read_profile(file: pathlib.Path) -> Profile:
+  st = file.stat()
+  key = (str(file.resolve()), st.st_mtime_ns, st.st_size)
+  if key not in _READ:
+    m = validate(ProfileModel, load_yaml(file), file=str(file))
+    if m.kind == 'empirical':
+      check_empirical_fields(m.id, m.fields, file)
+    _READ[key] = Profile(m.id, m.kind, tuple(m.component_types), m.provenance, m.fields, file)
+  p = _READ[key]   # each catalog its own copy of the values (nothing shared is mutable)
+  return dataclasses.replace(p, provenance=copy.deepcopy(p.provenance),
+                             fields=copy.deepcopy(p.fields), file=file)
+
+
 class Catalog:
   """Profiles by id, from the built-in catalog and the manifest's `profile_paths`."""
 
@@ -156,15 +174,11 @@ class Catalog:
     self.profiles: dict[str, Profile] = {}
     for d in dirs:
       for file in sorted(d.glob('*.yaml')) + sorted(d.glob('*.yml')):
-        data = load_yaml(file)
-        m = validate(ProfileModel, data, file=str(file))
-        if m.id in self.profiles:
-          raise FibrilError(f'{file}: id = {m.id!r}: profile id already defined in '
-                            f'{self.profiles[m.id].file}')
-        if m.kind == 'empirical':
-          check_empirical_fields(m.id, m.fields, file)
-        self.profiles[m.id] = Profile(m.id, m.kind, tuple(m.component_types), m.provenance,
-                                      m.fields, file)
+        prof = _read_profile(file)
+        if prof.id in self.profiles:
+          raise FibrilError(f'{file}: id = {prof.id!r}: profile id already defined in '
+                            f'{self.profiles[prof.id].file}')
+        self.profiles[prof.id] = prof
 
   def get(self, pid: str, kind: str, component_type: str, *, file: str, path: str) -> Profile:
     p = self.profiles.get(pid)

@@ -106,7 +106,7 @@ def default_params(built: Built, n_worlds: int | None = None) -> dict:
     p[DCMOTOR_PARAMS] = dcmotor.default_params(built.dcmotor, built.mj_model, jnp.float32)
   if n_worlds is None:
     return p
-  return jax.tree.map(lambda x: host.broadcast(x, (n_worlds,) + np.shape(x)), p)
+  return host.broadcast_leaves(p, n_worlds)
 
 
 def check_params(built: Built, params: dict) -> None:

@@ -32,6 +32,22 @@ def zeros(shape=(), dtype=np.float32) -> jax.Array:
 def broadcast(x, shape) -> jax.Array:
   """`jnp.broadcast_to(x, shape)`, copied from the host where `x` is concrete (and not weakly
   typed: a weak type is kept by `jnp`)."""
-  if is_tracer(x) or getattr(x, 'weak_type', False):
+  if not _concrete(x):
     return jnp.broadcast_to(x, shape)
   return jax.device_put(np.broadcast_to(np.asarray(x), shape))
+
+
+def _concrete(x) -> bool:
+  """Copied from the host: neither traced nor weakly typed (`jnp` keeps a weak type)."""
+  return not (is_tracer(x) or getattr(x, 'weak_type', False))
+
+
+def broadcast_leaves(tree, n: int):
+  """`broadcast(x, (n,) + x.shape)` of every leaf of `tree`, the concrete ones copied to the
+  device in one transfer (one `device_put` per leaf costs ~0.1 ms)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  host = [_concrete(x) for x in leaves]
+  moved = iter(jax.device_put([np.broadcast_to(np.asarray(x), (n,) + np.shape(x))
+                               for x, h in zip(leaves, host) if h]))
+  return jax.tree.unflatten(treedef, [next(moved) if h else broadcast(x, (n,) + np.shape(x))
+                                      for x, h in zip(leaves, host)])

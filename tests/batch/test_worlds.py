@@ -73,7 +73,9 @@ def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
   monkeypatch.setattr(worlds.platform, 'machine', lambda: 'x86_64')
   env = {}
   assert worlds.cpu_flags(3, environ=env) == 3
-  assert env['XLA_FLAGS'] == '--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX'
+  assert env['XLA_FLAGS'] == ('--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX '
+                              '--xla_backend_extra_options='
+                              'xla_cpu_small_while_loop_byte_threshold=1099511627776')
   assert worlds.cpu_isa(env) == 'AVX' and worlds.cpu_isa({}) == 'native'
   assert worlds.cpu_flags(None, environ=env) == 3           # already set: kept
   assert env['XLA_FLAGS'].count('max_isa') == 1
@@ -88,6 +90,25 @@ def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
   worlds.cpu_flags(2, environ=env)
   assert 'max_isa' not in env['XLA_FLAGS']                 # an x86 flag only
   assert worlds.cpu_flags(None, environ={}) >= 1
+
+
+def test_loop_flags_add_the_loop_option_once_and_keep_a_users_own():
+  """XLA takes its backend options from one comma-separated flag: ours joins a user's flag;
+  a threshold the user set (0: XLA hoists no loop) is left as it is."""
+  env = {}
+  worlds.loop_flags(environ=env)
+  assert env['XLA_FLAGS'] == ('--xla_backend_extra_options='
+                              'xla_cpu_small_while_loop_byte_threshold=1099511627776')
+  worlds.loop_flags(environ=env)
+  assert env['XLA_FLAGS'].count('small_while') == 1 and env['XLA_FLAGS'].count('extra') == 1
+  env = {'XLA_FLAGS': '--xla_cpu_max_isa=AVX --xla_backend_extra_options=xla_cpu_fold=1'}
+  worlds.loop_flags(environ=env)
+  assert env['XLA_FLAGS'] == ('--xla_cpu_max_isa=AVX --xla_backend_extra_options=xla_cpu_fold=1,'
+                              'xla_cpu_small_while_loop_byte_threshold=1099511627776')
+  own = '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=0'
+  env = {'XLA_FLAGS': own}
+  worlds.loop_flags(environ=env)
+  assert env['XLA_FLAGS'] == own
 
 
 def test_remainder_chunk_of_one_world_is_bitwise_equal_cli(rig, tmp_path):

@@ -72,6 +72,13 @@ def test_host_arrays_equal_jnp_in_value_dtype_and_weak_type():
     assert isinstance(got, jax.Array)
     assert (got.dtype, got.shape, got.weak_type) == (want.dtype, want.shape, want.weak_type)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  # a tree's concrete leaves in one transfer, a weak one through jnp: as leaf by leaf
+  tree = {'a': host.array([1.0, 2.0]), 'w': jnp.asarray(2.0), 'i': host.array(3, np.int32)}
+  for got, want in zip(jax.tree.leaves(host.broadcast_leaves(tree, 4)),
+                       jax.tree.leaves(jax.tree.map(lambda x: jnp.broadcast_to(
+                           x, (4,) + np.shape(x)), tree))):
+    assert (got.dtype, got.shape, got.weak_type) == (want.dtype, want.shape, want.weak_type)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
   # inside a trace a traced value passes through jnp
   f = jax.jit(lambda x: host.array(x * 2) + host.broadcast(x, (2,)))
   np.testing.assert_array_equal(np.asarray(f(jnp.float32(1.5))), [4.5, 4.5])

@@ -31,7 +31,7 @@ from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
 from fibril_mjx.batch import programs
-from fibril_mjx.workflows.tune import optimise, timing
+from fibril_mjx.workflows.tune import optimise, rollouts, timing
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
 GYRO_SIGMA, ACCEL_SIGMA = 2e-3, 2e-2
@@ -232,14 +232,42 @@ def test_a_trial_step_carries_its_jacobian_where_the_threads_would_idle(problem,
     return runner(models, state0, ctrl)
   counted.threads = runner.threads
   monkeypatch.setattr(problem, 'runner', counted)
+  problem._kept.clear()   # each fit from scratch (no frames kept from an earlier fit)
   ahead = tune.tune(None, problem=problem)
   n_ahead, rounds[:] = sum(rounds), []
   monkeypatch.setattr(tune.RolloutProblem, 'speculate', lambda self, rows: False)
+  problem._kept.clear()
   apart = tune.tune(None, problem=problem)
   np.testing.assert_array_equal(ahead.estimate, apart.estimate)
   np.testing.assert_array_equal(ahead.sigma, apart.sigma)
   np.testing.assert_array_equal(ahead.loss_curve, apart.loss_curve)
   assert n_ahead < sum(rounds), (n_ahead, rounds)
+
+
+def test_the_reports_before_and_after_roll_nothing_out_again(problem, monkeypatch):
+  """The start and the optimum were rolled out during the fit: their frames are kept, so the
+  report's before / after RMS on the training data costs no rollout; with only the last
+  call's frames kept (the budget at 0) the start is rolled out again. Same report bitwise."""
+  runner = problem.runner
+  worlds = []
+
+  def counted(models, state0, ctrl):
+    worlds.append(len(state0))
+    return runner(models, state0, ctrl)
+  counted.threads = runner.threads
+  monkeypatch.setattr(problem, 'runner', counted)
+  problem._kept.clear()
+  kept = tune.tune(None, problem=problem)
+  n_kept, worlds[:] = sum(worlds), []
+  monkeypatch.setattr(rollouts, 'KEPT_FRAME_BYTES', 0)
+  problem._kept.clear()
+  last = tune.tune(None, problem=problem)
+  for a, b in ((kept.train_rms_before, last.train_rms_before),
+               (kept.train_rms_after, last.train_rms_after),
+               (kept.heldout_rms_after, last.heldout_rms_after)):
+    assert a == b
+  np.testing.assert_array_equal(kept.estimate, last.estimate)
+  assert sum(worlds) == n_kept + 1, (n_kept, worlds)   # the start, rolled out again
 
 
 LATENCY_TICKS = 5   # 20 ms; the IMU's output period is 2 ticks

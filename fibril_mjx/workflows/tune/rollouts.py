@@ -28,6 +28,7 @@ disk (`programs.py`) and its compilation from JAX's persistent compilation cache
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 
@@ -46,6 +47,7 @@ from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
 FD_STEP = 1e-6   # forward-difference step of a physical parameter, in its fitted coordinate
+KEPT_FRAME_BYTES = 64 * 2**20   # MuJoCo C frames of unperturbed worlds kept for a later call
 
 
 def _stack(trees):
@@ -79,7 +81,7 @@ class RolloutProblem(Problem):
     acts = {cid for cid, _ in pipeline.actuators(self.sim.built)}
     self.physical = [i for i, p in enumerate(self.params)
                      if p.kind != 'component' or p.target[0] in acts]
-    self._pool, self._states0, self._last = [], {}, {}
+    self._pool, self._states0, self._kept = [], {}, collections.OrderedDict()
     # the fitted latencies' current values (whole ticks), set by the search stage
     self.latency = {q.target: self._whole_tick(q.init) for q in self.timing}
     # one batch shape for every device pass (starts × recordings, the before/after pair on
@@ -242,22 +244,36 @@ class RolloutProblem(Problem):
 
   def _frames(self, U, ds: DataSet, cols, recs, latency=None):
     """MuJoCo C frames `(n, L + 1, ...)` (float64 NumPy leaves) of worlds `(start, column)`
-    on recordings `recs`, and the worlds' fitted coordinates. An unperturbed world that the
-    previous call rolled out (same coordinates, same recording) is not rolled out again: a
-    Jacobian follows the residuals of the step it accepts."""
+    on recordings `recs`, and the worlds' fitted coordinates. An unperturbed world rolled out
+    before (same coordinates, same recording; the last `KEPT_FRAME_BYTES` of them are kept) is
+    not rolled out again: a Jacobian follows the residuals of the step it accepts, and the
+    report's before / after pair is the start and the optimum, both rolled out already."""
     _, us = self._models(U, cols)
-    keys = [(id(ds), us[j].tobytes(), r) if c < 0 and latency is None else None
+    held = tuple(sorted(self.latency.items()))   # the latencies pass 1's controls were made with
+    keys = [(id(ds), us[j].tobytes(), r, held) if c < 0 and latency is None else None
             for j, ((_, c), r) in enumerate(zip(cols, recs))]
-    todo = [j for j, k in enumerate(keys) if k is None or k not in self._last]
+    todo = [j for j, k in enumerate(keys) if k is None or k not in self._kept]
     if todo:
       fr_new = self._rollout(U, ds, [cols[j] for j in todo], [recs[j] for j in todo], latency)
     done = {}
-    for q, j in enumerate(todo):
-      done[j] = jax.tree.map(lambda a, q=q: a[q], fr_new)
-    rows = [done[j] if j in done else self._last[keys[j]] for j in range(len(cols))]
-    self._last = {k: row for k, row in zip(keys, rows) if k is not None}
-    fr = Frame(*(np.stack(x) for x in zip(*rows)))
-    return fr, us
+    for q, j in enumerate(todo):   # the kept ones copied (a view would keep the whole batch)
+      done[j] = jax.tree.map(lambda a, q=q: a[q] if keys[j] is None else np.array(a[q]), fr_new)
+    rows = [done[j] if j in done else self._kept[keys[j]] for j in range(len(cols))]
+    self._keep({k: row for k, row in zip(keys, rows) if k is not None})
+    if len(todo) == len(cols):   # all rolled out now, in order
+      return fr_new, us
+    return Frame(*(np.stack(x) for x in zip(*rows))), us
+
+  def _keep(self, rows: dict) -> None:
+    """Keeps `rows` (this call's unperturbed worlds) and as many earlier ones, newest first,
+    as fit in `KEPT_FRAME_BYTES`."""
+    for k, row in rows.items():
+      self._kept.pop(k, None)
+      self._kept[k] = row
+    size = lambda row: sum(a.nbytes for a in row)   # noqa: E731
+    total = sum(size(r) for r in self._kept.values())
+    while len(self._kept) > len(rows) and total > KEPT_FRAME_BYTES:
+      total -= size(self._kept.popitem(last=False)[1])
 
   def _rollout(self, U, ds: DataSet, cols, recs, latency):
     m, L = self.sim.mj_model, self.L
