@@ -70,7 +70,7 @@ LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
 # the bytes its body touches are below this option (1 kB by default: one world of a sensor
 # pipeline, not two), when it compiles the whole loop into one kernel. With every loop it can
 # so compiled, the device pass of a tune over MuJoCo C frames runs 11× faster on 2 worlds
-# (2.2 → 0.2 ms for 10 s of an IMU at 250 Hz) and 1.7× on 128; the warm fits of
+# (2.2 → 0.2 ms for 10 s of an IMU at 250 Hz), 3.6× on 32 and 1.4× on 128; the warm fits of
 # `bench/tune_vs_sysid.py` take 20–30 % less time; 1024 worlds of `physics='c'`
 # (`bench/scaling.py`) run as fast as before, within the noise. Loops XLA cannot compile as
 # one kernel (MJX's step: scatters, LAPACK calls) are not affected.
