@@ -187,16 +187,33 @@ def cached_value(ident: bytes | None, name: str, compute):
   """`compute()` (a JSON value found by tracing, e.g. a simulation's LAPACK-safe sub-batch),
   kept on disk beside the programs under `ident` and `name`; computed every time where
   nothing is kept."""
+  return _kept(ident, name, '.json', compute, lambda v: json.dumps(v).encode(),
+               lambda b: json.loads(b.decode()))
+
+
+def cached_array(ident: bytes | None, name: str, compute) -> np.ndarray:
+  """`compute()` (an array a traced program computes from `ident`'s static configuration
+  alone, e.g. the actuator script's controls), kept on disk as `cached_value`: a new process
+  reads it instead of tracing, lowering and loading the program."""
+  def dump(a):
+    f = io.BytesIO()
+    np.save(f, np.asarray(a), allow_pickle=False)
+    return f.getvalue()
+  return _kept(ident, name, '.npy', lambda: np.asarray(compute()), dump,
+               lambda b: np.load(io.BytesIO(b), allow_pickle=False))
+
+
+def _kept(ident, name, suffix, compute, dump, load):
   d = cache_dir()
   if ident is None or d is None:
     return compute()
-  path = d / f'{name}-{hashlib.sha256(ident + name.encode()).hexdigest()}.json'
+  path = d / f'{name}-{hashlib.sha256(ident + name.encode()).hexdigest()}{suffix}'
   try:
-    return json.loads(path.read_text())
-  except (OSError, ValueError):
+    return load(path.read_bytes())
+  except (OSError, ValueError):   # absent, partial or damaged: computed and written again
     pass
   value = compute()
-  _write(path, json.dumps(value).encode())
+  _write(path, dump(value))
   return value
 
 
@@ -405,5 +422,5 @@ def _exported(exp, out_tree):
   return lambda *leaves: jax.tree.unflatten(out_tree, call(*leaves))
 
 
-__all__ = ['Program', 'built_identity', 'cache_dir', 'cached_value', 'canon', 'forget',
-           'identity']
+__all__ = ['Program', 'built_identity', 'cache_dir', 'cached_array', 'cached_value', 'canon',
+           'forget', 'identity']

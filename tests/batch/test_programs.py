@@ -208,3 +208,24 @@ def test_a_traced_value_is_computed_once_and_read_back(tmp_path, monkeypatch):
   assert programs.cached_value(b'id', 'cap', compute) == [None, 'why'] and len(calls) == 2
   assert programs.cached_value(b'other', 'cap', compute) == [None, 'why'] and len(calls) == 3
   assert programs.cached_value(None, 'cap', compute) == [None, 'why'] and len(calls) == 4
+
+
+def test_a_computed_array_is_kept_bitwise_and_computed_again_when_damaged(tmp_path,
+                                                                          monkeypatch):
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  want = np.array([[0.1, np.pi], [np.nextafter(1.0, 2.0), -0.0]], np.float32)
+  calls = []
+
+  def compute():
+    calls.append(1)
+    return want
+  for _ in range(2):
+    got = programs.cached_array(b'id', 'ctrl', compute)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+  assert len(calls) == 1
+  (f,) = tmp_path.iterdir()
+  f.write_bytes(f.read_bytes()[:20])   # cut short: read fails, computed and written again
+  assert programs.cached_array(b'id', 'ctrl', compute).tobytes() == want.tobytes()
+  assert len(calls) == 2
+  programs.cached_array(None, 'ctrl', compute)
+  assert len(calls) == 3

@@ -82,6 +82,7 @@ class RolloutProblem(Problem):
     self.physical = [i for i, p in enumerate(self.params)
                      if p.kind != 'component' or p.target[0] in acts]
     self._pool, self._states0, self._kept = [], {}, collections.OrderedDict()
+    self._script = None
     # the fitted latencies' current values (whole ticks), set by the search stage
     self.latency = {q.target: self._whole_tick(q.init) for q in self.timing}
     # one batch shape for every device pass (starts × recordings, the before/after pair on
@@ -294,8 +295,9 @@ class RolloutProblem(Problem):
           _pad(p, lanes), _pad(keys, lanes), _pad(held, lanes), _pad(c0, lanes),
           _pad(cs, lanes), _pad(lat, lanes))[2], np.float64)[:n]
     else:
-      ctrl = np.broadcast_to(np.asarray(physics_c._script_ctrl(built, L), np.float64),
-                             (len(recs), L + 1, m.nu))
+      if self._script is None:   # the actuator script's controls: the same every rollout
+        self._script = physics_c.script_ctrl(self.sim, L)
+      ctrl = np.broadcast_to(self._script, (len(recs), L + 1, m.nu))
     st, sd = self.runner(models, s0, np.ascontiguousarray(ctrl))
     states = np.concatenate([s0[:, None], st[:, :-1]], axis=1)
     nq, nv, na = m.nq, m.nv, m.na
