@@ -187,7 +187,7 @@ def cached_value(ident: bytes | None, name: str, compute):
   """`compute()` (a JSON value found by tracing, e.g. a simulation's LAPACK-safe sub-batch),
   kept on disk beside the programs under `ident` and `name`; computed every time where
   nothing is kept."""
-  return _kept(ident, name, '.json', compute, lambda v: json.dumps(v).encode(),
+  return _on_disk(ident, name, '.json', compute, lambda v: json.dumps(v).encode(),
                lambda b: json.loads(b.decode()))
 
 
@@ -199,11 +199,13 @@ def cached_array(ident: bytes | None, name: str, compute) -> np.ndarray:
     f = io.BytesIO()
     np.save(f, np.asarray(a), allow_pickle=False)
     return f.getvalue()
-  return _kept(ident, name, '.npy', lambda: np.asarray(compute()), dump,
+  return _on_disk(ident, name, '.npy', lambda: np.asarray(compute()), dump,
                lambda b: np.load(io.BytesIO(b), allow_pickle=False))
 
 
-def _kept(ident, name, suffix, compute, dump, load):
+def _on_disk(ident, name, suffix, compute, dump, load):
+  """`compute()` read from / written to its file beside the programs (`dump` / `load` its
+  bytes); computed every time where nothing is kept."""
   d = cache_dir()
   if ident is None or d is None:
     return compute()

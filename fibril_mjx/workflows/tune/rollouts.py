@@ -254,15 +254,16 @@ class RolloutProblem(Problem):
     keys = [(id(ds), us[j].tobytes(), r, held) if c < 0 and latency is None else None
             for j, ((_, c), r) in enumerate(zip(cols, recs))]
     todo = [j for j, k in enumerate(keys) if k is None or k not in self._kept]
+    new = {}
     if todo:
       fr_new = self._rollout(U, ds, [cols[j] for j in todo], [recs[j] for j in todo], latency)
-    done = {}
-    for q, j in enumerate(todo):   # the kept ones copied (a view would keep the whole batch)
-      done[j] = jax.tree.map(lambda a, q=q: a[q] if keys[j] is None else np.array(a[q]), fr_new)
-    rows = [done[j] if j in done else self._kept[keys[j]] for j in range(len(cols))]
-    self._keep({k: row for k, row in zip(keys, rows) if k is not None})
+      new = {j: jax.tree.map(lambda a, q=q: a[q], fr_new) for q, j in enumerate(todo)}
+    # kept: copies (a view would hold the whole batch); those read back, as used again
+    self._keep({k: jax.tree.map(np.array, new[j]) if j in new else self._kept[k]
+                for j, k in enumerate(keys) if k is not None})
     if len(todo) == len(cols):   # all rolled out now, in order
       return fr_new, us
+    rows = [new[j] if j in new else self._kept[keys[j]] for j in range(len(cols))]
     return Frame(*(np.stack(x) for x in zip(*rows))), us
 
   def _keep(self, rows: dict) -> None:
