@@ -37,6 +37,13 @@ in `fibril_programs/` of JAX's compilation cache directory (the CLI's
 programs it ran, by file, so another owner of the same program in that process (a second
 `Simulation` or tune problem of the same model) runs it without reading, lowering or
 compiling it again; `forget()` drops them.
+
+A program on the default device (`devices` None: a tune's programs, the device pass over
+MuJoCo C) also keeps the executable XLA compiled for it (`executables.py`), keyed by the
+program's file and the processor: the next process loads it without lowering the program,
+and `prefetch(ident)` / `prefetch_hint(text)` start loading an owner's executables on a
+background thread before its first call needs them. The files beside the programs (folder,
+writes, the output's structure) are `program_files.py`.
 """
 
 from __future__ import annotations
@@ -44,16 +51,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import importlib
-import io
-import json
 import os
 import pathlib
-import pickle
 import platform
 import re
 import sys
-import tempfile
+import threading
 
 import jax
 import jaxlib
@@ -61,7 +64,9 @@ import mujoco
 import numpy as np
 import pydantic
 
-from fibril_mjx.batch import worlds
+from fibril_mjx.batch import executables, worlds
+from fibril_mjx.batch import program_files as files
+from fibril_mjx.batch.program_files import cache_dir, cached_array, cached_value
 from fibril_mjx.mechanisms import signal as sig
 
 SUFFIX = '.fibril-export'
@@ -70,18 +75,25 @@ _UNSTABLE = re.compile(r' at 0x[0-9a-f]+')
 # JAX settings that do not change a traced program: its caches, logging, dumps, profiling
 _UNTRACED = re.compile(r'cache|log|dump|explain|profil|traceback')
 _PACKAGE: list = []
+_PACKAGE_LOCK = threading.Lock()
 
 
 def _package_digest() -> str:
-  """SHA-256 of every file of the installed package (its code and data), once a process."""
-  if not _PACKAGE:
-    root = pathlib.Path(__file__).resolve().parents[1]     # the fibril_mjx package
-    h = hashlib.sha256()
-    for f in sorted(root.rglob('*')):
-      if f.is_file() and '__pycache__' not in f.parts and f.suffix not in ('.pyc', '.pyo'):
-        h.update(str(f.relative_to(root)).encode() + b'\0' + f.read_bytes() + b'\0')
-    _PACKAGE.append(h.hexdigest())
+  """SHA-256 of every file of the installed package (its code and data), once a process
+  (`prefetch_hint` starts it on a thread of its own)."""
+  with _PACKAGE_LOCK:
+    if not _PACKAGE:
+      _PACKAGE.append(_hash_package())
   return _PACKAGE[0]
+
+
+def _hash_package() -> str:
+  root = pathlib.Path(__file__).resolve().parents[1]     # the fibril_mjx package
+  h = hashlib.sha256()
+  for f in sorted(root.rglob('*')):
+    if f.is_file() and '__pycache__' not in f.parts and f.suffix not in ('.pyc', '.pyo'):
+      h.update(str(f.relative_to(root)).encode() + b'\0' + f.read_bytes() + b'\0')
+  return h.hexdigest()
 
 
 def _environment() -> bytes:
@@ -172,141 +184,6 @@ def identity(problem) -> bytes | None:
   return _digest(text, model, _leaves_bytes(problem._base), _leaves_bytes(problem._keys))
 
 
-def cache_dir() -> pathlib.Path | None:
-  """`$FIBRIL_MJX_PROGRAM_CACHE`, else `fibril_programs/` in JAX's compilation cache directory;
-  None (nothing kept) without one or with `FIBRIL_MJX_NO_PROGRAM_CACHE=1`."""
-  if os.environ.get('FIBRIL_MJX_NO_PROGRAM_CACHE') == '1':
-    return None
-  if os.environ.get('FIBRIL_MJX_PROGRAM_CACHE'):
-    return pathlib.Path(os.environ['FIBRIL_MJX_PROGRAM_CACHE'])
-  d = jax.config.jax_compilation_cache_dir
-  return pathlib.Path(d) / 'fibril_programs' if d else None
-
-
-def cached_value(ident: bytes | None, name: str, compute):
-  """`compute()` (a JSON value found by tracing, e.g. a simulation's LAPACK-safe sub-batch),
-  kept on disk beside the programs under `ident` and `name`; computed every time where
-  nothing is kept."""
-  return _on_disk(ident, name, '.json', compute, lambda v: json.dumps(v).encode(),
-               lambda b: json.loads(b.decode()))
-
-
-def cached_array(ident: bytes | None, name: str, compute) -> np.ndarray:
-  """`compute()` (an array a traced program computes from `ident`'s static configuration
-  alone, e.g. the actuator script's controls), kept on disk as `cached_value`: a new process
-  reads it instead of tracing, lowering and loading the program."""
-  def dump(a):
-    f = io.BytesIO()
-    np.save(f, np.asarray(a), allow_pickle=False)
-    return f.getvalue()
-  return _on_disk(ident, name, '.npy', lambda: np.asarray(compute()), dump,
-               lambda b: np.load(io.BytesIO(b), allow_pickle=False))
-
-
-def _on_disk(ident, name, suffix, compute, dump, load):
-  """`compute()` read from / written to its file beside the programs (`dump` / `load` its
-  bytes); computed every time where nothing is kept."""
-  d = cache_dir()
-  if ident is None or d is None:
-    return compute()
-  path = d / f'{name}-{hashlib.sha256(ident + name.encode()).hexdigest()}{suffix}'
-  try:
-    return load(path.read_bytes())
-  except (OSError, ValueError):   # absent, partial or damaged: computed and written again
-    pass
-  value = compute()
-  _write(path, dump(value))
-  return value
-
-
-def _write(path: pathlib.Path, blob: bytes) -> None:
-  """`blob` to `path`, whole or not at all (a process may be reading beside it); a read-only
-  or full disk leaves nothing written."""
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix='.tmp-')
-    with os.fdopen(fd, 'wb') as f:
-      f.write(blob)
-    os.replace(tmp, path)
-  except OSError:
-    pass
-
-
-# --------------------------------------------------------------- the output's structure
-
-_TRUSTED = ('jax', 'jaxlib', 'mujoco.mjx', 'fibril_mjx', 'numpy')
-_FUNCTIONS = {('jax._src.tree_util', 'default_registry')} | {
-    (f'numpy.{core}.{module}', name) for core in ('_core', 'core')
-    for module, name in (('multiarray', '_reconstruct'), ('multiarray', 'scalar'),
-                         ('numeric', '_frombuffer'))}
-
-
-def _module_types() -> dict:
-  """`{id(class): (module, name)}` of the classes held by loaded fibril_mjx modules — the
-  sample, params and state types their factories build (e.g. `imu.SampleWithTemperature`,
-  whose own name does not find it) are pickled by where they are held."""
-  found = {}
-  for name, mod in sorted(sys.modules.items()):
-    if name.startswith('fibril_mjx') and mod is not None:
-      for attr, v in list(vars(mod).items()):
-        if isinstance(v, type):
-          found.setdefault(id(v), (name, attr))
-  return found
-
-
-class _Pickler(pickle.Pickler):
-  def __init__(self, f, types):
-    super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
-    self._types = types
-
-  def persistent_id(self, obj):
-    if not isinstance(obj, type) or getattr(sys.modules.get(obj.__module__),
-                                            obj.__qualname__, None) is obj:
-      return None      # pickled by its own name
-    return self._types.get(id(obj))
-
-
-class _Unpickler(pickle.Unpickler):
-  """Builds nothing but classes of trusted modules and the few functions a pytree structure
-  pickles through (`_FUNCTIONS`)."""
-
-  def find_class(self, module, name):
-    if (module, name) not in _FUNCTIONS:
-      if module.split('.')[0] not in _TRUSTED and not module.startswith('mujoco.mjx.'):
-        raise pickle.UnpicklingError(f'{module}.{name} is not of a trusted module')
-      obj = super().find_class(module, name)
-      if not isinstance(obj, type):
-        raise pickle.UnpicklingError(f'{module}.{name} is not a class')
-      return obj
-    return super().find_class(module, name)
-
-  def persistent_load(self, pid):
-    module, name = pid
-    if not module.startswith('fibril_mjx.'):
-      raise pickle.UnpicklingError(f'{module}.{name} is not of fibril_mjx')
-    obj = getattr(importlib.import_module(module), name)
-    if not isinstance(obj, type):
-      raise pickle.UnpicklingError(f'{module}.{name} is not a class')
-    return obj
-
-
-def _pack(out_tree, exported) -> bytes:
-  """The file: a header, the output's pytree structure pickled, the exported program."""
-  f = io.BytesIO()
-  _Pickler(f, _module_types()).dump(out_tree)
-  tree = f.getvalue()
-  return _MAGIC + len(tree).to_bytes(8, 'little') + tree + exported.serialize()
-
-
-def _unpack(blob: bytes):
-  if not blob.startswith(_MAGIC):
-    raise ValueError('not a fibril program')
-  i = len(_MAGIC)
-  n = int.from_bytes(blob[i:i + 8], 'little')
-  out_tree = _Unpickler(io.BytesIO(blob[i + 8:i + 8 + n])).load()
-  return out_tree, jax.export.deserialize(bytearray(blob[i + 8 + n:]))
-
-
 # --------------------------------------------------------------- programs
 
 class Program:
@@ -315,8 +192,10 @@ class Program:
   `Program(fn, name, ident)(*args)`: args are pytrees of arrays; `ident` from `identity` or
   `built_identity` (None: traced every process, as `jax.jit`); `name` a text naming what
   else the trace depends on. Traced arguments (inside a user's `jit`) run `jax.jit(fn)` as it
-  is. `.traced` counts the traces this process made for disk, `.loaded` the programs read,
-  `.reused` those another owner in this process already held (`held`).
+  is. `.traced` counts the traces this process made for disk, `.loaded` the programs read
+  (traced programs or executables), `.executables` the compiled executables read
+  (`executables.py`; kept for a program on the default device, `devices` None), `.reused`
+  those another owner in this process already held (`held`).
   """
 
   def __init__(self, fn, name: str, ident: bytes | None, devices=None):
@@ -326,9 +205,10 @@ class Program:
     if devices is not None and len(devices) > 1:
       mesh = jax.sharding.Mesh(np.asarray(devices), ('all',))
       self._place = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    self._executable = devices is None   # on the default device: its executable is kept
     self._calls: dict = {}
     self._plain = jax.jit(fn)
-    self.traced = self.loaded = self.reused = 0
+    self.traced = self.loaded = self.reused = self.executables = 0
     self._file = re.match(r'[A-Za-z0-9_]*', name).group()[:40] or 'program'
 
   def __call__(self, *args):
@@ -354,7 +234,7 @@ class Program:
         path = d / f'{self._file}-{key}{SUFFIX}'
         call = _held.get(path)
         if call is None:
-          call = self._load(path, tree, specs)
+          call = self._load(d, path, tree, specs, leaves)
           if path.is_file():   # the kept program (not a plain-jit fallback): hold it
             _hold(path, call)
         else:
@@ -371,12 +251,44 @@ class Program:
     """Programs held by this process (as `jax.jit(...)._cache_size()`)."""
     return len(self._calls) + self._plain._cache_size()
 
-  def _load(self, path: pathlib.Path, tree, specs):
+  def _load(self, d, path: pathlib.Path, tree, specs, leaves):
+    """The program's call: its kept executable, else the traced program read from `path` (or
+    traced and written) and compiled, its executable kept where it was compiled here."""
+    xpath = None
+    if self._executable:
+      xpath = executables.path_for(d, self._file, path)
+      try:
+        compiled, out_tree = executables.read(xpath)
+      except Exception:   # absent, partial, damaged or foreign: the traced program
+        pass
+      else:
+        self.loaded += 1
+        self.executables += 1
+        return _Run(compiled, out_tree, xpath,
+                    again=lambda: self._compile(d, path, tree, specs, leaves, xpath))
+    return self._compile(d, path, tree, specs, leaves, xpath)
+
+  def _compile(self, d, path, tree, specs, leaves, xpath):
+    traced = self._traced(path, tree, specs)
+    if traced is None:
+      return self._plain_on(tree)
+    exp, out_tree = traced
+    if xpath is None:
+      return _exported(exp, out_tree)
+    compiled, fresh = executables.compile_for(exp.call, leaves)
+    if fresh and path.is_file() and executables.on_default_device(compiled):
+      executables.keep(d, self.ident, path, xpath, compiled, out_tree)
+    return _Run(compiled, out_tree)
+
+  def _traced(self, path: pathlib.Path, tree, specs):
+    """`(exported program, output structure)` read from `path`, else traced and written
+    there; None where `jax.export` refuses the function (then it runs as `jax.jit`)."""
     if path.is_file():
       try:
-        out_tree, exp = _unpack(path.read_bytes())
+        out_tree, body = files.unpack(path.read_bytes(), _MAGIC)
+        exp = jax.export.deserialize(bytearray(body))
         self.loaded += 1
-        return _exported(exp, out_tree)
+        return exp, out_tree
       except Exception:   # a partial, damaged or foreign file: trace again and rewrite it
         pass
     out = []
@@ -390,14 +302,40 @@ class Program:
     try:
       exp = jax.export.export(jax.jit(flat))(*specs)
     except Exception:   # e.g. a host callback, which `jax.export` refuses: plain `jax.jit`
-      return self._plain_on(tree)
+      return None
     try:
-      blob = _pack(out[0], exp)
+      blob = files.pack(out[0], exp.serialize(), _MAGIC)
     except Exception:   # a structure or program that cannot be serialized: run, never write
       blob = None
     if blob is not None:
-      _write(path, blob)
-    return _exported(exp, out[0])
+      files.write(path, blob)
+    return exp, out[0]
+
+
+class _Run:
+  """A compiled executable as a program's call. One read from disk (`xpath`) is checked by
+  its first call: where that fails (an executable that cannot run here, `executables.py`),
+  its file is removed and `again()` (the traced program, compiled) runs instead."""
+
+  def __init__(self, compiled, out_tree, xpath=None, again=None):
+    self._compiled, self._out_tree, self._xpath, self._again = compiled, out_tree, xpath, again
+    self._instead = None
+
+  def __call__(self, *leaves):
+    if self._instead is not None:
+      return self._instead(*leaves)
+    if self._again is None:
+      return jax.tree.unflatten(self._out_tree, self._compiled(*leaves))
+    again, self._again = self._again, None
+    try:
+      return jax.tree.unflatten(self._out_tree, self._compiled(*leaves))
+    except Exception:
+      try:
+        self._xpath.unlink()
+      except OSError:
+        pass
+      self._instead = again()
+      return self._instead(*leaves)
 
 
 # The programs this process holds, by file: another owner of the same program (a second
@@ -414,9 +352,26 @@ def _hold(path, call) -> None:
 
 
 def forget() -> None:
-  """Drops the programs this process holds: the next owner reads them from disk, as a new
-  process does."""
+  """Drops the programs this process holds and the executables it started reading: the next
+  owner reads them from disk, as a new process does."""
   _held.clear()
+  executables.forget()
+
+
+def prefetch(ident: bytes | None) -> None:
+  """`executables.prefetch` of the programs this process does not hold."""
+  executables.prefetch(ident, set(_held))
+
+
+def prefetch_hint(hint: str) -> None:
+  """`executables.prefetch_hint` of the programs this process does not hold; the package's
+  digest (which the owner's identity needs) is hashed on a thread of its own meanwhile."""
+  if not _PACKAGE and cache_dir() is not None:
+    threading.Thread(target=_package_digest, daemon=True).start()
+  executables.prefetch_hint(hint, set(_held))
+
+
+link = executables.link
 
 
 def _exported(exp, out_tree):
@@ -425,4 +380,4 @@ def _exported(exp, out_tree):
 
 
 __all__ = ['Program', 'built_identity', 'cache_dir', 'cached_array', 'cached_value', 'canon',
-           'forget', 'identity']
+           'forget', 'identity', 'link', 'prefetch', 'prefetch_hint']

@@ -5,7 +5,9 @@ second owner in the same process runs the programs the process holds; what canno
 stable runs as plain `jax.jit` and writes nothing."""
 
 import io
+import json
 import os
+import pathlib
 import pickle
 import shutil
 
@@ -16,7 +18,7 @@ import pytest
 
 import fibril_mjx
 from conftest import ahrs_entry, write_rig
-from fibril_mjx.batch import programs
+from fibril_mjx.batch import executables, program_files, programs
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03])
@@ -173,23 +175,24 @@ def test_a_program_jax_export_refuses_runs_plain_and_writes_nothing(tmp_path, mo
 
 def test_the_structure_reader_builds_only_classes_of_trusted_modules(tmp_path, monkeypatch):
   with pytest.raises(pickle.UnpicklingError, match='posix.system is not of a trusted module'):
-    programs._Unpickler(io.BytesIO(pickle.dumps(os.system))).load()
+    program_files.Unpickler(io.BytesIO(pickle.dumps(os.system))).load()
   with pytest.raises(pickle.UnpicklingError, match='numpy.load is not a class'):
-    programs._Unpickler(io.BytesIO(pickle.dumps(np.load))).load()
+    program_files.Unpickler(io.BytesIO(pickle.dumps(np.load))).load()
   # a program file whose structure would call os.system is refused: traced again, not run
   monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
-  prog = programs.Program(lambda x: {'y': x + 1.0}, 'plus', b'identity')
-  np.testing.assert_array_equal(prog(jnp.zeros(2))['y'], [1.0, 1.0])
-  (f,) = tmp_path.iterdir()
+  fn, _ = _fresh_fn()   # compiled here: its executable is kept too, with its own structure
+  prog = programs.Program(fn, 'plus', b'identity')
+  want = np.asarray(prog(jnp.zeros(2))['y'])
   evil = pickle.dumps(os.system)
-  blob = f.read_bytes()
-  n = int.from_bytes(blob[len(programs._MAGIC):len(programs._MAGIC) + 8], 'little')
-  rest = blob[len(programs._MAGIC) + 8 + n:]
-  f.write_bytes(programs._MAGIC + len(evil).to_bytes(8, 'little') + evil + rest)
+  for f, magic in ((_xla(tmp_path)[0], executables.MAGIC), (kept(tmp_path)[0], programs._MAGIC)):
+    blob = f.read_bytes()
+    n = int.from_bytes(blob[len(magic):len(magic) + 8], 'little')
+    rest = blob[len(magic) + 8 + n:]
+    f.write_bytes(magic + len(evil).to_bytes(8, 'little') + evil + rest)
   programs.forget()   # as a new process
-  again = programs.Program(lambda x: {'y': x + 1.0}, 'plus', b'identity')
-  np.testing.assert_array_equal(again(jnp.zeros(2))['y'], [1.0, 1.0])
-  assert (again.traced, again.loaded) == (1, 0)
+  again = programs.Program(fn, 'plus', b'identity')
+  np.testing.assert_array_equal(again(jnp.zeros(2))['y'], want)
+  assert (again.traced, again.loaded, again.executables) == (1, 0, 0)
 
 
 def test_a_traced_value_is_computed_once_and_read_back(tmp_path, monkeypatch):
@@ -229,3 +232,152 @@ def test_a_computed_array_is_kept_bitwise_and_computed_again_when_damaged(tmp_pa
   assert len(calls) == 2
   programs.cached_array(None, 'ctrl', compute)
   assert len(calls) == 3
+
+
+# --------------------------------------------------------------- compiled executables
+
+def _fresh_fn():
+  """A function no earlier run compiled (its constant is new): XLA compiles it here, so its
+  executable may be kept (`fibril_mjx.batch.executables`)."""
+  c = float(np.random.default_rng().uniform(1.0, 2.0))
+  return lambda x: {'y': jnp.sin(x) * c + jnp.cumsum(x)}, c
+
+
+def _xla(store):
+  return sorted(store.glob('*' + executables.SUFFIX))
+
+
+def test_an_executable_compiled_here_is_kept_and_read_back_bitwise_without_lowering(
+    tmp_path, monkeypatch):
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  fn, c = _fresh_fn()
+  x = jnp.linspace(0.0, 3.0, 7)
+  first = programs.Program(fn, 'fresh', b'owner')
+  y1 = np.asarray(first(x)['y'])
+  np.testing.assert_allclose(y1, np.sin(np.linspace(0.0, 3.0, 7)) * c
+                             + np.cumsum(np.linspace(0.0, 3.0, 7)), rtol=1e-6)
+  assert (first.traced, first.loaded, first.executables) == (1, 0, 0)
+  (xla,) = _xla(tmp_path)
+  assert len(kept(tmp_path)) == 1
+  index = json.loads(next(tmp_path.glob('executables-*.json')).read_text())
+  assert index == [[kept(tmp_path)[0].name, xla.name]]
+
+  programs.forget()   # as a new process: the executable is read, nothing lowered or compiled
+  monkeypatch.setattr(executables, 'compile_for', lambda *a: pytest.fail('compiled again'))
+  monkeypatch.setattr(jax.export, 'deserialize', lambda *a: pytest.fail('program read'))
+  second = programs.Program(fn, 'fresh', b'owner')
+  y2 = np.asarray(second(x)['y'])
+  assert (second.traced, second.loaded, second.executables) == (0, 1, 1)
+  assert y2.tobytes() == y1.tobytes()
+  np.testing.assert_array_equal(second(x + 1.0)['y'], first(x + 1.0)['y'])
+
+
+def test_an_executable_from_jaxs_cache_is_not_kept(tmp_path, monkeypatch):
+  """One JAX's persistent cache handed back serializes without its code (module docstring
+  of `executables.py`): the program is lowered and its compilation read from the cache, and
+  no executable is written."""
+  if not jax.config.jax_compilation_cache_dir:
+    pytest.skip('needs JAX\'s persistent cache (tools/run_tests.py sets one)')
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  fn, _ = _fresh_fn()
+  x = jnp.arange(5.0)
+  y1 = np.asarray(programs.Program(fn, 'fresh', b'owner')(x)['y'])
+  (xla,) = _xla(tmp_path)
+  xla.unlink()
+  programs.forget()
+  second = programs.Program(fn, 'fresh', b'owner')
+  assert np.asarray(second(x)['y']).tobytes() == y1.tobytes()
+  assert (second.traced, second.loaded, second.executables) == (0, 1, 0)
+  assert _xla(tmp_path) == []
+
+
+def test_an_executable_that_fails_its_first_call_is_dropped_for_the_program(tmp_path,
+                                                                             monkeypatch):
+  """An executable that cannot run here (here: another program's, for other shapes, in the
+  file) is removed at its first call and the traced program runs instead; one that cannot be
+  read at all is passed over the same way."""
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  fn, _ = _fresh_fn()
+  x = jnp.arange(5.0)
+  y1 = np.asarray(programs.Program(fn, 'fresh', b'owner')(x)['y'])
+  other = programs.Program(fn, 'fresh', b'owner')
+  other(jnp.arange(4.0))   # the same function for 4 elements: an executable of its own
+  (a, b) = sorted(_xla(tmp_path), key=lambda f: f.stat().st_mtime_ns)
+  a.write_bytes(b.read_bytes())   # the 5-element program's file holds the 4-element code
+  programs.forget()
+  again = programs.Program(fn, 'fresh', b'owner')
+  assert np.asarray(again(x)['y']).tobytes() == y1.tobytes()
+  assert again.executables == 1 and not a.exists()
+  assert np.asarray(again(x)['y']).tobytes() == y1.tobytes()
+
+  b.write_bytes(b'not an executable')
+  programs.forget()
+  third = programs.Program(fn, 'fresh', b'owner')
+  np.testing.assert_array_equal(third(jnp.arange(4.0))['y'], other(jnp.arange(4.0))['y'])
+  assert (third.traced, third.loaded, third.executables) == (0, 1, 0)
+
+
+def test_an_executable_is_not_read_on_another_processor(tmp_path, monkeypatch):
+  """XLA compiles for the host's instruction set: a cache folder shared with a machine of
+  another processor does not hand it this machine's executables."""
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  fn, _ = _fresh_fn()
+  x = jnp.arange(3.0)
+  programs.Program(fn, 'fresh', b'owner')(x)
+  programs.forget()
+  monkeypatch.setattr(executables, '_MACHINE', [b'another processor'])
+  other = programs.Program(fn, 'fresh', b'owner')
+  other(x)
+  assert (other.loaded, other.executables) == (1, 0)
+  flags = pathlib.Path('/proc/cpuinfo')
+  if flags.is_file():   # the real key names the processor's features
+    monkeypatch.setattr(executables, '_MACHINE', [])
+    assert b'flags' in executables.machine() or b'Features' in executables.machine()
+
+
+def test_an_owners_executables_load_on_background_threads_before_its_first_call(
+    tmp_path, monkeypatch):
+  """`prefetch` (by the owner's identity) and `prefetch_hint` (by what `link` recorded) start
+  reading the executables; the owner's first call takes what was read (here: with the file
+  gone by then)."""
+  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
+  fn, _ = _fresh_fn()
+  x = jnp.arange(6.0)
+  y1 = np.asarray(programs.Program(fn, 'fresh', b'owner')(x)['y'])
+  (xla,) = _xla(tmp_path)
+  for start in (lambda: programs.prefetch(b'owner'),
+                lambda: (programs.link('tune here.yaml', b'owner'),
+                         programs.prefetch_hint('tune here.yaml'))):
+    programs.forget()
+    start()
+    assert executables._reads.started(xla)
+    executables._reads._running[xla][0].result()   # read by now
+    blob = xla.read_bytes()
+    xla.unlink()
+    second = programs.Program(fn, 'fresh', b'owner')
+    assert np.asarray(second(x)['y']).tobytes() == y1.tobytes()
+    assert (second.traced, second.executables) == (0, 1)
+    assert not executables._reads.started(xla)
+    xla.write_bytes(blob)
+  programs.forget()
+  programs.prefetch_hint('an unknown fit')           # nothing recorded: nothing started
+  programs.prefetch(b'another owner')
+  assert not executables._reads._running
+
+
+def test_a_read_not_started_yet_is_done_by_the_caller_not_waited_for():
+  """`executables.Prefetch`: with its one thread busy, a queued read that the caller needs
+  now runs on the caller's thread (it does not wait behind the busy one); a running read is
+  waited for; an error is raised to the caller."""
+  import threading
+  pool = executables.Prefetch(1)
+  gate = threading.Event()
+  pool.start('busy', lambda: (gate.wait(30), threading.current_thread().name)[1])
+  pool.start('queued', lambda: threading.current_thread().name)
+  pool.start('fails', lambda: 1 / 0)
+  assert pool.take('queued') == threading.current_thread().name
+  with pytest.raises(ZeroDivisionError):
+    pool.take('fails')
+  gate.set()
+  assert pool.take('busy').startswith('fibril-prefetch')
+  assert pool.take('busy') is None and not pool.started('queued')

@@ -30,7 +30,7 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from fibril_mjx.batch import programs
+from fibril_mjx.batch import executables, programs
 from fibril_mjx.workflows.tune import optimise, rollouts, timing
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
@@ -499,7 +499,9 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
 
   first, r1, J1 = fresh()
   assert (first._fields.traced, first._jacobian.traced, first._fields.loaded) == (1, 1, 0)
-  files = sorted(store.iterdir())   # beside the programs: the actuator script's controls
+  # beside the programs: the actuator script's controls (and the executables where XLA
+  # compiled them here, not from JAX's cache: tests/batch/test_programs.py)
+  files = sorted(f for f in store.iterdir() if f.suffix in ('.npy', programs.SUFFIX))
   assert [f.name.split('-')[0] for f in files] == ['script_ctrl', 'tune_fields', 'tune_jacobian']
   files = files[1:]
   programs.forget()   # as a new process: read from disk
@@ -509,6 +511,8 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
   np.testing.assert_array_equal(r1, r2)
   np.testing.assert_array_equal(J1, J2)
   files[0].write_bytes(b'not a program')
+  for f in store.glob('*' + executables.SUFFIX):   # the program itself is read
+    f.unlink()
   programs.forget()
   third, r3, _ = fresh()
   assert (third._fields.traced, third._fields.loaded, third._jacobian.loaded) == (1, 0, 1)
@@ -524,7 +528,7 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
 IDENTITY = """\
 import sys
 from fibril_mjx.workflows import tune
-from fibril_mjx.batch import programs
+from fibril_mjx.batch import executables, programs
 p = tune.make_problem(tune.read_tune_file(sys.argv[1]), progress=False)
 print('IDENTITY', programs.identity(p).hex())
 """

@@ -261,6 +261,8 @@ class Problem:
     self._jac = programs.Program(lambda u, st, c, mp, s0: (res(u, st, c, mp, s0),
                                                            jac(u, st, c, mp, s0)),
                                  'tune_exact_jacobian', ident)
+    programs.prefetch(ident)   # their executables load on a background thread meanwhile
+    self.program_ident = ident
 
   # -------------------------------------------------------------- forward pass
 
