@@ -264,11 +264,7 @@ class Program:
       else:
         self.loaded += 1
         self.executables += 1
-        return _Run(compiled, out_tree, xpath,
-                    again=lambda: self._compile(d, path, tree, specs, leaves, xpath))
-    return self._compile(d, path, tree, specs, leaves, xpath)
-
-  def _compile(self, d, path, tree, specs, leaves, xpath):
+        return _Run(compiled, out_tree, lambda: self._jitted(path, tree, specs), xpath)
     traced = self._traced(path, tree, specs)
     if traced is None:
       return self._plain_on(tree)
@@ -278,7 +274,13 @@ class Program:
     compiled, fresh = executables.compile_for(exp.call, leaves)
     if fresh and path.is_file() and executables.on_default_device(compiled):
       executables.keep(d, self.ident, path, xpath, compiled, out_tree)
-    return _Run(compiled, out_tree)
+    return _Run(compiled, out_tree, lambda: _exported(exp, out_tree))
+
+  def _jitted(self, path, tree, specs):
+    """The traced program under `jax.jit` (read from `path`, else traced), as without
+    executables."""
+    traced = self._traced(path, tree, specs)
+    return self._plain_on(tree) if traced is None else _exported(*traced)
 
   def _traced(self, path: pathlib.Path, tree, specs):
     """`(exported program, output structure)` read from `path`, else traced and written
@@ -313,29 +315,31 @@ class Program:
 
 
 class _Run:
-  """A compiled executable as a program's call. One read from disk (`xpath`) is checked by
-  its first call: where that fails (an executable that cannot run here, `executables.py`),
-  its file is removed and `again()` (the traced program, compiled) runs instead."""
+  """A compiled executable as a program's call. A call it refuses (an executable that cannot
+  run here, `executables.py`; inputs on other devices than the first call's) switches the
+  program to `instead()` — the traced program under `jax.jit`, as without executables — and
+  where that was the first call of an executable read from disk (`xpath`), its file is
+  removed."""
 
-  def __init__(self, compiled, out_tree, xpath=None, again=None):
-    self._compiled, self._out_tree, self._xpath, self._again = compiled, out_tree, xpath, again
-    self._instead = None
+  def __init__(self, compiled, out_tree, instead, xpath=None):
+    self._compiled, self._out_tree, self._instead, self._xpath = compiled, out_tree, instead, xpath
+    self._jit, self._ran = None, False
 
   def __call__(self, *leaves):
-    if self._instead is not None:
-      return self._instead(*leaves)
-    if self._again is None:
-      return jax.tree.unflatten(self._out_tree, self._compiled(*leaves))
-    again, self._again = self._again, None
+    if self._jit is not None:
+      return self._jit(*leaves)
     try:
-      return jax.tree.unflatten(self._out_tree, self._compiled(*leaves))
+      out = self._compiled(*leaves)
     except Exception:
-      try:
-        self._xpath.unlink()
-      except OSError:
-        pass
-      self._instead = again()
-      return self._instead(*leaves)
+      if self._xpath is not None and not self._ran:
+        try:
+          self._xpath.unlink()
+        except OSError:
+          pass
+      self._jit = self._instead()
+      return self._jit(*leaves)
+    self._ran = True
+    return jax.tree.unflatten(self._out_tree, out)
 
 
 # The programs this process holds, by file: another owner of the same program (a second

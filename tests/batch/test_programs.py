@@ -310,6 +310,19 @@ def test_an_executable_that_fails_its_first_call_is_dropped_for_the_program(tmp_
   assert again.executables == 1 and not a.exists()
   assert np.asarray(again(x)['y']).tobytes() == y1.tobytes()
 
+  # a later call the executable refuses (e.g. inputs placed on another device) runs the
+  # program under jax.jit from then on; the file of an executable that ran stays
+  programs.forget()
+  later = programs.Program(fn, 'fresh', b'owner')
+  y4 = np.asarray(later(jnp.arange(4.0))['y'])
+  (run,) = later._calls.values()
+
+  def refuse(*leaves):
+    raise ValueError('compiled for other devices')
+  run._compiled = refuse
+  np.testing.assert_array_equal(later(jnp.arange(4.0))['y'], y4)
+  assert later.executables == 1 and b.exists()
+
   b.write_bytes(b'not an executable')
   programs.forget()
   third = programs.Program(fn, 'fresh', b'owner')
