@@ -17,7 +17,8 @@ ident)` recorded last time (e.g. a tune file leads to its problem).
   handed back serializes without its code (jaxlib 0.10.2 on CPU: the reader fails at its first
   call, `Function add_select_fusion.5 not found`), so `compile_for` reports whether JAX recorded a
   cache hit while it compiled (`/jax/compilation_cache/cache_hits`) and such a compilation is
-  not kept. A reader checks the first call of what it loaded (`programs.py`).
+  not kept. A call an executable refuses runs its program under `jax.jit` instead, and the
+  file of one that fails its first call is removed (`programs.py`).
 - The key adds the machine's processor (`machine`) to the program's: XLA compiles for the
   host's instruction set, and a cache folder may be shared between machines.
 - An executable is native code: its folder is trusted as JAX's compilation cache is.
@@ -191,12 +192,13 @@ def prefetch(ident: bytes | None, held=frozenset()) -> None:
   except (OSError, ValueError, TypeError):
     return
   found = []
-  for program, executable in names:
-    path = d / executable
+  for entry in names:
     try:
+      program, executable = entry
+      path = d / executable
       if d / program not in held:
         found.append((path.stat().st_size, path))
-    except OSError:
+    except (OSError, TypeError, ValueError):   # gone, or an entry not of this format
       pass
   # the largest first: the longest to load; one the owner needs before its read has
   # started is read on the owner's thread instead (`Prefetch.take`)

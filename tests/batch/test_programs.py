@@ -376,6 +376,11 @@ def test_an_owners_executables_load_on_background_threads_before_its_first_call(
   programs.prefetch_hint('an unknown fit')           # nothing recorded: nothing started
   programs.prefetch(b'another owner')
   assert not executables._reads._running
+  index = next(tmp_path.glob('executables-*.json'))
+  for damaged in ('[1, ["a"], null, "x"]', '{"not": "a list"}', '[[', ''):
+    index.write_text(damaged)
+    programs.prefetch(b'owner')                      # an index not of this format: ignored
+    assert not executables._reads._running
 
 
 def test_a_read_not_started_yet_is_done_by_the_caller_not_waited_for():
