@@ -53,6 +53,10 @@ interpreter with the same caches (the compiled executables the cold fit kept rea
 `fibril_mjx/batch/executables.py`; the `tune.tune` call timed, imports excluded; the median
 over `WARM_REPEATS` processes).
 
+sysid's wall is its `optimize` call; `tune_wall_s_sysid_setup_p=` (a)–(c) prints what it
+leaves out (reading the recording, building its parameters, model sequences and residual
+function; the controls, computed here by a JAX program, not counted).
+
 Printed per problem p: `tune_time_ratio_p=` (sysid wall ÷ fibril_mjx wall: warm for (a)–(c)
 and (g), cold for (d)–(f)), `tune_time_ratio_cold_p=` and `tune_time_ratio_new_process_p=` for
 (a)–(c) and (g), `tune_param_error_fibril_p=` /
@@ -265,12 +269,18 @@ def run_fibril(path, *, warm: bool):
 # ------------------------------------------------------------------------------ mujoco.sysid
 
 
+# sysid's set-up before its `optimize` call (reading the recording, its parameters, model
+# sequences and residual function; not the controls), which its timed wall leaves out
+SYSID_SETUP: list = []
+
+
 def run_sysid(prob, rec_path, sensors, iterations, weights):
   """`(estimate (P,), wall s, loss)` of `mujoco.sysid` on one recording, the fitted quantities
   of `prob` (its MJCF ones in the model, its device ones as measurement parameters)."""
   from mujoco import sysid
   sim = prob.sim
   m0 = sim.mj_model
+  t_setup = time.perf_counter()
   rec = recording.read_recording(rec_path)
   cid, gyro_name, accel_name = sensors
   s = rec.sensor(cid)
@@ -281,8 +291,10 @@ def run_sysid(prob, rec_path, sensors, iterations, weights):
   dt = float(m0.opt.timestep)
   n = int(round(t_meas[-1] / dt)) + 2
   t_ctrl = np.arange(n) * dt
+  setup = time.perf_counter() - t_setup   # the controls (a JAX program here) are not counted
   ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(jnp.zeros(m0.nu), t))(
       jnp.asarray(t_ctrl, jnp.float32)), np.float64)
+  t_setup = time.perf_counter()
   dcfg = sim.components[cid].cfg
   g_lim = float(getattr(dcfg, 'angular_velocity_limit_rad_s', 0.0) or 0.0)
   a_lim = float(getattr(dcfg, 'linear_acceleration_limit_m_s2', 0.0) or 0.0)
@@ -349,6 +361,7 @@ def run_sysid(prob, rec_path, sensors, iterations, weights):
   residual_fn = sysid.build_residual_fn(models_sequences=[ms], build_model=build_model,
                                         modify_residual=modify_residual)
   t0 = time.perf_counter()
+  SYSID_SETUP.append(setup + t0 - t_setup)
   opt, _ = sysid.optimize(initial_params=params, residual_fn=residual_fn, optimizer='mujoco',
                           verbose=False, max_iters=iterations)
   wall = time.perf_counter() - t0
@@ -506,8 +519,11 @@ def main(argv=None):
                                [recs[1]], a.iterations)
         warm = key in 'abc'
         res, cold, again, fresh = run_fibril(path, warm=warm)
+        SYSID_SETUP.clear()
         runs = [run_sysid(res.problem, recs[0], pr['sensors'], a.iterations,
                           weights(pr['loss'])) for _ in range(WARM_REPEATS if warm else 1)]
+        if warm:
+          print(f'tune_wall_s_sysid_setup_{key}={np.median(SYSID_SETUP):.3f}')
         est_s, _, loss_s = runs[-1]
         wall_s = float(np.median([r[1] for r in runs]))
         row = dict(params=len(flat) + (pr.get('latency_s') is not None), wall_f=again or cold,
