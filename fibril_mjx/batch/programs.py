@@ -254,23 +254,21 @@ class Program:
   def _load(self, d, path: pathlib.Path, tree, specs, leaves):
     """The program's call: its kept executable, else the traced program read from `path` (or
     traced and written) and compiled, its executable kept where it was compiled here."""
-    xpath = None
-    if self._executable:
-      xpath = executables.path_for(d, self._file, path)
-      try:
-        compiled, out_tree = executables.read(xpath)
-      except Exception:   # absent, partial, damaged or foreign: the traced program
-        pass
-      else:
-        self.loaded += 1
-        self.executables += 1
-        return _Run(compiled, out_tree, lambda: self._jitted(path, tree, specs), xpath)
+    if not self._executable:
+      return self._jitted(path, tree, specs)
+    xpath = executables.path_for(d, self._file, path)
+    try:
+      compiled, out_tree = executables.read(xpath)
+    except Exception:   # absent, partial, damaged or foreign: the traced program
+      pass
+    else:
+      self.loaded += 1
+      self.executables += 1
+      return _Run(compiled, out_tree, lambda: self._jitted(path, tree, specs), xpath)
     traced = self._traced(path, tree, specs)
     if traced is None:
       return self._plain_on(tree)
     exp, out_tree = traced
-    if xpath is None:
-      return _exported(exp, out_tree)
     compiled, fresh = executables.compile_for(exp.call, leaves)
     if fresh and path.is_file() and executables.on_default_device(compiled):
       executables.keep(d, self.ident, path, xpath, compiled, out_tree)

@@ -210,7 +210,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
     programs.prefetch_hint(hint)   # last time's executables load while the problem is built
     spec = spec_or_path if isinstance(spec_or_path, TuneSpec) else read_tune_file(spec_or_path)
     problem = make_problem(spec, progress=progress)
-    programs.link(hint, getattr(problem, 'program_ident', None))
+    programs.link(hint, problem.program_ident)
   prob, spec = problem, problem.spec
   P, S = len(prob.params), max(1, spec.starts)
   lo, hi = prob.bounds_u()
