@@ -571,40 +571,59 @@ def test_program_key_text_sorts_sets():
   assert len(outs) == 1 and "{'a', 'b', 'c', 'd', 'e'}" in outs.pop()
 
 
-def _quantized_line_fit(monkeypatch, step_sigma):
+def _quantized_line_fit(monkeypatch, step_sigma, *, seed=3, P=2, q=0.3, j_scale=1.0):
   """Levenberg–Marquardt (`optimise.gauss_newton`) on a linear least-squares problem whose
-  residuals are quantized (a rough loss, as a device's output resolution makes it), started
-  5 σ off. Returns `(estimate, least-squares solution, σ, residual evaluations)`."""
+  residuals are quantized to `q` (a rough loss, as a device's output resolution makes it),
+  unit noise, started 5 σ off; its Jacobian is `j_scale` × the true one (an inexact
+  Jacobian, as finite differences over a rough loss give). Returns `(estimate, truth,
+  least-squares solution, σ, residual evaluations)`."""
   monkeypatch.setattr(optimise, 'STEP_SIGMA', step_sigma)
-  rng = np.random.default_rng(3)
-  A = rng.normal(size=(400, 2))
-  y = A @ np.array([1.0, -2.0]) + rng.normal(size=400)     # unit noise
-  q = 0.3                                                  # the residuals' resolution
+  rng = np.random.default_rng(seed)
+  A = rng.normal(size=(400, P))
+  x = np.array([1.0, -2.0]) if P == 2 else rng.normal(size=P)
+  y = A @ x + rng.normal(size=400)
   calls = []
 
   def evaluate(U, jacobian, rows=None):
     calls.append(len(U))
     r = q * np.round((U @ A.T - y) / q)                     # (S, N)
-    return r, (np.broadcast_to(A, (len(U),) + A.shape) if jacobian else None)
+    return r, (np.broadcast_to(j_scale * A, (len(U),) + A.shape) if jacobian else None)
 
   cov = np.linalg.inv(A.T @ A)
   u_ls = cov @ A.T @ y
   sigma = np.sqrt(np.diag(cov))
-  U0 = (u_ls + 5 * sigma)[None]
+  U0 = (x + 5 * sigma * rng.choice([-1.0, 1.0], P))[None]
   r0, J0 = evaluate(U0, True)
   calls.clear()
-  U, *_ = optimise.gauss_newton(evaluate, U0, r0, J0, np.full(2, -10.0), np.full(2, 10.0),
+  U, *_ = optimise.gauss_newton(evaluate, U0, r0, J0, np.full(P, -10.0), np.full(P, 10.0),
                                 tqdm.tqdm(range(40), disable=True), 400)
-  return U[0], u_ls, sigma, len(calls)
+  return U[0], x, u_ls, sigma, len(calls)
 
 
-def test_a_rejected_step_within_half_a_standard_error_ends_the_fit(monkeypatch):
+def test_a_rejected_step_within_step_sigma_standard_errors_ends_the_fit(monkeypatch):
   """On a rough loss the fit stops at the first rejected step whose Gauss–Newton step is
-  within `STEP_SIGMA` (0.5) standard errors (σ from (AᵀA)⁻¹, unit noise: closed form), within
+  within `STEP_SIGMA` standard errors (σ from (AᵀA)⁻¹, unit noise: closed form), within
   that distance of the least-squares solution; without the rule it goes on raising the
-  damping to chase the roughness for no gain in accuracy."""
-  u, u_ls, sigma, n = _quantized_line_fit(monkeypatch, 0.5)
-  assert np.all(np.abs(u - u_ls) <= 0.5 * sigma), ((u - u_ls) / sigma)
-  u0, _, _, n0 = _quantized_line_fit(monkeypatch, 0.0)
-  assert np.all(np.abs(u0 - u_ls) <= 0.5 * sigma), ((u0 - u_ls) / sigma)
+  damping to chase the roughness."""
+  k = optimise.STEP_SIGMA
+  u, _, u_ls, sigma, n = _quantized_line_fit(monkeypatch, k)
+  assert np.all(np.abs(u - u_ls) <= k * sigma), ((u - u_ls) / sigma)
+  u0, _, _, _, n0 = _quantized_line_fit(monkeypatch, 0.0)
+  assert np.all(np.abs(u0 - u_ls) <= k * sigma), ((u0 - u_ls) / sigma)
   assert n < n0, (n, n0)
+
+
+def test_stopping_at_step_sigma_costs_no_accuracy_against_the_truth(monkeypatch):
+  """Over 200 quantized fits (q = 1 noise σ, 4 parameters, a Jacobian 60 % too large so that
+  the steps fall short and where a fit stops matters) the mean squared error against the
+  *truth*, in σ, of fits stopped by `STEP_SIGMA` is within 5 % of fits that never stop
+  early (the issue's "no worse than × 1.05"), with at most 0.7 × their evaluations."""
+  def campaign(step_sigma):
+    fits = [_quantized_line_fit(monkeypatch, step_sigma, seed=s, P=4, q=1.0, j_scale=1.6)
+            for s in range(200)]
+    err = np.mean([np.mean(((u - x) / sig) ** 2) for u, x, _, sig, _ in fits])
+    return err, np.mean([n for *_, n in fits])
+  err, n = campaign(optimise.STEP_SIGMA)
+  err0, n0 = campaign(0.0)
+  assert err <= 1.05 * err0, (err, err0)
+  assert n <= 0.7 * n0, (n, n0)
