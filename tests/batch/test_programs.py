@@ -399,3 +399,50 @@ def test_a_read_not_started_yet_is_done_by_the_caller_not_waited_for():
   gate.set()
   assert pool.take('busy').startswith('fibril-prefetch')
   assert pool.take('busy') is None and not pool.started('queued')
+
+
+def _content_digest(root):
+  """The reference: SHA-256 of the files' names and bytes, in sorted path order."""
+  import hashlib
+  h = hashlib.sha256()
+  for dirpath, dirs, names in os.walk(root):
+    dirs[:] = sorted(x for x in dirs if x != '__pycache__')
+    for n in sorted(names):
+      if not n.endswith('.pyc'):
+        f = pathlib.Path(dirpath, n)
+        with open(f, 'rb') as fh:
+          h.update(str(f.relative_to(root)).encode() + b'\0' + fh.read() + b'\0')
+  return h.hexdigest()
+
+
+def test_the_package_digest_is_read_back_until_a_file_changes_or_is_touched(tmp_path,
+                                                                            monkeypatch):
+  """The digest of a package's files is kept under their names, sizes and times: read back
+  without reading the files; hashed again where a file is touched (the same digest), edited
+  (a new one) or the kept digest is damaged; bytecode is not part of it."""
+  root, d = tmp_path / 'pkg', tmp_path / 'programs'
+  (root / 'sub' / '__pycache__').mkdir(parents=True)
+  (root / 'a.py').write_text('x = 1\n')
+  (root / 'sub' / 'b.yaml').write_text('k: v\n')
+  (root / 'sub' / '__pycache__' / 'b.cpython-311.pyc').write_bytes(b'\0' * 8)
+  first = programs.package_digest(root, d)
+  assert first == _content_digest(root)
+  assert programs.package_digest(root, None) == first
+  kept, = d.glob('package-*.txt')
+  assert kept.read_text() == first
+
+  real = pathlib.Path.read_bytes
+  reads = []
+  monkeypatch.setattr(pathlib.Path, 'read_bytes', lambda self: reads.append(self) or real(self))
+  (root / 'sub' / '__pycache__' / 'b.cpython-311.pyc').write_bytes(b'\1' * 8)   # bytecode
+  assert programs.package_digest(root, d) == first and reads == []
+
+  os.utime(root / 'a.py', ns=(1, 1))                                               # touched
+  assert programs.package_digest(root, d) == first and len(reads) == 2
+  reads.clear()
+  (root / 'a.py').write_text('x = 2\n')                                            # edited
+  assert programs.package_digest(root, d) == _content_digest(root) != first and len(reads) == 2
+  reads.clear()
+  for f in d.glob('package-*.txt'):
+    f.write_text('not a digest')                                                   # damaged
+  assert programs.package_digest(root, d) == _content_digest(root) and len(reads) == 2
