@@ -86,7 +86,7 @@ CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start 
 # raising the damping would only chase its roughness. 1 σ rather than 0.5 σ: on quantized
 # linear fits with a Jacobian 60 % off (`tests/workflows/test_tune_fd.py`) the mean squared
 # error against the truth is within 3 % of never stopping early, with half the evaluations;
-# at 2 σ it is 6–8 % worse.
+# at 2 σ it is 3–8 % worse.
 STEP_SIGMA = 1.0
 
 
