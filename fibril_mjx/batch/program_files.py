@@ -80,7 +80,6 @@ def write(path: pathlib.Path, blob: bytes) -> None:
     pass
 
 
-
 _TRUSTED = ('jax', 'jaxlib', 'mujoco.mjx', 'fibril_mjx', 'numpy')
 _FUNCTIONS = {('jax._src.tree_util', 'default_registry')} | {
     (f'numpy.{core}.{module}', name) for core in ('_core', 'core')

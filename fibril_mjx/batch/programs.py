@@ -56,7 +56,6 @@ import pathlib
 import platform
 import re
 import sys
-import threading
 
 import jax
 import jaxlib
@@ -75,15 +74,13 @@ _UNSTABLE = re.compile(r' at 0x[0-9a-f]+')
 # JAX settings that do not change a traced program: its caches, logging, dumps, profiling
 _UNTRACED = re.compile(r'cache|log|dump|explain|profil|traceback')
 _PACKAGE: list = []
-_PACKAGE_LOCK = threading.Lock()
 
 
 def _package_digest() -> str:
-  """SHA-256 of every file of the installed package (its code and data), once a process
-  (`prefetch_hint` starts it on a thread of its own); see `package_digest`."""
-  with _PACKAGE_LOCK:
-    if not _PACKAGE:
-      _PACKAGE.append(package_digest(pathlib.Path(__file__).resolve().parents[1], cache_dir()))
+  """SHA-256 of every file of the installed package (its code and data), once a process;
+  see `package_digest`."""
+  if not _PACKAGE:
+    _PACKAGE.append(package_digest(pathlib.Path(__file__).resolve().parents[1], cache_dir()))
   return _PACKAGE[0]
 
 
@@ -391,10 +388,7 @@ def prefetch(ident: bytes | None) -> None:
 
 
 def prefetch_hint(hint: str) -> None:
-  """`executables.prefetch_hint` of the programs this process does not hold; the package's
-  digest (which the owner's identity needs) is hashed on a thread of its own meanwhile."""
-  if not _PACKAGE and cache_dir() is not None:
-    threading.Thread(target=_package_digest, daemon=True).start()
+  """`executables.prefetch_hint` of the programs this process does not hold."""
   executables.prefetch_hint(hint, set(_held))
 
 

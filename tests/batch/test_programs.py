@@ -4,12 +4,14 @@ memory with the first) reads the programs the first wrote and computes bitwise t
 second owner in the same process runs the programs the process holds; what cannot be kept
 stable runs as plain `jax.jit` and writes nothing."""
 
+import hashlib
 import io
 import json
 import os
 import pathlib
 import pickle
 import shutil
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -387,7 +389,6 @@ def test_a_read_not_started_yet_is_done_by_the_caller_not_waited_for():
   """`executables.Prefetch`: with its one thread busy, a queued read that the caller needs
   now runs on the caller's thread (it does not wait behind the busy one); a running read is
   waited for; an error is raised to the caller."""
-  import threading
   pool = executables.Prefetch(1)
   gate = threading.Event()
   pool.start('busy', lambda: (gate.wait(30), threading.current_thread().name)[1])
@@ -403,7 +404,6 @@ def test_a_read_not_started_yet_is_done_by_the_caller_not_waited_for():
 
 def _content_digest(root):
   """The reference: SHA-256 of the files' names and bytes, in sorted path order."""
-  import hashlib
   h = hashlib.sha256()
   for dirpath, dirs, names in os.walk(root):
     dirs[:] = sorted(x for x in dirs if x != '__pycache__')

@@ -528,7 +528,7 @@ def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_sa
 IDENTITY = """\
 import sys
 from fibril_mjx.workflows import tune
-from fibril_mjx.batch import executables, programs
+from fibril_mjx.batch import programs
 p = tune.make_problem(tune.read_tune_file(sys.argv[1]), progress=False)
 print('IDENTITY', programs.identity(p).hex())
 """
