@@ -45,13 +45,11 @@ the stamp. Without that shift sysid stalls on (b) at a loss of ~150 (the one-tic
 fibril_mjx runs with `gradients: auto` (on this CPU: MuJoCo C rollouts, forward differences
 for the physics, exact JAX derivatives for the device model). Its wall time includes loading
 the manifest and the recordings, tracing and compiling: *cold* with an empty persistent
-compilation cache and no traced programs kept (a user's first fit of a model), *warm* a
-second fit of the same tune file in the same process (a new `Problem`; it runs the programs
-the process holds, `fibril_mjx/batch/programs.py`; the median of `WARM_REPEATS` fits, and
-sysid's wall on (a)–(c) the median of as many), *new process* the same fit in a fresh
-interpreter with the same caches (the compiled executables the cold fit kept read from disk,
-`fibril_mjx/batch/executables.py`; the `tune.tune` call timed, imports excluded; the median
-over `WARM_REPEATS` processes).
+compilation cache (a user's first fit of a model), *warm* a second fit of the same tune file
+in the same process (a new `Problem`: traced again, its compilations found in JAX's caches; the
+median of `WARM_REPEATS` fits, and sysid's wall on (a)–(c) the median of as many), *new
+process* the same fit in a fresh interpreter with the same persistent compilation cache (the
+`tune.tune` call timed, imports excluded; the median over `WARM_REPEATS` processes).
 
 sysid's wall is its `optimize` call; `tune_wall_s_sysid_setup_p=` (a)–(c) prints what it
 leaves out (reading the recording, building its parameters, model sequences and residual

@@ -52,7 +52,6 @@ COUNT = re.compile(r'(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|desele
 KINDS = ('passed', 'failed', 'skipped', 'xfailed', 'xpassed', 'error', 'deselected')
 SELECTION = ('-k', '-m', '--deselect')
 CACHE_BYTES = 2 * 2 ** 30     # the shared test compilation cache is trimmed to this
-PROGRAM_BYTES = 2 ** 30       # and its traced programs (fibril_programs/: a set per package edit)
 
 # The pytest process: stacks of every thread to `stack_file` on SIGUSR1 (faulthandler writes
 # from its C signal handler, so a process deadlocked in native code still reports), and the
@@ -380,7 +379,6 @@ def main(argv: list[str]) -> int:
                                                'jax-tests'))
   env['PYTHONPATH'] = os.pathsep.join(p for p in (str(ROOT), env.get('PYTHONPATH')) if p)
   _trim_cache(pathlib.Path(env['FIBRIL_MJX_TEST_CACHE']))
-  _trim_cache(pathlib.Path(env['FIBRIL_MJX_TEST_CACHE']) / 'fibril_programs', PROGRAM_BYTES)
 
   totals = dict.fromkeys(KINDS, 0)
   bad, times = [], {}

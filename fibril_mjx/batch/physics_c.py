@@ -42,7 +42,6 @@ import numpy as np
 from mujoco import rollout as mj_rollout
 
 from fibril_mjx.batch import batched
-from fibril_mjx.batch import programs
 from fibril_mjx.batch import worlds
 from fibril_mjx.core import pipeline
 from fibril_mjx.core.built import Built
@@ -171,8 +170,8 @@ def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.nda
 def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, latency):
   """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)`: pass 3 on the recorded
   ones, pass 1 on placeholders (only its controls kept). Returns `(final state, outputs
-  (n_worlds, n_ticks + 1, ...) or None, controls)`. Traceable; `Simulation` keeps its
-  traced form on disk (`programs.Program`), `_devices` is its plain `jax.jit`."""
+  (n_worlds, n_ticks + 1, ...) or None, controls)`. Traceable; `device_program` is its
+  `jax.jit`."""
   def one(p, key, fr, c0, cs, lat):
     first = jax.tree.map(lambda x: x[0], fr)
     rest = jax.tree.map(lambda x: x[1:], fr)
@@ -190,22 +189,12 @@ def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, la
   return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
 
 
-# `device_pass` under `jax.jit` (a caller without kept programs)
-_devices = jax.jit(device_pass, static_argnums=(0, 1))
-
-
-def device_program(sim, record: bool) -> programs.Program:
-  """`device_pass` of a `Simulation` as a program kept on disk (`programs.py`), one per
-  `record`: `f(params, keys, frames, cmd0, cmds, latency)` (pass 1 and 3)."""
-  held = sim.__dict__.setdefault('_c_programs', {})   # {record: Program}, on the simulation
-  if record not in held:
-    held[record] = programs.Program(functools.partial(device_pass, sim.built, record),
-                                    f'c_devices record={record}', sim.identity())
-  return held[record]
+# `device_pass` under `jax.jit`: one compiled program per built model and `record`
+device_program = jax.jit(device_pass, static_argnums=(0, 1))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _script_ctrl(built: Built, n_ticks: int):
+def script_ctrl_program(built: Built, n_ticks: int):
   """`(n_ticks + 1, nu)`: the manifest's `actuator_script` controls of every tick, as the
   pipeline's tick writes them when no actuator component drives a control."""
   # a scan of scalar ticks, as the pipeline's: a vmap over ticks would vectorize the
@@ -216,13 +205,9 @@ def _script_ctrl(built: Built, n_ticks: int):
   return jax.lax.scan(one, None, jnp.arange(n_ticks + 1, dtype=jnp.int32))[1]
 
 
-def script_ctrl(sim, n_ticks: int) -> np.ndarray:
-  """`_script_ctrl` of a simulation as float64 `(n_ticks + 1, nu)`, kept on disk beside its
-  programs (`programs.cached_array`): a new process reads it instead of tracing, lowering and
-  loading the program (~40 ms)."""
-  return np.asarray(programs.cached_array(sim.identity(), f'script_ctrl-{int(n_ticks)}',
-                                          lambda: _script_ctrl(sim.built, int(n_ticks))),
-                    np.float64)
+def script_ctrl(built: Built, n_ticks: int) -> np.ndarray:
+  """`script_ctrl_program` as float64 `(n_ticks + 1, nu)`."""
+  return np.asarray(script_ctrl_program(built, int(n_ticks)), np.float64)
 
 
 def _check_controls(used: np.ndarray, stepped: np.ndarray, physics: str) -> None:
@@ -288,19 +273,16 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
             record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
             qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
             runner: Rollout | None = None, threads: int | None = None, controller=None,
-            lanes: int | None = None, share_physics: bool = True, passes=None):
+            lanes: int | None = None, share_physics: bool = True):
   """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
   (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
   [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
   n_ticks + 1; every world replays it, each with its own devices): same arguments, same
   `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`). `lanes`: worlds
   per vmapped call (`Simulation.rollout`'s `sub_batch`): a campaign fixes it so that a world
-  replayed alone runs in the same batch shape as in its chunk. `passes(record)`: the
-  caller's `device_pass` program (`Simulation` keeps them on disk), else `_devices`."""
+  replayed alone runs in the same batch shape as in its chunk."""
   check_open_loop(built, physics, controller=controller)
-  if passes is None:
-    passes = lambda rec: functools.partial(_devices, built, rec)   # noqa: E731
-  device = passes(record)
+  device = functools.partial(device_program, built, record)
   m = built.mj_model
   n = int(world_keys.shape[0])
   if model is not None and not isinstance(model, Mapping):
@@ -352,8 +334,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
     if trajectory is not None and 'ctrl' in log:
       ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
     elif not pipeline.actuators(built):   # only the actuator_script writes ctrl: no pass 1
-      ctrl = np.broadcast_to(np.asarray(_script_ctrl(built, n_ticks), np.float64),
-                             (k, n_ticks + 1, m.nu))
+      ctrl = np.broadcast_to(script_ctrl(built, n_ticks), (k, n_ticks + 1, m.nu))
     else:   # pass 1 on placeholder frames: the initial state at every tick
       held = frames_from_states(m, np.repeat(s0[:, None], n_ticks + 1, axis=1),
                                 np.zeros((k, n_ticks + 1, m.nsensordata)),
@@ -409,5 +390,4 @@ def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_ax
     sim._c_runner = Rollout(sim.mj_model)
   physics = sim.physics if trajectory is None else 'trajectory'
   return rollout(sim.built, params, world_keys, n_ticks, physics=physics, model=model,
-                 runner=sim._c_runner, trajectory=trajectory,
-                 passes=functools.partial(device_program, sim), **kw)
+                 runner=sim._c_runner, trajectory=trajectory, **kw)

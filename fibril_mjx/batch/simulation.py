@@ -4,8 +4,8 @@ world) and its world axis (`fibril_mjx.batch.batched`: `vmap` over worlds, `lax.
 ticks), laid out on devices, sub-batches and host chunks by `fibril_mjx.batch.worlds`.
 
 Each verb is one jitted program per layout (`_program`): a block over one sub-batch of worlds,
-mapped over the sub-batches and sharded over the devices, its trace kept on disk for the next
-process unless a controller (a Python function) is traced in (`fibril_mjx.batch.programs`).
+mapped over the sub-batches and sharded over the devices (a new process finds its compilation
+in JAX's persistent compilation cache when one is set up).
 Inside a user's `jit` / `vmap` / `grad` (traced inputs) a verb runs the batched pipeline as it
 is: the caller owns the world axis.
 """
@@ -21,7 +21,6 @@ import numpy as np
 
 from fibril_mjx.batch import batched
 from fibril_mjx.batch import physics_c
-from fibril_mjx.batch import programs
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
@@ -62,8 +61,8 @@ class Simulation:
       mujoco.mj_forward(built.physics_model, d)
       self._data0 = mjx.put_data(built.physics_model, d, impl='warp')
     self._programs: dict = {}
-    self._identity: tuple | None = None   # (programs.built_identity,), once
     self._sub_batch: tuple | None = None
+    self._nbytes: dict = {}
 
   mx = property(lambda self: self.built.mx if self._mx is None else self._mx)   # class doc
   data0 = property(lambda self: self.built.data0 if self._data0 is None else self._data0)
@@ -113,15 +112,14 @@ class Simulation:
 
   def world_nbytes(self, *, share: bool = False) -> tuple[float, float]:
     """`(bytes of one world's state on the device, bytes of one world's outputs of one tick)`,
-    from the shapes only (nothing runs; kept on disk as the programs are); with `share` the
-    physics is not a world's."""
-    def compute():
+    from the shapes only (nothing runs); with `share` the physics is not a world's."""
+    if share not in self._nbytes:
       p, keys = self.default_params(2), rng.world_keys(0, 2)
       st, out = jax.eval_shape(lambda: (lambda s: (s, batched.outputs(self.built, s)))(
           self._reset_batch(None, p, keys, share=share)))
-      return (worlds.tree_nbytes(batched.split_state(st, share)[1]) / 2,
-              worlds.tree_nbytes(out) / 2)
-    return tuple(programs.cached_value(self.identity(), f'world_nbytes-{share}', compute))
+      self._nbytes[share] = (worlds.tree_nbytes(batched.split_state(st, share)[1]) / 2,
+                             worlds.tree_nbytes(out) / 2)
+    return self._nbytes[share]
 
   # ---------------------------------------------------------------- the batched pipeline
 
@@ -158,16 +156,15 @@ class Simulation:
 
   def sub_batch_cap(self) -> tuple[int | None, str]:
     """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`worlds.
-    lapack_safe_sub_batch`, from the traced step; kept on disk), and why; None: no limit."""
-    def compute():
-      p, keys = self.default_params(1), rng.world_keys(0, 1)
-      st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
-      return worlds.lapack_safe_sub_batch(lambda pp, s: self._step_batch(None, pp, s), p, st)
+    lapack_safe_sub_batch`, from the traced step), and why; None: no limit."""
     if self._sub_batch is None:
       if jax.default_backend() != 'cpu':
         self._sub_batch = (None, f'{jax.default_backend()} backend: no CPU LAPACK call')
       else:
-        self._sub_batch = tuple(programs.cached_value(self.identity(), 'sub_batch', compute))
+        p, keys = self.default_params(1), rng.world_keys(0, 1)
+        st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
+        self._sub_batch = worlds.lapack_safe_sub_batch(
+            lambda pp, s: self._step_batch(None, pp, s), p, st)
     return self._sub_batch
 
   def layout(self, n_worlds: int, *, devices=None, sub_batch: int | None = None,
@@ -185,21 +182,12 @@ class Simulation:
     if prog is None:
       fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **static), lay,
                           devices)
-      if self.impl == 'jax' and static.get('controller') is None:   # kept on disk
-        prog = programs.Program(fn, f'{kind} {programs.canon((lay, key[3]))}', self.identity(),
-                                devices[:lay.n_devices])
-      elif lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
+      if lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
         prog = worlds.unpinned(jax.jit(fn))
       else:
         prog = jax.jit(fn)
       self._programs[key] = prog
     return prog
-
-  def identity(self) -> bytes | None:
-    """What this simulation's traced programs depend on (`programs.built_identity`), once."""
-    if self._identity is None:
-      self._identity = (programs.built_identity(self.built) if self.impl == 'jax' else None,)
-    return self._identity[0]
 
   def _join_model(self, shared_model, world_model):
     return batched.join_model(self.mx, shared_model, world_model)

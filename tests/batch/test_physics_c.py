@@ -295,23 +295,3 @@ def test_a_model_mjx_cannot_step_is_refused_by_mjx_and_runs_on_mujoco_c(tmp_path
   ref = np.array(ref)
   assert np.abs(ref).max() > 0.5   # it swings
   np.testing.assert_allclose(got, ref, atol=2e-5 * np.abs(ref).max())
-
-
-def test_the_scripts_controls_are_read_back_bitwise_without_their_program(sims, tmp_path,
-                                                                          monkeypatch):
-  """`physics_c.script_ctrl` keeps the actuator script's controls beside the programs: a second
-  owner (as a new process) reads them — the program is not run — bitwise what it computed."""
-  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(tmp_path))
-  _, c = sims
-  want = np.asarray(physics_c._script_ctrl(c.built, T), np.float64)
-  first = physics_c.script_ctrl(c, T)
-  assert first.dtype == np.float64 and first.shape == (T + 1, c.mj_model.nu)
-
-  def unreachable(*_):
-    raise AssertionError('the program ran although its controls were kept')
-  monkeypatch.setattr(physics_c, '_script_ctrl', unreachable)
-  again = physics_c.script_ctrl(fm.Simulation(c.built, physics='c'), T)
-  np.testing.assert_array_equal(first, want)
-  np.testing.assert_array_equal(again, want)
-  with pytest.raises(AssertionError, match='the program ran'):   # another length: computed
-    physics_c.script_ctrl(c, T + 1)

@@ -249,21 +249,6 @@ def test_jacobian_matches_fd_with_contacts_and_flags_unidentifiable(ball):
     tune.tune(None, problem=prob)
 
 
-def test_a_second_problem_runs_the_programs_the_first_kept(pendulum):
-  """`gradients: exact` keeps its window programs (`programs.py`): a second problem of the
-  same tune file in this process runs the ones the first holds (no trace, no read) and its
-  residuals and Jacobian are bitwise the first's."""
-  _, path, prob = pendulum
-  U = np.tile(prob.u0(), (2, 1))
-  r1, _, J1 = prob.evaluate(U, prob.train, jacobian=True)
-  again = tune.Problem.from_file(path, progress=False)
-  r2, _, J2 = again.evaluate(U, again.train, jacobian=True)
-  progs = (again._reset, again._adv, again._jac)
-  assert [(p.traced, p.loaded, p.reused) for p in progs] == [(0, 0, 1)] * 3
-  np.testing.assert_array_equal(r1, r2)
-  np.testing.assert_array_equal(J1, J2)
-
-
 def test_recovers_known_parameters_from_noisy_recordings(pendulum, tmp_path):
   """Fit from 30 % off, recordings with white sensor noise on.
 

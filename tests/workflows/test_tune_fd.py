@@ -15,11 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import pathlib
-import shutil
-import subprocess
-import sys
 
 import mujoco
 import numpy as np
@@ -30,7 +25,6 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from fibril_mjx.batch import executables, programs
 from fibril_mjx.workflows.tune import optimise, rollouts, timing
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
@@ -481,94 +475,20 @@ def test_free_window_starts_need_gradients_fd(tmp_path):
     tune.make_problem(tune.read_tune_file(path), progress=False)
 
 
-# ------------------------------------------------------------------ traced programs on disk
+# ------------------------------------------------------------------ compiled programs
 
-def test_a_second_problem_loads_the_traced_programs_and_evaluates_bitwise_the_same(
-    problem, tmp_path, monkeypatch):
-  """What a user's second fit in a new process does: the device programs are read from disk
-  (no trace), and residuals and Jacobian are bitwise those of the process that wrote them; a
-  damaged file is traced again and rewritten; switched off, the plain `jax.jit` agrees."""
-  store = tmp_path / 'programs'
-  monkeypatch.setenv('FIBRIL_MJX_PROGRAM_CACHE', str(store))
+def test_a_second_evaluation_runs_the_compiled_programs_again(problem):
+  """The device programs are traced once per problem: another evaluation (other parameters,
+  the Jacobian again) runs them without a new trace, and the same parameters give bitwise the
+  same residuals and Jacobian."""
   U = problem.u0()[None]
-
-  def fresh():
-    p = tune.make_problem(problem.spec, progress=False)
-    r, _, J = p.evaluate(U, p.train, jacobian=True)
-    return p, r, J
-
-  first, r1, J1 = fresh()
-  assert (first._fields.traced, first._jacobian.traced, first._fields.loaded) == (1, 1, 0)
-  # beside the programs: the actuator script's controls (and the executables where XLA
-  # compiled them here, not from JAX's cache: tests/batch/test_programs.py)
-  files = sorted(f for f in store.iterdir() if f.suffix in ('.npy', programs.SUFFIX))
-  assert [f.name.split('-')[0] for f in files] == ['script_ctrl', 'tune_fields', 'tune_jacobian']
-  files = files[1:]
-  programs.forget()   # as a new process: read from disk
-  second, r2, J2 = fresh()
-  assert (second._fields.traced, second._jacobian.traced) == (0, 0)
-  assert (second._fields.loaded, second._jacobian.loaded) == (1, 1)
+  r1, _, J1 = problem.evaluate(U, problem.train, jacobian=True)
+  sizes = (problem._fields._cache_size(), problem._jacobian._cache_size())
+  problem.evaluate(U * 1.01, problem.train, jacobian=True)
+  r2, _, J2 = problem.evaluate(U, problem.train, jacobian=True)
+  assert (problem._fields._cache_size(), problem._jacobian._cache_size()) == sizes == (1, 1)
   np.testing.assert_array_equal(r1, r2)
   np.testing.assert_array_equal(J1, J2)
-  files[0].write_bytes(b'not a program')
-  for f in store.glob('*' + executables.SUFFIX):   # the program itself is read
-    f.unlink()
-  programs.forget()
-  third, r3, _ = fresh()
-  assert (third._fields.traced, third._fields.loaded, third._jacobian.loaded) == (1, 0, 1)
-  np.testing.assert_array_equal(r1, r3)
-  assert files[0].stat().st_size > 1000
-  monkeypatch.setenv('FIBRIL_MJX_NO_PROGRAM_CACHE', '1')
-  plain, r4, J4 = fresh()
-  assert plain._fields.traced == 0 and plain._fields._plain._cache_size() == 1
-  np.testing.assert_allclose(r4, r1, rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(J4, J1, rtol=1e-5, atol=1e-6)
-
-
-IDENTITY = """\
-import sys
-from fibril_mjx.workflows import tune
-from fibril_mjx.batch import programs
-p = tune.make_problem(tune.read_tune_file(sys.argv[1]), progress=False)
-print('IDENTITY', programs.identity(p).hex())
-"""
-
-
-def test_program_key_follows_the_model_and_not_the_process(problem, tmp_path):
-  """The key is the same in processes with other string hash seeds (set order), and changes
-  with a component's configuration and with the MJCF (a copy elsewhere has another key too: the
-  built configuration records the manifest's path)."""
-  ident = programs.identity(problem).hex()
-  for seed in ('1', '2'):
-    out = subprocess.run([sys.executable, '-c', IDENTITY, problem.spec.path], text=True,
-                         capture_output=True, env=dict(os.environ, PYTHONHASHSEED=seed),
-                         timeout=600)
-    assert f'IDENTITY {ident}' in out.stdout, out.stdout + out.stderr[-2000:]
-  d = tmp_path / 'unit'
-  shutil.copytree(pathlib.Path(problem.spec.path).parent, d)
-
-  def key():
-    return programs.identity(tune.make_problem(tune.read_tune_file(d / 'tune.yaml'),
-                                               progress=False)).hex()
-  here = key()
-  for name, old, new in (('m.yaml', f'period_s: {PERIOD}', 'period_s: 0.012'),
-                         ('pendulum.xml', 'armature="0.002"', 'armature="0.003"')):
-    text = (d / name).read_text()
-    assert old in text
-    (d / name).write_text(text.replace(old, new))
-    assert key() != here, name
-    (d / name).write_text(text)
-  assert key() == here
-
-
-def test_program_key_text_sorts_sets():
-  """Set order follows the string hash seed; the key's text does not."""
-  code = ('from fibril_mjx.batch import programs; '
-          "print(programs.canon((frozenset('abcde'), {'x': {'p', 'q', 'r', 's'}})))")
-  outs = {subprocess.run([sys.executable, '-c', code], text=True, capture_output=True,
-                         env=dict(os.environ, PYTHONHASHSEED=seed), timeout=300).stdout
-          for seed in ('1', '2', '3')}
-  assert len(outs) == 1 and "{'a', 'b', 'c', 'd', 'e'}" in outs.pop()
 
 
 def _quantized_line_fit(monkeypatch, step_sigma, *, seed=3, P=2, q=0.3, j_scale=1.0):

@@ -4,8 +4,6 @@ uncertainty at the optimum (`tune`, `TuneResult`)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import pathlib
 import time
 from typing import Any
 
@@ -13,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fibril_mjx.batch import programs
 from fibril_mjx.workflows.tune import identifiability, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.choose import make_problem
@@ -185,17 +182,6 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N, speculate=None):
   return U, r, J, cost, curve
 
 
-def _hint(path) -> str:
-  """What names a fit before its problem is built (`programs.prefetch_hint`): the tune file's
-  absolute path and bytes."""
-  path = pathlib.Path(path).resolve()
-  try:
-    body = hashlib.sha256(path.read_bytes()).hexdigest()
-  except OSError:
-    body = ''
-  return f'tune {path} {body}'
-
-
 def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None = None
          ) -> TuneResult:
   """Fits the tune file's parameters; see the module docstring.
@@ -209,11 +195,8 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   """
   t_start = time.perf_counter()
   if problem is None:
-    hint = _hint(spec_or_path.path if isinstance(spec_or_path, TuneSpec) else spec_or_path)
-    programs.prefetch_hint(hint)   # last time's executables load while the problem is built
     spec = spec_or_path if isinstance(spec_or_path, TuneSpec) else read_tune_file(spec_or_path)
     problem = make_problem(spec, progress=progress)
-    programs.link(hint, problem.program_ident)
   prob, spec = problem, problem.spec
   P, S = len(prob.params), max(1, spec.starts)
   lo, hi = prob.bounds_u()

@@ -1,5 +1,5 @@
 """A tune problem: recordings cut into windows, and the jitted window programs (forward
-pass, residuals, forward-mode Jacobians), kept on disk for the next process (`programs.py`)."""
+pass, residuals, forward-mode Jacobians)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from fibril_mjx.io import recording as rec_mod
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
-from fibril_mjx.batch import programs
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.workflows.tune.params import (_resolve_params, _stochastic_overrides,
@@ -254,15 +253,9 @@ class Problem:
     jac = jax.vmap(jax.vmap(jac1, in_axes=(None, 0, 0, 0, 0)), in_axes=(0, 0, None, None, None))
     res = jax.vmap(jax.vmap(self._window_resid, in_axes=(None, 0, 0, 0, 0)),
                    in_axes=(0, 0, None, None, None))
-    # a second fit of the same model in a new process reads the traced programs from disk
-    ident = programs.identity(self)
-    self._reset = programs.Program(reset, 'tune_exact_reset', ident)
-    self._adv = programs.Program(adv, 'tune_exact_advance', ident)
-    self._jac = programs.Program(lambda u, st, c, mp, s0: (res(u, st, c, mp, s0),
-                                                           jac(u, st, c, mp, s0)),
-                                 'tune_exact_jacobian', ident)
-    programs.prefetch(ident)   # their executables load on a background thread meanwhile
-    self.program_ident = ident
+    self._reset = jax.jit(reset)
+    self._adv = jax.jit(adv)
+    self._jac = jax.jit(lambda u, st, c, mp, s0: (res(u, st, c, mp, s0), jac(u, st, c, mp, s0)))
 
   # -------------------------------------------------------------- forward pass
 

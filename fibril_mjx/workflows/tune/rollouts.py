@@ -22,8 +22,8 @@ every tick) that MuJoCo C computes for the physical parameters, read by the devi
   (`shooting.ShootingProblem`), a plain window length applies to `gradients: exact`.
 
 One compiled device program serves every iteration and start (its world count is fixed by
-the problem); a second fit of the same model in a new process reads the traced program from
-disk (`programs.py`) and its compilation from JAX's persistent compilation cache.
+the problem); a second fit of the same model in a new process finds its compilation in JAX's
+persistent compilation cache.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf_fields
-from fibril_mjx.batch import programs
 from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
@@ -170,12 +169,8 @@ class RolloutProblem(Problem):
       return r[0], c.T
 
     world = (0, 0, 0, 0, 0)
-    ident = programs.identity(self)    # a second process loads the traced programs (programs.py)
-    self._fields = programs.Program(jax.vmap(fields, in_axes=world), 'tune_fields', ident)
-    self._jacobian = programs.Program(jax.vmap(jac, in_axes=world + (0, None, 0, None)),
-                                      'tune_jacobian', ident)
-    programs.prefetch(ident)   # their executables load on a background thread meanwhile
-    self.program_ident = ident
+    self._fields = jax.jit(jax.vmap(fields, in_axes=world))
+    self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0, None)))
 
   # ----------------------------------------------------------------- MuJoCo C
 
@@ -295,12 +290,12 @@ class RolloutProblem(Problem):
       p = self._world_params(us)
       keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
-      ctrl = np.asarray(physics_c.device_program(self.sim, False)(
+      ctrl = np.asarray(physics_c.device_program(built, False,
           _pad(p, lanes), _pad(keys, lanes), _pad(held, lanes), _pad(c0, lanes),
           _pad(cs, lanes), _pad(lat, lanes))[2], np.float64)[:n]
     else:
       if self._script is None:   # the actuator script's controls: the same every rollout
-        self._script = physics_c.script_ctrl(self.sim, L)
+        self._script = physics_c.script_ctrl(built, L)
       ctrl = np.broadcast_to(self._script, (len(recs), L + 1, m.nu))
     st, sd = self.runner(models, s0, np.ascontiguousarray(ctrl))
     states = np.concatenate([s0[:, None], st[:, :-1]], axis=1)

@@ -72,7 +72,7 @@ class ShootingProblem(RolloutProblem):
     self.n_nuisance = self.R * (self.W - 1) * self.ns
     self.n_defects = self.n_nuisance
     self.windows_s = self.Lw * self.dt
-    ctrl = physics_c.script_ctrl(self.sim, self.L)
+    ctrl = physics_c.script_ctrl(self.sim.built, self.L)
     rows = self.W * self.Lw
     self._ctrl = np.concatenate([ctrl, np.repeat(ctrl[-1:], rows - ctrl.shape[0], 0)])[:rows]
 
