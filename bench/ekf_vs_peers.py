@@ -117,6 +117,9 @@ def main(argv=None):
   ap.add_argument('--skip-s', type=float, default=1.0)
   ap.add_argument('--no-peers', action='store_true', help='only the EKF components')
   args = ap.parse_args(argv)
+  import fibril_mjx
+  # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
+  fibril_mjx.cpu_flags(1, bitwise=False)
   for manifest in args.manifests:
     t0 = time.perf_counter()
     flat, dt = rollout(manifest, args.worlds, args.duration, args.seed)

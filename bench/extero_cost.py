@@ -84,6 +84,8 @@ def main(argv=None):
 
   import fibril_mjx
   from fibril_mjx.config import paths
+  # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
+  fibril_mjx.cpu_flags(1, bitwise=False)
 
   variants = {'physics': [], 'imu': [imu()]}
   variants.update({f'lidar_{n}': [lidar(n)] for n in args.beams})

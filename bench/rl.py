@@ -129,6 +129,8 @@ def main(argv=None):
   ap.add_argument('--episode-length', type=int, default=200)
   ap.add_argument('--no-vary', action='store_true', help='fibril env without DEVICE_VARY')
   args = ap.parse_args(argv)
+  # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
+  fibril_mjx.cpu_flags(1, bitwise=False)
   train_ppo.brax_jax_compat()
   from brax.envs.wrappers import training
   print(f'jax {jax.__version__} {jax.default_backend()} devices={len(jax.devices())} '

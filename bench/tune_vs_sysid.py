@@ -495,6 +495,9 @@ def main(argv=None):
                   help='fibril_mjx with true multiple shooting: windows of S s with free starts '
                        '(default: single shooting; not for the fleet)')
   a = ap.parse_args(argv)
+  # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
+  # (inherited by the new-process fits below)
+  fibril_mjx.cpu_flags(1, bitwise=False)
   global FREE_STARTS_S
   FREE_STARTS_S = a.free_starts
   rows = []

@@ -84,6 +84,9 @@ def main(argv=None):
   ap.add_argument('--worlds', type=int, default=None, help="replaces the campaign file's")
   ap.add_argument('--out', default='out/robust')
   args = ap.parse_args(argv)
+  # before JAX computes: one XLA CPU device (Brax's PPO splits its envs over every device), the
+  # host's ISA, a scan over ticks as one kernel
+  fibril_mjx.cpu_flags(1, bitwise=False)
   run(args.out, timesteps=args.timesteps, envs=args.envs, seed=args.seed, worlds=args.worlds)
   print(f'wrote {args.out}/results.json')
 

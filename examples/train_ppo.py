@@ -192,6 +192,9 @@ def main(argv=None):
                   help='no per-episode randomization at all (the nominal device; not even '
                   'the gyro bias draw)')
   args = ap.parse_args(argv)
+  # before JAX computes: one XLA CPU device (Brax's PPO splits its envs over every device), the
+  # host's ISA, a scan over ticks as one kernel
+  fibril_mjx.cpu_flags(1, bitwise=False)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   env = make_env(episode_length=args.episode_length, randomize=not args.ideal,

@@ -1,9 +1,14 @@
-"""User-facing errors: one line naming the file, the field path, the value and the rule."""
+"""User-facing errors: one line naming the file, the field path, the value and the rule; and
+`Strict`, the pydantic base of every validated document (file formats in `config/`, the
+config fields a mechanism declares in `mechanisms/`), so a bad value fails the same way at
+every layer."""
 
 from __future__ import annotations
 
 import difflib
 from typing import Any, Iterable
+
+import pydantic
 
 
 class FibrilError(Exception):
@@ -63,3 +68,9 @@ class ConfigErrors(FibrilError):
 def field_origin(file: str, path: str):
   """`field -> (file, 'path.field')`: where a config field sits, for error messages."""
   return lambda field: (file, f'{path}.{field}' if path else field)
+
+
+class Strict(pydantic.BaseModel):
+  """Base of every validated document: unknown keys forbidden, numbers finite, frozen."""
+  model_config = pydantic.ConfigDict(extra='forbid', frozen=True, allow_inf_nan=False,
+                                     strict=False)

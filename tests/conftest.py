@@ -15,10 +15,23 @@ _TESTS = str(pathlib.Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
   sys.path.insert(0, _TESTS)
 
-# The tests run with the CLI's code generation (no FMA: `fibril_mjx.batch.worlds.cpu_flags`), one
-# device unless a test asks for more; XLA reads the flags when JAX first initializes.
+# The tests run with the CLI's code generation (no FMA: `fibril_mjx.cpu_flags`) and its loop
+# option (a scan over ticks is one kernel, several times faster on a few worlds:
+# `fibril_mjx.batch.worlds.loop_flags`, whose value tests/tooling/test_import.py compares with
+# LOOP_OPTION), one device unless a test asks for more. XLA reads the flags when JAX first
+# initializes, and every subprocess a test starts inherits them; `import fibril_mjx` sets none.
+# Written here, not imported: this file is loaded before anything imports JAX or fibril_mjx.
+LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold=1099511627776'
 if 'xla_cpu_max_isa' not in os.environ.get('XLA_FLAGS', '') and os.uname().machine == 'x86_64':
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_max_isa=AVX').strip()
+_flags = os.environ.get('XLA_FLAGS', '').split()
+if not any(LOOP_OPTION.split('=')[0] in f for f in _flags):   # a value of the user's is kept
+  _extra = [i for i, f in enumerate(_flags) if f.startswith('--xla_backend_extra_options=')]
+  if _extra:   # one flag holds every extra option
+    _flags[_extra[0]] += ',' + LOOP_OPTION
+  else:
+    _flags.append('--xla_backend_extra_options=' + LOOP_OPTION)
+  os.environ['XLA_FLAGS'] = ' '.join(_flags)
 
 # One persistent compilation cache for every test process of a run (tools/run_tests.py sets
 # FIBRIL_MJX_TEST_CACHE): a program compiled by one file (the tiny rig's step, a component's

@@ -11,7 +11,7 @@ Layout of one program over `n` worlds (`Layout`):
   named `worlds`; `check_vma=False` because MJX's solver trips the replication check).
   On a CPU host, `fibril-mjx` exposes one XLA device per core
   (`--xla_force_host_platform_device_count`, see `cpu_flags`); from Python, call
-  `fibril_mjx.batch.worlds.cpu_flags()` (or set `XLA_FLAGS`) before JAX initializes.
+  `fibril_mjx.cpu_flags()` (or set `XLA_FLAGS`) before JAX initializes.
 * **sub-batches** — on each device the worlds are reshaped to `(m, k)` and `lax.map` runs the
   vmapped single-world code over the `m` sub-batches of `k` worlds. `k` is chosen so that no
   batched LAPACK call of the step (Cholesky of the mass matrix and of the Newton Hessian,
@@ -79,8 +79,8 @@ SMALL_LOOP_BYTES = 2**40
 
 def loop_flags(environ=os.environ) -> None:
   """Asks XLA:CPU to compile every `while` loop it can as one kernel (`SMALL_LOOP_BYTES`),
-  unless XLA_FLAGS already sets `xla_cpu_small_while_loop_byte_threshold`; must run before JAX
-  initializes (`import fibril_mjx` calls it then, and `cpu_flags`)."""
+  unless XLA_FLAGS already sets `xla_cpu_small_while_loop_byte_threshold`. XLA reads it when
+  JAX initializes its backend; `cpu_flags` calls it (the CLI, `fibril_mjx.cpu_flags()`)."""
   flags = environ.get('XLA_FLAGS', '')
   if LOOP_OPTION in flags:
     return
@@ -95,15 +95,12 @@ def loop_flags(environ=os.environ) -> None:
   environ['XLA_FLAGS'] = ' '.join(parts)
 
 
-def import_flags(environ=os.environ) -> None:
-  """`loop_flags` where no JAX backend is initialized yet (XLA reads XLA_FLAGS then: a
-  process that computed with JAX before importing fibril_mjx keeps its flags)."""
-  if not jax_compat.backend_started():
-    loop_flags(environ)
+def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=None) -> int:
+  """Sets the XLA CPU flags `fibril-mjx` runs with, in `XLA_FLAGS`.
 
-
-def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ) -> int:
-  """Sets the XLA CPU flags `fibril-mjx` runs with; must run before JAX initializes.
+  Call it before JAX computes anything (`import fibril_mjx` sets no flag; XLA reads XLA_FLAGS
+  once, when JAX starts its backend): once a backend has started it leaves `os.environ` alone
+  and returns the CPU device count in effect. An option already in XLA_FLAGS is kept.
 
   * **devices**: asks XLA for `n` CPU devices (default: one per usable core) unless XLA_FLAGS
     already sets a count (an explicit `n` replaces it).
@@ -116,10 +113,18 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=os.environ)
     whatever batch, chunk or device count it runs in (measured cost: within noise on the
     wheeled base and the IMU + EKF example, 18–30 % on the turntable; bench/README.md). `bitwise=False` (CLI `--cpu-isa native`) keeps
     the host's full ISA; results then agree only to float rounding across layouts.
-  * **loops**: `loop_flags`.
+  * **loops**: `loop_flags` (every `lax.scan` over ticks XLA can compile as one kernel is).
+
+  `cpu_flags(1, bitwise=False)`: XLA's defaults (one device, the host's ISA) plus the loops.
+  `environ`: a mapping to edit instead of `os.environ` (a subprocess's), whatever this
+  process's backend.
 
   Returns the device count in effect.
   """
+  if environ is None:
+    if jax_compat.backend_started():
+      return len(jax.devices('cpu'))
+    environ = os.environ
   flags = environ.get('XLA_FLAGS', '')
   key = '--xla_force_host_platform_device_count'
   if key in flags and n is None:

@@ -29,7 +29,9 @@ def _setup_jax():
   cache = os.environ.get('FIBRIL_MJX_CACHE',
                          os.path.join(os.path.expanduser('~'), '.cache', 'fibril_mjx', 'jax'))
   jax.config.update('jax_compilation_cache_dir', cache)
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+  # every compilation: a tune's programs compile in well under JAX's default 1 s, and kept
+  # they save a new process about a third of a small fit (bench/README.md)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
 
@@ -242,7 +244,7 @@ def _cmd_run(args) -> int:
                out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
                overwrite=args.overwrite, share_physics=not args.no_share_physics,
                impl=args.impl, stall_s=args.stall_s, physics=args.physics,
-               trajectory=args.trajectory)
+               trajectory=args.trajectory, command=args.argv)
   except WorldsStalled as e:
     # The stalled XLA threads never return: report and leave without waiting for them.
     print(f'error: {e}', file=sys.stderr)
@@ -302,7 +304,9 @@ def main(argv=None) -> int:
                    'are bitwise identical in any batch, chunk or device count) or native '
                    '(the host\'s full ISA, up to ~30 %% faster on simple models; layouts then '
                    'agree to float rounding)')
-  isa_args, argv = isa.parse_known_args(sys.argv[1:] if argv is None else argv)
+  # the command line as given, for meta.json (the process's own when called as fibril-mjx)
+  command = list(sys.argv) if argv is None else ['fibril-mjx', *map(str, argv)]
+  isa_args, argv = isa.parse_known_args(command[1:])
   parser = argparse.ArgumentParser(prog='fibril-mjx', description=__doc__, parents=[isa])
   sub = parser.add_subparsers(dest='command', required=True)
   p = sub.add_parser('plan', help='print the resolved plan of a manifest')
@@ -348,6 +352,7 @@ def main(argv=None) -> int:
   _add_validation_commands(sub)
   _add_tune_command(sub)
   args = parser.parse_args(argv)
+  args.argv = command
   # One XLA CPU device per core (or --devices N), no FMA (--cpu-isa), before JAX initializes.
   cpu_flags(getattr(args, 'devices', None), bitwise=isa_args.cpu_isa == 'avx')
   _setup_jax()

@@ -1,6 +1,7 @@
-"""What every component shares: config validation with profile layers, the sensing cycle
-(`SensorBase`), the static fields and build prologue of a sensor (`SensorFields`,
-`FaultySensorFields`, `SiteSensorFields`, `SensorBuild`). The contract itself is written in `protocol.py`."""
+"""What every component shares: config validation with profile layers, the base of a sensor
+(`SensorBase`: its common fields and the one sensing cycle), the fields of a sensor at a site
+(`SiteFields`) and its build prologue (`SensorBuild`). The contract itself is written in
+`protocol.py`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fibril_mjx import error_models as em
 from fibril_mjx.error_models.core import is_set
 from fibril_mjx.error_models.terms import NonNeg, NonNeg3, Positive, Vec3
 from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import faults, fifo
+from fibril_mjx.mechanisms import faults, fifo, sensing
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
 from fibril_mjx.core.context import SitePose
@@ -137,6 +138,7 @@ class ComponentBase:
   # bound sensors and the probes of `core/context.py`), so that an open-loop backend (MuJoCo
   # C, a recorded trajectory) serves it; False where it still reads `mjx.Data` fields.
   reads_sensors_only: bool = False
+  params_type = None               # its Params NamedTuple, where Params are flat
 
   def closes_loop(self) -> str:
     """Why this component's controls depend on the physics state it acts on (a hold at the
@@ -150,7 +152,7 @@ class ComponentBase:
     return tuple(self.stochastic)
 
   def param_path(self, field: str):
-    fields = getattr(getattr(self, 'params_type', None), '_fields', ())
+    fields = self.params_type._fields if self.params_type is not None else ()
     return (field,) if field in fields else None
 
   def uses(self, field: str) -> bool:
@@ -176,90 +178,129 @@ class ComponentBase:
     return path
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SensorBase(ComponentBase):
-  """Base of a sensing component: one acquisition schedule, a delivery queue (SPEC §4).
+  """Base of a sensing component: one acquisition schedule, a delivery queue, an optional fault
+  plan, and `sense`, the one sensing cycle (`fibril_mjx.mechanisms.sensing`) (SPEC §4).
 
-  A subclass is a frozen dataclass with at least the fields `id`, `cfg` (its validated config
-  model), `schedule`, `transport`, `dt`, `fields` (declare it
-  `dataclasses.field(compare=False)`: plan metadata, not compiled behaviour) and `vary`
-  (manifest fields compiled in even at their default, `frozenset`), and provides:
+  A sensor is a frozen dataclass deriving from it (`@dataclasses.dataclass(frozen=True)`),
+  which declares only its own fields (positional); the common ones below are keyword-only
+  (`SensorBuild.make` fills them). Hash and equality come from every field but `fields`.
 
-  - `params_type`: its Params NamedTuple (flat fields named as in the config, unless it
-    overrides `default_params` / `param_path`);
-  - `acquire(p, s, data, tick, n) -> (state, sample)`: computes sample `n` from `mjx.Data`
-    of `tick`;
-  - optionally `track(p, s, data, tick) -> state`: work done every physics tick (e.g. a
-    digital filter running at the device's internal rate), before acquisition;
-  - a State NamedTuple with `streams` (incl. `delivery_jitter`, `delivery_loss`), `queue`
-    and `held`;
-  - optionally a static `fault_plan` (with `faults` in Params and State): faults and health
-    of `fibril_mjx.mechanisms.faults`, whose `sense` then runs this cycle (see its docstring).
+  Attributes:
+    id: the manifest component id.
+    cfg: the validated config model.
+    schedule: the acquisition `Schedule`; transport: its `transport.Transport` (or
+      `fifo.Fifo`).
+    dt: physics timestep (s).
+    fields: `((name, FieldValue), ...)` for the plan (metadata, not compiled behaviour).
+    vary: manifest fields compiled in even at their default (per-world variation).
+    fault_plan: the static `faults.FaultPlan` (then `faults` is in Params and State), or None
+      (no fault code in the graph).
 
-  The common fields need not be written out: a subclass of `SensorFields` (or, with faults,
-  `FaultySensorFields`) inherits them keyword-only and declares only its own, and its `build`
-  can use `SensorBuild` (config → provenance → timing → fault plan → instance) and
+  A sensor provides `params_type` (its Params NamedTuple: flat fields named as in the config,
+  plus `faults` with a fault plan, unless it overrides `default_params` / `param_path`),
+  `acquire(p, s, data, tick, n) -> (state, sample)` (sample `n`, a NamedTuple, from the
+  `mjx.Data` of `tick`), a State NamedTuple with `streams` (incl. `delivery_jitter`,
+  `delivery_loss`), `queue`, `held` (and `faults`), and may define the optional stages of the
+  cycle, declared here as None: `observe`, `track`, `on_reset`, `condition` (their signatures:
+  `sensing.Cycle`). The cycle is checked once, when the sensor is built.
+
+  Its `build` can use `SensorBuild` (config → provenance → timing → fault plan → instance) and
   `describe_terms` (the plan lines every sensor ends with). Params fields that reach the graph
-  whatever their value (environment constants, range limits) are listed in `always_used`.
+  whatever their value (environment constants, range limits) are listed in `always_used`; the
+  sample fields a fault entry without `fields` acts on in `fault_fields` (default: the
+  sample's first field).
   """
+  id: str
+  cfg: Any
+  schedule: Schedule
+  transport: tp.Transport
+  dt: float
+  fields: tuple = dataclasses.field(default=(), compare=False)
+  vary: frozenset = frozenset()
+  fault_plan: faults.FaultPlan | None = None
+
   roles = frozenset({protocol.SENSOR})
-  track = None                    # optional `track(p, s, data, tick) -> state`
   always_used = ()                # Params fields in the graph whatever their value
+  fault_fields = ()               # sample fields of a fault entry without `fields`
+  # the optional stages of the sensing cycle (`sensing.Cycle`), None where absent
+  observe = None                  # `observe(p, s, env, tick) -> state`, every tick
+  track = None                    # `track(p, s, data, tick) -> state`, every tick
+  on_reset = None                 # `on_reset(p, s, index) -> state`, at a reset fault
+  condition = None                # `condition(p, sample) -> OK | WEAK`, a weak fault plan
+
+  def __post_init__(self):
+    sensing.check(self.cycle, f'{type(self).__name__} {self.id!r}')
+
+  @property
+  def cycle(self) -> sensing.Cycle:
+    """This sensor's sensing cycle: timing, fault plan, stages."""
+    return sensing.Cycle(self.transport, self.dt, self.acquire, self.fault_plan, self.observe,
+                         self.track, self.on_reset, self.condition)
+
+  def sense(self, p, s, data, tick, dues, env):
+    """One tick after physics: `sensing.sense` of this sensor's cycle.
+
+    Args:
+      data: `mjx.Data` of `tick`.
+      dues: `{'acquisition': (due, n)}`, shared by all worlds.
+      env: outputs of the components sensed before this one (read by `observe`).
+    """
+    return sensing.sense(self.cycle, p, s, data, tick, dues, env)
 
   def _on(self, name) -> bool:
     """Static switch: a term is in the graph when its value is not the default, or when the
     field is named for per-world variation (`vary`)."""
-    return name in self.vary or is_set(self.cfg, name)   # `vary`: a dataclass field
+    return name in self.vary or is_set(self.cfg, name)
 
   def default_params(self):
-    """Params from the resolved config, float32."""
-    return self.params_type(*(host.array(getattr(self.cfg, f))
-                              for f in self.params_type._fields))
+    """Params from the resolved config, float32 (`faults`: those of the fault entries)."""
+    return self.params_type(**{f: faults.default_params(self.cfg) if f == 'faults'
+                               else host.array(getattr(self.cfg, f))
+                               for f in self.params_type._fields})
 
   def uses(self, field: str) -> bool:
+    if field == 'faults':
+      return self.fault_plan is not None
     return field in self.always_used or (self.param_path(field) is not None
                                          and self._on(field))
 
   @property
   def schedules(self) -> dict:
     """The acquisition schedule, and the reader's (`fifo_read`) with periodic FIFO reads."""
-    read = getattr(self.transport, 'read_schedule', None)
+    read = self.transport.read_schedule if isinstance(self.transport, fifo.Fifo) else None
     return {'acquisition': self.schedule, **({fifo.READ: read} if read is not None else {})}
 
-  def sense(self, p, s, data, tick, dues, env):
-    """One tick after physics: track, acquire and enqueue at an instant, then deliver.
+  def init_transport(self, neutral):
+    """`(queue, held, fault state)` before the first acquisition, of the `neutral` sample
+    (a sensor with a fault plan)."""
+    queue, held = tp.init(self.transport, neutral)
+    return queue, held, faults.init_state(self.fault_plan, neutral)
 
-    `due` and `n` are shared by all worlds (the schedule is static), so under `vmap` the
-    `lax.cond` stays a branch and off-instant ticks skip the acquisition work.
-
-    Args:
-      data: `mjx.Data` of `tick`.
-      dues: `{'acquisition': (due, n)}`, shared by all worlds.
-      env: outputs of the components sensed before this one (unused by plain sensors).
-    """
-    if getattr(self, 'fault_plan', None) is not None:   # optional dataclass field
-      return faults.sense(self, p, s, data, tick, dues, env)
-    del env
-    due, n = dues['acquisition']
-    if self.track is not None:
-      s = self.track(p, s, data, tick)
-
-    def acquire(st):
-      st, sample = self.acquire(p, st, data, tick, n)
-      q = tp.send(self.transport, st.queue, sample, n, tick, st.streams['delivery_jitter'],
-                  st.streams['delivery_loss'])
-      return st._replace(queue=q)
-    s = jax.lax.cond(due, acquire, lambda st: st, s)
-    queue, held = tp.receive(self.transport, s.queue, s.held, tick, dues)
-    return s._replace(queue=queue, held=held)
+  def init_state(self, state_type, p, world_key, neutral, *before, streams=(), **after):
+    """The usual `init`: the keys of the error model's streams, of `streams` and of the
+    delivery streams; the queue, held output (and fault state) of the `neutral` sample;
+    `state_type(keys, *before, <the error model's state>, queue, held, [faults,] **after)`."""
+    keys = em.stream_keys(world_key, self.id, self.errors, self.cfg,
+                          tuple(streams) + ('delivery_jitter', 'delivery_loss'))
+    queue, held = tp.init(self.transport, neutral)
+    if self.fault_plan is not None:
+      after = {'faults': faults.init_state(self.fault_plan, neutral), **after}
+    return state_type(keys, *before, **self.errors.init(p, self.error_ctx(keys)), queue=queue,
+                      held=held, **after)
 
   def output(self, s) -> tp.Delivered:
     return s.held
 
   def status(self, s) -> dict:
-    """Delivery counters, then the error model's (e.g. `clip_count`)."""
+    """Delivery counters, the error model's (e.g. `clip_count`), then the fault counters."""
     counters = self.errors.counters if self.errors is not None else ()
-    return {'lost': s.queue.lost, 'overflow': s.queue.overflow,
-            **{n: getattr(s, n) for n in counters}}
+    out = {'lost': s.queue.lost, 'overflow': s.queue.overflow,
+           **{n: getattr(s, n) for n in counters}}
+    if self.fault_plan is not None:
+      out.update(fault_dropped=s.faults.dropped, resets=s.faults.resets)
+    return out
 
   def describe_sensors(self) -> list[str]:
     """Plan lines of the bound MuJoCo sensors (attribute `sensors`: `SensorBinding`s)."""
@@ -288,49 +329,15 @@ class SensorBase(ComponentBase):
     switched on (`_on`), then the fault plan (when there is one)."""
     on = [f for f in terms if self._on(f)]
     out = self.describe_timing() + list(lines) + [f'terms on: {", ".join(on) or "none"}']
-    plan = getattr(self, 'fault_plan', None)
+    plan = self.fault_plan
     return out + ([plan.describe()] if plan is not None else [])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SensorFields(SensorBase):
-  """`SensorBase` with its common static fields declared once, keyword-only: a subclass
-  (`@dataclasses.dataclass(frozen=True)`) declares only its own fields, which stay
-  positional. Hash and equality come from every field but `fields` (plan metadata)."""
-  id: str
-  cfg: Any                       # the validated config model
-  schedule: Schedule
-  transport: tp.Transport
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)   # ((name, FieldValue), ...) for the plan
-  vary: frozenset = frozenset()  # manifest fields compiled in even at their default
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FaultySensorFields(faults.FaultySensor, SensorFields):
-  """`SensorFields` plus the static `fault_plan` of `fibril_mjx.mechanisms.faults` (Params and State
-  then carry `faults`); `fault_fields` (the fields a fault acts on) default to the sample's
-  first field."""
-  fault_plan: faults.FaultPlan = faults.FaultPlan()
-
-  def uses(self, field: str) -> bool:
-    return field == 'faults' or super().uses(field)
-
-  def init_state(self, state_type, p, world_key, neutral, *before, streams=(), **after):
-    """The usual `init`: the keys of the error model's streams, of `streams` and of the
-    delivery streams; the queue, held output and fault state of the `neutral` sample;
-    `state_type(keys, *before, <the error model's state>, queue, held, faults, **after)`."""
-    keys = em.stream_keys(world_key, self.id, self.errors, self.cfg,
-                          tuple(streams) + ('delivery_jitter', 'delivery_loss'))
-    queue, held, fs = self.init_transport(neutral)
-    return state_type(keys, *before, **self.errors.init(p, self.error_ctx(keys)), queue=queue,
-                      held=held, faults=fs, **after)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SiteSensorFields(FaultySensorFields):
-  """`FaultySensorFields` of a sensor that measures at one MuJoCo site, plus (keyword-only,
-  from `at_site`): `site_id` and the probes of the `site`'s pose. It reads the physics only
+class SiteFields:
+  """The fields of a sensor that measures at one MuJoCo site, keyword-only (from `at_site`):
+  `site_id` and the probes of the `site`'s pose. A mixin listed before `SensorBase`
+  (`class Barometer(base.SiteFields, base.SensorBase)`); such a sensor reads the physics only
   through MuJoCo sensors."""
   reads_sensors_only = True
   site_id: int
@@ -338,7 +345,7 @@ class SiteSensorFields(FaultySensorFields):
 
 
 def at_site(ctx, site_id: int) -> dict:
-  """The `SiteSensorFields` of site `site_id` (its pose probes are requested now)."""
+  """The `SiteFields` of site `site_id` (its pose probes are requested now)."""
   return dict(site_id=int(site_id), site=ctx.site_pose(site_id))
 
 

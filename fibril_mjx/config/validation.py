@@ -14,6 +14,7 @@ import pydantic
 import yaml
 
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean, join_path
+from fibril_mjx.errors import Strict  # noqa: F401  (the models of config/ import it here)
 
 M = TypeVar('M', bound=pydantic.BaseModel)
 
@@ -31,12 +32,6 @@ def check(test: Callable[[Any], bool], rule: str) -> pydantic.BeforeValidator:
       raise ValueError(rule)
     return v
   return pydantic.BeforeValidator(run)
-
-
-class Strict(pydantic.BaseModel):
-  """Base of every validated document: unknown keys forbidden, numbers finite, frozen."""
-  model_config = pydantic.ConfigDict(extra='forbid', frozen=True, allow_inf_nan=False,
-                                     strict=False)
 
 
 # libyaml's safe loader where PyYAML was built with it (the same documents, about ten times

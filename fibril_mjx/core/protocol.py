@@ -136,20 +136,15 @@ class Actuator(Component, Protocol):
 
 def check(component) -> None:
   """Raises `TypeError` naming what a built component lacks for its declared roles."""
-  roles = getattr(component, 'roles', None)
+  missing = _lacking(component, Component)
+  roles = None if 'roles' in missing else component.roles
   if not roles or not set(roles) <= set(ROLES):
     raise TypeError(f'{type(component).__name__}: roles must be a non-empty subset of {ROLES}, '
                     f'got {roles!r}')
-  wanted = [Component]
-  if SENSOR in roles or ESTIMATOR in roles:
-    wanted.append(Sensor)
-  if ACTUATOR in roles:
-    wanted.append(Actuator)
-  missing = []
-  for proto in wanted:
-    for name in ('id', 'fields', 'schedules', *_methods(proto)):
-      if not hasattr(component, name) and name not in missing:
-        missing.append(name)
+  for proto, wanted in ((Sensor, SENSOR in roles or ESTIMATOR in roles),
+                        (Actuator, ACTUATOR in roles)):
+    if wanted:
+      missing += [n for n in _lacking(component, proto) if n not in missing]
   if missing:
     raise TypeError(f'{type(component).__name__} declares roles {sorted(roles)} but lacks '
                     f'{", ".join(missing)} (see fibril_mjx/core/protocol.py)')
@@ -158,6 +153,13 @@ def check(component) -> None:
   except TypeError as e:
     raise TypeError(f'{type(component).__name__} must be hashable (a frozen dataclass whose '
                     f'compared fields are hashable): {e}') from None
+
+
+def _lacking(component, proto) -> list[str]:
+  """The members of `proto` that the simulator reads and `component` lacks: the attributes
+  `id`, `fields`, `schedules` (and `roles` of `Component`), then its own methods."""
+  names = ('id', 'fields', 'schedules') + (('roles',) if proto is Component else ())
+  return [n for n in (*names, *_methods(proto)) if not hasattr(component, n)]
 
 
 def _methods(proto) -> list[str]:

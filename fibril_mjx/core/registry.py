@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
 import types as _types
 from typing import Callable, Mapping
@@ -61,8 +62,8 @@ ENTRIES: Mapping[str, Entry] = _types.MappingProxyType(_ENTRIES)   # read-only, 
 
 
 def _where(part) -> str:
-  mod = getattr(part, '__module__', None)
-  return f' (by {mod})' if mod else ''
+  mod = inspect.getmodule(part)
+  return f' (by {mod.__name__})' if mod is not None else ''
 
 
 def register(type_name: str, *, build: Callable, config_model: type | None = None,

@@ -12,11 +12,15 @@ and reads off `ERRORS` what used to be written out by hand: its config fields
 (`em.config_model`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
 `em.SAMPLE_TAIL`, `em.sample_type`), stream names
 (`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
-sample (`ERRORS.variance`), the build-time rules (`ERRORS.check`) and the fields `tune` holds at
-zero (`ERRORS.stochastic_fields()`). In the traced step it calls `BIAS.apply(p, st, x, ctx)`
+sample (`ERRORS.variance`), the build-time rules (`ERRORS.check`), the fields `tune` holds at
+zero (`ERRORS.stochastic_fields()`) and those a static `validate` rig sets to zero
+(`ERRORS.drift_fields()`). In the traced step it calls `BIAS.apply(p, st, x, ctx)`
 where the bias enters the signal and `NOISE.apply(...)` where the noise does; a term whose
 switch fields are all at their default (and not in `vary`) is skipped in Python, so it is absent
-from the graph.
+from the graph. A sensor with several signal paths, each with its own State (the IMU's
+angular-velocity and linear-acceleration channels), writes one chain per path and declares them
+together with `em.partition(angular_velocity=..., linear_acceleration=...)`: everything above but
+the State and the traced calls is read off the partition.
 
 Adding an error term is one factory in `terms.py` (or a new module here) and its test:
 
@@ -24,9 +28,11 @@ Adding an error term is one factory in `terms.py` (or a new module here) and its
    switches, random, state, streams, apply=..., variance=..., init=..., check=...)`, where
    `config` lists the `ConfigField(name, annotation, default)`s it owns, `state` its
    `(name, zero_fn)` pairs, `streams` the RNG stream names it draws, `random` the fields that
-   scale a draw (so `tune` holds them at zero), and `apply(p, st, x, ctx) -> (st, x, flags)`
-   is pure and uses a mechanism of `fibril_mjx.mechanisms` (write a new mechanism there, once,
-   if none fits).
+   scale a draw (so `tune` holds them at zero; a slow one is a drift `validate` zeroes in its
+   static rig unless `episode=True`, a draw constant over an episode), `reads` where the Params
+   it reads when on are not its switches that are on plus its other params, and
+   `apply(p, st, x, ctx) -> (st, x, flags)` is pure and uses a mechanism of
+   `fibril_mjx.mechanisms` (write a new mechanism there, once, if none fits).
 2. Export it below.
 3. Test it in `tests/error_models/` against a float64 NumPy model written in the test (its
    mean, variance or autocorrelation in closed form), and test that at its default it is
@@ -39,15 +45,16 @@ Params, State, streams, plan line and `tune` behaviour follow.
 """
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,
-                                          Chain, ConfigField, Ctx, Term, chain, config_model,
-                                          params_type, sample_type, state_type, stream_keys)
+                                          Chain, ConfigField, Ctx, Partition, Term, chain,
+                                          config_model, params_type, partition, sample_type,
+                                          state_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
-                                           first_order_lag, gain, gauss_markov, quantization,
-                                           random_walk, saturation, sinusoids,
+                                           first_order_lag, gain, gauss_markov, lowpass,
+                                           quantization, random_walk, saturation, sinusoids,
                                            turn_on_bias, white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
-           'Ctx', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode', 'config_model', 'constant_bias',
-           'first_order_lag', 'gain', 'gauss_markov', 'params_type', 'quantization', 'random_walk',
-           'sample_type', 'saturation', 'sinusoids',
-           'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']
+           'Ctx', 'Partition', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode',
+           'config_model', 'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
+           'params_type', 'partition', 'quantization', 'random_walk', 'sample_type', 'saturation',
+           'sinusoids', 'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -5,7 +5,9 @@ pydantic annotation and default, so "left at its default → absent from the gra
 second list), the Params fields it reads, its State fields (with their zero value), its RNG
 stream names, its kind and, where defined, its per-sample variance. `chain(*terms)` composes
 terms (or chains) in application order; a sensor's config fields, Params, State, stream names,
-plan lines and the fields that `tune` holds at zero are then read off its chain.
+plan lines, the fields that `tune` holds at zero and those a static `validate` rig removes are
+then read off its chain. A sensor with several signal paths, each with its own State (an inertial
+sensor's channels), composes one chain per path and declares them together with `partition`.
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ class Term:
     variance: `variance(p, ctx) -> σ²` of its contribution per sample, or None.
     check: `check(build) -> None` build-time rules (raises `ConfigError`), or None.
     counters: state fields a user should see in the sensor's status (e.g. clip counts).
+    episode: its draw is made once per episode (and at a device reset) and is constant within
+      it (a turn-on bias), not a process that moves from sample to sample.
+    reads: `reads(on) -> fields`: the Params it reads in the graph when it is on, where that is
+      not the default (its switches that are on, and its other params).
   """
   name: str
   kind: str
@@ -102,6 +108,8 @@ class Term:
   variance: Callable | None = None
   check: Callable | None = None
   counters: tuple = ()
+  episode: bool = False
+  reads: Callable | None = None
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -109,6 +117,12 @@ class Term:
 
   def is_on(self, on: Callable[[str], bool]) -> bool:
     return any(on(f) for f in self.switches)
+
+  def read(self, on: Callable[[str], bool]) -> tuple[str, ...]:
+    """Params this term reads in the graph when it is on (`reads`)."""
+    if self.reads is not None:
+      return tuple(self.reads(on))
+    return tuple(f for f in self.params if f not in self.switches or on(f))
 
 
 def _unique(items, what, key=lambda v: v):
@@ -128,14 +142,15 @@ def _shape(zero_fn):
   return z.shape, z.dtype
 
 
-class Chain:
-  """Terms composed in application order (`chain(*terms)`); a chain is static."""
+class _Declared:
+  """What a sensor declares through its error model, read off `terms` (a chain or a partition):
+  config fields, Params, stream names, the fields `tune` and `validate` zero, the Params in the
+  graph, the build-time rules."""
+  terms: tuple[Term, ...] = ()
 
-  def __init__(self, terms: tuple[Term, ...]):
-    self.terms = terms
-    self._config = _unique(((c.name, c) for t in terms for c in t.config), 'config field')
-    self._state = _unique(((n, z) for t in terms for n, z in t.state), 'state field', _shape)
-    streams = [s for t in terms for s in t.streams]
+  def _declare(self, terms, streams):
+    self.terms = tuple(terms)
+    self._config = _unique(((c.name, c) for t in self.terms for c in t.config), 'config field')
     if len(set(streams)) != len(streams):
       raise ValueError(f'chain: a stream is drawn by two terms: {streams}')
     self.streams = tuple(streams)
@@ -148,6 +163,48 @@ class Chain:
   def params(self) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for t in self.terms for f in t.params))
 
+  def stochastic_fields(self) -> tuple[str, ...]:
+    """Fields scaling a random draw (stochastic and slow terms): what `tune` holds at zero."""
+    return tuple(dict.fromkeys(f for t in self.terms for f in t.random))
+
+  def drift_fields(self) -> tuple[str, ...]:
+    """Fields scaling a random process that moves within an episode (the slow terms but the
+    per-episode draws: Gauss–Markov drift, random walk, common mode): what a static rig sets to
+    zero so that the residual about each world's mean is the white noise alone."""
+    return tuple(dict.fromkeys(f for t in self.terms if t.kind == SLOW and not t.episode
+                               for f in t.random))
+
+  def on_terms(self, on) -> list[Term]:
+    return [t for t in self.terms if t.is_on(on)]
+
+  def reads(self, on) -> tuple[str, ...]:
+    """Params the switched-on terms read in the graph (`Term.read`)."""
+    return tuple(dict.fromkeys(f for t in self.on_terms(on) for f in t.read(on)))
+
+  def check(self, build) -> None:
+    """Build-time rules of every term (`build`: `cfg`, `origin`, `is_on`, `vary`, `ctx`,
+    `cid`), every violation reported at once."""
+    errors = []
+    for t in self.terms:
+      if t.check is None:
+        continue
+      try:
+        t.check(build)
+      except ConfigErrors as e:
+        errors += e.errors
+      except ConfigError as e:
+        errors.append(e)
+    if errors:
+      raise ConfigErrors(errors)
+
+
+class Chain(_Declared):
+  """Terms composed in application order (`chain(*terms)`); a chain is static."""
+
+  def __init__(self, terms: tuple[Term, ...]):
+    self._declare(terms, [s for t in terms for s in t.streams])
+    self._state = _unique(((n, z) for t in terms for n, z in t.state), 'state field', _shape)
+
   @property
   def state(self) -> tuple[str, ...]:
     return tuple(self._state)
@@ -155,13 +212,6 @@ class Chain:
   @property
   def counters(self) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for t in self.terms for f in t.counters))
-
-  def stochastic_fields(self) -> tuple[str, ...]:
-    """Fields scaling a random draw (stochastic and slow terms)."""
-    return tuple(dict.fromkeys(f for t in self.terms for f in t.random))
-
-  def on_terms(self, on) -> list[Term]:
-    return [t for t in self.terms if t.is_on(on)]
 
   def shared_streams(self, cfg) -> dict:
     """`{source: shared stream name}` for the terms whose shared-stream field is set."""
@@ -204,7 +254,7 @@ class Chain:
         continue
       st, x, f = t.apply(p, st, x, ctx)
       if f is not None:
-        flags = f
+        flags = flags | f
     return st, x, flags
 
   def variance(self, p, ctx: Ctx, shape=()):
@@ -215,12 +265,6 @@ class Chain:
         v = v + t.variance(p, ctx)
     return v
 
-  def check(self, build) -> None:
-    """Build-time rules of every term (`build`: `cfg`, `origin`, `is_on`, `ctx`, `cid`)."""
-    for t in self.terms:
-      if t.check is not None:
-        t.check(build)
-
   def plan(self, on) -> list[str]:
     """Plan lines: each term with its kind and whether it is compiled in."""
     lines = []
@@ -229,6 +273,30 @@ class Chain:
       state = 'on' if t.is_on(on) else 'off (compiled out)'
       lines.append(f'  {t.name} [{t.kind}] ({fields}): {state}')
     return lines
+
+
+class Partition(_Declared):
+  """Chains on separate signal paths of one sensor, by label (`partition(**chains)`, after
+  optax's `partition`): the sensor applies each chain to its own signal and keeps its state in
+  its own State field (an inertial sensor's channels, its delivered temperature); its config
+  fields, Params, stream names, plan lines and stochastic and drift fields are read off all of
+  them. It has no state, apply or variance of its own, and no counters at the top of the
+  sensor's State (a path's counters sit in its own State field: the sensor reports them).
+
+  Attributes:
+    chains: `{label: Chain}`, in order.
+  """
+  counters = ()
+
+  def __init__(self, chains: dict[str, Chain]):
+    self.chains = dict(chains)
+    self._declare([t for c in self.chains.values() for t in c.terms],
+                  [s for c in self.chains.values() for s in c.streams])
+
+  def plan(self, on) -> list[str]:
+    """Plan lines of each chain under its label."""
+    return [line for label, c in self.chains.items()
+            for line in [f'  {label}:'] + ['  ' + l for l in c.plan(on)]]
 
 
 def chain(*parts) -> Chain:
@@ -242,6 +310,14 @@ def chain(*parts) -> Chain:
   return Chain(tuple(terms))
 
 
+def partition(**chains: Chain) -> Partition:
+  """The chains of a sensor's signal paths, by label, declared together (`Partition`)."""
+  for label, c in chains.items():
+    if not isinstance(c, Chain):
+      raise TypeError(f'partition: {label!r} is not a chain: {c!r}')
+  return Partition(chains)
+
+
 def config_model(name: str, base: type, errors: Chain, doc: str, module: str):
   """`base` (the sensor's own fields) extended with the config fields of `errors`."""
   fields = {c.name: (c.annotation, c.default) for c in errors.config}
@@ -252,11 +328,12 @@ def config_model(name: str, base: type, errors: Chain, doc: str, module: str):
 
 
 def params_type(name: str, own: tuple[str, ...], *parts, doc: str = ''):
-  """Flat Params NamedTuple: `own` fields, then each part's (a Chain or a tuple of names),
-  then `faults` (the `fibril_mjx.mechanisms.faults` entries)."""
+  """Flat Params NamedTuple: `own` fields, then each part's (a Chain, a Partition or a tuple of
+  names), then `faults` (the `fibril_mjx.mechanisms.faults` entries)."""
   names = list(own)
   for part in parts:
-    names += [f for f in (part.params if isinstance(part, Chain) else part) if f not in names]
+    names += [f for f in (part.params if isinstance(part, _Declared) else part)
+              if f not in names]
   cls = typing.NamedTuple(name, [(f, jax.Array) for f in names] + [('faults', tuple)])
   cls.__doc__ = doc or f'Per-world parameters: {", ".join(names)}, faults.'
   return cls

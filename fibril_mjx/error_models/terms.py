@@ -1,7 +1,7 @@
 """The error terms sensors compose: each a factory over manifest field names returning a `Term`.
 
-Every term reuses a mechanism of `fibril_mjx.mechanisms` (AR(1) / Gauss–Markov, first-order lag,
-saturation, quantization, named streams); none re-derives one. A field given as a tuple of
+Every term reuses a mechanism of `fibril_mjx.mechanisms` (AR(1) / Gauss–Markov, first-order lag
+and low-pass, saturation, quantization, named streams); none re-derives one. A field given as a tuple of
 names (`scale=('h', 'h', 'v')`) is stacked per axis, so one term serves a vector sensor whose
 axes have different scales.
 """
@@ -15,7 +15,8 @@ import pydantic
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, SLOW, STOCHASTIC, ConfigField, Term,
                                           check, is_set)
-from fibril_mjx.mechanisms import faults, rng
+from fibril_mjx.errors import ConfigError, ConfigErrors
+from fibril_mjx.mechanisms import faults, quat, rng, smallmat
 from fibril_mjx.mechanisms import signal as sig
 
 NonNeg = Annotated[float, pydantic.Field(ge=0)]
@@ -49,10 +50,21 @@ def _zeros(shape, dtype=jnp.float32):
 
 
 def _positive_where_on(build, tau: str, sigma: str):
-  """`tau > 0` where `sigma` is on (a Gauss–Markov process needs a correlation time)."""
-  check(getattr(build.cfg, tau) > 0 or not build.is_on(sigma), *build.origin(tau),
-        f'must be > 0 where {sigma} > 0 (Gauss–Markov correlation time)',
-        getattr(build.cfg, tau))
+  """`tau > 0` where `sigma` is on (a Gauss–Markov process needs a correlation time); per axis
+  where `tau` is given per axis (each axis whose σ is > 0, or every axis where `sigma` is named
+  for per-world variation)."""
+  t = getattr(build.cfg, tau)
+  if not isinstance(t, tuple):
+    check(t > 0 or not build.is_on(sigma), *build.origin(tau),
+          f'must be > 0 where {sigma} > 0 (Gauss–Markov correlation time)', t)
+    return
+  file, path = build.origin(tau)
+  errors = [ConfigError(file, f'{path}[{i}]', f'must be > 0 where {sigma}[{i}] > 0 '
+                        '(Gauss–Markov correlation time)', t_i)
+            for i, (s_i, t_i) in enumerate(zip(getattr(build.cfg, sigma), t))
+            if (s_i > 0 or sigma in build.vary) and not t_i > 0]
+  if errors:
+    raise ConfigErrors(errors)
 
 
 def constant_bias(field: str, shape=()) -> Term:
@@ -65,14 +77,28 @@ def constant_bias(field: str, shape=()) -> Term:
               (field,), apply=apply)
 
 
-def gain(field: str, shape=()) -> Term:
-  """`k·x`: a scale factor, 1 by default (then compiled out); per axis for shape `(3,)`."""
-  ann, default = (Positive3, (1.0, 1.0, 1.0)) if shape == (3,) else (Positive, 1.0)
+def gain(field: str, shape=(), cross: str | None = None) -> Term:
+  """`k·x`: a scale factor, 1 by default (then compiled out); per axis for shape `(3,)`.
 
-  def apply(p, st, x, ctx):
-    return st, getattr(p, field) * x, None
-  return Term('scale factor', DETERMINISTIC, (ConfigField(field, ann, default),), (field,),
-              (field,), apply=apply)
+  Args:
+    cross: a `(3, 3)` field of off-diagonal cross-axis terms `M` (zero diagonal, 0 by
+      default), or None: where it is on, `(diag(k) + M)·x` (`I + diag(k − 1) + M`).
+  """
+  ann, default = (Positive3, (1.0, 1.0, 1.0)) if shape == (3,) else (Positive, 1.0)
+  config = (ConfigField(field, ann, default),)
+  if cross is None:
+    def apply(p, st, x, ctx):
+      return st, getattr(p, field) * x, None
+    return Term('scale factor', DETERMINISTIC, config, (field,), (field,), apply=apply)
+
+  def apply_cross(p, st, x, ctx):
+    if not ctx.on(cross):
+      return st, getattr(p, field) * x, None
+    return st, smallmat.matvec(jnp.diag(getattr(p, field)) + getattr(p, cross), x), None
+  return Term('scale factor and cross-axis', DETERMINISTIC,
+              config + (ConfigField(cross, tuple[Vec3, Vec3, Vec3], (ZERO3,) * 3),),
+              (field, cross), (field, cross), apply=apply_cross,
+              reads=lambda on: (field, cross) if on(cross) else (field,))
 
 
 def turn_on_bias(field: str, shape=(), stream: str = 'bias_turn_on',
@@ -87,7 +113,8 @@ def turn_on_bias(field: str, shape=(), stream: str = 'bias_turn_on',
     return st, x + st[state], None
   return Term('turn-on bias', SLOW, _nonneg((field,), shape), (field,), (field,), (field,),
               ((state, _zeros(shape)),), (stream,),
-              init=lambda p, st, ctx: draw(p, st, ctx, 0), apply=apply, redraw=draw)
+              init=lambda p, st, ctx: draw(p, st, ctx, 0), apply=apply, redraw=draw,
+              episode=True)
 
 
 def gauss_markov(sigma: str, tau: str, stream: str, state: str, shape=(), at=None,
@@ -220,6 +247,30 @@ def first_order_lag(tau: str, state: str = 'lagged', started: str = 'started') -
   return Term('first-order lag', DETERMINISTIC, (ConfigField(tau, NonNeg, 0.0),), (tau,),
               (tau,), (), ((state, _zeros(())), (started, lambda: jnp.bool_(False))),
               apply=apply)
+
+
+def lowpass(bandwidth: str, state: str = 'filter', shape=(3,), quaternion: bool = False) -> Term:
+  """First-order low-pass of cutoff `f_c` (field `bandwidth`, Hz): `y += α(x − y)`,
+  `α = 1 − exp(−2π f_c Δ)` (`signal.lowpass_alpha`, Δ = `ctx.period_s`), started at the first
+  input (`ctx.first`: no turn-on transient); `apply` returns the filtered value, also its state.
+
+  Args:
+    quaternion: `x` is a unit quaternion `[w, x, y, z]` (shape `(4,)`): taken in the hemisphere
+      of the filter state before the update, the output renormalized (an attitude low-pass); its
+      state starts at the identity.
+  """
+  zero = (lambda: jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32)) if quaternion else _zeros(shape)
+
+  def apply(p, st, x, ctx):
+    prev = st[state]
+    if quaternion:
+      x = jnp.where(jnp.dot(prev, x) < 0, -x, x)
+    y = sig.lowpass(prev, x, sig.lowpass_alpha(getattr(p, bandwidth), ctx.period_s), ctx.first)
+    if quaternion:
+      y = quat.normalize(y)
+    return {**st, state: y}, y, None
+  return Term('first-order low-pass', DETERMINISTIC, (ConfigField(bandwidth, NonNeg, 0.0),),
+              (bandwidth,), (bandwidth,), (), ((state, zero),), apply=apply)
 
 
 def saturation(limit: str, count: str = 'clip_count', shape=()) -> Term:

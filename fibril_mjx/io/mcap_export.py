@@ -80,8 +80,8 @@ from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
 from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.ros_messages import (  # noqa: F401  (the converter API, re-exported)
-    TYPES, TYPESTORE, Context, Converter, _imu, _joint, _orientation, by_fields,
-    diag_covariance, field_mappable, header, quaternion, register, vector3)
+    TYPES, TYPESTORE, Context, Converter, by_fields, diag_covariance, field_mappable, header,
+    imu_messages, joint_messages, orientation_messages, quaternion, register, vector3)
 
 class UnmappedComponentWarning(UserWarning):
   """A component whose samples map to no ROS 2 message (named, not skipped silently)."""
@@ -213,11 +213,11 @@ def messages(run_dir, worlds: list[int] | None = None, *, unmapped: list | None 
         t_ns = t * dt_ns
         s = {k: f[k][t] for k in f if k != 'gyro_bias'}
         hdr = header(t_ns, frame)
-        msgs = (_imu(s, hdr, ctx, truth=True) if 'angular_velocity' in s
+        msgs = (imu_messages(s, hdr, ctx, truth=True) if 'angular_velocity' in s
                 and 'linear_acceleration' in s else
-                _orientation(s, hdr, ctx) if 'orientation' in s else [])
+                orientation_messages(s, hdr, ctx) if 'orientation' in s else [])
         if {'position', 'velocity', 'applied_effort'} <= set(s):
-          msgs += _joint(s, hdr, ctx)
+          msgs += joint_messages(s, hdr, ctx)
         for suffix, msg in msgs:
           out.append((t_ns, f'{ns}/{cid}/truth/{suffix}', msg.__msgtype__, t_ns, t, msg))
   out.sort(key=lambda m: (m[0], m[1]))

@@ -36,7 +36,8 @@ from fibril_mjx.errors import FibrilError, did_you_mean
 from fibril_mjx.io import bags
 from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.recording_data import (ARRIVAL_TIME, COMMAND_TIME, INFINITY_ALLOWED,  # noqa: F401
-                                          PREFIXES, SAMPLE_TIME, Recording, _err, validate)
+                                          PREFIXES, SAMPLE_TIME, Recording, recording_error,
+                                          validate)
 
 def _from_flat(arrays: dict, meta: dict, file) -> Recording:
   rec = Recording({}, meta=meta, path=str(file))
@@ -48,8 +49,8 @@ def _from_flat(arrays: dict, meta: dict, file) -> Recording:
     elif parts[0] in groups and len(parts) == 3 and all(parts):
       groups[parts[0]].setdefault(parts[1], {})[parts[2]] = a
     else:
-      raise _err(file, key, 'unknown key: expected sensor/<id>/<field>, command/<id>/<field>, '
-                 'truth/<id>/<field>, initial/qpos|qvel or meta')
+      raise recording_error(file, key, 'unknown key: expected sensor/<id>/<field>, '
+                            'command/<id>/<field>, truth/<id>/<field>, initial/qpos|qvel or meta')
   return rec
 
 
@@ -99,7 +100,7 @@ def write_recording(path, rec: Recording) -> pathlib.Path:
     }).replace_schema_metadata({'fibril_meta': meta})
     pq.write_table(table, path)
   else:
-    raise _err(path, '', 'recording files end in .npz or .parquet', path.suffix)
+    raise recording_error(path, '', 'recording files end in .npz or .parquet', path.suffix)
   return path
 
 
@@ -136,7 +137,7 @@ def read_recording(path, *, topics=None, types: dict | None = None) -> Recording
       with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError) as e:
-      raise _err(path, '', f'not a readable .npz file ({e})') from None
+      raise recording_error(path, '', f'not a readable .npz file ({e})') from None
     meta_raw = arrays.pop('meta', None)
     meta_raw = None if meta_raw is None else str(meta_raw)
   elif path.suffix == '.parquet':
@@ -144,10 +145,10 @@ def read_recording(path, *, topics=None, types: dict | None = None) -> Recording
     try:
       table = pq.read_table(path)
     except Exception as e:  # noqa: BLE001 — any pyarrow failure is a bad file
-      raise _err(path, '', f'not a readable .parquet file ({e})') from None
+      raise recording_error(path, '', f'not a readable .parquet file ({e})') from None
     for col in ('key', 'dtype', 'shape', 'data'):
       if col not in table.column_names:
-        raise _err(path, col, 'missing column of the recording layout')
+        raise recording_error(path, col, 'missing column of the recording layout')
     arrays = {}
     for k, dt, shape, data in zip(*(table.column(c).to_pylist()
                                     for c in ('key', 'dtype', 'shape', 'data'))):
@@ -156,13 +157,13 @@ def read_recording(path, *, topics=None, types: dict | None = None) -> Recording
     meta_raw = md.get(b'fibril_meta')
     meta_raw = None if meta_raw is None else meta_raw.decode()
   else:
-    raise _err(path, '', 'recording files end in .npz or .parquet', path.suffix)
+    raise recording_error(path, '', 'recording files end in .npz or .parquet', path.suffix)
   if meta_raw is None:
-    raise _err(path, 'meta', 'missing (a JSON object with manifest, source, units)')
+    raise recording_error(path, 'meta', 'missing (a JSON object with manifest, source, units)')
   try:
     meta = json.loads(meta_raw)
   except json.JSONDecodeError as e:
-    raise _err(path, 'meta', f'not valid JSON ({e.msg})') from None
+    raise recording_error(path, 'meta', f'not valid JSON ({e.msg})') from None
   return validate(_from_flat(arrays, meta, path))
 
 
@@ -255,29 +256,33 @@ def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recordi
   if not path.is_file():
     raise FibrilError(f'{path}: CSV file not found')
   if not isinstance(mapping, dict):
-    raise _err(mapping_file, '', 'the CSV mapping must be a mapping', mapping)
+    raise recording_error(mapping_file, '', 'the CSV mapping must be a mapping', mapping)
   for key in mapping:
     if key not in ('component', 'columns', 'scale', 'meta'):
-      raise _err(mapping_file, key, 'unknown key (known: component, columns, scale, meta)')
+      raise recording_error(mapping_file, key,
+                            'unknown key (known: component, columns, scale, meta)')
   cid = mapping.get('component')
   cols = mapping.get('columns')
   if not isinstance(cid, str) or not cid:
-    raise _err(mapping_file, 'component', 'required: the component id of the samples', cid)
+    raise recording_error(mapping_file, 'component', 'required: the component id of the samples',
+                          cid)
   if not isinstance(cols, dict) or SAMPLE_TIME not in cols:
-    raise _err(mapping_file, f'columns.{SAMPLE_TIME}', 'required: the sample time column')
+    raise recording_error(mapping_file, f'columns.{SAMPLE_TIME}',
+                          'required: the sample time column')
   scale = mapping.get('scale') or {}
   with open(path, newline='') as fh:
     rows = list(csv.reader(fh))
   if not rows:
-    raise _err(path, '', 'empty CSV file')
+    raise recording_error(path, '', 'empty CSV file')
   header = [h.strip() for h in rows[0]]
   body = rows[1:]
   index = {h: i for i, h in enumerate(header)}
 
   def column(name, field):
     if name not in index:
-      raise _err(path, f'column {name!r}', f'missing (mapped to {field} in {mapping_file})'
-                 + did_you_mean(name, header))
+      raise recording_error(path, f'column {name!r}',
+                            f'missing (mapped to {field} in {mapping_file})'
+                            + did_you_mean(name, header))
     j = index[name]
     out = np.empty(len(body))
     for r, row in enumerate(body):
@@ -285,9 +290,10 @@ def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recordi
       try:
         out[r] = float(cell)
       except ValueError:
-        raise _err(path, f'column {name!r} row {r + 2}', 'must be a number', cell) from None
+        raise recording_error(path, f'column {name!r} row {r + 2}', 'must be a number',
+                              cell) from None
       if not np.isfinite(out[r]):
-        raise _err(path, f'column {name!r} row {r + 2}', 'must be finite', cell)
+        raise recording_error(path, f'column {name!r} row {r + 2}', 'must be finite', cell)
     return out
 
   fields: dict[str, Any] = {}

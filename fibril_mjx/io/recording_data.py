@@ -60,7 +60,9 @@ class Recording:
 # ------------------------------------------------------------------------ validation
 
 
-def _err(file, key, rule, value=ConfigError._MISSING):
+def recording_error(file, key, rule, value=ConfigError._MISSING):
+  """The `ConfigError` of a recording file: `file`, the key (field or column), the rule broken
+  and, when given, the value found."""
   return ConfigError(str(file), key, rule, value)
 
 
@@ -76,20 +78,21 @@ def _check_finite(file, key, a):
       bad = np.isnan(a)
     if np.any(bad):
       idx = np.argwhere(bad)[0]
-      raise _err(file, key, f'must be finite (NaN/inf at index {tuple(int(i) for i in idx)})',
-                 a[tuple(idx)].item())
+      raise recording_error(file, key,
+                            f'must be finite (NaN/inf at index {tuple(int(i) for i in idx)})',
+                            a[tuple(idx)].item())
 
 
 def _check_time(file, key, t, strict):
   if t.ndim != 1:
-    raise _err(file, key, f'must be 1-D (S,), got shape {t.shape}')
+    raise recording_error(file, key, f'must be 1-D (S,), got shape {t.shape}')
   d = np.diff(t)
   bad = d <= 0 if strict else d < 0
   if np.any(bad):
     i = int(np.argmax(bad)) + 1
     word = 'strictly increasing' if strict else 'non-decreasing'
-    raise _err(file, f'{key}[{i}]', f'must be {word} (previous value {t[i - 1]!r})',
-               float(t[i]))
+    raise recording_error(file, f'{key}[{i}]', f'must be {word} (previous value {t[i - 1]!r})',
+                          float(t[i]))
 
 
 def _check_leading(file, prefix, fields, count, what):
@@ -97,47 +100,50 @@ def _check_leading(file, prefix, fields, count, what):
   for f, a in fields.items():
     a = np.asarray(a)
     if a.ndim == 0 or a.shape[0] != count:
-      raise _err(file, f'{prefix}/{f}',
-                 f'leading dimension must be the {what} count {count}, got shape {a.shape}')
+      raise recording_error(file, f'{prefix}/{f}',
+                            f'leading dimension must be the {what} count {count}, got shape '
+                            f'{a.shape}')
 
 
 def validate(rec: Recording) -> Recording:
   """Checks a recording; raises a one-line `ConfigError` naming the file and key."""
   file = rec.path or '<recording>'
   if not isinstance(rec.meta, dict):
-    raise _err(file, 'meta', 'must be a JSON object', rec.meta)
+    raise recording_error(file, 'meta', 'must be a JSON object', rec.meta)
   for key, a in rec.arrays().items():
     _check_finite(file, key, a)
   if not rec.sensors and not rec.commands:
-    raise _err(file, 'sensor', 'a recording needs at least one sensor/<id>/... or '
-               'command/<id>/... key')
+    raise recording_error(file, 'sensor', 'a recording needs at least one sensor/<id>/... or '
+                          'command/<id>/... key')
   for cid, fields in rec.sensors.items():
     for t in (SAMPLE_TIME, ARRIVAL_TIME):
       if t not in fields:
-        raise _err(file, f'sensor/{cid}/{t}', 'missing (required for every sensor component)')
+        raise recording_error(file, f'sensor/{cid}/{t}',
+                              'missing (required for every sensor component)')
     ts = np.asarray(fields[SAMPLE_TIME], np.float64)
     ta = np.asarray(fields[ARRIVAL_TIME], np.float64)
     _check_time(file, f'sensor/{cid}/{SAMPLE_TIME}', ts, strict=True)
     _check_time(file, f'sensor/{cid}/{ARRIVAL_TIME}', ta, strict=False)
     if ta.shape != ts.shape:
-      raise _err(file, f'sensor/{cid}/{ARRIVAL_TIME}',
-                 f'must have the shape of {SAMPLE_TIME} {ts.shape}, got {ta.shape}')
+      raise recording_error(file, f'sensor/{cid}/{ARRIVAL_TIME}',
+                            f'must have the shape of {SAMPLE_TIME} {ts.shape}, got {ta.shape}')
     early = ta < ts
     if np.any(early):
       i = int(np.argmax(early))
-      raise _err(file, f'sensor/{cid}/{ARRIVAL_TIME}[{i}]',
-                 f'must be >= {SAMPLE_TIME}[{i}] = {ts[i]!r}', float(ta[i]))
+      raise recording_error(file, f'sensor/{cid}/{ARRIVAL_TIME}[{i}]',
+                            f'must be >= {SAMPLE_TIME}[{i}] = {ts[i]!r}', float(ta[i]))
     _check_leading(file, f'sensor/{cid}', fields, ts.shape[0], 'sample')
     if len(fields) < 3:
-      raise _err(file, f'sensor/{cid}', 'has only times; at least one sample field needed')
+      raise recording_error(file, f'sensor/{cid}',
+                            'has only times; at least one sample field needed')
   for cid, fields in rec.commands.items():
     if COMMAND_TIME not in fields:
-      raise _err(file, f'command/{cid}/{COMMAND_TIME}', 'missing (required for every command '
-                 'component)')
+      raise recording_error(file, f'command/{cid}/{COMMAND_TIME}',
+                            'missing (required for every command component)')
     t = np.asarray(fields[COMMAND_TIME], np.float64)
     _check_time(file, f'command/{cid}/{COMMAND_TIME}', t, strict=False)
     _check_leading(file, f'command/{cid}', fields, t.shape[0], 'command')
   for f in rec.initial:
     if f not in ('qpos', 'qvel'):
-      raise _err(file, f'initial/{f}', "unknown key (known: initial/qpos, initial/qvel)")
+      raise recording_error(file, f'initial/{f}', "unknown key (known: initial/qpos, initial/qvel)")
   return rec

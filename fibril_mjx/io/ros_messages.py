@@ -70,7 +70,9 @@ def diag_covariance(var, n=3, scale=1.0) -> np.ndarray:
   return out
 
 
-def _imu(s, hdr, ctx, *, truth=False):
+def imu_messages(s, hdr, ctx, *, truth=False):
+  """`[('imu', sensor_msgs/Imu)]` of an IMU / AHRS sample `s` (no orientation: covariance[0]
+  = −1); `truth`: covariances unknown (zero)."""
   if 'orientation' in s:
     q = quaternion(s['orientation'])
     q_cov = diag_covariance(None if truth else s.get('orientation_variance'))
@@ -88,14 +90,17 @@ def _imu(s, hdr, ctx, *, truth=False):
           None if truth else s.get('linear_acceleration_variance'))))]
 
 
-def _joint(s, hdr, ctx):
+def joint_messages(s, hdr, ctx):
+  """`[('joint_states', sensor_msgs/JointState)]` of a motor sample (one entry, named after the
+  component)."""
   f64 = lambda k: np.array([float(s[k])], np.float64)
   return [('joint_states', TYPES['sensor_msgs/msg/JointState'](
       header=hdr, name=[ctx.cid], position=f64('position'), velocity=f64('velocity'),
       effort=f64('applied_effort')))]
 
 
-def _orientation(s, hdr, ctx):
+def orientation_messages(s, hdr, ctx):
+  """`[('orientation', geometry_msgs/QuaternionStamped)]` of a sample's orientation."""
   return [('orientation', TYPES['geometry_msgs/msg/QuaternionStamped'](
       header=hdr, quaternion=quaternion(s['orientation'])))]
 
@@ -111,11 +116,11 @@ def by_fields(s, hdr, ctx) -> list:
   Vector3Stamped. Empty when none applies."""
   out = []
   if 'angular_velocity' in s and 'linear_acceleration' in s:
-    out += _imu(s, hdr, ctx)
+    out += imu_messages(s, hdr, ctx)
   elif 'orientation' in s:
-    out += _orientation(s, hdr, ctx)
+    out += orientation_messages(s, hdr, ctx)
   if {'position', 'velocity', 'applied_effort'} <= set(s):
-    out += _joint(s, hdr, ctx)
+    out += joint_messages(s, hdr, ctx)
   if 'gyro_bias' in s:
     out += _gyro_bias(s, hdr, ctx)
   return out
@@ -127,10 +132,10 @@ def field_mappable(fields: set) -> bool:
               or {'position', 'velocity', 'applied_effort'} <= fields or 'gyro_bias' in fields)
 
 
-register('fibril_sim/imu')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
-register('fibril_sim/ahrs')(lambda s, hdr, ctx: _imu(s, hdr, ctx))
-register('fibril_sim/motor')(_joint)
-register('fibril_mjx/attitude_ekf')(lambda s, hdr, ctx: _orientation(s, hdr, ctx)
+register('fibril_sim/imu')(lambda s, hdr, ctx: imu_messages(s, hdr, ctx))
+register('fibril_sim/ahrs')(lambda s, hdr, ctx: imu_messages(s, hdr, ctx))
+register('fibril_sim/motor')(joint_messages)
+register('fibril_mjx/attitude_ekf')(lambda s, hdr, ctx: orientation_messages(s, hdr, ctx)
                                     + _gyro_bias(s, hdr, ctx))
 
 

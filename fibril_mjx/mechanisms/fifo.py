@@ -33,8 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from fibril_mjx.config.validation import Strict
-from fibril_mjx.errors import ConfigError, ConfigErrors
+from fibril_mjx.errors import ConfigError, ConfigErrors, Strict
 from fibril_mjx.mechanisms.schedule import Schedule, ticks_fraction
 
 READ = 'fifo_read'                     # the name of the periodic reader's schedule

@@ -39,7 +39,7 @@ def broadcast(x, shape) -> jax.Array:
 
 def _concrete(x) -> bool:
   """Copied from the host: neither traced nor weakly typed (`jnp` keeps a weak type)."""
-  return not (is_tracer(x) or getattr(x, 'weak_type', False))
+  return not (is_tracer(x) or (isinstance(x, jax.Array) and x.weak_type))
 
 
 def broadcast_leaves(tree, n: int):

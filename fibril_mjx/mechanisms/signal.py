@@ -120,25 +120,3 @@ def lowpass_noise_gain(alpha):
   """Variance gain `α/(2−α)` of the first-order low-pass on white input (stationary)."""
   return alpha / (2.0 - alpha)
 
-
-def limit_and_quantize(y, count, limit=None, step=None):
-  """Saturation (per-element flags, cumulative counts) then quantization.
-
-  A term given as `None` is off and absent from the traced graph.
-
-  Args:
-    y: `(3,)` values.
-    count: `(3,)` int32 cumulative clip counts so far.
-    limit: symmetric saturation `±limit`, or None.
-    step: quantization step, or None.
-
-  Returns:
-    `(y, flags, count)`: flags `(3,)` bool for this sample, updated counts.
-  """
-  flags = jnp.zeros(jnp.shape(y), bool)
-  if limit is not None:
-    y, flags = saturate(y, limit)
-    count = count + flags.astype(jnp.int32)
-  if step is not None:
-    y = quantize(y, step)
-  return y, flags, count

@@ -49,7 +49,6 @@ from fibril_mjx.batch.simulation import Simulation, load
 from fibril_mjx.core import pipeline
 from fibril_mjx.rl import wrappers
 from fibril_mjx.rl.randomize import DeviceRandomization
-from fibril_mjx.workflows.campaign import policy as policy_io
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +116,24 @@ class Task:
 def _flat(leaves) -> jax.Array:
   parts = [jnp.ravel(jnp.asarray(x)).astype(jnp.float32) for x in leaves]
   return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float32)
+
+
+def observation(observe, out, goal_vec=None) -> jax.Array:
+  """One world's observation (float32 vector): for each `(component id, fields or None)` of
+  `observe` (a `Task.observe` mapping or its items), its delivered sample's fields (None: every
+  field) and its `new_data` flag, then `goal_vec`. A campaign's `controller:` observes with it
+  too (`workflows/campaign/policy.py`), so training and campaign agree on the layout."""
+  leaves = []
+  for cid, names in (observe.items() if isinstance(observe, dict) else observe):
+    d = out['sensor'][cid]
+    if names is None:
+      leaves.extend(jax.tree.leaves(d.sample))
+    else:
+      leaves.extend(getattr(d.sample, n) for n in names)
+    leaves.append(d.new_data)
+  if goal_vec is not None:
+    leaves.append(goal_vec)
+  return _flat(leaves)
 
 
 class FibrilEnv:
@@ -255,9 +272,8 @@ class FibrilEnv:
   def _observe(self, out, goal):
     """`(obs, truth)`: delivered fields + new_data per observed component (+ goal), and the
     flattened truth of those components."""
-    # the layout a campaign's policy controller builds too (`workflows.campaign.policy`)
-    obs = policy_io.observation(self.task.observe, out, None if self.task.goal_obs is None
-                                else self.task.goal_obs(goal))
+    obs = observation(self.task.observe, out, None if self.task.goal_obs is None
+                      else self.task.goal_obs(goal))
     truth = _flat([x for cid in self.task.observe for x in jax.tree.leaves(out['truth'][cid])])
     if self.privileged_obs:
       return {'state': obs, 'privileged_state': jnp.concatenate([obs, truth])}, truth

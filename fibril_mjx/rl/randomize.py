@@ -2,8 +2,7 @@
 
 `DeviceRandomization(sim, vary)` takes the distributions of a campaign file's `vary:` section
 (`{field path: {dist: uniform, low: ..., high: ...}}`, the same field paths, distributions and
-`relative:` — `fibril_mjx.workflows.campaign.fields`) and turns them into a traced draw per
-episode:
+`relative:` — `fibril_mjx.builder.vary`) and turns them into a traced draw per episode:
 
 - `draw(world_key)` → `{field path: value}`: the variates come from the campaign's own named
   stream of the episode's world key, `stream_key(world_key, 'fibril_campaign', path)`, read as
@@ -34,16 +33,15 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
+from fibril_mjx.builder import vary as fl
 from fibril_mjx.batch.simulation import Simulation
 from fibril_mjx.builder import build
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.config.campaign import Distribution as DistributionModel
 from fibril_mjx.config.manifest import read_manifest
-from fibril_mjx.config.validation import Strict, validate
+from fibril_mjx.config.validation import Strict, load_yaml, validate
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms import rng
-from fibril_mjx.workflows.campaign import fields as fl
-from fibril_mjx.workflows.campaign import spec as sp
 
 PER_EPISODE = ('param', 'latency', 'mjcf', 'dcmotor', 'initial')
 # a latency within this many ticks above a whole number of ticks is that number (float32 s)
@@ -55,19 +53,21 @@ class _Vary(Strict):
   vary: dict[str, DistributionModel] = {}
 
 
-def parse(vary, file: str = 'vary') -> tuple[sp.Distribution, ...]:
-  """`vary:` entries as a campaign file writes them → `spec.Distribution`s.
+def parse(vary, file: str = 'vary') -> tuple[fl.Distribution, ...]:
+  """`vary:` entries as a campaign file writes them → `vary.Distribution`s.
 
   Args:
-    vary: `{field path: {dist: ..., ...}}`, or a campaign file (its `vary:` section).
+    vary: `{field path: {dist: ..., ...}}`, or a campaign file (its `vary:` section, validated
+      as the campaign reads it; the rest of the file is not read).
 
   Raises:
     ConfigErrors: one line per bad entry (`vary.PATH.KEY = value: rule`).
   """
   if isinstance(vary, (str, pathlib.Path)):
-    return sp.read(vary).vary
-  model = validate(_Vary, {'vary': dict(vary)}, file=file)
-  return tuple(sp._distribution(str(p), d) for p, d in model.vary.items())
+    file, doc = str(vary), load_yaml(vary)
+    vary = (doc.get('vary') or {}) if isinstance(doc, dict) else doc
+  model = validate(_Vary, {'vary': vary}, file=file)
+  return tuple(fl.distribution(str(p), d) for p, d in model.vary.items())
 
 
 def _upper(f: fl.Field, file: str) -> float:

@@ -56,15 +56,9 @@ class ToyState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Toy(base.SensorBase):
-  """Gyro z + offset + white noise, one sample per period."""
-  id: str
-  cfg: ToyConfig
-  schedule: Schedule
-  transport: transport.Transport
+  """Gyro z + offset + white noise, one sample per period (the common fields of
+  `base.SensorBase`, keyword-only, and its own)."""
   adr: int
-  dt: float
-  fields: tuple = dataclasses.field(compare=False)
-  vary: frozenset = frozenset()
 
   type = TOY
   sample_type = 'test/yaw_rate_toy_sample/v1'
@@ -99,7 +93,8 @@ def build_toy(cid, raw, ctx, catalog):
   sched = Schedule.build(cfg.period_s, 0.0, ctx.dt, 'next_boundary', origin=origin)
   tr = transport.Transport.build(0.0, 0.0, 0.0, cfg.period_s, ctx.dt, 'next_boundary',
                                  origin=origin)
-  return Toy(cid, cfg, sched, tr, gyro.adr, ctx.dt, tuple(fields.items()), frozenset(ctx.vary))
+  return Toy(gyro.adr, id=cid, cfg=cfg, schedule=sched, transport=tr, dt=ctx.dt,
+             fields=tuple(fields.items()), vary=frozenset(ctx.vary))
 
 
 def toy_metrics(sensor, truth):

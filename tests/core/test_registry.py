@@ -73,7 +73,7 @@ class ToyState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Toy(base.SensorFields):
+class Toy(base.SensorBase):
   adr: int                       # sensordata address of the gyro
 
   type = TOY
@@ -144,10 +144,10 @@ def toy_rig(manifest_path, cid, ctype, cfg, out, *, static_duration_s, worlds, s
             progress, t0):
   """`validate` for the toy: at rest the true rate is 0, so the mean delivered sample is the
   offset; checked against the configured one within 4 standard errors + float32 rounding."""
-  with vcommon._staged_output(pathlib.Path(out)) as tmp:
+  with vcommon.staged_output(pathlib.Path(out)) as tmp:
     doc = {'fibril_manifest': 1, 'model': 'static.xml', 'components': [
         {'id': 'dut', 'type': ctype, 'config': {**cfg, **perturb, 'gyroscope_sensor': 'gyro'}}]}
-    sim = fibril_mjx.load(vcommon._write_rig(tmp / 'rigs', 'static', STATIC_RIG, doc))
+    sim = fibril_mjx.load(vcommon.write_rig(tmp / 'rigs', 'static', STATIC_RIG, doc))
     n = int(round(static_duration_s / DT))
     progress(f'static toy rig: {worlds} worlds x {n} ticks')
     _, tr = sim.rollout(sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds), n)
@@ -254,8 +254,12 @@ def test_run_validate_and_export_mcap(manifest, tmp_path, capsys, monkeypatch):
   assert comp['metrics']['mean_error']['mean'] == pytest.approx(
       0.25, abs=4 * 0.01 / math.sqrt(new.sum()))
   assert (run / 'toy.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-  fields = json.loads((run / 'meta.json').read_text())['components']['toy']['fields']
+  meta = json.loads((run / 'meta.json').read_text())
+  fields = meta['components']['toy']['fields']
   assert fields['offset'] == {'value': 0.25, 'layer': 'device', 'source': 'registry_toy_nominal'}
+  # the command line the CLI was given (the library reads no sys.argv)
+  assert meta['command'] == ['fibril-mjx', 'run', str(manifest), '--worlds', '3', '--duration',
+                             '0.1', '--trace-worlds', '3', '--out', str(run)]
 
   # validate: the toy's rig, its check line, and a perturbed device caught
   capsys.readouterr()

@@ -18,7 +18,7 @@ import pytest
 
 import nav_helpers as nh
 from fibril_mjx import error_models as em
-from fibril_mjx.components.sensors import (ahrs, barometer, camera, gnss, inertial, lidar,
+from fibril_mjx.components.sensors import (ahrs, barometer, camera, gnss, imu, inertial, lidar,
                                            magnetometer, optical_flow, rangefinder, thermal,
                                            vibration)
 from fibril_mjx.mechanisms import faults
@@ -230,6 +230,70 @@ def test_saturation_quantization_flags_counts_and_variance():
   np.testing.assert_allclose(c.variance(p, ctx), 0.25 ** 2 / 12, rtol=1e-6)
 
 
+def test_chain_flags_are_the_union_of_its_terms():
+  """Two terms that both limit the value in one sample, on different elements: the chain's
+  flags are their union (a later term flagging other elements keeps the earlier flags)."""
+  c = em.chain(em.saturation('a', 'count_a', (3,)), em.saturation('b', 'count_b', (3,)))
+  p = P(a=[1.0, 10.0, 10.0], b=[10.0, 0.2, 10.0])
+  ctx = em.Ctx(everything_on, {}, 0, 0.1, {})
+  st, y, flags = c.apply(p, c.init(p, ctx), jnp.asarray([-1.7, 0.33, 1.2], jnp.float32), ctx)
+  np.testing.assert_allclose(y, [-1.0, 0.2, 1.2], rtol=1e-6)
+  np.testing.assert_array_equal(flags, [True, True, False])
+  np.testing.assert_array_equal(st['count_a'], [1, 0, 0])
+  np.testing.assert_array_equal(st['count_b'], [0, 1, 0])
+
+
+def test_lowpass_matches_the_float64_recursion_and_starts_at_the_first_value():
+  """y[0] = x[0], y[k] = y[k−1] + α (x[k] − y[k−1]), α = 1 − exp(−2π f_c Δ); its state is its
+  output."""
+  c = em.chain(em.lowpass('bw', 'filter', (3,)))
+  bw, dt = 5.0, 0.01
+  x = np.random.default_rng(5).normal(size=(6, 3))
+  st = c.init(P(bw=bw), em.Ctx(everything_on, {}, 0, dt, {}))
+  out = []
+  for k, v in enumerate(x):
+    st, y, _ = c.apply(P(bw=bw), st, jnp.asarray(v, jnp.float32),
+                       em.Ctx(everything_on, {}, k, dt, {}))
+    out.append(np.asarray(y, np.float64))
+  np.testing.assert_array_equal(st['filter'], out[-1])
+  a, ref = 1 - np.exp(-2 * np.pi * bw * dt), [x[0]]
+  for v in x[1:]:
+    ref.append(ref[-1] + a * (v - ref[-1]))
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_quaternion_lowpass_stays_unit_and_in_the_hemisphere_of_its_state():
+  """An attitude low-pass: the input taken in the hemisphere of the state (q and −q are one
+  attitude), the output renormalized; it starts at the identity."""
+  c = em.chain(em.lowpass('bw', 'q', (4,), quaternion=True))
+  assert c.zero_state()['q'].tolist() == [1.0, 0.0, 0.0, 0.0]
+  bw, dt = 5.0, 0.01
+  prev = np.array([0.9, 0.1, -0.3, 0.2]) / np.linalg.norm([0.9, 0.1, -0.3, 0.2])
+  x = np.array([0.8, 0.2, -0.2, 0.3]) / np.linalg.norm([0.8, 0.2, -0.2, 0.3])
+  st = {'q': jnp.asarray(prev, jnp.float32)}
+  _, y, _ = c.apply(P(bw=bw), st, jnp.asarray(-x, jnp.float32),
+                    em.Ctx(everything_on, {}, 3, dt, {}))
+  a = 1 - np.exp(-2 * np.pi * bw * dt)
+  want = prev + a * (x - prev)
+  np.testing.assert_allclose(y, want / np.linalg.norm(want), rtol=1e-5, atol=1e-6)
+
+
+def test_gain_with_cross_axis_terms_and_what_it_reads():
+  """`(diag(k) + M)·x` where the cross-axis field is on, `k ⊙ x` where only the scale is; the
+  Params read in the graph follow: M only where it is on, k wherever the term is."""
+  term = em.gain('k', (3,), cross='m')
+  c = em.chain(term)
+  k, m = np.array([1.02, 0.97, 1.5]), np.array([[0, 0.01, -0.02], [0.03, 0, 0], [0, 0.01, 0]])
+  x = np.array([0.7, -1.3, 2.1])
+  out, _ = run(c, P(k=k, m=m), x, 1, {}, on=lambda f: f == 'm')
+  np.testing.assert_allclose(out[0], (np.diag(k) + m) @ x, rtol=1e-6)
+  out, _ = run(c, P(k=k, m=m), x, 1, {}, on=lambda f: f == 'k')
+  np.testing.assert_allclose(out[0], k * x, rtol=1e-6)
+  assert c.reads(lambda f: f == 'k') == ('k',)
+  assert c.reads(lambda f: f == 'm') == ('k', 'm')
+  assert c.reads(nothing_on) == ()
+
+
 def test_first_order_lag_starts_at_the_first_value():
   """y[0] = x[0], y[k] = y[k−1] + (1 − e^(−Δ/τ)) (x[k] − y[k−1])."""
   c = em.chain(em.first_order_lag('tau'))
@@ -298,6 +362,51 @@ def test_chain_derives_config_params_state_streams_and_plan():
   assert plan[0] == '  turn-on bias [slow] (b_on): off (compiled out)'
 
 
+def test_drift_fields_are_the_slow_terms_that_move_within_an_episode():
+  """A static rig removes the drift (Gauss–Markov, random walk, common mode) but keeps the
+  per-episode turn-on bias (constant in an episode: the per-world mean removes it) and the
+  white noise it measures."""
+  c = em.chain(em.turn_on_bias('b_on'), em.gauss_markov('gm_s', 'tau', 'drift', 'gm'),
+               em.random_walk('k', 'walk', 'rw'),
+               em.common_mode('cm', 'cm_tau', 'weather', 'common', 'cm_stream'),
+               em.white_noise('w'), em.quantization('q'))
+  assert c.drift_fields() == ('gm_s', 'k', 'cm')
+  assert c.stochastic_fields() == ('b_on', 'gm_s', 'k', 'cm', 'w')
+
+
+def test_reads_are_the_switches_on_and_the_params_they_bring():
+  """The Params in the graph: a term's switches that are on, and its other params (a
+  Gauss–Markov correlation time, an AR(1) correlation) wherever the term is on."""
+  c = em.chain(em.gauss_markov('s', 'tau', 'drift', 'gm'), em.ar1_noise('n', 'rho', 'ar', 'ar'),
+               em.quantization('q'))
+  assert c.reads(lambda f: f in ('s', 'q')) == ('s', 'tau', 'q')
+  assert c.reads(lambda f: f == 'n') == ('n', 'rho')
+
+
+def test_partition_declares_its_chains_together():
+  """Chains on separate signal paths (each its own state, names may repeat across paths):
+  their streams, Params, stochastic fields and plan lines by label; no counters at the top."""
+  def path(ch):
+    return em.chain(em.turn_on_bias(f'{ch}_b', (3,), f'{ch}_bias_turn_on', 'turn_on'),
+                    em.white_noise(f'{ch}_w', f'{ch}_noise', (3,)),
+                    em.saturation(f'{ch}_limit', 'clip_count', (3,)))
+  part = em.partition(gyro=path('gyro'), accel=path('accel'))
+  assert part.streams == ('gyro_bias_turn_on', 'gyro_noise', 'accel_bias_turn_on',
+                          'accel_noise')
+  assert part.params == ('gyro_b', 'gyro_w', 'gyro_limit', 'accel_b', 'accel_w', 'accel_limit')
+  assert part.stochastic_fields() == ('gyro_b', 'gyro_w', 'accel_b', 'accel_w')
+  assert part.drift_fields() == () and part.counters == ()
+  plan = part.plan(lambda f: f == 'accel_w')
+  assert plan[0] == '  gyro:' and plan[4] == '  accel:'
+  assert plan[6] == '    white noise [stochastic] (accel_w): on'
+  params = em.params_type('Params', ('own',), part)
+  assert params._fields == ('own',) + part.params + ('faults',)
+  with pytest.raises(ValueError, match='stream is drawn by two terms'):
+    em.partition(a=path('gyro'), b=path('gyro'))
+  with pytest.raises(TypeError, match='not a chain'):
+    em.partition(a=em.white_noise('w'))
+
+
 def test_chain_fails_loudly_on_conflicts():
   with pytest.raises(ValueError, match='stream is drawn by two terms'):
     em.chain(em.white_noise('a'), em.white_noise('b'))
@@ -359,15 +468,17 @@ def test_stream_names_are_unchanged():
 
 
 def test_ahrs_orientation_and_vibration_read_streams_and_fields_off_their_chains():
-  """The last two error sources on chains: the AHRS's orientation residual and the IMU's
+  """The AHRS's orientation (low-pass, AR(1) residual, yaw-rate bias, resolution) and the IMU's
   vibration keep their stream names (so their draws stay bitwise the same) and the fields `tune`
-  holds at zero, now read off `ORIENTATION_ERRORS` / `vibration.ERRORS`."""
-  assert ahrs.ORIENTATION_ERRORS.streams == ('orientation_noise',)
+  holds at zero, read off `ORIENTATION` / `vibration.ERRORS`."""
+  assert ahrs.ORIENTATION.streams == ('orientation_noise', 'yaw_rate_bias')
   assert set(ahrs.SOURCES) == {'orientation_noise', 'angular_velocity_noise',
                                'linear_acceleration_noise', 'yaw_rate_bias', 'delivery_jitter',
                                'delivery_loss'}
-  assert set(ahrs.ORIENTATION_ERRORS.params) <= set(ahrs.OrientationParams._fields)
-  assert ahrs.OWN_STOCHASTIC == ('orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s')
+  assert set(ahrs.ORIENTATION.params) <= set(ahrs.Params._fields)
+  assert set(ahrs.ORIENTATION.state) <= set(ahrs.State._fields)
+  assert ahrs.ORIENTATION.stochastic_fields() == ('orientation_noise_stddev_rad',
+                                                  'yaw_rate_bias_stddev_rad_s')
   assert vibration.SOURCES == ('angular_velocity_vibration_floor',
                                'linear_acceleration_vibration_floor')
   assert vibration.STOCHASTIC == ('angular_velocity_vibration_floor_stddev',
@@ -410,22 +521,62 @@ def test_tune_holds_the_rangefinders_noise_fraction_at_zero():
                                   'noise_fraction': 0.01, 'incidence_noise_gain': 1.0}, ctx, cat)
   assert set(c.stochastic_fields()) == {'noise_stddev_m', 'noise_fraction'}
   assert not OLD_REGEX.search('noise_fraction')       # what the name-based rule missed
-  zeroed = tune_params._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}), set())
+  zeroed = tune_params.stochastic_overrides(types.SimpleNamespace(components={'lidar': c}), set())
   assert {z['field'] for z in zeroed} == {'noise_stddev_m', 'noise_fraction'}
   assert all(z['value'] == 0.0 for z in zeroed)
   with pytest.raises(Exception, match='stochastic term cannot be fitted'):
-    tune_params._stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
+    tune_params.stochastic_overrides(types.SimpleNamespace(components={'lidar': c}),
                                {('lidar', 'noise_fraction')})
 
 
 @pytest.mark.parametrize('name', inertial.UNITS)
 def test_inertial_channel_streams_and_state_are_unchanged(name):
-  """The chains of a rate channel draw the streams it always drew and keep its state in the
-  `ChannelState` fields of the same names."""
-  bias, noise = inertial.ERRORS[name]
-  assert set(bias.streams + noise.streams) == {f'{name}_{t}' for t in inertial.TERMS}
-  assert set(bias.state + noise.state) <= set(inertial.ChannelState._fields)
-  assert set(bias.params + noise.params) <= set(inertial.FIELDS)
-  assert set(bias.stochastic_fields() + noise.stochastic_fields()) == {
-      'noise_density', 'noise_stddev', 'bias_turn_on_stddev', 'bias_instability_stddev',
-      'random_walk'}
+  """The chain of a rate channel draws the streams it always drew, keeps its state in the
+  `ChannelState` fields of the same names and reads the sensor's manifest fields (Params by
+  manifest name, no channel-field rename)."""
+  terms = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk')
+  for module, streams in ((imu, terms), (ahrs, ('noise',))):
+    c = module.RATES[name].chain
+    assert set(c.streams) == {f'{name}_{t}' for t in streams}
+    assert set(c.state) <= set(inertial.ChannelState._fields)
+    assert set(c.params) == set(module.RATE_FIELDS[name].values())
+    assert set(c.params) <= set(module.Params._fields)
+    assert set(c.params) <= set(module.CONFIG_MODEL.model_fields)
+  roles = {'noise_density', 'bias_turn_on_stddev', 'bias_instability_stddev', 'random_walk'}
+  assert set(imu.RATES[name].chain.stochastic_fields()) == {f'{name}_{r}' for r in roles}
+  assert imu.RATES[name].chain.drift_fields() == (f'{name}_bias_instability_stddev',
+                                                  f'{name}_random_walk')
+  assert ahrs.RATES[name].chain.stochastic_fields() == (f'{name}_noise_stddev',)
+
+
+def test_imu_and_ahrs_declare_everything_through_their_error_model():
+  """The fields `tune` holds at zero (once written by hand: `OWN_STOCHASTIC`, overrides of
+  `stochastic_fields`) are read off the partition of their chains; the streams are those they
+  always drew."""
+  assert set(imu.ERRORS.stochastic_fields()) == {
+      f'{ch}_{r}' for ch in imu.CHANNELS for r in ('noise_density', 'bias_turn_on_stddev',
+                                                   'bias_instability_stddev', 'random_walk')
+  } | set(thermal.STOCHASTIC) | set(vibration.STOCHASTIC)
+  assert set(imu.SOURCES) == {f'{ch}_{t}' for ch in imu.CHANNELS for t in (
+      'noise', 'bias_turn_on', 'bias_instability', 'random_walk')} | {'delivery_jitter',
+                                                                        'delivery_loss'}
+  assert ahrs.ERRORS.stochastic_fields() == (
+      'orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s',
+      'angular_velocity_noise_stddev', 'linear_acceleration_noise_stddev') + thermal.STOCHASTIC
+
+
+def test_validate_zeroes_the_drift_terms_read_off_each_chain():
+  """The static noise rig sets to zero what the sensor's chain calls drift (the table this
+  replaces listed the same fields by hand), and leaves a per-episode bias and the noise."""
+  from fibril_mjx.workflows.validate import nav
+  want = {'fibril_sim/magnetometer': {'bias_instability_stddev_ut', 'common_mode_stddev_ut'},
+          'fibril_sim/barometer': {'bias_instability_stddev_pa', 'common_mode_stddev_pa'},
+          'fibril_sim/airspeed': set(), 'fibril_sim/rangefinder': set()}
+  for ctype, fields in want.items():
+    assert set(nav.NAV_TYPES[ctype][4].drift_fields()) == fields, ctype
+  cfg = {'period_s': 0.02, 'site': 'x', 'bias_turn_on_stddev_pa': 3.0, 'noise_stddev_pa': 1.0,
+         'bias_instability_stddev_pa': 2.0, 'bias_correlation_time_s': 50.0}
+  _, doc, _ = nav.nav_rig('fibril_sim/barometer', cfg, {})
+  c = doc['components'][0]['config']
+  assert c['bias_instability_stddev_pa'] == 0.0
+  assert c['bias_turn_on_stddev_pa'] == 3.0 and c['noise_stddev_pa'] == 1.0

@@ -262,7 +262,7 @@ def test_rpy_equations_match_numpy():
         em = np.asarray(est.euler_rate_matrix(jnp.asarray(rpy[k] - d)))
         num_f[:, j] = (ep - em) @ omega[k] / 2e-6
       np.testing.assert_allclose(h_jac[:, :3], num_h, atol=1e-7)
-      jac_f = est._euler_rate_jacobian(jnp.asarray(rpy[k]), jnp.asarray(omega[k]))
+      jac_f = est.euler_rate_jacobian(jnp.asarray(rpy[k]), jnp.asarray(omega[k]))
       np.testing.assert_allclose(jac_f, num_f, atol=1e-7)
 
 
@@ -558,7 +558,7 @@ def test_joseph_update_keeps_a_tiny_posterior_variance_positive():
   cov = sig[:, None] * corr * sig[None, :]
   h = np.hstack([np.eye(3), np.zeros((3, 3))])
   r = 1e-6 * np.eye(3)
-  _, got = jax.jit(est._kalman_update)(f32(cov), f32(h), f32(np.zeros(3)), f32(r))
+  _, got = jax.jit(est.kalman_update)(f32(cov), f32(h), f32(np.zeros(3)), f32(r))
   got = np.asarray(got, np.float64)
   k = cov @ h.T @ np.linalg.inv(h @ cov @ h.T + r)
   ref = (np.eye(6) - k @ h) @ cov
@@ -628,7 +628,7 @@ def test_accel_inflation_gain_matches_numpy():
                      (2.0, 0.3, [0.0, 0.0, 9.9])]:
     p = params(accel_noise_std_mps2=sigma, accel_gate_mps2=gate, accel_inflation_gain=c,
                accel_reject_mps2=np.inf)
-    r, ok = est._accel_noise(p, f32(a))
+    r, ok = est.accel_noise(p, f32(a))
     e = abs(np.linalg.norm(np.asarray(a, np.float64)) - G)
     np.testing.assert_allclose(np.asarray(r), np.diag(sigma ** 2 + (c * max(e - gate, 0)) ** 2),
                                rtol=1e-5)

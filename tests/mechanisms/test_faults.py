@@ -257,16 +257,8 @@ class ToyState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class ToyImu(faults.FaultySensor, base.SensorBase):
+class ToyImu(base.SensorBase):
   """A still, level IMU turning at 0.2 rad/s about z: gyro (0, 0, 0.2), specific force +g."""
-  id: str
-  cfg: object
-  schedule: object
-  transport: object
-  fault_plan: faults.FaultPlan
-  dt: float
-  fields: tuple = dataclasses.field(compare=False, default=())
-  vary: frozenset = frozenset()
   type = 'test/imu'
   sample_type = 'test/imu_sample'
   fault_fields = ('angular_velocity', 'linear_acceleration')
@@ -297,10 +289,13 @@ def ekf_view(fl):
   ctx, cat = nh.context()
   cfg = faults.DeviceConfig(period_s=PERIOD, faults=fl)
   origin = lambda f: ('test.yaml', f)  # noqa: E731
-  imu = ToyImu('imu', cfg, Schedule.build(PERIOD, 0.0, nh.DT, 'next_boundary', origin=origin),
-               tp.Transport.build(0.0, 0.0, 0.0, PERIOD, nh.DT, 'next_boundary', origin=origin),
-               faults.build_plan(cfg, ImuSample(jnp.zeros(3), jnp.zeros(3), jnp.int32(0)),
-                                 ToyImu.fault_fields, origin=origin), nh.DT)
+  imu = ToyImu(id='imu', cfg=cfg,
+               schedule=Schedule.build(PERIOD, 0.0, nh.DT, 'next_boundary', origin=origin),
+               transport=tp.Transport.build(0.0, 0.0, 0.0, PERIOD, nh.DT, 'next_boundary',
+                                            origin=origin),
+               fault_plan=faults.build_plan(cfg, ImuSample(jnp.zeros(3), jnp.zeros(3),
+                                                           jnp.int32(0)),
+                                            ToyImu.fault_fields, origin=origin), dt=nh.DT)
   ekf = attitude_ekf.build_with_imu('ekf', {'imu': 'imu', 'initial_attitude': 'fixed'}, ctx,
                                     cat, imu)
   due, idx = nh.dues(imu, T)

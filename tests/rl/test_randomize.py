@@ -1,7 +1,7 @@
 """Per-episode device randomization of the RL env (`FibrilEnv(vary=)`, `fibril_mjx.rl.randomize`,
 `fibril_mjx.rl.wrappers.AutoReset`).
 
-References: the campaign's own host sampler (`workflows.campaign.fields.sample`, float64) for
+References: the campaign's own host sampler (`fibril_mjx.builder.vary.sample`, float64) for
 the draws of an episode whose world key is a campaign world's key; a closed-form mean / std of
 a normal over many episodes; `Simulation.reset` / `run` with the same Params, model fields,
 initial offset and latencies (set here through the simulator's public API, not the env's
@@ -21,7 +21,7 @@ import pytest
 import fibril_mjx
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.rl.env import FibrilEnv, wrap
-from fibril_mjx.workflows.campaign import fields as fl
+from fibril_mjx.builder import vary as fl
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EPISODE = 3

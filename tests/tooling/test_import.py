@@ -1,15 +1,18 @@
 """Importing the package starts nothing: JAX's backend is initialized only when the user first
-computes, so `fibril_mjx.batch.worlds.cpu_flags` (the CLI, the benches) can still ask XLA for one
-CPU device per core after `import fibril_mjx`."""
+computes, so `fibril_mjx.cpu_flags` (the CLI, the benches, a user) can still ask XLA for one CPU
+device per core and its loop option after `import fibril_mjx`; called after JAX computed, it
+leaves the process's flags alone."""
 
 import os
 import subprocess
 import sys
 
+import conftest
+from fibril_mjx.batch import worlds
+
 CODE = """
 import fibril_mjx
-from fibril_mjx.batch.worlds import cpu_flags
-n = cpu_flags(3)
+n = fibril_mjx.cpu_flags(3)
 import jax
 assert len(jax.devices()) == n == 3, jax.devices()
 print('ok')
@@ -27,27 +30,42 @@ def test_import_leaves_the_backend_uninitialized():
 # loop compiled as one kernel is 1 kB): `xla_cpu_small_call` marks a loop so compiled.
 LOOP = """
 import os, sys
+import jax.numpy as jnp
 if sys.argv[1] == 'jax-first':
-  import jax.numpy as jnp
   jnp.ones(1).block_until_ready()       # the backend starts with the flags it finds
 import fibril_mjx
-import jax, jax.numpy as jnp
+before = os.environ.get('XLA_FLAGS')
+if sys.argv[1] != 'import-only':
+  n = fibril_mjx.cpu_flags(1, bitwise=False)
+  assert n == 1, n
+import jax
 f = jax.vmap(lambda x: jax.lax.scan(lambda c, _: (jnp.sin(c) * 0.5 + 1.0, c), x, None,
                                     length=300)[1])
 text = jax.jit(f).lower(jnp.ones((2, 300))).compile().as_text()
 print('option', 'xla_cpu_small_while_loop_byte_threshold' in os.environ.get('XLA_FLAGS', ''),
-      'one_kernel', 'xla_cpu_small_call' in text)
+      'one_kernel', 'xla_cpu_small_call' in text,
+      'environ_kept', os.environ.get('XLA_FLAGS') == before)
 """
 
 
-def test_import_asks_xla_for_one_kernel_per_loop_unless_jax_started_first():
+def test_cpu_flags_ask_xla_for_one_kernel_per_loop_unless_jax_started_first():
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   out = {}
-  for order in ('import-first', 'jax-first'):
+  for order in ('import-only', 'flags-first', 'jax-first'):
     r = subprocess.run([sys.executable, '-c', LOOP, order], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out[order] = r.stdout.split()
-  assert out['import-first'] == ['option', 'True', 'one_kernel', 'True']
-  # a process that computed before importing keeps XLA's defaults: the loop is not one kernel
-  assert out['jax-first'] == ['option', 'False', 'one_kernel', 'False']
+  # the import alone asks XLA for nothing: the loop is not one kernel
+  assert out['import-only'] == ['option', 'False', 'one_kernel', 'False', 'environ_kept', 'True']
+  assert out['flags-first'] == ['option', 'True', 'one_kernel', 'True', 'environ_kept', 'False']
+  # a process that computed before asking keeps XLA's defaults, and its XLA_FLAGS untouched
+  assert out['jax-first'] == ['option', 'False', 'one_kernel', 'False', 'environ_kept', 'True']
+
+
+def test_the_suite_runs_with_the_loop_option_of_cpu_flags():
+  """tests/conftest.py writes the loop option itself (it runs before anything imports JAX)."""
+  env = {}
+  worlds.loop_flags(env)
+  assert env['XLA_FLAGS'] == f'--xla_backend_extra_options={conftest.LOOP_OPTION}'
+  assert worlds.LOOP_OPTION in os.environ['XLA_FLAGS']   # ours, or a value of the user's

@@ -1,4 +1,4 @@
-"""The package's layers (README "Where things live"): each imports only the layers below it.
+"""The package's layers (README "How it is built"): each imports only the layers below it.
 
 Read from the source itself (every `import` statement, at any depth, of every module under
 `fibril_mjx/`), so a new module or a new import is checked the day it is written. The layer of a
@@ -15,9 +15,12 @@ import pytest
 
 PKG = pathlib.Path(__file__).resolve().parents[2] / 'fibril_mjx'
 
-# bottom → top; a module may import its own layer and those before it
-LAYERS = ('errors', 'config', 'mechanisms', 'error_models', 'physics', 'core', 'components', 'builder',
-          'batch', 'analysis', 'io', 'workflows', 'rl', 'cli')
+# bottom → top; a module may import its own layer and those before it. The traced building
+# blocks come first, below the file formats (mechanisms never import config: what both need,
+# the errors and the `Strict` base model, is the floor); workflows sit above everything but the
+# CLI (nothing else imports a workflow: the RL env builds on batch, not on campaigns).
+LAYERS = ('errors', 'mechanisms', 'config', 'error_models', 'physics', 'core', 'components',
+          'builder', 'batch', 'analysis', 'io', 'rl', 'workflows', 'cli')
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -93,6 +96,27 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
   monkeypatch.setattr(__import__(__name__), 'PKG', fake)
   bad = violations(modules())
   assert len(bad) == 1 and "layer 'mechanisms' imports fibril_mjx.batch.simulation" in bad[0], bad
+
+
+@pytest.mark.parametrize('src, dst', [('mechanisms', 'config'), ('rl', 'workflows'),
+                                      ('batch', 'workflows'), ('config', 'error_models')])
+def test_the_check_forbids_the_edges_the_layers_exclude(tmp_path, monkeypatch, src, dst):
+  """A mechanism may not import a file format, nor the RL env a workflow (nor anything but the
+  CLI a workflow)."""
+  fake = tmp_path / 'fibril_mjx'
+  for layer_dir in (src, dst):
+    (fake / layer_dir).mkdir(parents=True)
+    (fake / layer_dir / '__init__.py').write_text('')
+  (fake / '__init__.py').write_text('')
+  (fake / dst / 'target.py').write_text('X = 1\n')
+  (fake / src / 'user.py').write_text(f'from fibril_mjx.{dst}.target import X\n')
+  monkeypatch.setattr(__import__(__name__), 'PKG', fake)
+  bad = violations(modules())
+  assert len(bad) == 1 and f"layer {src!r} imports fibril_mjx.{dst}.target" in bad[0], bad
+  # and the way round is allowed
+  (fake / src / 'user.py').write_text('X = 1\n')
+  (fake / dst / 'target.py').write_text(f'from fibril_mjx.{src}.user import X\n')
+  assert violations(modules()) == []
 
 
 @pytest.mark.parametrize('module', ['fibril_mjx.mechanisms.rng', 'fibril_mjx.batch.simulation',

@@ -18,7 +18,8 @@ import yaml
 
 from conftest import SCRIPT, ahrs_entry, write_rig
 from fibril_mjx import cli
-from fibril_mjx.workflows.campaign import engine, execute, fields as fl, spec
+from fibril_mjx.builder import vary as fl
+from fibril_mjx.workflows.campaign import engine, execute, spec
 from fibril_mjx.errors import FibrilError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

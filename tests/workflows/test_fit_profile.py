@@ -42,7 +42,7 @@ def recordings(tmp_path_factory):
   d = tmp_path_factory.mktemp('fit')
   dev = validate.inertial.device_from_config('imu', 'fibril_sim/imu', {'period_s': PERIOD})
   xml, doc = validate.inertial.static_rig(dev, dict(TRUE))
-  sim = fibril_mjx.load(common._write_rig(d, 'static', xml, doc))
+  sim = fibril_mjx.load(common.write_rig(d, 'static', xml, doc))
   n = int(SECONDS / PERIOD)
   _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(7, WORLDS), n)
   static = []

@@ -24,7 +24,7 @@ def _sweep(tmp_path, perturb):
   dev = inertial.device_from_config('imu', ctype, cfg)
   rigs = tmp_path / 'rigs'
   rigs.mkdir()
-  return cfg, {c.name: c for c in inertial._thermal_sweep(
+  return cfg, {c.name: c for c in inertial.thermal_sweep(
       dev, cfg, perturb, rigs, 2, 0, 1.0, lambda *a: None, 0.0)}
 
 
@@ -51,7 +51,7 @@ def test_sweep_catches_a_wrong_k1(tmp_path):
 def test_other_rigs_hold_the_ambient_at_t_ref():
   ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
   dev = inertial.device_from_config('imu', ctype, cfg)
-  entry = inertial._entry(dev, 'px', {})['config']
+  entry = inertial.pose_entry(dev, 'px', {})['config']
   assert entry['ambient_temperature_c'] == [cfg['reference_temperature_c']]
   assert entry['ambient_temperature_time_s'] == [0.0]
 
@@ -65,14 +65,14 @@ def test_fit_profile_fits_k1_k2_from_soaked_logs(tmp_path):
   import fibril_mjx
   from fibril_mjx import cli
   from fibril_mjx.io import recording as rc
-  from fibril_mjx.workflows.validate.common import _write_rig
+  from fibril_mjx.workflows.validate.common import write_rig
   ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
   plan = thermal.sweep_plan(cfg, cfg['period_s'], 1.0)
   xml, doc = thermal.sweep_rig(cfg, plan, {'ambient_temperature_time_s': [0.0],
                                            'ambient_temperature_c': [25.0]})
   rigs = tmp_path / 'rigs'
   rigs.mkdir()
-  sim = fibril_mjx.load(_write_rig(rigs, 'thermal', xml, doc))
+  sim = fibril_mjx.load(write_rig(rigs, 'thermal', xml, doc))
   c = sim.components['pz']
   set_points = np.array([5.0, 15.0, 25.0, 35.0, 45.0])
   params = sim.default_params(len(set_points))

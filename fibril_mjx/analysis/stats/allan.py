@@ -4,7 +4,7 @@ equivalent degrees of freedom)."""
 from __future__ import annotations
 
 import numpy as np
-from fibril_mjx.analysis.stats.common import _as_signal, _check_rate
+from fibril_mjx.analysis.stats.common import as_signal, check_rate
 
 
 # ----------------------------------------------------------------------------- Allan
@@ -56,8 +56,8 @@ def allan_deviation(x, rate_hz, taus=None):
     `(k,)` the Allan deviation in the units of `x` (e.g. rad/s). White rate noise of
     density N gives `N/√τ` (slope −1/2); a rate random walk K gives `K·√(τ/3)` (slope +1/2).
   """
-  x = _as_signal(x)
-  rate_hz = _check_rate(rate_hz)
+  x = as_signal(x)
+  rate_hz = check_rate(rate_hz)
   n = x.size
   if taus is None:
     m = allan_cluster_sizes(n)

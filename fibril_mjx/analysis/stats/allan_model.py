@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from fibril_mjx.analysis.stats.allan import allan_cluster_sizes, allan_deviation, allan_edf
-from fibril_mjx.analysis.stats.common import _check_rate
+from fibril_mjx.analysis.stats.common import check_rate
 
 
 # ------------------------------------------------------- Allan model and N/B/K extraction
@@ -41,7 +41,7 @@ def allan_variance_model(m, rate_hz, white_sigma=0.0, ar1=(), random_walk=0.0):
     `(k,)` Allan variance in units² (take `np.sqrt` for the deviation).
   """
   m = np.atleast_1d(np.asarray(m, np.float64))
-  dt = 1.0 / _check_rate(rate_hz)
+  dt = 1.0 / check_rate(rate_hz)
   avar = float(white_sigma) ** 2 / m
   for sigma, phi in ar1:
     sigma, phi = float(sigma), float(phi)

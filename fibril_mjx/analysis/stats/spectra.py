@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 from scipy import signal
-from fibril_mjx.analysis.stats.common import _as_signal, _check_rate
+from fibril_mjx.analysis.stats.common import as_signal, check_rate
 
 
 # ---------------------------------------------------------------- autocorrelation / PSD
@@ -28,7 +28,7 @@ def autocorrelation(x, max_lag):
   Returns:
     `(max_lag + 1,)` rho[0..max_lag], rho[0] = 1.
   """
-  x = _as_signal(x)
+  x = as_signal(x)
   n = x.size
   max_lag = int(max_lag)
   if not 0 <= max_lag < n:
@@ -76,8 +76,8 @@ def welch_psd(x, rate_hz, nperseg=1024):
     `(freqs_hz, psd)`: `(nperseg//2 + 1,)` frequencies in Hz from 0 to rate_hz/2 and the
     one-sided PSD in units²/Hz.
   """
-  x = _as_signal(x)
-  rate_hz = _check_rate(rate_hz)
+  x = as_signal(x)
+  rate_hz = check_rate(rate_hz)
   nperseg = int(min(int(nperseg), x.size))
   return signal.welch(x, fs=rate_hz, window='hann', nperseg=nperseg,
                       noverlap=nperseg // 2, detrend='constant', scaling='density',
@@ -88,11 +88,11 @@ def welch_psd(x, rate_hz, nperseg=1024):
 
 
 def _cross_spectra(u, y, rate_hz, nperseg):
-  u = _as_signal(u, 'u')
-  y = _as_signal(y, 'y')
+  u = as_signal(u, 'u')
+  y = as_signal(y, 'y')
   if u.shape != y.shape:
     raise ValueError(f'u and y must have the same shape, got {u.shape} and {y.shape}')
-  rate_hz = _check_rate(rate_hz)
+  rate_hz = check_rate(rate_hz)
   nperseg = int(min(int(nperseg), u.size))
   kw = dict(fs=rate_hz, window='hann', nperseg=nperseg, noverlap=nperseg // 2,
             detrend='constant', scaling='density', return_onesided=True)

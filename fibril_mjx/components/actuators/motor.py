@@ -48,7 +48,7 @@ from fibril_mjx.components import base
 from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
 from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
     DUTY, EFFORT, HOLD, KINDS, NONE, POSITION, TRAJECTORY, VELOCITY, MotorConfigModel,
-    _check_compatible, _scale_source, accepted_for)
+    accepted_for, check_compatible, logical_scale_source)
 
 TYPE = 'fibril_sim/motor'
 SAMPLE_TYPE = 'fibril_sim/motor_feedback/v1'
@@ -461,7 +461,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
                                     forbidden=actuation.FORBIDDEN_MOTOR_FIELDS)
   origin = base.field_origin(fields, ctx)
   given = actuation.set_fields(fields)
-  source = _scale_source(fields, ctx)
+  source = logical_scale_source(fields, ctx)
   asm = ctx.assembly
   count = 1
   if asm is not None:
@@ -472,7 +472,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
           fields['logical_units_per_joint_unit'], value=asm.logical_scale, layer='assembly',
           source=asm.id, file=asm.file, path=asm.path)
   b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
-  _check_compatible(cfg, given, b, origin)
+  check_compatible(cfg, given, b, origin)
   return Motor(b, accepted_for(cfg, b.semantic), source,
                **actuation.motor_fields(cid, cfg, fields, ctx, origin, count))
 

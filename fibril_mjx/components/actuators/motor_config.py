@@ -37,7 +37,7 @@ class MotorConfigModel(actuation.MotorTimingConfig):
     return v
 
 
-def _check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
+def check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
   """Construction errors for conversions the bound actuator cannot honour."""
   sem = b.semantic
   what = f'the bound actuator {b.name!r} ({b.transmission_input}) takes ' + (
@@ -86,7 +86,7 @@ def accepted_for(cfg: MotorConfigModel, semantic: str) -> tuple[int, ...]:
   return tuple(sorted(k))
 
 
-def _scale_source(fields, ctx) -> str:
+def logical_scale_source(fields, ctx) -> str:
   """Where the logical scale comes from: a wheel/pulley assembly (radius) or the config layers;
   never both (construction error)."""
   asm = ctx.assembly

@@ -6,6 +6,11 @@ Terms whose manifest value is the default are absent from the traced graph. The 
 of `components/thermal.py` (ambient table, sensor lag, bias and scale polynomials) acts on the
 rate outputs when a coefficient is set; `temperature_output: true` delivers the module's
 temperature channel (`temperature_c`: its own lag, noise and resolution), as the IMU's.
+
+Every error term is a term of `fibril_mjx.error_models`: the orientation's in `ORIENTATION`, the
+rate outputs' in `RATES` (`inertial.channel_errors`); `ERRORS` declares them together with the
+delivered temperature's, so the Params, switches, plan lines and the fields `tune` holds at zero
+are read off them.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, quat, rng
-from fibril_mjx.mechanisms import signal
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding
 from fibril_mjx.components import base
@@ -32,14 +36,20 @@ from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
 TYPE = 'fibril_sim/ahrs'
 SAMPLE_TYPE = 'fibril_sim/ahrs_sample/v1'
 
-# The orientation residual's error model, over `OrientationParams` field names: an AR(1)
-# roll/pitch/yaw residual (stream `orientation_noise`), applied to zeros; its state `noise` is
-# the rotation the orientation output is multiplied by.
-ORIENTATION_ERRORS = em.chain(em.ar1_noise('noise_stddev_rad', 'noise_correlation',
-                                           'orientation_noise', 'noise', (3,)))
-
-SOURCES = ORIENTATION_ERRORS.streams + ('angular_velocity_noise', 'linear_acceleration_noise',
-                                        'yaw_rate_bias', 'delivery_jitter', 'delivery_loss')
+# The orientation's error model, in application order on the device attitude: the output
+# low-pass (an attitude low-pass, state `orientation_filter`); the AR(1) roll/pitch/yaw residual
+# (stream `orientation_noise`), applied to zeros, whose state is the rotation the orientation is
+# multiplied by; the per-episode yaw-rate bias b_ψ (stream `yaw_rate_bias`), read from its state:
+# it biases gyro Z and drifts the yaw by `sign·b_ψ·t`; the roll/pitch/yaw resolution.
+ORIENTATION_FILTER = em.chain(em.lowpass('orientation_bandwidth_hz', 'orientation_filter', (4,),
+                                         quaternion=True))
+ORIENTATION_NOISE = em.chain(em.ar1_noise('orientation_noise_stddev_rad',
+                                          'orientation_noise_correlation', 'orientation_noise',
+                                          'orientation_noise', (3,)))
+YAW_RATE_BIAS = em.chain(em.turn_on_bias('yaw_rate_bias_stddev_rad_s', (), 'yaw_rate_bias',
+                                         'yaw_rate_bias'))
+ORIENTATION_OUTPUT = em.chain(em.quantization('orientation_resolution_rad'))
+ORIENTATION = em.chain(ORIENTATION_FILTER, ORIENTATION_NOISE, YAW_RATE_BIAS, ORIENTATION_OUTPUT)
 
 
 class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig):
@@ -77,7 +87,7 @@ class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalCo
     return v
 
 
-# Manifest field of each channel field of the rate outputs (inertial chain).
+# Manifest field of each role of the rate outputs' error model (`inertial.channel_errors`).
 RATE_FIELDS = {
     'angular_velocity': {'bandwidth_hz': 'angular_velocity_bandwidth_hz',
                          'scale': 'angular_velocity_scale', 'bias': 'angular_velocity_bias',
@@ -93,31 +103,19 @@ RATE_FIELDS = {
                             'limit': 'linear_acceleration_limit_m_s2',
                             'resolution': 'linear_acceleration_resolution'},
 }
-ORIENTATION_FIELDS = {'bandwidth_hz': 'orientation_bandwidth_hz',
-                      'noise_stddev_rad': 'orientation_noise_stddev_rad',
-                      'noise_correlation': 'orientation_noise_correlation',
-                      'resolution_rad': 'orientation_resolution_rad'}
+RATES = {ch: inertial.channel_errors(ch, RATE_FIELDS[ch]) for ch in RATE_FIELDS}
+# Everything the AHRS declares: its orientation, its rate outputs, its delivered temperature.
+ERRORS = em.partition(orientation=ORIENTATION, **{ch: e.chain for ch, e in RATES.items()},
+                      temperature=thermal.DELIVERED)
+SOURCES = (ORIENTATION.streams + tuple(s for e in RATES.values() for s in e.chain.streams)
+           + ('delivery_jitter', 'delivery_loss'))
 
-
-class OrientationParams(NamedTuple):
-  """Orientation output: bandwidth (Hz), AR(1) residual std (rad) and correlation `(3,)`
-  (roll/pitch/yaw), roll/pitch/yaw resolution (rad)."""
-  bandwidth_hz: jax.Array
-  noise_stddev_rad: jax.Array
-  noise_correlation: jax.Array
-  resolution_rad: jax.Array
-
-
-class Params(NamedTuple):
-  """Per-world, differentiable parameters, e.g. `params.angular_velocity.bias` for the
-  manifest field `angular_velocity_bias`, `params.orientation.bandwidth_hz` for
-  `orientation_bandwidth_hz` (`param_path` maps the names)."""
-  orientation: OrientationParams
-  angular_velocity: inertial.ChannelParams
-  linear_acceleration: inertial.ChannelParams
-  yaw_rate_bias_stddev_rad_s: jax.Array
-  faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
-  thermal: Any = None  # `thermal.ThermalParams` (always present; used when the model is on)
+Params = em.params_type(
+    'Params', ('thermal',), ORIENTATION, *(e.chain for e in RATES.values()), doc="""\
+Per-world, differentiable parameters: `thermal` (`thermal.ThermalParams`), always present, used
+when the model is on; the orientation's and the rate outputs' error model fields, named as in
+the manifest (e.g. `params.angular_velocity_bias`); `faults` (`faults.FaultParams` per manifest
+`faults` entry).""")
 
 
 Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'), doc="""\
@@ -149,14 +147,8 @@ class State(NamedTuple):
   thermal: Any = None   # `thermal.ThermalState`, or None when the thermal model is off
 
 
-# Fields of the AHRS's own terms that scale a random draw: the orientation error model's, then
-# the yaw-rate bias (its rate channels' come from their error model).
-OWN_STOCHASTIC = tuple(ORIENTATION_FIELDS[f] for f in ORIENTATION_ERRORS.stochastic_fields()) + (
-    'yaw_rate_bias_stddev_rad_s',)
-
-
 @dataclasses.dataclass(frozen=True)
-class Ahrs(inertial.RateSensor):
+class Ahrs(inertial.RateSensor, base.SensorBase):
   """A built `fibril_sim/ahrs` component: static, hashable; arrays live in Params / State.
 
   Attributes:
@@ -167,12 +159,8 @@ class Ahrs(inertial.RateSensor):
   type = TYPE
   sample_type = SAMPLE_TYPE
   samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
-
-  def stochastic_fields(self) -> tuple[str, ...]:
-    """Fields that scale a random draw (what `tune` holds at zero): its own, its rate
-    channels' (read off their error model), the thermal model's."""
-    return (OWN_STOCHASTIC + tuple(f for c in self.channels for f in c.stochastic_fields())
-            + thermal.STOCHASTIC)
+  params_type = Params
+  errors = ERRORS
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
@@ -180,61 +168,40 @@ class Ahrs(inertial.RateSensor):
   thermal: Any = None   # the static `thermal.Thermal`, or None (off)
 
   def default_params(self) -> Params:
-    f32 = host.array
-    orientation = OrientationParams(**{f: f32(getattr(self.cfg, m))
-                                       for f, m in ORIENTATION_FIELDS.items()})
-    return Params(orientation, *(c.params(self.cfg) for c in self.channels),
-                  f32(self.cfg.yaw_rate_bias_stddev_rad_s), faults.default_params(self.cfg),
-                  thermal.Thermal.params(self.cfg))
+    own = {f: host.array(getattr(self.cfg, f)) for f in Params._fields
+           if f not in ('thermal', 'faults')}
+    return Params(thermal.Thermal.params(self.cfg), **own,
+                  faults=faults.default_params(self.cfg))
 
   def param_path(self, field: str):
     if field in thermal.PARAM_FIELDS:
       return ('thermal', field)
-    for f, m in ORIENTATION_FIELDS.items():
-      if m == field:
-        return ('orientation', f)
-    if self.channel_path(field):
-      return self.channel_path(field)
-    return ('yaw_rate_bias_stddev_rad_s',) if field == 'yaw_rate_bias_stddev_rad_s' else None
+    return (field,) if field in Params._fields and field not in ('thermal', 'faults') else None
 
   def uses(self, field: str) -> bool:
-    if self.param_path(field) is None:
-      return False
     if field in thermal.PARAM_FIELDS:
       return self.thermal is not None and self.thermal.uses(field)
-    if self.channel_path(field):
-      return self.channel_uses(field)
-    if field == 'orientation_noise_correlation':
-      return self._on('orientation_noise_stddev_rad')
-    return self._on(field)
+    return field in ORIENTATION.reads(self._on) or self.channel_uses(field)
 
   def init(self, params: Params, world_key: jax.Array) -> State:
     sources = SOURCES + (thermal.SOURCES if self.thermal is not None else ())
     streams = {s: rng.stream_key(world_key, self.id, s) for s in sources}
-    b = jnp.float32(0.0)
-    if self._on('yaw_rate_bias_stddev_rad_s'):
-      b = params.yaw_rate_bias_stddev_rad_s * rng.normal(streams['yaw_rate_bias'], 0)
-    w, a = (c.init(p, streams) for c, p in zip(self.channels, params[1:3]))
+    o = ORIENTATION.init(params, self.error_ctx(streams))   # the per-episode yaw-rate bias
+    w, a = (c.init(params, streams) for c in self.channels)
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], jnp.float32)
     extra = ({'temperature_c': jnp.zeros((), jnp.float32)}
              if self.thermal is not None and self.thermal.output else {})
     neutral = self._sample(orientation=q0, orientation_variance=self._orientation_variance(
         params, jnp.float32(0.0)), **self.neutral_rates(params), **extra)
     queue, held, fault_state = self.init_transport(neutral)
-    return State(streams, w, a, yaw_rate_bias=b, yaw0=jnp.float32(0.0), orientation_filter=q0,
-                 orientation_noise=jnp.zeros(3, jnp.float32), queue=queue, held=held,
+    return State(streams, w, a, yaw0=jnp.float32(0.0), **o, queue=queue, held=held,
                  faults=fault_state,
                  thermal=self.thermal.init() if self.thermal is not None else None)
 
-  def orientation_ctx(self, streams: dict, n=0) -> em.Ctx:
-    """What `ORIENTATION_ERRORS` sees: switches by `OrientationParams` field name."""
-    return em.Ctx(lambda f: self._on(ORIENTATION_FIELDS[f]), streams, n, self.cfg.period_s, {})
-
   def _orientation_variance(self, p: Params, t):
-    """Roll/pitch/yaw variances; `t` (s) since the first sample for the yaw drift term."""
-    o = ORIENTATION_ERRORS.variance(p.orientation, self.orientation_ctx({}), (3,))
-    if self._on('orientation_resolution_rad'):
-      o = o + p.orientation.resolution_rad ** 2 / 12.0
+    """Roll/pitch/yaw variances σ² + q²/12; `t` (s) since the first sample for the variance
+    `(σ_b·t)²` of the yaw drift."""
+    o = ORIENTATION.variance(p, self.error_ctx({}), (3,))
     if self._on('yaw_rate_bias_stddev_rad_s'):
       o = o.at[2].add((p.yaw_rate_bias_stddev_rad_s * t) ** 2)
     return o
@@ -257,8 +224,10 @@ class Ahrs(inertial.RateSensor):
     cfg = self.cfg
     first = n == 0
     q_mj, gyro, accel = self._read(data.sensordata)
+    ctx = self.error_ctx(s.streams, n)
+    drift = bool(YAW_RATE_BIAS.on_terms(ctx.on))
     b_psi = None
-    if self._on('yaw_rate_bias_stddev_rad_s'):
+    if drift:
       b_psi = jnp.zeros(3, jnp.float32).at[2].set(s.yaw_rate_bias)
     delivered = None
     if self.thermal is None:
@@ -271,39 +240,32 @@ class Ahrs(inertial.RateSensor):
                                  gains=(wg, ag))
       s = s._replace(thermal=th)
 
-    # Orientation: rpy → yaw sign → yaw reference → quaternion → filter → residual → drift.
-    po = p.orientation
+    # Orientation: rpy → yaw sign → yaw reference → quaternion → filter → residual → drift →
+    # resolution (the terms of `ORIENTATION`).
     yaw0 = s.yaw0
     if cfg.yaw_reference == 'initial':
       raw_yaw = quat.to_rpy(q_mj)[2] * cfg.orientation_yaw_sign
       yaw0 = jnp.where(first, raw_yaw, s.yaw0)
     q = quat.from_rpy(self._device_rpy(q_mj, yaw0))
-    q_filt = s.orientation_filter
-    if self._on('orientation_bandwidth_hz'):
-      q = jnp.where(jnp.dot(q_filt, q) < 0, -q, q)
-      alpha = signal.lowpass_alpha(po.bandwidth_hz, cfg.period_s)
-      q = quat.normalize(signal.lowpass(q_filt, q, alpha, first))
-      q_filt = q
-    ctx = self.orientation_ctx(s.streams, n)
-    st, _, _ = ORIENTATION_ERRORS.apply(po, {'noise': s.orientation_noise},
-                                        jnp.zeros(3, jnp.float32), ctx)
-    q_noise = st['noise']
-    if ORIENTATION_ERRORS.on_terms(ctx.on):
-      q = quat.multiply(q, quat.from_rpy(q_noise))
+    st = ORIENTATION.state_of(s)
+    st, q, _ = ORIENTATION_FILTER.apply(p, st, q, ctx)
+    st, _, _ = ORIENTATION_NOISE.apply(p, st, jnp.zeros(3, jnp.float32), ctx)
+    if ORIENTATION_NOISE.on_terms(ctx.on):
+      q = quat.multiply(q, quat.from_rpy(st['orientation_noise']))
     t = (tick - self.first_tick).astype(jnp.float32) * self.dt
-    if self._on('yaw_rate_bias_stddev_rad_s'):
+    if drift:
       # Drift of the device yaw from the same b_ψ that biases gyro Z (see the yaw sign note
       # in the README: the device yaw integrates sign·ω_z, so its drift is sign·b_ψ·t).
       q = quat.multiply(quat.about_z(cfg.orientation_yaw_sign * s.yaw_rate_bias * t), q)
-    if self._on('orientation_resolution_rad'):
-      q = quat.from_rpy(signal.quantize(quat.to_rpy(q), po.resolution_rad))
+    if ORIENTATION_OUTPUT.on_terms(ctx.on):
+      q = quat.from_rpy(ORIENTATION_OUTPUT.apply(p, st, quat.to_rpy(q), ctx)[1])
     q = quat.canonical(q)
 
     if delivered is not None:
       rates['temperature_c'] = delivered
     sample = self._sample(orientation=q, orientation_variance=self._orientation_variance(p, t),
                           **rates)
-    return s._replace(yaw0=yaw0, orientation_filter=q_filt, orientation_noise=q_noise), sample
+    return s._replace(yaw0=yaw0, **st), sample
 
   def truth(self, s: State, data) -> dict:
     """Ideal device outputs of this tick (no dynamics, no errors), for `truth/<id>/...`."""
@@ -329,6 +291,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
       ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
                  mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
   )
+  ERRORS.check(sb)
   schedule, _ = sb.timing()
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on,
                                           period_s=cfg.period_s, dt=ctx.dt)

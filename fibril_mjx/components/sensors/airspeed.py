@@ -72,9 +72,9 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
-class Airspeed(base.SiteSensorFields):
+class Airspeed(base.SiteFields, base.SensorBase):
   """A built `fibril_sim/airspeed` (static, hashable; `cfg` an `AirspeedConfigModel`, the
-  common fields of `base.SiteSensorFields`); `site_id` is the probe's site."""
+  common fields of `base.SensorBase` and `base.SiteFields`); `site_id` is the probe's site."""
   velocity: SensorBinding
 
   type = TYPE

@@ -107,9 +107,9 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
-class Barometer(base.SiteSensorFields):
+class Barometer(base.SiteFields, base.SensorBase):
   """A built `fibril_sim/barometer` (static, hashable; `cfg` a `BarometerConfigModel`, the
-  common fields of `base.SiteSensorFields`).
+  common fields of `base.SensorBase` and `base.SiteFields`).
 
   Attributes:
     site_id: the site whose height is measured; throttle_ctrl: `ctrl` index of the throttle
@@ -223,7 +223,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
     base.check(bool(cfg.throttle_bias_points), *origin('throttle_bias_points'),
                'must list the throttle values of the bias table when throttle_actuator is set',
                list(cfg.throttle_bias_points))
-    throttle = int(m.actuator_ctrladr[aid]) if hasattr(m, 'actuator_ctrladr') else aid
+    throttle = int(m.actuator_ctrladr[aid])
   velocity, vsite = None, -1
   if cfg.airspeed_bias_points_m_s and cfg.velocity_sensor is None:
     raise ConfigError(*origin('velocity_sensor'), 'required with airspeed_bias_points_m_s '

@@ -57,7 +57,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, rotate, view_of
+from fibril_mjx.components.sensors.scene import ViewFields, make_view, rotate, view_of
 from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 TYPE = 'fibril_sim/camera'
@@ -136,8 +136,9 @@ def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
 
 
 @dataclasses.dataclass(frozen=True)
-class Camera(ViewSensorFields):
-  """A built `fibril_sim/camera` (static, hashable; the fields of `ViewSensorFields`)."""
+class Camera(ViewFields, base.SensorBase):
+  """A built `fibril_sim/camera` (static, hashable; the fields of `base.SensorBase` and
+  `ViewFields`)."""
   landmark_ids: tuple
   landmark_bodies: tuple
   landmarks: tuple    # framepos probes of the landmark sites

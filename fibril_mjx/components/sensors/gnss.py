@@ -145,9 +145,9 @@ def _neutral(origin: geodesy.Origin) -> Sample:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gnss(base.SiteSensorFields):
+class Gnss(base.SiteFields, base.SensorBase):
   """A built `fibril_sim/gnss` (static, hashable; `cfg` a `GnssConfigModel`, the common
-  fields of `base.SiteSensorFields`).
+  fields of `base.SensorBase` and `base.SiteFields`).
 
   Attributes:
     velocity, angular_velocity: bound velocimeter and gyro (None without a lever arm).

@@ -39,6 +39,7 @@ import mujoco
 import numpy as np
 import pydantic
 
+from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, fifo, quat, rng
 from fibril_mjx.mechanisms import transport as tp
@@ -46,14 +47,12 @@ from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
 from fibril_mjx.components import base
 from fibril_mjx.components.sensors import inertial, thermal, vibration
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
-from fibril_mjx.errors import ConfigError, ConfigErrors
+from fibril_mjx.errors import ConfigError
 
 TYPE = 'fibril_sim/imu'
 SAMPLE_TYPE = 'fibril_sim/imu_sample/v1'
 
 CHANNELS = ('angular_velocity', 'linear_acceleration')
-SOURCES = tuple(f'{ch}_{t}' for ch in CHANNELS for t in inertial.TERMS) + ('delivery_jitter',
-                                                                   'delivery_loss')
 
 Mat3 = tuple[Vec3, Vec3, Vec3]
 ZERO3 = (0.0, 0.0, 0.0)
@@ -105,6 +104,18 @@ class _OwnConfig(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
     return self
 
 
+# The error model of each channel (`inertial.channel_errors`), over its manifest fields
+# `<channel>_<field>`.
+RATE_FIELDS = {ch: {f: f'{ch}_{f}' for f in CHANNEL_FIELDS} for ch in CHANNELS}
+RATES = {ch: inertial.channel_errors(ch, RATE_FIELDS[ch]) for ch in CHANNELS}
+# Everything the IMU declares: its channels, its delivered temperature, its vibration.
+ERRORS = em.partition(**{ch: RATES[ch].chain for ch in CHANNELS},
+                      temperature=thermal.DELIVERED,
+                      **{f'{ch}_vibration': vibration.ERRORS[ch] for ch in CHANNELS})
+SOURCES = tuple(s for ch in CHANNELS for s in RATES[ch].chain.streams) + ('delivery_jitter',
+                                                                          'delivery_loss')
+
+
 # its own fields, then `CHANNEL_SPEC` per channel
 ImuConfigModel = pydantic.create_model(
     'ImuConfigModel', __base__=_OwnConfig, __module__=__name__,
@@ -115,14 +126,12 @@ ImuConfigModel = pydantic.create_model(
   """, **{f'{ch}_{f}': spec for ch in CHANNELS for f, spec in CHANNEL_SPEC.items()})
 
 
-class Params(NamedTuple):
-  """Per-world, differentiable parameters: one `inertial.ChannelParams` per channel, e.g.
-  `params.angular_velocity.bias` for the manifest field `angular_velocity_bias`."""
-  angular_velocity: inertial.ChannelParams
-  linear_acceleration: inertial.ChannelParams
-  faults: tuple = ()   # `faults.FaultParams` per manifest `faults` entry
-  thermal: Any = None  # `thermal.ThermalParams` (always present; used when the model is on)
-  vibration: Any = None  # `vibration.VibrationParams` (always present; used when it is on)
+Params = em.params_type(
+    'Params', ('thermal', 'vibration'), *(RATES[ch].chain for ch in CHANNELS), doc="""\
+Per-world, differentiable parameters: `thermal` (`thermal.ThermalParams`) and `vibration`
+(`vibration.VibrationParams`), always present, used when their model is on; the channels' error
+model fields named as in the manifest (e.g. `params.angular_velocity_bias`); `faults`
+(`faults.FaultParams` per manifest `faults` entry).""")
 
 
 Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
@@ -154,7 +163,7 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Imu(inertial.RateSensor):
+class Imu(inertial.RateSensor, base.SensorBase):
   """A built `fibril_sim/imu` component: static, hashable; arrays live in Params / State.
 
   Attributes:
@@ -173,16 +182,14 @@ class Imu(inertial.RateSensor):
   type = TYPE
   sample_type = SAMPLE_TYPE
   samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
-
-  def stochastic_fields(self) -> tuple[str, ...]:
-    """Fields that scale a random draw (what `tune` holds at zero): the channels' (read off
-    their error model), the thermal and vibration models'."""
-    return (tuple(f for c in self.channels for f in c.stochastic_fields()) + thermal.STOCHASTIC
-            + vibration.STOCHASTIC)
+  params_type = Params
+  errors = ERRORS
 
   def default_params(self) -> Params:
-    return Params(*(c.params(self.cfg) for c in self.channels), faults.default_params(self.cfg),
-                  thermal.Thermal.params(self.cfg), vibration.Vibration.params(self.cfg))
+    own = {f: host.array(getattr(self.cfg, f)) for f in Params._fields
+           if f not in ('thermal', 'vibration', 'faults')}
+    return Params(thermal.Thermal.params(self.cfg), vibration.Vibration.params(self.cfg), **own,
+                  faults=faults.default_params(self.cfg))
 
   def param_path(self, field: str):
     if field in thermal.PARAM_FIELDS:
@@ -202,7 +209,7 @@ class Imu(inertial.RateSensor):
     sources = (SOURCES + (thermal.SOURCES if self.thermal is not None else ())
                + (vibration.SOURCES if self.vibration is not None else ()))
     streams = {s: rng.stream_key(world_key, self.id, s) for s in sources}
-    w, a = (c.init(p, streams) for c, p in zip(self.channels, params))
+    w, a = (c.init(params, streams) for c in self.channels)
     neutral = self.neutral_rates(params)
     if self.thermal is not None and self.thermal.output:
       neutral['temperature_c'] = jnp.zeros((), jnp.float32)
@@ -228,10 +235,8 @@ class Imu(inertial.RateSensor):
       return s
     gyro, accel = self._input(p, s, data, tick)
     w_c, a_c = self.channels
-    return s._replace(angular_velocity=w_c.track(p.angular_velocity, s.angular_velocity, gyro,
-                                                 tick),
-                      linear_acceleration=a_c.track(p.linear_acceleration,
-                                                    s.linear_acceleration, accel, tick))
+    return s._replace(angular_velocity=w_c.track(p, s.angular_velocity, gyro, tick),
+                      linear_acceleration=a_c.track(p, s.linear_acceleration, accel, tick))
 
   def acquire(self, p: Params, s: State, data, tick, n) -> tuple[State, Sample]:
     """Computes sample `n` from `mjx.Data` of `tick`; returns the new state and the sample.
@@ -282,16 +287,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   """Validates the config (profiles layered) and binds the MuJoCo sensors and their site."""
   sb = base.SensorBuild(ImuConfigModel, TYPE, cid, raw, ctx, catalog)
   cfg, origin = sb.cfg, sb.origin
-  errors = []
-  for ch in CHANNELS:
-    sig_f, tau_f = f'{ch}_bias_instability_stddev', f'{ch}_bias_correlation_time_s'
-    for i, (s_i, t_i) in enumerate(zip(getattr(cfg, sig_f), getattr(cfg, tau_f))):
-      if (s_i > 0 or sig_f in ctx.vary) and not t_i > 0:
-        file, path = origin(tau_f)
-        errors.append(ConfigError(file, f'{path}[{i}]', f'must be > 0 where {sig_f}[{i}] > 0 '
-                                  f'(Gauss–Markov correlation time)', t_i))
-  if errors:
-    raise ConfigErrors(errors)
+  ERRORS.check(sb)
   sensors = (
       ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3),
       ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
@@ -305,8 +301,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   m = ctx.model
   sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, sensors[0].site)
   channels = tuple(
-      inertial.Channel.build(ch, {f: f'{ch}_{f}' for f in CHANNEL_FIELDS}, sb.is_on,
-                             period_s=cfg.period_s, dt=ctx.dt,
+      inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on, period_s=cfg.period_s,
+                             dt=ctx.dt,
                              noise_before_filter=cfg.noise_before_filter,
                              filter_rate=cfg.filter_rate)
       for ch in CHANNELS)

@@ -30,70 +30,102 @@ Per acquisition `k` with `Δ = period_s` (terms whose switch is off are absent f
 5. **range**: saturation to `±limit`, per-axis flags, cumulative clip counts;
 6. **resolution**: `q·round(z/q)`.
 
-The per-sample variance reported with each sample is `σ² + σ_w²·g + q²/12`: AR(1) residual
-variance, white-noise variance `N²/Δ` (times the filter's noise-power gain `g = α/(2−α)` when the
-noise is added before an enabled filter), quantization. Bias processes are slow states an
-estimator models as such, not per-sample measurement noise.
+The per-sample variance reported with each sample is `(σ_w² + σ²)·g + q²/12`: white-noise
+variance `N²/Δ` and AR(1) residual variance, times the filter's white-noise power gain
+`g = α/(2−α)` when the noise is added before an enabled filter (the IMU's `noise_before_filter`:
+white noise only; the AHRS's AR(1) residual is always added after its filter), quantization. Bias
+processes are slow states an estimator models as such, not per-sample measurement noise.
+
+Each step is a term of `fibril_mjx.error_models` over the sensor's manifest fields
+(`channel_errors`): the channel's Params are the sensor's, named as in its manifest, and its
+switches, plan lines, stochastic and drift fields are read off its chain.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fibril_mjx import error_models as em
-from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import smallmat
 from fibril_mjx.mechanisms import signal
-from fibril_mjx.components import base
 
-# Channel fields, in Params order; a sensor maps the ones it has to manifest field names.
-FIELDS = ('bandwidth_hz', 'scale', 'misalignment', 'noise_density', 'noise_stddev',
-          'noise_correlation', 'bias', 'bias_turn_on_stddev', 'bias_instability_stddev',
-          'bias_correlation_time_s', 'random_walk', 'limit', 'resolution')
-# Fields that only parametrize another term (no switch of their own).
-DEPENDENT = {'noise_correlation': 'noise_stddev',
-             'bias_correlation_time_s': 'bias_instability_stddev'}
-TERMS = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk')
+# The roles of a channel's fields in its error model, in application order; a sensor names the
+# manifest field of each role it has (`channel_errors`).
+FIELDS = ('scale', 'misalignment', 'bias', 'bias_turn_on_stddev', 'bias_instability_stddev',
+          'bias_correlation_time_s', 'random_walk', 'noise_density', 'noise_stddev',
+          'noise_correlation', 'bandwidth_hz', 'limit', 'resolution')
 UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
 
 
-def channel_errors(name: str) -> tuple[em.Chain, em.Chain]:
-  """`(BIAS, NOISE)`: the error model of channel `name` over its channel fields, streams
-  `<name>_<term>`. Both are applied to zeros (the errors are summed, then added before or
-  after the low-pass), `BIAS` first: its sum is the truth's bias."""
-  bias = em.chain(
-      em.constant_bias('bias', (3,)),
-      em.turn_on_bias('bias_turn_on_stddev', (3,), f'{name}_bias_turn_on', 'turn_on'),
-      em.gauss_markov('bias_instability_stddev', 'bias_correlation_time_s',
-                      f'{name}_bias_instability', 'instability', (3,)),
-      em.random_walk('random_walk', f'{name}_random_walk', 'random_walk', (3,)))
-  noise = em.chain(
-      em.white_noise('noise_density', f'{name}_noise', (3,),
-                     scale_fn=lambda p, ctx: signal.white_sigma(p.noise_density, ctx.period_s)),
-      em.ar1_noise('noise_stddev', 'noise_correlation', f'{name}_noise', 'noise', (3,),
-                   owns_stream=False))
-  return bias, noise
+class ChannelErrors(NamedTuple):
+  """The error model of one channel, in application order, over a sensor's manifest fields.
+
+  Attributes:
+    gain: scale factor and cross-axis terms, on the input.
+    bias: fixed, turn-on, Gauss–Markov and random-walk bias, applied to zeros: the truth's bias.
+    noise: white noise from the density and the AR(1) residual (one draw per sample, stream
+      `<channel>_noise`), added to the bias: the errors.
+    filter: the bandwidth low-pass (state `filter`).
+    output: saturation (state `clip_count`) and resolution.
+    episode: the terms of `bias` constant over an episode (the truth's bias before the first
+      sample).
+    chain: all of them, in this order.
+  """
+  gain: em.Chain
+  bias: em.Chain
+  noise: em.Chain
+  filter: em.Chain
+  output: em.Chain
+  episode: em.Chain
+  chain: em.Chain
 
 
-ERRORS = {name: channel_errors(name) for name in UNITS}
+def channel_errors(name: str, fields: dict[str, str]) -> ChannelErrors:
+  """The error model of channel `name` of a sensor: a term for each role (`FIELDS`) the sensor
+  has, over the manifest field it names (`fields`: `{role: manifest field}`), streams
+  `<name>_<term>`. One object per channel and sensor type (cached): static, hashable."""
+  return _channel_errors(name, tuple(fields.items()))
 
 
-ChannelParams = NamedTuple('ChannelParams', [(f, jax.Array | None) for f in FIELDS])
-ChannelParams.__new__.__defaults__ = (None,) * len(FIELDS)
-ChannelParams.__doc__ = """Per-world parameters of one channel (`FIELDS`); a field the sensor does
-not have is None (no leaf).
+@functools.cache
+def _channel_errors(name: str, fields: tuple[tuple[str, str], ...]) -> ChannelErrors:
+  f = dict(fields)
 
-Shapes: scalars for `bandwidth_hz`, `limit`, `resolution`; `(3, 3)` for `misalignment`;
-`(3,)` for the rest.
-"""
+  def terms(*candidates):
+    return em.chain(*(make() for role, make in candidates if role in f))
+
+  def white_sigma(p, ctx):
+    return signal.white_sigma(getattr(p, f['noise_density']), ctx.period_s)
+  gain = terms(('scale', lambda: em.gain(f['scale'], (3,), cross=f.get('misalignment'))))
+  bias = terms(
+      ('bias', lambda: em.constant_bias(f['bias'], (3,))),
+      ('bias_turn_on_stddev', lambda: em.turn_on_bias(
+          f['bias_turn_on_stddev'], (3,), f'{name}_bias_turn_on', 'turn_on')),
+      ('bias_instability_stddev', lambda: em.gauss_markov(
+          f['bias_instability_stddev'], f['bias_correlation_time_s'],
+          f'{name}_bias_instability', 'instability', (3,))),
+      ('random_walk', lambda: em.random_walk(f['random_walk'], f'{name}_random_walk',
+                                             'random_walk', (3,))))
+  noise = terms(
+      ('noise_density', lambda: em.white_noise(f['noise_density'], f'{name}_noise', (3,),
+                                               scale_fn=white_sigma)),
+      ('noise_stddev', lambda: em.ar1_noise(f['noise_stddev'], f['noise_correlation'],
+                                            f'{name}_noise', 'noise', (3,),
+                                            owns_stream='noise_density' not in f)))
+  filt = terms(('bandwidth_hz', lambda: em.lowpass(f['bandwidth_hz'], 'filter', (3,))))
+  output = terms(('limit', lambda: em.saturation(f['limit'], 'clip_count', (3,))),
+                 ('resolution', lambda: em.quantization(f['resolution'])))
+  episode = em.chain(*(t for t in bias.terms if t.kind == em.DETERMINISTIC or t.episode))
+  return ChannelErrors(gain, bias, noise, filt, output, episode,
+                       em.chain(gain, bias, noise, filt, output))
 
 
 class ChannelState(NamedTuple):
-  """Per-channel state (all `(3,)`).
+  """Per-channel state (all `(3,)`), the chain's by name and the truth's bias.
 
   Attributes:
     filter: low-pass output.
@@ -119,14 +151,14 @@ class Channel:
 
   Attributes:
     name: `angular_velocity` or `linear_acceleration` (prefix of its stream names).
-    manifest: `((channel field, manifest field), ...)` for the fields this sensor has.
-    on: channel fields whose term is in the traced graph.
+    fields: `((role, manifest field), ...)` of the roles this sensor has (`channel_errors`).
+    on: manifest fields whose term is in the traced graph.
     period_s: output period Δ; `dt`: physics timestep.
     noise_before_filter: errors added before the low-pass.
     filter_rate: `output` or `physics`.
   """
   name: str
-  manifest: tuple[tuple[str, str], ...]
+  fields: tuple[tuple[str, str], ...]
   on: frozenset
   period_s: float
   dt: float
@@ -134,89 +166,62 @@ class Channel:
   filter_rate: str = 'output'
 
   @classmethod
-  def build(cls, name: str, manifest: dict[str, str], is_on, **kw) -> 'Channel':
-    """`manifest`: `{channel field: manifest field}`; `is_on(manifest field) -> bool`."""
-    on = frozenset(f for f, m in manifest.items() if f not in DEPENDENT and is_on(m))
-    return cls(name, tuple(manifest.items()), on, **kw)
-
-  def uses(self, field: str) -> bool:
-    """Whether channel field `field` reaches the traced graph (its term, or the term it
-    parametrizes, is on)."""
-    return (field in self.on or DEPENDENT.get(field) in self.on
-            or (field == 'scale' and 'misalignment' in self.on))
-
-  def path(self, manifest_field: str) -> tuple[str, str] | None:
-    """`(channel name, channel field)` of a manifest field of this channel, or None."""
-    for f, m in self.manifest:
-      if m == manifest_field:
-        return self.name, f
-    return None
-
-  def params(self, cfg) -> ChannelParams:
-    """Params from the resolved config, float32."""
-    return ChannelParams(**{f: host.array(getattr(cfg, m))
-                            for f, m in self.manifest})
+  def build(cls, name: str, fields: dict[str, str], is_on, **kw) -> 'Channel':
+    """`fields`: `{role: manifest field}`; `is_on(manifest field) -> bool`."""
+    on = frozenset(f for t in channel_errors(name, fields).chain.terms for f in t.switches
+                   if is_on(f))
+    return cls(name, tuple(fields.items()), on, **kw)
 
   @property
-  def errors(self) -> tuple[em.Chain, em.Chain]:
-    return ERRORS[self.name]
+  def errors(self) -> ChannelErrors:
+    return _channel_errors(self.name, self.fields)
 
-  def error_ctx(self, streams: dict, n=0) -> em.Ctx:
-    return em.Ctx(self.on.__contains__, streams, n, self.period_s, {})
+  def error_ctx(self, streams: dict, n=0, period_s=None) -> em.Ctx:
+    return em.Ctx(self.on.__contains__, streams, n,
+                  self.period_s if period_s is None else period_s, {})
 
-  def stochastic_fields(self) -> tuple[str, ...]:
-    """Manifest fields of this channel that scale a random draw (read off its chains)."""
-    random = {f for c in self.errors for f in c.stochastic_fields()}
-    return tuple(m for f, m in self.manifest if f in random)
-
-  def sources(self) -> tuple[str, ...]:
-    return tuple(s for c in self.errors for s in c.streams)
-
-  def init(self, p: ChannelParams, streams: dict) -> ChannelState:
-    z3 = jnp.zeros(3, jnp.float32)
-    turn_on = self.errors[0].init(p, self.error_ctx(streams))['turn_on']
-    fixed = p.bias if 'bias' in self.on else z3
-    return ChannelState(z3, turn_on, z3, z3, z3, fixed + turn_on, jnp.zeros(3, jnp.int32))
-
-  def variance(self, p: ChannelParams) -> jax.Array:
-    """Per-sample variance `(3,)` implied by the config (see the module docstring)."""
-    var = jnp.zeros(3, jnp.float32)
-    if 'noise_stddev' in self.on:
-      var = var + p.noise_stddev ** 2
-    if 'noise_density' in self.on:
-      white = signal.white_sigma(p.noise_density, self.period_s) ** 2
-      if self.noise_before_filter and 'bandwidth_hz' in self.on:
-        white = white * signal.lowpass_noise_gain(signal.lowpass_alpha(p.bandwidth_hz,
-                                                                 self.period_s))
-      var = var + white
-    if 'resolution' in self.on:
-      var = var + p.resolution ** 2 / 12.0
-    return var
-
-  def _gain(self, p: ChannelParams, x):
-    if 'misalignment' in self.on:
-      scale = p.scale if p.scale is not None else jnp.ones(3, x.dtype)
-      return smallmat.matvec(jnp.diag(scale) + p.misalignment, x)   # I + diag(s − 1) + M
-    if 'scale' in self.on:
-      return p.scale * x
-    return x
+  def uses(self, field: str) -> bool:
+    """Whether manifest field `field` reaches the traced graph (read by a term that is on)."""
+    return field in self.errors.chain.reads(self.on.__contains__)
 
   @property
   def filters_every_tick(self) -> bool:
-    return 'bandwidth_hz' in self.on and self.filter_rate == 'physics'
+    return bool(self.errors.filter.on_terms(self.on.__contains__)) and (
+        self.filter_rate == 'physics')
 
-  def track(self, p: ChannelParams, cs: ChannelState, x, tick) -> ChannelState:
+  def init(self, p, streams: dict) -> ChannelState:
+    """Zeros, the per-episode draws, and the truth's bias of the terms constant over the
+    episode."""
+    e, ctx = self.errors, self.error_ctx(streams)
+    z3 = jnp.zeros(3, jnp.float32)
+    st = {f: jnp.zeros(3, jnp.int32) if f == 'clip_count' else z3
+          for f in ChannelState._fields} | e.chain.init(p, ctx)
+    _, bias, _ = e.episode.apply(p, st, z3, ctx)
+    return ChannelState(**{**st, 'bias': bias})
+
+  def variance(self, p) -> jax.Array:
+    """Per-sample variance `(3,)` implied by the config (see the module docstring)."""
+    e, ctx = self.errors, self.error_ctx({})
+    var = e.noise.variance(p, ctx, (3,))
+    if self.noise_before_filter and e.filter.on_terms(ctx.on):
+      bandwidth = getattr(p, dict(self.fields)['bandwidth_hz'])
+      var = var * signal.lowpass_noise_gain(signal.lowpass_alpha(bandwidth, self.period_s))
+    return var + e.output.variance(p, ctx, (3,))
+
+  def track(self, p, cs: ChannelState, x, tick) -> ChannelState:
     """Every physics tick: the physics-rate low-pass of the gained input (else unchanged)."""
     if not self.filters_every_tick:
       return cs
-    alpha = signal.lowpass_alpha(p.bandwidth_hz, self.dt)
-    return cs._replace(filter=signal.lowpass(cs.filter, self._gain(p, x), alpha, tick == 0))
+    e, ctx = self.errors, self.error_ctx({}, tick, self.dt)
+    _, x, _ = e.gain.apply(p, {}, x, ctx)
+    st, _, _ = e.filter.apply(p, e.filter.state_of(cs), x, ctx)
+    return cs._replace(**st)
 
-  def step(self, p: ChannelParams, cs: ChannelState, streams: dict, x, n, extra=None,
-           gain=None):
+  def step(self, p, cs: ChannelState, streams: dict, x, n, extra=None, gain=None):
     """One acquisition (sample `n`) of input `x` `(3,)`.
 
     Args:
+      p: the sensor's Params (its manifest fields).
       extra: an additive `(3,)` term applied after the errors (before range / resolution).
       gain: a `(3,)` factor on the signal after the bandwidth filter (before the errors added
         after it), or None.
@@ -224,38 +229,29 @@ class Channel:
     Returns:
       `(y, flags, state)`: the sample `(3,)`, saturation flags `(3,)` bool, the new state.
     """
-    on, first, period = self.on, n == 0, self.period_s
-    y = self._gain(p, x)
-    ctx = self.error_ctx(streams, n)
-    bias_chain, noise_chain = self.errors
-    st = {'turn_on': cs.turn_on, 'instability': cs.instability,
-          'random_walk': cs.random_walk, 'noise': cs.noise}
-    st, bias, _ = bias_chain.apply(p, st, jnp.zeros(3, jnp.float32), ctx)   # truth's bias
-    st, err, _ = noise_chain.apply(p, st, bias, ctx)
-    if not (bias_chain.on_terms(ctx.on) or noise_chain.on_terms(ctx.on)):
+    e, ctx = self.errors, self.error_ctx(streams, n)
+    st = e.chain.state_of(cs)
+    _, y, _ = e.gain.apply(p, st, x, ctx)
+    st, bias, _ = e.bias.apply(p, st, jnp.zeros(3, jnp.float32), ctx)   # truth's bias
+    st, err, _ = e.noise.apply(p, st, bias, ctx)
+    if not (e.bias.on_terms(ctx.on) or e.noise.on_terms(ctx.on)):
       err = None                     # no error term in the graph
 
     before = self.noise_before_filter
     if before and err is not None:
       y = y + err
-    filt = cs.filter
     if self.filters_every_tick:
-      y = filt                       # tracked every tick; already includes this tick's input
-    elif 'bandwidth_hz' in on:
-      y = signal.lowpass(filt, y, signal.lowpass_alpha(p.bandwidth_hz, period), first)
-      filt = y
+      y = cs.filter                  # tracked every tick; already includes this tick's input
+    else:
+      st, y, _ = e.filter.apply(p, st, y, ctx)
     if gain is not None:
       y = gain * y
     if not before and err is not None:
       y = y + err
     if extra is not None:
       y = y + extra
-    y, flags, count = signal.limit_and_quantize(
-        y, cs.clip_count, p.limit if 'limit' in on else None,
-        p.resolution if 'resolution' in on else None)
-    return y, flags, cs._replace(filter=filt, instability=st['instability'],
-                                 random_walk=st['random_walk'], noise=st['noise'], bias=bias,
-                                 clip_count=count)
+    st, y, flags = e.output.apply(p, st, y, ctx)
+    return y, flags, cs._replace(**st, bias=bias)
 
 
 # Sample fields of the two rate channels, in this order in every inertial sample type:
@@ -274,11 +270,12 @@ def sample_type(name: str, leading: tuple[str, ...] = (), doc: str = ''):
   return cls
 
 
-class RateSensor(base.FaultySensorFields):
-  """A sensing component whose `channels` are the angular-velocity and linear-acceleration
+class RateSensor:
+  """What a sensing component whose `channels` are the angular-velocity and linear-acceleration
   `Channel`s, with State fields of the same names (`fibril_sim/imu`, `fibril_sim/ahrs`), and
-  faults / health (`fibril_mjx.mechanisms.faults`, a `faults` leaf in Params and State) on its rates.
-  The common static fields come from `base.FaultySensorFields`."""
+  faults / health (`fibril_mjx.mechanisms.faults`, a `faults` leaf in Params and State) on its
+  rates adds to `base.SensorBase`: a mixin listed before it (`class Imu(inertial.RateSensor,
+  base.SensorBase)`), whose `on_reset` is the sensing cycle's reset stage."""
   fault_fields = ('angular_velocity', 'linear_acceleration')
   samples: ClassVar[tuple] = ()   # (Sample, Sample with `temperature_c` first) of the type
 
@@ -289,27 +286,23 @@ class RateSensor(base.FaultySensorFields):
             else plain)(**fields)
 
   def on_reset(self, p, s, index):
-    """A device reset redraws the per-episode turn-on biases (draw `index` of their streams)."""
+    """A device reset redraws the per-episode turn-on biases (draw `index` of their streams);
+    the truth's bias follows."""
     new = {}
-    for c, cp in zip(self.channels, (p.angular_velocity, p.linear_acceleration)):
-      cs = getattr(s, c.name)
-      if 'bias_turn_on_stddev' in c.on:
-        turn_on = c.errors[0].redraw(cp, {'turn_on': cs.turn_on},
-                                     c.error_ctx(s.streams), index)['turn_on']
+    for c in self.channels:
+      cs, bias, ctx = getattr(s, c.name), c.errors.bias, c.error_ctx(s.streams)
+      if any(t.redraw is not None for t in bias.on_terms(ctx.on)):
+        turn_on = bias.redraw(p, bias.state_of(cs), ctx, index)['turn_on']
         cs = cs._replace(turn_on=turn_on, bias=cs.bias - cs.turn_on + turn_on)
       new[c.name] = cs
     return s._replace(**new)
 
   def channel_path(self, field: str):
-    """`(channel, channel field)` of a manifest field of the rate channels, or None."""
-    for c in self.channels:
-      if c.path(field):
-        return c.path(field)
-    return None
+    """`(field,)`: the Params path of a manifest field of the rate channels, or None."""
+    return (field,) if any(field in c.errors.chain.params for c in self.channels) else None
 
   def channel_uses(self, field: str) -> bool:
-    path = self.channel_path(field)
-    return path is not None and {c.name: c for c in self.channels}[path[0]].uses(path[1])
+    return any(c.uses(field) for c in self.channels)
 
   def step_rates(self, p, s, gyro, accel, n, extra=None, accel_extra=None, gains=(None, None)):
     """Both channels of one acquisition.
@@ -320,33 +313,33 @@ class RateSensor(base.FaultySensorFields):
       linear acceleration, `gains` per-axis factors `(3,)` (or None) of the two channels.
     """
     w_c, a_c = self.channels
-    w, w_flags, w_state = w_c.step(p.angular_velocity, s.angular_velocity, s.streams, gyro, n,
-                                   extra=extra, gain=gains[0])
-    a, a_flags, a_state = a_c.step(p.linear_acceleration, s.linear_acceleration, s.streams,
-                                   accel, n, extra=accel_extra, gain=gains[1])
+    w, w_flags, w_state = w_c.step(p, s.angular_velocity, s.streams, gyro, n, extra=extra,
+                                   gain=gains[0])
+    a, a_flags, a_state = a_c.step(p, s.linear_acceleration, s.streams, accel, n,
+                                   extra=accel_extra, gain=gains[1])
     fields = dict(zip(RATE_SAMPLE_FIELDS, (
-        w, a, w_c.variance(p.angular_velocity), a_c.variance(p.linear_acceleration), w_flags,
-        a_flags, w_state.clip_count, a_state.clip_count)))
+        w, a, w_c.variance(p), a_c.variance(p), w_flags, a_flags, w_state.clip_count,
+        a_state.clip_count)))
     return fields, s._replace(angular_velocity=w_state, linear_acceleration=a_state)
 
   def neutral_rates(self, p) -> dict:
     """The rate fields of the neutral sample held before the first delivery."""
     z3, zi, zb = jnp.zeros(3, jnp.float32), jnp.zeros(3, jnp.int32), jnp.zeros(3, bool)
     w_c, a_c = self.channels
-    return dict(zip(RATE_SAMPLE_FIELDS, (z3, z3, w_c.variance(p.angular_velocity),
-                                         a_c.variance(p.linear_acceleration), zb, zb, zi, zi)))
+    return dict(zip(RATE_SAMPLE_FIELDS, (z3, z3, w_c.variance(p), a_c.variance(p), zb, zb, zi,
+                                         zi)))
 
   def describe(self) -> list[str]:
-    return (self.describe_timing() + self.describe_sensors() + self.describe_channels()
-            + [self.fault_plan.describe()])
+    """Timing, bound sensors, the channels' filter rates, the error model's plan lines (its
+    `errors`), the terms on, the fault plan."""
+    return self.describe_errors(self.describe_sensors() + self.describe_channels())
 
   def describe_channels(self) -> list[str]:
     lines = []
     for c in self.channels:
-      terms = [f for f in FIELDS if f in c.on]
-      lines.append(f'{c.name} ({UNITS[c.name]}) terms on: {", ".join(terms) if terms else "none"}'
-                   + (f'; filter at the {c.filter_rate} rate' if 'bandwidth_hz' in c.on else '')
-                   + (' (errors before the low-pass)' if c.noise_before_filter else ''))
+      if c.errors.filter.on_terms(c.on.__contains__):
+        lines.append(f'{c.name} ({UNITS[c.name]}): filter at the {c.filter_rate} rate'
+                     + (' (errors before the low-pass)' if c.noise_before_filter else ''))
     return lines
 
   def status(self, s) -> dict:

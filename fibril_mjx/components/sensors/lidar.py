@@ -45,7 +45,7 @@ from fibril_mjx.mechanisms import faults, rng
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, rotate, view_of
+from fibril_mjx.components.sensors.scene import ViewFields, make_view, rotate, view_of
 
 TYPE = 'fibril_sim/lidar'
 SAMPLE_TYPE = 'fibril_sim/lidar_scan/v1'
@@ -132,8 +132,9 @@ def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Lidar(ViewSensorFields):
-  """A built `fibril_sim/lidar` (static, hashable; the fields of `ViewSensorFields`)."""
+class Lidar(ViewFields, base.SensorBase):
+  """A built `fibril_sim/lidar` (static, hashable; the fields of `base.SensorBase` and
+  `ViewFields`)."""
   directions: tuple      # ((x, y, z), ...) site frame
   offsets: tuple         # firing offsets (s)
 

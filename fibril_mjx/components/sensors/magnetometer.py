@@ -118,9 +118,9 @@ State = em.state_type('State', ('earth_field', 'current'), ERRORS, ('queue', 'he
 
 
 @dataclasses.dataclass(frozen=True)
-class Magnetometer(base.SiteSensorFields):
+class Magnetometer(base.SiteFields, base.SensorBase):
   """A built `fibril_sim/magnetometer` (static, hashable; `cfg` a `MagnetometerConfigModel`,
-  the common fields of `base.SiteSensorFields`).
+  the common fields of `base.SensorBase` and `base.SiteFields`).
 
   Attributes:
     site_id: MuJoCo site id; current_ids: components whose feedback `current` is read.
@@ -218,7 +218,7 @@ def earlier_feedback(ctx: BuildContext, cid: str, name: str, origin, field: str,
   c = ctx.built[name]
   neutral = jax.eval_shape(lambda: c.output(c.init(c.default_params(),
                                                    jax.random.PRNGKey(0))))
-  if 'current' not in getattr(type(neutral.sample), '_fields', ()):
+  if 'current' not in type(neutral.sample)._fields:   # samples are NamedTuples
     raise ConfigError(file, where, f'must name a component whose feedback has a current '
                       f'(e.g. fibril_sim/motor); {name!r} is a {c.type}', name)
 

@@ -57,7 +57,7 @@ from fibril_mjx.mechanisms import faults
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.components.sensors.scene import ViewSensorFields, make_view, view_of
+from fibril_mjx.components.sensors.scene import ViewFields, make_view, view_of
 
 TYPE = 'fibril_sim/optical_flow'
 SAMPLE_TYPE = 'fibril_sim/optical_flow_sample/v1'
@@ -158,8 +158,9 @@ def _zero_acc():
 
 
 @dataclasses.dataclass(frozen=True)
-class OpticalFlow(ViewSensorFields):
-  """A built `fibril_sim/optical_flow` (static, hashable; the fields of `ViewSensorFields`)."""
+class OpticalFlow(ViewFields, base.SensorBase):
+  """A built `fibril_sim/optical_flow` (static, hashable; the fields of `base.SensorBase` and
+  `ViewFields`)."""
 
   type = TYPE
   sample_type = SAMPLE_TYPE

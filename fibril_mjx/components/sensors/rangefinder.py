@@ -89,9 +89,9 @@ State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
 
 
 @dataclasses.dataclass(frozen=True)
-class Rangefinder(base.SiteSensorFields):
+class Rangefinder(base.SiteFields, base.SensorBase):
   """A built `fibril_sim/rangefinder` (static, hashable; `cfg` a `RangefinderConfigModel`,
-  the common fields of `base.SiteSensorFields`)."""
+  the common fields of `base.SensorBase` and `base.SiteFields`)."""
   sensor: SensorBinding
 
   type = TYPE

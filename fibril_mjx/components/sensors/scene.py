@@ -19,9 +19,9 @@ flow i kamera").
   `framelinvel` / `frameangvel` probes (MuJoCo's `mj_objectVelocity` with `flg_local = 0`).
 - `rotate`: `exp([a]×)·y` (Rodrigues), for poses extrapolated at constant velocity over a
   frame or sweep.
-- `ViewSensorFields`, `view_of`, `make_view`: the static fields every one of these sensors
-  has (its site, the site's body and root body, the scene, the site's motion), declared and
-  built once.
+- `ViewFields`, `view_of`, `make_view`: the static fields every one of these sensors has
+  (its site, the site's body and root body, the scene, the site's motion), declared and built
+  once.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.core.context import Probe, SitePose
-from fibril_mjx.components import base
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.physics.mjx import mjx
 
@@ -206,10 +205,11 @@ class SiteMotion:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ViewSensorFields(base.FaultySensorFields):
-  """`base.FaultySensorFields` of a sensor that looks at the scene from a site, plus (keyword-
-  only, from `view_of`): `site_id`, its `body` and `root` body, the `scene` and the site's
-  `motion`. The subclass declares only its own fields."""
+class ViewFields:
+  """The fields of a sensor that looks at the scene from a site, keyword-only (from
+  `view_of`): `site_id`, its `body` and `root` body, the `scene` and the site's `motion`. A
+  mixin listed before `base.SensorBase` (`class Camera(ViewFields, base.SensorBase)`); the
+  sensor declares only its own fields."""
   reads_sensors_only = True
   site_id: int
   body: int
@@ -219,7 +219,7 @@ class ViewSensorFields(base.FaultySensorFields):
 
 
 def view_of(ctx, site_id: int) -> dict:
-  """The `ViewSensorFields` of site `site_id` (the scene's probes requested before the
+  """The `ViewFields` of site `site_id` (the scene's probes requested before the
   site's)."""
   body, root = site_bodies(ctx.model, site_id)
   return dict(site_id=site_id, body=body, root=root, scene=Scene.of(ctx.model, ctx),

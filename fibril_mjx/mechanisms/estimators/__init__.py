@@ -57,8 +57,10 @@ from fibril_mjx.mechanisms.estimators.common import (  # noqa: F401
     EkfParams,
     Estimator,
     accel_accepted,
+    accel_noise,
     compensated_accel,
     ekf_params,
+    kalman_update,
     lever_arm_accel,
     tilt_error_rad,
     tilt_from_accel,
@@ -75,6 +77,7 @@ from fibril_mjx.mechanisms.estimators.quat_ekf import (  # noqa: F401
 )
 from fibril_mjx.mechanisms.estimators.rpy_ekf import (  # noqa: F401
     RpyEkfState,
+    euler_rate_jacobian,
     euler_rate_matrix,
     rpy_ekf,
     rpy_ekf_attitude,
@@ -84,6 +87,3 @@ from fibril_mjx.mechanisms.estimators.rpy_ekf import (  # noqa: F401
     rpy_ekf_update,
     rpy_measurement,
 )
-# private helpers the tests check against a NumPy reference
-from fibril_mjx.mechanisms.estimators.common import _accel_noise, _kalman_update  # noqa: F401
-from fibril_mjx.mechanisms.estimators.rpy_ekf import _euler_rate_jacobian  # noqa: F401

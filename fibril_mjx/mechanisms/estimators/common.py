@@ -103,7 +103,7 @@ def ekf_state_type(name: str, title: str, attitude: str, attitude_doc: str, cov_
 # ------------------------------------------------------------------------- helpers
 
 
-def _skew(v):
+def skew(v):
   """`[v]×` `(3, 3)` with `[v]× w = v × w`."""
   z = jnp.zeros_like(v[0])
   return jnp.stack([
@@ -113,17 +113,20 @@ def _skew(v):
   ])
 
 
-def _tree_where(c, a, b):
+def tree_where(c, a, b):
+  """`a` where the scalar `c` is True, else `b`, leaf by leaf (two pytrees of one structure)."""
   return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
 
 
-def _diag_cov(att_std_rad, bias_std_radps, dtype):
+def diag_cov(att_std_rad, bias_std_radps, dtype):
+  """Initial covariance `(6, 6)` of `[attitude error, gyro bias]`: diagonal, from the 1σ
+  values (scalars or `(3,)`; rad, rad/s)."""
   att = jnp.broadcast_to(jnp.asarray(att_std_rad, dtype), (3,))
   bias = jnp.broadcast_to(jnp.asarray(bias_std_radps, dtype), (3,))
   return jnp.diag(jnp.concatenate([att, bias]) ** 2)
 
 
-def _accel_noise(params, accel):
+def accel_noise(params, accel):
   """Measurement covariance `(3, 3)` after gating, and whether to update at all."""
   e = jnp.abs(jnp.linalg.norm(accel) - params.gravity_mps2)
   excess = params.accel_inflation_gain * jnp.maximum(e - params.accel_gate_mps2, 0.0)
@@ -131,7 +134,7 @@ def _accel_noise(params, accel):
   return r, e <= params.accel_reject_mps2
 
 
-def _process_noise(params, dt, rate_map):
+def process_noise(params, dt, rate_map):
   """Discrete process noise `(6, 6)` of `[angle error, δb]`.
 
   Continuous model: `angle' = M·(−δb − n_g)`, `δb' = n_b` with white `n_g` of density
@@ -187,10 +190,10 @@ def compensated_accel(params, state, gyro, accel, dt):
 
 def accel_accepted(params, accel):
   """Whether the hard gate lets the (compensated) sample `accel` update the filter, `()`."""
-  return _accel_noise(params, accel)[1]
+  return accel_noise(params, accel)[1]
 
 
-def _kalman_update(cov, h_jac, innovation, r):
+def kalman_update(cov, h_jac, innovation, r):
   """Joseph-form update. Returns the error-state correction `(6,)` and covariance."""
   pht = mm(cov, h_jac.T)
   s = mm(h_jac, pht) + r
@@ -255,7 +258,7 @@ def predict_update_step(predict, update, params, state, gyro, accel, dt, new_dat
   """
   a_c = compensated_accel(params, state, gyro, accel, dt)
   new = update(params, predict(params, state, gyro, dt), a_c)
-  return _tree_where(new_data, new, state)
+  return tree_where(new_data, new, state)
 
 
 def ekf_step(predict, update):

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
-from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
-                                                     _kalman_update, _process_noise, _skew,
-                                                     _tree_where, ekf_state_type, ekf_step)
+from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, accel_noise, diag_cov,
+                                                     kalman_update, process_noise, skew,
+                                                     tree_where, ekf_state_type, ekf_step)
 
 
 QuatEkfState = ekf_state_type(
@@ -36,7 +36,7 @@ def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,
   dtype = params.gravity_mps2.dtype
   q0 = quat.normalize(jnp.asarray(q0, dtype))
   b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
-  return QuatEkfState(q0, b0, _diag_cov(att_std_rad, bias_std_radps, dtype),
+  return QuatEkfState(q0, b0, diag_cov(att_std_rad, bias_std_radps, dtype),
                       jnp.zeros(3, dtype), jnp.bool_(False))
 
 
@@ -57,7 +57,7 @@ def quat_measurement(params: EkfParams, q):
   g = params.gravity_mps2
   h = g * jnp.stack(
       [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z])
-  g_skew = _skew(jnp.stack([jnp.zeros_like(g), jnp.zeros_like(g), g]))
+  g_skew = skew(jnp.stack([jnp.zeros_like(g), jnp.zeros_like(g), g]))
   h_jac = jnp.concatenate([mm(quat.to_matrix(q).T, g_skew), jnp.zeros((3, 3), h.dtype)], axis=1)
   return h, h_jac
 
@@ -84,7 +84,7 @@ def quat_ekf_predict(params: EkfParams, state: QuatEkfState, gyro, dt) -> QuatEk
   eye = jnp.eye(3, dtype=omega.dtype)
   rot = quat.to_matrix(state.q)
   phi = jnp.block([[eye, -dt * rot], [jnp.zeros((3, 3), omega.dtype), eye]])
-  cov = mm(mm(phi, state.cov), phi.T) + _process_noise(params, dt, rot)
+  cov = mm(mm(phi, state.cov), phi.T) + process_noise(params, dt, rot)
   return state._replace(q=q, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
                         gyro_prev_valid=jnp.bool_(True))
 
@@ -104,13 +104,13 @@ def quat_ekf_update(params: EkfParams, state: QuatEkfState, accel) -> QuatEkfSta
   Returns:
     Updated `QuatEkfState`.
   """
-  r, accept = _accel_noise(params, accel)
+  r, accept = accel_noise(params, accel)
   h, h_jac = quat_measurement(params, state.q)
-  dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
+  dx, cov = kalman_update(state.cov, h_jac, accel - h, r)
   dq = jnp.concatenate([jnp.ones((1,), dx.dtype), 0.5 * dx[:3]])
   new = state._replace(q=quat.normalize(quat.multiply(dq, state.q)),
                        gyro_bias=state.gyro_bias + dx[3:], cov=cov)
-  return _tree_where(accept, new, state)
+  return tree_where(accept, new, state)
 
 
 # One IMU sample: `quat_ekf_step(params, state, gyro, accel, dt, new_data) -> QuatEkfState`.

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat, smallmat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
-from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, _accel_noise, _diag_cov,
-                                                     _kalman_update, _process_noise, _tree_where,
+from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, accel_noise, diag_cov,
+                                                     kalman_update, process_noise, tree_where,
                                                      ekf_state_type, ekf_step)
 
 
@@ -54,7 +54,7 @@ def _safe_cos(angle, eps=1e-6):
   return jnp.where(c >= 0, jnp.maximum(c, eps), jnp.minimum(c, -eps))
 
 
-def _euler_rate_jacobian(rpy, omega):
+def euler_rate_jacobian(rpy, omega):
   """`∂(E(rpy)·ω)/∂rpy` `(3, 3)` (yaw column is zero)."""
   sr, cr = jnp.sin(rpy[0]), jnp.cos(rpy[0])
   sp, cp = jnp.sin(rpy[1]), _safe_cos(rpy[1])
@@ -116,7 +116,7 @@ def rpy_ekf_init(params: EkfParams, rpy0, att_std_rad, bias_std_radps,
   dtype = params.gravity_mps2.dtype
   b0 = jnp.zeros(3, dtype) if bias0 is None else jnp.asarray(bias0, dtype)
   return RpyEkfState(jnp.asarray(rpy0, dtype), b0,
-                     _diag_cov(att_std_rad, bias_std_radps, dtype), jnp.zeros(3, dtype),
+                     diag_cov(att_std_rad, bias_std_radps, dtype), jnp.zeros(3, dtype),
                      jnp.bool_(False))
 
 
@@ -139,9 +139,9 @@ def rpy_ekf_predict(params: EkfParams, state: RpyEkfState, gyro, dt) -> RpyEkfSt
   e = euler_rate_matrix(state.rpy)
   rpy = _wrap_rpy(state.rpy + dt * smallmat.matvec(e, omega))
   eye = jnp.eye(3, dtype=omega.dtype)
-  f = jnp.block([[eye + dt * _euler_rate_jacobian(state.rpy, omega), -dt * e],
+  f = jnp.block([[eye + dt * euler_rate_jacobian(state.rpy, omega), -dt * e],
                  [jnp.zeros((3, 3), omega.dtype), eye]])
-  cov = mm(mm(f, state.cov), f.T) + _process_noise(params, dt, e)
+  cov = mm(mm(f, state.cov), f.T) + process_noise(params, dt, e)
   return state._replace(rpy=rpy, cov=0.5 * (cov + cov.T), gyro_prev=gyro,
                         gyro_prev_valid=jnp.bool_(True))
 
@@ -157,12 +157,12 @@ def rpy_ekf_update(params: EkfParams, state: RpyEkfState, accel) -> RpyEkfState:
   Returns:
     Updated `RpyEkfState`.
   """
-  r, accept = _accel_noise(params, accel)
+  r, accept = accel_noise(params, accel)
   h, h_jac = rpy_measurement(params, state.rpy)
-  dx, cov = _kalman_update(state.cov, h_jac, accel - h, r)
+  dx, cov = kalman_update(state.cov, h_jac, accel - h, r)
   new = state._replace(rpy=_wrap_rpy(state.rpy + dx[:3]), gyro_bias=state.gyro_bias + dx[3:],
                        cov=cov)
-  return _tree_where(accept, new, state)
+  return tree_where(accept, new, state)
 
 
 # One IMU sample: `rpy_ekf_step(params, state, gyro, accel, dt, new_data) -> RpyEkfState`.

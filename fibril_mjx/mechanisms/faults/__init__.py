@@ -1,9 +1,7 @@
 """Fault injection and health states shared by every sensing component (the sensor-modelling guide, SPEC §5,
 "Dropout, stale value i status").
 
-A sensing component opts in with four small pieces (the guide's sensors — magnetometer,
-barometer, airspeed, GNSS, rangefinder — all do; `fibril_sim/imu` and `fibril_sim/ahrs` can in
-the same way):
+A sensing component opts in with four small pieces (every shipped sensor does):
 
 1. its config model inherits `FaultConfig` (fields `faults`, `health_invalid_after_missed`,
    `health_recovery_samples`);
@@ -12,9 +10,10 @@ the same way):
    and value are per-world arrays, so campaigns can sample them);
 4. its State has a `faults` field, `init_state(plan, neutral_sample)`.
 
-`fibril_mjx.components.base.SensorBase.sense` then runs `sense` below instead of the plain
-cycle. With no entries (and no degraded condition of the component's own) the fault code is
-absent from the graph: `sense` is then the plain cycle, plus the optional `observe` hook.
+The one sensing cycle, `fibril_mjx.mechanisms.sensing.sense`, then runs the fault stages below
+at each acquisition (`reset_edges` before `acquire`, `packet` after it); without a fault plan
+(None) none of them is in the graph. With a plan but no entries (and no degraded condition of
+the component's own) what remains is the sample's `health` field set to the health (HEALTHY).
 
 Fault types (each entry is a time window `[start_s, end_s)`, `end_s` absent = to the end of the
 episode; a window is active at an acquisition whose tick falls inside it, its bounds rounded up
@@ -77,12 +76,12 @@ from fibril_mjx.mechanisms.faults.spec import (  # noqa: F401
 )
 from fibril_mjx.mechanisms.faults.apply import (  # noqa: F401
     apply_data,
-    sense,
+    packet,
+    reset_edges,
     transition,
     window,
 )
 from fibril_mjx.mechanisms.faults.scaffold import (  # noqa: F401
-    FaultySensor,
     bind_site,
     build_timing,
     check_shared_stream,

@@ -1,5 +1,6 @@
-"""The health machine and the traced fault cycle: windows in ticks, data faults, and `sense`, the
-sensing cycle with faults (see the package docstring)."""
+"""The health machine and the traced fault stages: windows in ticks, data faults, the reset
+edges and the packet of an acquisition, which `fibril_mjx.mechanisms.sensing.sense` runs for a
+component with a fault plan (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx.mechanisms import transport as tp
-from fibril_mjx.mechanisms.faults.spec import (BAD, DEGRADED, FaultParams, FaultPlan, HEALTHY,
-                                               INVALID, MISSED, OK, RECOVERING, WEAK, _DATA)
+from fibril_mjx.mechanisms.faults.spec import (BAD, DATA_TYPES, DEGRADED, FaultParams,
+                                               FaultPlan, FaultState, HEALTHY, INVALID, MISSED,
+                                               OK, RECOVERING, WEAK)
 
 
 # ----------------------------------------------------------------------- health machine
@@ -41,7 +42,7 @@ def transition(health, streak, condition, invalid_after_missed: int, recovery_sa
           jnp.where(calm, hd_streak, ir_streak).astype(jnp.int32))
 
 
-# ----------------------------------------------------------------------- fault application
+# ----------------------------------------------------------------------- fault stages
 
 def _first_tick(seconds, dt):
   """First tick at or after `seconds` (float32; a bound within ~1e-4 tick after a tick counts
@@ -83,7 +84,7 @@ def apply_data(plan: FaultPlan, fps, sample, last, has_last, tick, dt: float):
   """
   t = jnp.asarray(tick, jnp.float32) * dt
   for kind, names, fp, has_value in zip(plan.types, plan.fields, fps, plan.has_value):
-    if kind not in _DATA:
+    if kind not in DATA_TYPES:
       continue
     on = window(fp, tick, dt)
     if kind == 'bias_step':
@@ -103,86 +104,83 @@ def apply_data(plan: FaultPlan, fps, sample, last, has_last, tick, dt: float):
   return sample
 
 
-def sense(comp, p, s, data, tick, dues, env):
-  """The sensing cycle of SPEC §4 with faults and health (see the module docstring).
+def reset_edges(plan: FaultPlan, fps, st, fs: FaultState, tick, dt: float, reset=None):
+  """The reset edges of one acquisition: the first one inside a reset window re-initializes
+  the device.
 
-  Per tick: `observe` (optional, every tick, with `env`) → `track` (optional) → at an
-  acquisition instant: reset edges (`on_reset`) → `acquire` → data faults → stale packet →
-  condition → health → send (unless missed) → deliver.
+  Args:
+    fps: tuple of `FaultParams`; st: the component's state; fs: its `FaultState`.
+    reset: `(state, index) -> state`, the component's re-initialized state after its
+      `index`-th reset, or None (a reset leaves the state as it is).
+
+  Returns:
+    `(state, fault state)`.
   """
-  plan: FaultPlan = comp.fault_plan
-  due, n = dues['acquisition']
-  observe = getattr(comp, 'observe', None)
-  if observe is not None:
-    s = observe(p, s, env, tick)
-  track = getattr(comp, 'track', None)
-  if track is not None:
-    s = track(p, s, data, tick)
-  fps = p.faults
+  for j, i in enumerate(plan.resets):
+    edge = window(fps[i], tick, dt) & ~fs.reset_done[j]
+    if reset is not None:
+      st = jax.tree.map(lambda a, b, e=edge: jnp.where(e, a, b), reset(st, fs.resets + 1), st)
+    fs = fs._replace(reset_done=fs.reset_done.at[j].set(fs.reset_done[j] | edge),
+                     resets=fs.resets + edge.astype(jnp.int32))
+  return st, fs
 
-  def acquire(st):
-    fs = st.faults
-    # reset edges: the first acquisition inside a reset window re-initializes the device
-    on_reset = getattr(comp, 'on_reset', None)
-    for j, i in enumerate(plan.resets):
-      edge = window(fps[i], tick, comp.dt) & ~fs.reset_done[j]
-      if on_reset is not None:
-        st = jax.tree.map(lambda a, b, e=edge: jnp.where(e, a, b), on_reset(p, st, fs.resets + 1),
-                          st)
-      fs = fs._replace(reset_done=fs.reset_done.at[j].set(fs.reset_done[j] | edge),
-                       resets=fs.resets + edge.astype(jnp.int32))
-    st, sample = comp.acquire(p, st, data, tick, n)
-    cond = jnp.int32(OK)
-    if plan.weak:
-      cond = comp.condition(p, sample)
-    missed = jnp.bool_(False)
-    bad = jnp.bool_(False)
-    if plan.types:
-      sample = apply_data(plan, fps, sample, fs.last, fs.last_sequence >= 0, tick, comp.dt)
-      for kind, fp, warm in zip(plan.types, fps, plan.warmup_s):
-        on = window(fp, tick, comp.dt)
-        if kind == 'dropout':
-          missed = missed | on
-        elif kind == 'reset':
-          missed = missed | on
-          if warm > 0:
-            warming = FaultParams(fp.end_s, fp.end_s + warm, fp.value)
-            bad = bad | window(warming, tick, comp.dt)
-        elif kind == 'invalid_status':
-          bad = bad | on
-    health, streak = fs.health, fs.streak
-    if plan.active:
-      cond = jnp.where(missed, MISSED, jnp.where(bad, BAD, cond)).astype(jnp.int32)
-      health, streak = transition(fs.health, fs.streak, cond, plan.invalid_after_missed,
-                                  plan.recovery_samples)
-    if 'health' in getattr(type(sample), '_fields', ()):
-      sample = sample._replace(health=health)
-    seq, stamp = jnp.asarray(n, jnp.int32), jnp.asarray(tick, jnp.int32)
-    stale = jnp.bool_(False)
-    has_last = fs.last_sequence >= 0
-    for kind, fp in zip(plan.types, fps):
-      if kind in ('stale_new_timestamp', 'stale_old_timestamp'):
-        on = window(fp, tick, comp.dt) & has_last
-        stale = stale | on
-        sample = jax.tree.map(lambda a, b, on=on: jnp.where(on, a, b), fs.last, sample)
-        if kind == 'stale_old_timestamp':
-          seq = jnp.where(on, fs.last_sequence, seq)
-          stamp = jnp.where(on, fs.last_tick, stamp)
-    send = ~missed
-    q = tp.send(comp.transport, st.queue, sample, seq, stamp, st.streams['delivery_jitter'],
-                st.streams['delivery_loss'], active=send if plan.types else None)
-    if not plan.active:
-      return st._replace(queue=q)
-    fs = fs._replace(health=health, streak=streak)
-    if plan.types:
-      keep = send & ~stale
-      fs = fs._replace(
-          last=jax.tree.map(lambda a, b: jnp.where(keep, a, b), sample, fs.last),
-          last_sequence=jnp.where(keep, seq, fs.last_sequence),
-          last_tick=jnp.where(keep, stamp, fs.last_tick),
-          dropped=fs.dropped + missed.astype(jnp.int32))
-    return st._replace(queue=q, faults=fs)
 
-  s = jax.lax.cond(due, acquire, lambda st: st, s)
-  queue, held = tp.receive(comp.transport, s.queue, s.held, tick, dues)
-  return s._replace(queue=queue, held=held)
+def packet(plan: FaultPlan, fps, fs: FaultState, sample, cond, n, tick, dt: float):
+  """What the faults make of acquisition `n` (module docstring): data faults → condition →
+  health → stale packet.
+
+  Args:
+    fps: tuple of `FaultParams`; fs: the `FaultState` after the reset edges.
+    sample: the acquired sample (a NamedTuple; its `health` field, where it has one, is set).
+    cond: int32 `OK` or `WEAK`, the component's own condition.
+    tick: acquisition tick; dt: physics timestep (s).
+
+  Returns:
+    `(sample, sequence, stamp, active, fault state)`: the packet to send as `sequence` stamped
+    `stamp` when `active` (per-world bool; None where no fault entry can hold it back).
+  """
+  missed = jnp.bool_(False)
+  bad = jnp.bool_(False)
+  if plan.types:
+    sample = apply_data(plan, fps, sample, fs.last, fs.last_sequence >= 0, tick, dt)
+    for kind, fp, warm in zip(plan.types, fps, plan.warmup_s):
+      on = window(fp, tick, dt)
+      if kind == 'dropout':
+        missed = missed | on
+      elif kind == 'reset':
+        missed = missed | on
+        if warm > 0:
+          warming = FaultParams(fp.end_s, fp.end_s + warm, fp.value)
+          bad = bad | window(warming, tick, dt)
+      elif kind == 'invalid_status':
+        bad = bad | on
+  health, streak = fs.health, fs.streak
+  if plan.active:
+    cond = jnp.where(missed, MISSED, jnp.where(bad, BAD, cond)).astype(jnp.int32)
+    health, streak = transition(fs.health, fs.streak, cond, plan.invalid_after_missed,
+                                plan.recovery_samples)
+  if 'health' in type(sample)._fields:
+    sample = sample._replace(health=health)
+  seq, stamp = jnp.asarray(n, jnp.int32), jnp.asarray(tick, jnp.int32)
+  stale = jnp.bool_(False)
+  has_last = fs.last_sequence >= 0
+  for kind, fp in zip(plan.types, fps):
+    if kind in ('stale_new_timestamp', 'stale_old_timestamp'):
+      on = window(fp, tick, dt) & has_last
+      stale = stale | on
+      sample = jax.tree.map(lambda a, b, on=on: jnp.where(on, a, b), fs.last, sample)
+      if kind == 'stale_old_timestamp':
+        seq = jnp.where(on, fs.last_sequence, seq)
+        stamp = jnp.where(on, fs.last_tick, stamp)
+  send = ~missed
+  if not plan.active:
+    return sample, seq, stamp, None, fs
+  fs = fs._replace(health=health, streak=streak)
+  if plan.types:
+    keep = send & ~stale
+    fs = fs._replace(
+        last=jax.tree.map(lambda a, b: jnp.where(keep, a, b), sample, fs.last),
+        last_sequence=jnp.where(keep, seq, fs.last_sequence),
+        last_tick=jnp.where(keep, stamp, fs.last_tick),
+        dropped=fs.dropped + missed.astype(jnp.int32))
+  return sample, seq, stamp, send if plan.types else None, fs

@@ -1,48 +1,17 @@
-"""What a faulty sensor component shares on the host: the `FaultySensor` mixin, named stream keys,
-timing and site binding, shared-stream checks."""
+"""What a sensor with faults shares on the host: named stream keys, timing and site binding,
+shared-stream checks."""
 
 from __future__ import annotations
 
-
-
-from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import fifo, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
-from fibril_mjx.mechanisms.faults.spec import DeviceConfig, default_params, init_state
+from fibril_mjx.mechanisms.faults.spec import DeviceConfig
 from fibril_mjx.mechanisms.schedule import Schedule
 from fibril_mjx.errors import did_you_mean
 
 
-# ----------------------------------------------------------------------- scaffolding
-
-class FaultySensor:
-  """Mixin of the guide's sensors (put before `base.SensorBase`, whose `sense` runs the faulted
-  cycle for a component with a `fault_plan`): reset hook, queue + fault state init, status. A
-  subclass sets `fault_plan` and has `faults` in Params and State; `fault_fields`, the sample
-  fields a fault entry without `fields` acts on, default to the sample's first field."""
-  fault_fields: tuple = ()
-
-  def default_params(self):
-    """Params from the resolved config, float32, for a flat `params_type` whose last field is
-    `faults` (a sensor with nested or derived Params overrides this)."""
-    names = self.params_type._fields[:-1]
-    return self.params_type(*(host.array(getattr(self.cfg, f)) for f in names),
-                            default_params(self.cfg))
-
-  def on_reset(self, p, s, index):
-    """Re-initialized state after a device reset (default: unchanged)."""
-    del p, index
-    return s
-
-  def init_transport(self, neutral):
-    queue, held = tp.init(self.transport, neutral)
-    return queue, held, init_state(self.fault_plan, neutral)
-
-  def status(self, s) -> dict:
-    return {**super().status(s), 'fault_dropped': s.faults.dropped,
-            'resets': s.faults.resets}
-
+# ----------------------------------------------------------------------- host helpers
 
 def stream_keys(world_key, cid: str, sources, shared: dict | None = None) -> dict:
   """`{source: key}` for a component's sources; `shared` maps a source to a shared stream name
@@ -58,9 +27,9 @@ def build_timing(cfg: DeviceConfig, ctx, origin):
   """`(Schedule, Transport)` of a `DeviceConfig` (SPEC §4); the transport is a `fifo.Fifo`
   with `delivery: fifo` (a config with `fifo.FifoConfig`)."""
   schedule = Schedule.build(cfg.period_s, cfg.phase_s, ctx.dt, cfg.quantization, origin=origin)
-  if getattr(cfg, 'delivery', 'queue') == 'fifo':
-    return schedule, fifo.Fifo.build(cfg, ctx.dt, origin)
-  if hasattr(cfg, 'delivery'):
+  if isinstance(cfg, fifo.FifoConfig):
+    if cfg.delivery == 'fifo':
+      return schedule, fifo.Fifo.build(cfg, ctx.dt, origin)
     fifo.unused_fields(cfg, origin)
   transport = tp.Transport.build(cfg.latency_s, cfg.jitter_s, cfg.loss_probability,
                                  cfg.period_s, ctx.dt, cfg.quantization, origin=origin)
@@ -88,7 +57,7 @@ def check_shared_stream(ctx, cid: str, cfg, stream_field: str, same: tuple[str, 
   if name is None:
     return
   for other_id, other in ctx.built.items():
-    ocfg = getattr(other, 'cfg', None)
+    ocfg = getattr(other, 'cfg', None)   # a registered component need not have a config model
     if ocfg is None or type(ocfg) is not type(cfg) or getattr(ocfg, stream_field) != name:
       continue
     for f in same:

@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from fibril_mjx.errors import ConfigError, ConfigErrors
-from fibril_mjx.config.validation import Strict
+from fibril_mjx.errors import ConfigError, ConfigErrors, Strict
 from fibril_mjx.mechanisms import host
 
 
@@ -24,7 +23,7 @@ TYPES = ('dropout', 'stale_new_timestamp', 'stale_old_timestamp', 'nan', 'sentin
          'invalid_status', 'bias_step', 'bias_ramp', 'stuck', 'reset')
 _NEEDS_VALUE = ('sentinel', 'bias_step', 'bias_ramp')
 _MAY_HAVE_VALUE = _NEEDS_VALUE + ('stuck',)
-_DATA = ('nan', 'sentinel', 'bias_step', 'bias_ramp', 'stuck')
+DATA_TYPES = ('nan', 'sentinel', 'bias_step', 'bias_ramp', 'stuck')   # act on data fields
 _FLOAT_ONLY = ('nan', 'bias_step', 'bias_ramp')
 
 
@@ -55,7 +54,7 @@ class FaultSpec(Strict):
       raise ValueError(f'a {self.type} fault needs a value')
     if self.type not in _MAY_HAVE_VALUE and self.value is not None:
       raise ValueError(f'a {self.type} fault takes no value')
-    if self.type not in _DATA and self.fields is not None:
+    if self.type not in DATA_TYPES and self.fields is not None:
       raise ValueError(f'a {self.type} fault acts on the whole packet; fields are not used')
     if self.type != 'reset' and self.warmup_s != 0:
       raise ValueError('warmup_s is a reset field')
@@ -150,7 +149,7 @@ class FaultPlan:
     if not self.types:
       return 'faults: none'
     return 'faults: ' + ', '.join(
-        t + (f' on {"/".join(f)}' if t in _DATA else '') for t, f in zip(self.types, self.fields))
+        t + (f' on {"/".join(f)}' if t in DATA_TYPES else '') for t, f in zip(self.types, self.fields))
 
 
 def build_plan(cfg: FaultConfig, neutral_sample, default_fields: tuple[str, ...], *,
@@ -158,14 +157,14 @@ def build_plan(cfg: FaultConfig, neutral_sample, default_fields: tuple[str, ...]
   """Validates the `faults` entries against the sample type and returns the static plan.
 
   Args:
-    neutral_sample: a sample of the component (field names, shapes, dtypes).
+    neutral_sample: a sample of the component, a NamedTuple (field names, shapes, dtypes).
     default_fields: the component's `fault_fields`; empty: the sample's first field (the
       measurement of a sensor with one, e.g. `pressure_pa`).
     origin: `field -> (file, path)` of the config.
   """
   errors = []
   types, fields, shapes, warm, has = [], [], [], [], []
-  names = getattr(type(neutral_sample), '_fields', ())
+  names = type(neutral_sample)._fields
   default_fields = tuple(default_fields) or names[:1]
   file, path = origin('faults')
   for i, f in enumerate(cfg.faults):
@@ -192,7 +191,7 @@ def build_plan(cfg: FaultConfig, neutral_sample, default_fields: tuple[str, ...]
             errors.append(ConfigError(file, f'{where}.value', f'must be a scalar or have '
                                       f'{size} values (field {name!r})', list(f.value)))
     types.append(f.type)
-    fields.append(flds if f.type in _DATA else ())
+    fields.append(flds if f.type in DATA_TYPES else ())
     shapes.append(shape)
     warm.append(float(f.warmup_s))
     has.append(f.value is not None)

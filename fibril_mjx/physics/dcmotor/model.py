@@ -238,95 +238,122 @@ def _lugre_next(a: jax.Array, z: jax.Array, vel: jax.Array, h: jax.Array) -> jax
   return exp_ah * z + int_h * vel
 
 
-def _motor(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax.Array,
-           vel: jax.Array, u: Sequence[jax.Array], s: DcMotorState) -> _Motor:
-  """MuJoCo's dcmotor: activation derivatives, next activations and force of dcmotor `i`."""
-  has = lambda slot: dset.has(i, slot)
-  zero = jnp.zeros_like(vel)
-  inputs = dset.inputs[i]
-  R0, K = p.resistance_ohm[i], p.motorconst[i]
-  ad = dict.fromkeys(SLOTS, zero)
-  nxt = {k: getattr(s, k)[i] for k in SLOTS}
+def _command(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax.Array,
+             u: Sequence[jax.Array], s: DcMotorState, zero: jax.Array):
+  """The slew-limited first control and the position-error integral of dcmotor `i`.
 
-  u_first = u[0] if inputs else zero
-  if has('slew'):
+  Returns:
+    `(u_first, integral, slew_dot, integral_dot)`: the first control after the slew limit
+    (zero without inputs), the integral activation and the two activation derivatives (zero
+    for absent slots).
+  """
+  u_first = u[0] if dset.inputs[i] else zero
+  slew_dot = zero
+  if dset.has(i, 'slew'):
     u_prev = s.slew[i]
     step = p.slew_limit[i] * h
     u_eff = jnp.clip(u_first, u_prev - step, u_prev + step)
-    ad['slew'] = (u_eff - u_prev) / h
+    slew_dot = (u_eff - u_prev) / h
     u_first = u_eff
-
-  x_i = zero
-  if has('integral'):
+  x_i, integral_dot = zero, zero
+  if dset.has(i, 'integral'):
     x_i = s.integral[i]
     rate = u_first - length
     if dset.has_imax[i]:
       imax = p.integral_limit[i]
       rate = jnp.where((imax > 0) & (x_i >= imax), jnp.minimum(rate, 0.0), rate)
       rate = jnp.where((imax > 0) & (x_i <= -imax), jnp.maximum(rate, 0.0), rate)
-    ad['integral'] = rate
+    integral_dot = rate
+  return u_first, x_i, slew_dot, integral_dot
 
-  # terminal voltage (controller, when any of pos/vel/ff is an input)
-  voltage = zero
-  if inputs:
-    if any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in inputs):
-      sig = dict.fromkeys((INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE), zero)
-      for k, b in enumerate(inputs):
-        sig[b] = u_first if k == 0 else u[k]
-      torque = (p.kp[i] * (sig[INPUT_POS] - length) + p.kd[i] * (sig[INPUT_VEL] - vel)
-                + p.ki[i] * x_i + sig[INPUT_FF])
-      voltage = (R0 / K) * torque + K * vel
-      if dset.has_vmax[i]:
-        vmax = p.voltage_limit[i]
-        voltage = jnp.where(vmax > 0, jnp.clip(voltage, -vmax, vmax), voltage)
-      voltage = voltage + sig[INPUT_VOLTAGE]
-    else:
-      voltage = u_first
 
-  R = R0
-  te = jnp.maximum(_MINVAL, p.electrical_time_constant_s[i])
-  if has('temperature'):
-    T = s.temperature[i]
-    R_eff = R0 * (1.0 + p.resistance_tempco[i] * (T + p.ambient_temperature[i]
-                                                   - p.reference_temperature[i]))
-    current = s.current[i] if has('current') else (voltage - K * vel) / R_eff
-    ad['temperature'] = ((R_eff * current * current - T / p.thermal_resistance[i])
-                         / p.thermal_capacitance[i])
-    R = R_eff
+def _voltage(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
+             length: jax.Array, vel: jax.Array, u: Sequence[jax.Array], x_i: jax.Array,
+             zero: jax.Array) -> jax.Array:
+  """Terminal voltage of dcmotor `i`: the controller's output when any of pos / vel / ff is an
+  input (`u` the controls, the first slew-limited; `x_i` the error integral), else the
+  voltage input itself (zero for `input="none"`)."""
+  inputs = dset.inputs[i]
+  if not inputs:
+    return zero
+  if not any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in inputs):
+    return u[0]
+  sig = dict.fromkeys((INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE), zero)
+  for k, b in enumerate(inputs):
+    sig[b] = u[k]
+  torque = (p.kp[i] * (sig[INPUT_POS] - length) + p.kd[i] * (sig[INPUT_VEL] - vel)
+            + p.ki[i] * x_i + sig[INPUT_FF])
+  voltage = (R0 / K) * torque + K * vel
+  if dset.has_vmax[i]:
+    vmax = p.voltage_limit[i]
+    voltage = jnp.where(vmax > 0, jnp.clip(voltage, -vmax, vmax), voltage)
+  return voltage + sig[INPUT_VOLTAGE]
 
-  a_lugre = zero
-  if has('bristle'):
-    a_lugre = _lugre_rate(p, i, vel)
-    ad['bristle'] = a_lugre * s.bristle[i] + vel
 
-  decay = zero
-  if has('current'):
-    rate = (voltage / R - K / R * vel - s.current[i]) / te
-    if dset.has_current_rate[i]:
-      dimax = p.current_rate_limit[i]
-      rate = jnp.where(dimax > 0, jnp.clip(rate, -dimax, dimax), rate)
-    ad['current'] = rate
-    decay = 1.0 - jnp.exp(-h / te)
+def _thermal(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
+             vel: jax.Array, voltage: jax.Array, s: DcMotorState, zero: jax.Array):
+  """Winding resistance at the current temperature and the temperature-rise derivative.
 
-  # next activations (MuJoCo's mj_advance), used early for the last slot (actearly)
-  if has('current'):
-    nxt['current'] = s.current[i] + ad['current'] * te * decay
-  if has('bristle'):
+  Returns:
+    `(R, temperature_dot)`: `R0` and zero without the thermal slot.
+  """
+  if not dset.has(i, 'temperature'):
+    return R0, zero
+  T = s.temperature[i]
+  R_eff = R0 * (1.0 + p.resistance_tempco[i] * (T + p.ambient_temperature[i]
+                                                 - p.reference_temperature[i]))
+  current = s.current[i] if dset.has(i, 'current') else (voltage - K * vel) / R_eff
+  temperature_dot = ((R_eff * current * current - T / p.thermal_resistance[i])
+                     / p.thermal_capacitance[i])
+  return R_eff, temperature_dot
+
+
+def _current_rate(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, K: jax.Array,
+                  R: jax.Array, te: jax.Array, vel: jax.Array, voltage: jax.Array,
+                  s: DcMotorState, zero: jax.Array):
+  """Winding-current derivative (rate-limited) and the step's decay `1 - exp(-h / te)`.
+
+  Returns:
+    `(current_dot, decay)`: zeros without the current slot.
+  """
+  if not dset.has(i, 'current'):
+    return zero, zero
+  rate = (voltage / R - K / R * vel - s.current[i]) / te
+  if dset.has_current_rate[i]:
+    dimax = p.current_rate_limit[i]
+    rate = jnp.where(dimax > 0, jnp.clip(rate, -dimax, dimax), rate)
+  return rate, 1.0 - jnp.exp(-h / te)
+
+
+def _advance(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, vel: jax.Array,
+             s: DcMotorState, now: dict, dot: dict, a_lugre: jax.Array, te: jax.Array,
+             decay: jax.Array) -> dict:
+  """Next activations `{slot: scalar}` as MuJoCo's `mj_advance` makes them from the current
+  ones `now` and the derivatives `dot` (used early for the last slot: actearly)."""
+  nxt = dict(now)
+  if dset.has(i, 'current'):
+    nxt['current'] = s.current[i] + dot['current'] * te * decay
+  if dset.has(i, 'bristle'):
     nxt['bristle'] = _lugre_next(a_lugre, s.bristle[i], vel, h)
-  if has('integral'):
-    x_next = s.integral[i] + ad['integral'] * h
+  if dset.has(i, 'integral'):
+    x_next = s.integral[i] + dot['integral'] * h
     if dset.has_imax[i]:
       imax = p.integral_limit[i]
       x_next = jnp.where(imax > 0, jnp.clip(x_next, -imax, imax), x_next)
     nxt['integral'] = x_next
   for slot in ('temperature', 'slew'):
-    if has(slot):
-      nxt[slot] = getattr(s, slot)[i] + ad[slot] * h
+    if dset.has(i, slot):
+      nxt[slot] = getattr(s, slot)[i] + dot[slot] * h
+  return nxt
 
-  # force
-  R_gain = jnp.maximum(_MINVAL, R)   # resistance at the current temperature
-  if has('current'):
-    force = K * nxt['current']
+
+def _force(dset: DcMotorSet, p: DcMotorParams, i: int, K: jax.Array, R_gain: jax.Array,
+           length: jax.Array, vel: jax.Array, voltage: jax.Array, s: DcMotorState,
+           current_next: jax.Array, bristle_dot: jax.Array) -> jax.Array:
+  """Actuator force of dcmotor `i`: K times the next current (or the steady-state current at
+  resistance `R_gain`), saturated, plus cogging, minus LuGre friction."""
+  if dset.has(i, 'current'):
+    force = K * current_next
   else:
     force = K / R_gain * voltage - (K / R_gain) * K * vel
   if dset.force_limited[i]:
@@ -334,27 +361,55 @@ def _motor(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax
   if dset.has_cogging[i]:
     force = force + p.cogging_amplitude[i] * jnp.sin(p.cogging_poles[i] * length
                                                      + p.cogging_phase[i])
-  if has('bristle'):
-    force = force - (p.lugre_sigma0[i] * s.bristle[i] + p.lugre_sigma1[i] * ad['bristle'])
+  if dset.has(i, 'bristle'):
+    force = force - (p.lugre_sigma0[i] * s.bristle[i] + p.lugre_sigma1[i] * bristle_dot)
+  return force
 
-  # d force / d velocity as MuJoCo's implicit integrators use it
-  dfdv = zero
-  if dset.integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
-    dvdw = zero
-    if any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in inputs):
-      dvdw = -p.kd[i] * jnp.maximum(_MINVAL, R0) / K + K
-    if has('current'):
-      dfdv = K * (dvdw - K) * decay / R_gain
-    else:
-      dfdv = K * dvdw / R_gain - K * K / R_gain
-    if has('bristle'):
-      dfdv = jnp.where(p.lugre_sigma1[i] > 0, dfdv - p.lugre_sigma1[i], dfdv)
-    if dset.force_limited[i]:
-      clamped = (force <= p.forcerange[i, 0]) | (force >= p.forcerange[i, 1])
-      dfdv = jnp.where(clamped, 0.0, dfdv)
 
+def _dforce_dvel(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
+                 R_gain: jax.Array, decay: jax.Array, force: jax.Array,
+                 zero: jax.Array) -> jax.Array:
+  """d force / d velocity of dcmotor `i` as MuJoCo's implicitfast integrator uses it (zero for
+  the other integrators)."""
+  if dset.integrator != int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
+    return zero
+  dvdw = zero
+  if any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in dset.inputs[i]):
+    dvdw = -p.kd[i] * jnp.maximum(_MINVAL, R0) / K + K
+  if dset.has(i, 'current'):
+    dfdv = K * (dvdw - K) * decay / R_gain
+  else:
+    dfdv = K * dvdw / R_gain - K * K / R_gain
+  if dset.has(i, 'bristle'):
+    dfdv = jnp.where(p.lugre_sigma1[i] > 0, dfdv - p.lugre_sigma1[i], dfdv)
+  if dset.force_limited[i]:
+    clamped = (force <= p.forcerange[i, 0]) | (force >= p.forcerange[i, 1])
+    dfdv = jnp.where(clamped, 0.0, dfdv)
+  return dfdv
+
+
+def _motor(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax.Array,
+           vel: jax.Array, u: Sequence[jax.Array], s: DcMotorState) -> _Motor:
+  """MuJoCo's dcmotor: activation derivatives, next activations and force of dcmotor `i`."""
+  zero = jnp.zeros_like(vel)
+  R0, K = p.resistance_ohm[i], p.motorconst[i]
+  dot = dict.fromkeys(SLOTS, zero)
+  now = {k: getattr(s, k)[i] for k in SLOTS}
+  u_first, x_i, dot['slew'], dot['integral'] = _command(dset, p, i, h, length, u, s, zero)
+  voltage = _voltage(dset, p, i, R0, K, length, vel, [u_first, *u[1:]], x_i, zero)
+  te = jnp.maximum(_MINVAL, p.electrical_time_constant_s[i])
+  R, dot['temperature'] = _thermal(dset, p, i, R0, K, vel, voltage, s, zero)
+  a_lugre = zero
+  if dset.has(i, 'bristle'):
+    a_lugre = _lugre_rate(p, i, vel)
+    dot['bristle'] = a_lugre * s.bristle[i] + vel
+  dot['current'], decay = _current_rate(dset, p, i, h, K, R, te, vel, voltage, s, zero)
+  nxt = _advance(dset, p, i, h, vel, s, now, dot, a_lugre, te, decay)
+  R_gain = jnp.maximum(_MINVAL, R)   # resistance at the current temperature
+  force = _force(dset, p, i, K, R_gain, length, vel, voltage, s, nxt['current'], dot['bristle'])
+  dfdv = _dforce_dvel(dset, p, i, R0, K, R_gain, decay, force, zero)
   as_state = lambda dct: DcMotorState(*(dct[k] for k in SLOTS))
-  return _Motor(force, as_state(ad), as_state(nxt), dfdv)
+  return _Motor(force, as_state(dot), as_state(nxt), dfdv)
 
 
 def evaluate(dset: DcMotorSet, params: DcMotorParams, timestep: jax.Array,

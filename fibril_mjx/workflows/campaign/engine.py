@@ -32,10 +32,10 @@ import numpy as np
 
 from fibril_mjx import analysis
 from fibril_mjx.builder import build
+from fibril_mjx.builder import vary as fl
 from fibril_mjx.batch import worlds as worlds_axis
 from fibril_mjx.analysis import common
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
-from fibril_mjx.workflows.campaign import fields as fl
 from fibril_mjx.workflows.campaign import policy as pol
 from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
@@ -176,7 +176,7 @@ class Plan:
   """A campaign ready to run any chunk of worlds.
 
   Attributes:
-    campaign: the validated `spec.Campaign`; fields: resolved `fields.Field`s.
+    campaign: the validated `spec.Campaign`; fields: resolved `vary.Field`s.
     sim: the nominal `Simulation` (group 0 when no static field varies).
     n_ticks: ticks per world; chunks: `[(lo, hi), ...]` of global world indices.
     latency_max: `{field path: s}` — each varied latency's largest value over the campaign
@@ -267,9 +267,9 @@ class Plan:
     if ctl is None or ctl.goal is None:
       return []
     size = pol.TASKS[ctl.task].goal_size
-    if fl._dist_len(ctl.goal) not in (1, size):
+    if fl.dist_len(ctl.goal) not in (1, size):
       raise ConfigError(file, 'controller.goal', f'per-axis lists must have {size} entries '
-                        f'(the goal of task {ctl.task})', fl._dist_len(ctl.goal))
+                        f'(the goal of task {ctl.task})', fl.dist_len(ctl.goal))
     shape = () if size == 1 else (size,)
     return [fl.Field('controller.goal', 'goal', ctl.goal, shape, np.zeros(shape))]
 

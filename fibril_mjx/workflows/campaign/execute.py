@@ -28,7 +28,8 @@ from fibril_mjx.errors import FibrilError
 from fibril_mjx.workflows.campaign import engine
 from fibril_mjx.workflows.campaign import report as rp
 from fibril_mjx.workflows.campaign import spec as sp
-from fibril_mjx.workflows.campaign.parts import _part, _write_atomic, read_rows, write_part  # noqa: F401
+from fibril_mjx.workflows.campaign.parts import (  # noqa: F401
+    part_path, read_rows, write_atomic, write_part)
 from fibril_mjx.io import outdir
 
 FORMAT = 'fibril_campaign_output/1'
@@ -147,12 +148,12 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
       raise FibrilError(f'{out}: cannot resume: {", ".join(detail)} differ from the run in '
                         'this directory (same campaign file, manifest, profiles, packages and '
                         'options are required; use another --out)')
-    meta['completed'] = sorted(i for i in old.get('completed', []) if _part(out, i).is_file())
+    meta['completed'] = sorted(i for i in old.get('completed', []) if part_path(out, i).is_file())
   (out / 'parts').mkdir(parents=True, exist_ok=True)
   for stale in [*(out / 'parts').glob('.part-*.partial-*'),
                 *out.glob('.campaign.json.partial-*')]:
     stale.unlink(missing_ok=True)   # left by a killed run: never renamed, never counted
-  _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+  write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   todo = [i for i in range(len(plan.chunks)) if i not in set(meta['completed'])]
 
   from tqdm import tqdm
@@ -163,9 +164,9 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   t0 = time.perf_counter()
 
   def finish(i, cols):
-    write_part(_part(out, i), cols)
+    write_part(part_path(out, i), cols)
     meta['completed'] = sorted(set(meta['completed']) | {i})
-    _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+    write_atomic(meta_path, json.dumps(meta, indent=2).encode())
     bar.update(plan.chunks[i][1] - plan.chunks[i][0])
 
   try:
@@ -177,7 +178,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   finally:
     bar.close()
   meta['run_s'] = time.perf_counter() - t0
-  _write_atomic(meta_path, json.dumps(meta, indent=2).encode())
+  write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   if report:
     rp.write(out, plan, meta)
   return meta

@@ -12,7 +12,8 @@ from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+def write_atomic(path: pathlib.Path, data: bytes) -> None:
+  """Writes `data` to `path` atomically (staged, fsynced, renamed)."""
   outdir.write_file(path, data, fsync=True)
 
 
@@ -38,5 +39,6 @@ def read_rows(out) -> dict:
   return {k: v[order] for k, v in cols.items()}
 
 
-def _part(out, i) -> pathlib.Path:
+def part_path(out, i) -> pathlib.Path:
+  """The path of part `i` of the campaign directory `out`."""
   return pathlib.Path(out) / 'parts' / f'part-{i:05d}.parquet'

@@ -8,11 +8,11 @@ The policy checkpoint is what `examples/train_ppo.py --out DIR` writes:
   env config it was trained with, 'training': budget and wall time}`.
 
 The env config (task, observation layout, action scaling, control period) is written in the
-campaign file and is the same vocabulary the example trains with, so the functions here are
-used by both the RL env (`fibril_mjx.rl.env`, `examples/train_ppo.py`) and the campaign:
+campaign file and is the same vocabulary the example trains with: the observation is the RL
+env's own (`fibril_mjx.rl.env.observation`: the delivered fields of the observed sensor /
+feedback components, each followed by its `new_data` flag, then the goal, float32), and the
+functions here are used by both the example (`examples/train_ppo.py`) and the campaign:
 
-- `observation(observe, outputs, goal_vec)`: the delivered fields of the observed sensor /
-  feedback components, each followed by its `new_data` flag, then the goal (float32);
 - `commands(components, actions, action)`: `action[i]` clipped to [-1, 1] × scale → the
   component's command of that mode (`script_command`, as a `command_script` entry builds it);
 - `TASKS`: reward, tracking error and goal of each named task.
@@ -42,6 +42,7 @@ import numpy as np
 from fibril_mjx.config.campaign import TASKS as TASK_NAMES
 from fibril_mjx.core import protocol
 from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.rl.env import observation
 
 FORMAT = 'fibril_policy/1'
 METRICS = ('episode_return', 'tracking_error_rms', 'settled_error_max', 'success')
@@ -84,24 +85,6 @@ assert tuple(TASKS) == TASK_NAMES
 
 
 # ------------------------------------------------------------------------------- env pieces
-
-def observation(observe, out, goal_vec=None) -> jax.Array:
-  """One world's observation (float32 vector): for each `(component id, fields or None)` of
-  `observe`, its delivered sample's fields (None: every field) and its `new_data` flag, then
-  `goal_vec`."""
-  leaves = []
-  for cid, names in (observe.items() if isinstance(observe, dict) else observe):
-    d = out['sensor'][cid]
-    if names is None:
-      leaves.extend(jax.tree.leaves(d.sample))
-    else:
-      leaves.extend(getattr(d.sample, n) for n in names)
-    leaves.append(d.new_data)
-  if goal_vec is not None:
-    leaves.append(goal_vec)
-  parts = [jnp.ravel(jnp.asarray(x)).astype(jnp.float32) for x in leaves]
-  return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float32)
-
 
 def commands(components: dict, actions, action) -> dict:
   """`{component id: command}` of one action vector: `clip(action[i], -1, 1) · scale` in the

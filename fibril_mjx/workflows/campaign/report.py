@@ -14,7 +14,7 @@ from scipy import stats
 from fibril_mjx.analysis import plotting
 from fibril_mjx.analysis.stats.proportion import Z95, wilson  # noqa: F401 (report.wilson)
 from fibril_mjx.workflows.campaign import parts
-from fibril_mjx.workflows.campaign.fields import choice_label
+from fibril_mjx.builder.vary import choice_label
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
 

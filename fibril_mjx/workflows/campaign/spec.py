@@ -2,8 +2,8 @@
 (`fibril_mjx.config.campaign.CampaignModel`), and turned into a `Campaign`.
 
 Field paths, metric names and criteria are checked against the built manifest later
-(`fields.resolve`, `engine.Plan`); here every key, type and distribution parameter is checked,
-with one `file: path = value: rule` line per error.
+(`fibril_mjx.builder.vary.resolve`, `engine.Plan`); here every key, type and distribution
+parameter is checked, with one `file: path = value: rule` line per error.
 """
 
 from __future__ import annotations
@@ -12,31 +12,15 @@ import dataclasses
 import hashlib
 import pathlib
 
+from fibril_mjx.builder.vary import Distribution, distribution
 from fibril_mjx.config.campaign import (DISTRIBUTIONS, OPTIONAL, SCENARIO_KEYS, TOP_KEYS,
-                                        CampaignModel, ChoiceDist, UserMetric, numbers)
+                                        CampaignModel, UserMetric)
 from fibril_mjx.config.campaign import ControllerModel
 from fibril_mjx.config.validation import load_yaml, validate
 from fibril_mjx.errors import ConfigError, ConfigErrors
 
 __all__ = ['DISTRIBUTIONS', 'OPTIONAL', 'SCENARIO_KEYS', 'TOP_KEYS', 'Campaign', 'Controller',
            'Criterion', 'Distribution', 'Metric', 'read']
-
-
-@dataclasses.dataclass(frozen=True)
-class Distribution:
-  """One `vary:` entry.
-
-  Attributes:
-    path: the field path as written (`ahrs.angular_velocity_bias`, `joint:yaw.damping`).
-    dist: distribution name; params: its parameters (numbers or per-axis lists).
-    relative: the sampled value multiplies the nominal value.
-    weights: choice weights (None: equal).
-  """
-  path: str
-  dist: str
-  params: dict
-  relative: bool = False
-  weights: tuple | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,22 +85,12 @@ class Campaign:
   controller: Controller | None = None   # a policy closing the loop (None: open loop)
 
 
-def _distribution(path: str, d) -> Distribution:
-  """The `Distribution` of a validated `vary:` entry (parameters as tuples of floats)."""
-  if isinstance(d, ChoiceDist):
-    values = tuple(tuple(v) if isinstance(v, list) else v for v in d.values)
-    return Distribution(path, 'choice', {'values': values}, d.relative,
-                        None if d.weights is None else tuple(float(w) for w in d.weights))
-  params = {k: tuple(numbers(getattr(d, k))) for k in DISTRIBUTIONS[d.dist]}
-  return Distribution(path, d.dist, params, d.relative)
-
-
 def _controller(c: ControllerModel, policy: pathlib.Path) -> Controller:
   return Controller(policy, c.task, tuple((cid, None if f is None else tuple(f))
                                           for cid, f in c.observe.items()),
                     tuple((a.component, a.mode, float(a.scale)) for a in c.actions),
                     float(c.control_period_s),
-                    None if c.goal is None else _distribution('controller.goal', c.goal))
+                    None if c.goal is None else distribution('controller.goal', c.goal))
 
 
 def read(path, *, worlds: int | None = None, duration_s: float | None = None,
@@ -172,7 +146,7 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
   criteria = [Criterion(str(name), c.metric, c.min, c.max) for name, c in model.criteria.items()]
   return Campaign(path, hashlib.sha256(path.read_bytes()).hexdigest(), manifest, model.worlds,
                   int(model.seed), float(model.duration_s), model.chunk_worlds,
-                  tuple(_distribution(str(fp), d) for fp, d in model.vary.items()),
+                  tuple(distribution(str(fp), d) for fp, d in model.vary.items()),
                   tuple(names) if names is not None else None, scenario, tuple(user),
                   tuple(criteria), model.physics,
                   None if model.controller is None else _controller(model.controller,

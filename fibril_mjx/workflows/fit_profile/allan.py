@@ -38,7 +38,7 @@ def load(path, csv_map=None, topics=None, component_type=None, component=None):
   return rc.read_recording(path)
 
 
-def _uniform(fields, field):
+def delivered_samples(fields, field):
   """Delivered samples in order (lost ones dropped, not filled: a repeated white sample would
   bias the white level; the τ axis stretches by 1/(1 − loss)) and the rate in Hz."""
   t = np.asarray(fields[rc.SAMPLE_TIME], np.float64)
@@ -55,7 +55,7 @@ def _uniform(fields, field):
   return out, 1.0 / period
 
 
-def _split(records):
+def split_heldout(records):
   """`(fit, heldout, how)`: whole logs when ≥ 3, else each log split in time."""
   if len(records) >= 3:
     k = max(1, int(round(HELDOUT * len(records))))
@@ -127,7 +127,9 @@ def _model_adev(fit, m, rate):
                                             ar1=ar1, random_walk=fit['K']))
 
 
-def _heldout_allan(held, rate, fit):
+def heldout_allan(held, rate, fit):
+  """The held-out records' pooled Allan deviation against the `fit` model: the largest
+  deviation in σ of the estimator, whether all are within `K_SIGMA`, and the curves."""
   m, taus, adev, rel, _ = _pool_allan(held, rate)
   model = _model_adev(fit, m, rate)
   z = np.abs(adev / model - 1) / rel
@@ -135,7 +137,9 @@ def _heldout_allan(held, rate, fit):
           'curve': (taus, adev, model, rel)}
 
 
-def _episode_dispersion(means, var_noise):
+def episode_dispersion(means, var_noise):
+  """Unit-to-unit (episode-to-episode) standard deviation of `means` with the noise's share
+  `var_noise` of their variance removed, and its standard error; `(None, None)` below 3."""
   if len(means) < 3:
     return None, None
   s = float(np.std(means, ddof=1))

@@ -14,7 +14,7 @@ from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import ConfigError, FibrilError
 from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, TYPES, load
 from fibril_mjx.workflows.fit_profile.geometry import fit_six, fit_timing
-from fibril_mjx.workflows.fit_profile.plots import _plot_timing
+from fibril_mjx.workflows.fit_profile.plots import plot_timing
 from fibril_mjx.workflows.fit_profile.static import fit_static
 
 
@@ -135,7 +135,7 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
     result['calibration'] = {k: _round(v) for k, v in six_fit.items()}
   if tim:
     result['timing'] = {k: v for k, v in tim.items() if k not in ('latencies', 'periods')}
-    plots.append(_plot_timing(fig_dir, tim))
+    plots.append(plot_timing(fig_dir, tim))
   srcs = ', '.join(pathlib.Path(p).name for lst in result['recordings'].values() for p in lst)
   prov_fields = {f.split('[')[0]: f'FITTED by fibril-mjx fit-profile ({m}); see evidence'
                  for f, _, _, m in rows}

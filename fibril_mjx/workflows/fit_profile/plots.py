@@ -10,7 +10,9 @@ from fibril_mjx.analysis import plotting
 # ---------------------------------------------------------------------------- plots
 
 
-def _plot_allan(fig_dir, ch, rows):
+def plot_allan(fig_dir, ch, rows):
+  """Allan deviation per axis of channel `ch`: fitting logs, held-out logs and the fitted
+  model (`rows`: per axis `(name, (taus, adev, rel), held-out curve)`); returns the path."""
   plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(7, 5))
   for (axname, (taus, adev, rel), (ht, hadev, hmodel, hrel)), c in zip(
@@ -27,7 +29,9 @@ def _plot_allan(fig_dir, ch, rows):
   return plotting.save(fig, path)
 
 
-def _plot_timing(fig_dir, t):
+def plot_timing(fig_dir, t):
+  """Histograms of the recorded sample periods and latencies (`t`: `fit_timing`'s result);
+  returns the path."""
   plt = plotting.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   axes[0].hist(t['periods'] * 1e3, bins=50)

@@ -7,9 +7,10 @@ import math
 import numpy as np
 
 from fibril_mjx.analysis import stats
-from fibril_mjx.workflows.fit_profile.allan import (CHANNELS, K_SIGMA, _episode_dispersion,
-                                                    _heldout_allan, _split, _uniform, fit_allan)
-from fibril_mjx.workflows.fit_profile.plots import _plot_allan
+from fibril_mjx.workflows.fit_profile.allan import (CHANNELS, K_SIGMA, delivered_samples,
+                                                    episode_dispersion, fit_allan, heldout_allan,
+                                                    split_heldout)
+from fibril_mjx.workflows.fit_profile.plots import plot_allan
 
 
 # ------------------------------------------------------------------------- static
@@ -19,18 +20,18 @@ def fit_static(ctype, cid, recs, fig_dir):
   values, rows, plots = {}, [], []
   held_rows = []
   for ch in CHANNELS:
-    data = [_uniform(r.sensor(cid), ch) for r in recs if ch in r.sensor(cid)]
+    data = [delivered_samples(r.sensor(cid), ch) for r in recs if ch in r.sensor(cid)]
     if not data:
       continue
     rate = data[0][1]
     arrs = [d[0] for d in data]
-    fit_recs, held_recs, how = _split(arrs)
+    fit_recs, held_recs, how = split_heldout(arrs)
     if ctype == 'fibril_sim/imu':
       nd, kk, gms, gmt = [], [], [], []
       fig = []
       for i in range(3):
         f = fit_allan([r[:, i] for r in fit_recs], rate)
-        h = _heldout_allan([r[:, i] for r in held_recs], rate, f)
+        h = heldout_allan([r[:, i] for r in held_recs], rate, f)
         nd.append(f['N'])
         kk.append(f['K'])
         gms.append(f.get('gm_sigma', 0.0))
@@ -55,13 +56,13 @@ def fit_static(ctype, cid, recs, fig_dir):
       disp = []
       for i in range(3):
         var_noise = (nd[i] ** 2 * rate) / n + kk[i] ** 2 * n / rate / 3
-        s, se = _episode_dispersion(means[:, i], var_noise)
+        s, se = episode_dispersion(means[:, i], var_noise)
         if s is not None:
           disp.append(s)
           rows.append((f'{ch}_bias_turn_on_stddev[{i}]', s, se, f'std of {len(arrs)} log means'))
       if len(disp) == 3:
         values[f'{ch}_bias_turn_on_stddev'] = disp
-      plots.append(_plot_allan(fig_dir, ch, fig))
+      plots.append(plot_allan(fig_dir, ch, fig))
     else:
       fit_sig, fit_rho = [], []
       for i in range(3):
@@ -80,13 +81,13 @@ def fit_static(ctype, cid, recs, fig_dir):
         means = np.array([r[:, 2].mean() for r in arrs])
         n = min(r.shape[0] for r in arrs)
         var_noise = fit_sig[2] ** 2 / n * (1 + fit_rho[2]) / (1 - fit_rho[2])
-        s, se = _episode_dispersion(means, var_noise)
+        s, se = episode_dispersion(means, var_noise)
         if s is not None:
           values['yaw_rate_bias_stddev_rad_s'] = s
           rows.append(('yaw_rate_bias_stddev_rad_s', s, se, f'std of {len(arrs)} log means of '
                        'gyro z'))
   if ctype == 'fibril_sim/ahrs':
-    qs = [_uniform(r.sensor(cid), 'orientation')[0] for r in recs
+    qs = [delivered_samples(r.sensor(cid), 'orientation')[0] for r in recs
           if 'orientation' in r.sensor(cid)]
     if qs:
       res = []
@@ -99,7 +100,7 @@ def fit_static(ctype, cid, recs, fig_dir):
         t -= t.mean()
         e = e - np.outer(t, (e * t[:, None]).sum(0) / (t * t).sum())
         res.append(e)
-      fit_recs, held_recs, how = _split(res)
+      fit_recs, held_recs, how = split_heldout(res)
       sig, rho = [], []
       for i in range(3):
         s, r_, s_rel, r_se = stats.ar1_fit(np.stack([r[:, i] for r in _trim(fit_recs)]))

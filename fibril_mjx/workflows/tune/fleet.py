@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from fibril_mjx.io import outdir
 from fibril_mjx.workflows.tune import identifiability
-from fibril_mjx.workflows.tune.optimise import _correlation_inflation, gauss_newton
+from fibril_mjx.workflows.tune.optimise import correlation_inflation, gauss_newton
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
 
@@ -77,7 +77,7 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
   x = prob.natural(U)
   sigma = np.zeros_like(x)
   for k in range(K):   # unit k's covariance, inflated for its own serial correlation
-    infl = _correlation_inflation(prob, types.SimpleNamespace(maps=[prob.train.maps[k]]), r[k])
+    infl = correlation_inflation(prob, types.SimpleNamespace(maps=[prob.train.maps[k]]), r[k])
     s2 = float(r[k] @ r[k]) / max(int(N[k]) - P, 1) * infl
     su = np.sqrt(np.maximum(np.diag(s2 * np.linalg.pinv(J[k].T @ J[k])), 0))
     sigma[k] = np.where(logm, x[k] * su, su)

@@ -98,7 +98,7 @@ def _lag1(r):
   return float(np.corrcoef(r[:-1], r[1:])[0, 1])
 
 
-def _correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
+def correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
   """Variance inflation `(1+ρ)/(1−ρ)` of serially correlated residuals (AR(1)), ρ the lag-1
   autocorrelation per loss term and axis over consecutive samples, averaged over series."""
   series: dict = {}
@@ -182,6 +182,141 @@ def gauss_newton(evaluate, U, r, J, lo, hi, bar, N, speculate=None):
   return U, r, J, cost, curve
 
 
+def _starts(prob: Problem, spec: TuneSpec, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+  """`(S, P)` starting points in the fitted coordinates: the tune file's start (clipped to the
+  bounds `lo`, `hi`), then `starts − 1` drawn uniformly within `start_spread` of it."""
+  P, S = len(prob.params), max(1, spec.starts)
+  u0 = np.clip(prob.u0(), lo, hi)
+  rng = np.random.default_rng(spec.seed)
+  U = np.tile(u0, (S, 1))
+  if S > 1:
+    width = np.where([p.log for p in prob.params], np.log1p(spec.start_spread),
+                     spec.start_spread * np.maximum(np.abs(u0), 1e-3))
+    U[1:] = np.clip(u0 + rng.uniform(-1, 1, (S - 1, P)) * width, lo, hi)
+  return U
+
+
+def _fit_gauss_newton(prob: Problem, U, r, J, lo, hi, bar, N: int, found: list):
+  """Levenberg–Marquardt from every start (`gauss_newton`); with fitted latencies the timing
+  search again at the optimum, and a refit when a latency moved.
+
+  Returns:
+    `(U, r, J, cost, curve, found)`: the final rows, residuals, Jacobians and costs `(S,)`,
+    the training loss per iteration (a list of `(S,)`) and the latencies' search evidence.
+  """
+  S = U.shape[0]
+
+  def evaluate(Uc, jacobian, rows=None):
+    if rows is not None and prob.gradients != 'fd' and len(rows) != S:
+      # MJX's programs are compiled for the whole batch of starts: fill the other rows
+      full = np.repeat(Uc[:1], S, axis=0)
+      full[rows] = Uc
+      rr, _, JJ = prob.evaluate(full, prob.train, jacobian=jacobian)
+      return rr[rows], None if JJ is None else JJ[rows]
+    rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
+    return rr, JJ
+
+  U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
+  if prob.timing:   # the search again at the optimum; a moved latency refits the rest
+    again = timing.search(prob, U[int(np.argmin(cost))])
+    if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
+      r, J = evaluate(U, True)
+      U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
+      curve += more
+    found = again
+  return U, r, J, cost, curve, found
+
+
+def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, lo, hi, bar,
+               N: int):
+  """Adam, or L-BFGS with a backtracking line search per start, on all starts in one batch
+  (one iteration per step of `bar`); a start keeps its point where a step raised its cost.
+
+  Returns:
+    `(U, r, J, cost, curve)`: the final rows, residuals, Jacobians and costs `(S,)`, and the
+    training loss per iteration (a list of `(S,)`).
+  """
+  import optax
+  S = U.shape[0]
+  if method == 'adam':
+    opt = optax.adam(learning_rate)
+  else:
+    opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
+  state = jax.vmap(opt.init)(jnp.asarray(U))
+  upd = jax.jit(jax.vmap(lambda g, s, u: opt.update(g, s, u)))
+  curve = []
+  for _ in bar:
+    g = 2.0 * np.einsum('snp,sn->sp', J, r) / N
+    updates, state = upd(jnp.asarray(g), state, jnp.asarray(U))
+    step = np.asarray(updates, np.float64)
+    if method == 'lbfgs':
+      scale = np.ones(S)
+      for _ls in range(8):      # backtracking per start, all starts in one batch
+        Un = np.clip(U + scale[:, None] * step, lo, hi)
+        rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+        cn = np.sum(rn ** 2, axis=1)
+        bad = cn > cost
+        if not bad.any():
+          break
+        scale = np.where(bad, scale * 0.3, scale)
+      ok = cn <= cost
+    else:
+      Un = np.clip(U + step, lo, hi)
+      rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+      cn = np.sum(rn ** 2, axis=1)
+      ok = np.ones(S, bool)
+    U = np.where(ok[:, None], Un, U)
+    r = np.where(ok[:, None], rn, r)
+    J = np.where(ok[:, None, None], Jn, J)
+    cost = np.where(ok, cn, cost)
+    curve.append(cost / N)
+    bar.set_postfix(loss=f'{cost.min() / N:.4g}')
+  return U, r, J, cost, curve
+
+
+def _uncertainty(prob: Problem, rb: np.ndarray, Jb: np.ndarray, ub: np.ndarray, N: int,
+                 groups):
+  """The estimate and its uncertainty at the optimum `ub` of the best start, from its
+  residuals `rb` and Jacobian `Jb` (with free window starts: the parameters' block of the
+  full covariance; the defects' residuals carry no data), inflated for correlated residuals.
+
+  Returns:
+    `(x, sigma, correlation, fixed)`: the estimate and its 1σ `(P,)` in natural units, the
+    `(P, P)` correlation and the combinations the data fix (`fixed_combinations`).
+  """
+  P = len(prob.params)
+  dof = max(N - P, 1)
+  s2 = float(rb @ rb) / dof
+  infl = correlation_inflation(prob, prob.train, rb[:rb.size - getattr(prob, 'n_defects', 0)])
+  H = Jb.T @ Jb
+  cov_u = (s2 * infl * np.linalg.pinv(H))[:P, :P]
+  ub, Jb = ub[:P], Jb[:, :P]
+  x = prob.natural(ub)
+  logm = np.array([p.log for p in prob.params])
+  sig_u = np.sqrt(np.maximum(np.diag(cov_u), 0))
+  sigma = np.where(logm, x * sig_u, sig_u)
+  dn = np.where(sig_u > 0, sig_u, 1.0)
+  corr = cov_u / np.outer(dn, dn)
+  fixed = identifiability.fixed_combinations(prob, Jb, cov_u, ub, groups)
+  return x, sigma, corr, fixed
+
+
+def _before_after(prob: Problem, u_start: np.ndarray, u_best: np.ndarray):
+  """Residual RMS at the starting point and at the optimum, on the training and the held-out
+  data (`_rms`, per term `(2, D)`), the held-out loss at the optimum and its traces (None
+  without held-out data)."""
+  UU = np.stack([u_start, u_best])
+  _, per_t, _ = prob.evaluate(UU, prob.train)
+  rms_t = _rms(per_t)
+  rms_h, h_loss, traces = None, None, None
+  if prob.heldout is not None:
+    rh, per_h, _ = prob.evaluate(UU, prob.heldout)
+    rms_h = _rms(per_h)
+    h_loss = float(np.sum(rh[1] ** 2) / prob.n_residuals(prob.heldout))
+    traces = {f'{t.component}.{t.field}': per_h[t] for t in prob.spec.loss}
+  return rms_t, rms_h, h_loss, traces
+
+
 def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None = None
          ) -> TuneResult:
   """Fits the tune file's parameters; see the module docstring.
@@ -200,117 +335,37 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   prob, spec = problem, problem.spec
   P, S = len(prob.params), max(1, spec.starts)
   lo, hi = prob.bounds_u()
-  u0 = np.clip(prob.u0(), lo, hi)
-  rng = np.random.default_rng(spec.seed)
-  U = np.tile(u0, (S, 1))
-  if S > 1:
-    width = np.where([p.log for p in prob.params], np.log1p(spec.start_spread),
-                     spec.start_spread * np.maximum(np.abs(u0), 1e-3))
-    U[1:] = np.clip(u0 + rng.uniform(-1, 1, (S - 1, P)) * width, lo, hi)
+  U = _starts(prob, spec, lo, hi)
   starts = U.copy()
 
-  found = timing.search(prob, u0) if prob.timing else []   # latencies over whole ticks first
+  found = timing.search(prob, starts[0]) if prob.timing else []   # whole-tick latencies first
   NZ = getattr(prob, 'n_nuisance', 0)   # free window starts (multiple shooting), not reported
   if NZ:
     U = np.concatenate([U, prob.nuisance0(U)], axis=1)
     lo, hi = np.concatenate([lo, np.full(NZ, -np.inf)]), np.concatenate([hi, np.full(NZ, np.inf)])
-  r, per0, J = prob.evaluate(U, prob.train, jacobian=True)
+  r, _, J = prob.evaluate(U, prob.train, jacobian=True)
   collinear, groups = identifiability.sensitivity(prob, J[0][:, :P])
   N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
   cost = np.sum(r ** 2, axis=1)
   curve = [cost / N]
-  rms_before = _rms(per0)
 
   from tqdm import tqdm
   bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
              disable=not prob.progress, leave=False)
   if spec.method == 'gauss_newton':
-    def evaluate(Uc, jacobian, rows=None):
-      if rows is not None and prob.gradients != 'fd' and len(rows) != U.shape[0]:
-        # MJX's programs are compiled for the whole batch of starts: fill the other rows
-        full = np.repeat(Uc[:1], U.shape[0], axis=0)
-        full[rows] = Uc
-        rr, _, JJ = prob.evaluate(full, prob.train, jacobian=jacobian)
-        return rr[rows], None if JJ is None else JJ[rows]
-      rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
-      return rr, JJ
-    U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
-    curve += more
-    if prob.timing:   # the search again at the optimum; a moved latency refits the rest
-      again = timing.search(prob, U[int(np.argmin(cost))])
-      if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
-        r, J = evaluate(U, True)
-        U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N,
-                                           prob.speculate)
-        curve += more
-      found = again
+    U, r, J, cost, more, found = _fit_gauss_newton(prob, U, r, J, lo, hi, bar, N, found)
   else:
-    import optax
-    if spec.method == 'adam':
-      opt = optax.adam(spec.learning_rate)
-    else:
-      opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
-    state = jax.vmap(opt.init)(jnp.asarray(U))
-    upd = jax.jit(jax.vmap(lambda g, s, u: opt.update(g, s, u)))
-    for _ in bar:
-      g = 2.0 * np.einsum('snp,sn->sp', J, r) / N
-      updates, state = upd(jnp.asarray(g), state, jnp.asarray(U))
-      step = np.asarray(updates, np.float64)
-      if spec.method == 'lbfgs':
-        scale = np.ones(S)
-        for _ls in range(8):      # backtracking per start, all starts in one batch
-          Un = np.clip(U + scale[:, None] * step, lo, hi)
-          rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
-          cn = np.sum(rn ** 2, axis=1)
-          bad = cn > cost
-          if not bad.any():
-            break
-          scale = np.where(bad, scale * 0.3, scale)
-        ok = cn <= cost
-      else:
-        Un = np.clip(U + step, lo, hi)
-        rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
-        cn = np.sum(rn ** 2, axis=1)
-        ok = np.ones(S, bool)
-      U = np.where(ok[:, None], Un, U)
-      r = np.where(ok[:, None], rn, r)
-      J = np.where(ok[:, None, None], Jn, J)
-      cost = np.where(ok, cn, cost)
-      curve.append(cost / N)
-      bar.set_postfix(loss=f'{cost.min() / N:.4g}')
+    U, r, J, cost, more = _fit_optax(prob, spec.method, spec.learning_rate, U, r, J, cost, lo,
+                                     hi, bar, N)
   bar.close()
+  curve += more
 
   best = int(np.argmin(cost))
-  # uncertainty at the optimum of the best start (with free window starts: the parameters'
-  # block of the full covariance; the defects' residuals carry no data)
-  rb, Jb = r[best], J[best]
-  dof = max(N - P, 1)
-  s2 = float(rb @ rb) / dof
-  infl = _correlation_inflation(prob, prob.train, rb[:rb.size - getattr(prob, 'n_defects', 0)])
-  H = Jb.T @ Jb
-  cov_u = (s2 * infl * np.linalg.pinv(H))[:P, :P]
-  U, Jb = U[:, :P], Jb[:, :P]
-  x = prob.natural(U[best])
-  logm = np.array([p.log for p in prob.params])
-  sig_u = np.sqrt(np.maximum(np.diag(cov_u), 0))
-  sigma = np.where(logm, x * sig_u, sig_u)
-  dn = np.where(sig_u > 0, sig_u, 1.0)
-  corr = cov_u / np.outer(dn, dn)
-  fixed = identifiability.fixed_combinations(prob, Jb, cov_u, U[best], groups)
+  x, sigma, corr, fixed = _uncertainty(prob, r[best], J[best], U[best], N, groups)
+  U = U[:, :P]
   conv = cost <= 1.1 * cost[best]
   spread = np.std(prob.natural(U[conv]), axis=0) if conv.sum() > 1 else np.zeros(P)
-
-  # before / after RMS on train and held-out (best start and the starting point)
-  UU = np.stack([starts[0], U[best]])
-  _, per_t, _ = prob.evaluate(UU, prob.train)
-  rms_t = _rms(per_t)
-  rms_h, h_loss, traces = None, None, None
-  if prob.heldout is not None:
-    rh, per_h, _ = prob.evaluate(UU, prob.heldout)
-    rms_h = _rms(per_h)
-    h_loss = float(np.sum(rh[1] ** 2) / prob.n_residuals(prob.heldout))
-    traces = {f'{t.component}.{t.field}': per_h[t] for t in spec.loss}
-  del per0, rms_before
+  rms_t, rms_h, h_loss, traces = _before_after(prob, starts[0], U[best])
   return TuneResult(
       names=[p.name for p in prob.params], estimate=x, sigma=sigma,
       start=prob.natural(starts[0]), lower=np.array([p.lower for p in prob.params]),

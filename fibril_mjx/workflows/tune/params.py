@@ -50,7 +50,9 @@ class Param:
     return (math.log(self.lower), math.log(self.upper)) if self.log else (self.lower, self.upper)
 
 
-def _stochastic_overrides(sim, fitted: set) -> list:
+def stochastic_overrides(sim, fitted: set) -> list:
+  """Overrides holding every stochastic field of `sim`'s components at zero during the fit
+  (a `FibrilError` when one is among the `fitted` `(component, field)` pairs)."""
   out = []
   for cid, c in sim.components.items():
     for name, fv in c.fields:
@@ -92,7 +94,7 @@ def _latency_param(f, where, p, cid, field, nominal, sim, loss) -> Param:
                ('component', cid, field))
 
 
-def _resolve_params(spec: TuneSpec, sim, nominal=None) -> list[Param]:
+def resolve_params(spec: TuneSpec, sim, nominal=None) -> list[Param]:
   """Expands the tune file's parameters to scalar `Param`s against the fitted simulation
   (`nominal`: the manifest as written, for a fitted latency's start)."""
   f = spec.path

@@ -17,9 +17,9 @@ from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
-from fibril_mjx.workflows.tune.params import (_resolve_params, _stochastic_overrides,
+from fibril_mjx.workflows.tune.params import (resolve_params, stochastic_overrides,
                                               latency_overrides)
-from fibril_mjx.workflows.tune.spec import TuneSpec, _load_recording, read_tune_file
+from fibril_mjx.workflows.tune.spec import TuneSpec, load_recording, read_tune_file
 
 
 @dataclasses.dataclass
@@ -71,14 +71,14 @@ class Problem:
     for cid, field in fitted:
       if cid in nominal.components and nominal.components[cid].param_path(field) is not None:
         vary.setdefault(cid, []).append(field)
-    self.zeroed = _stochastic_overrides(nominal, fitted)
+    self.zeroed = stochastic_overrides(nominal, fitted)
     built_at = self.zeroed + latency_overrides(spec)
     if built_at or vary or nominal.physics != physics:
       self.sim = load_simulation(spec.manifest, overrides={'components': built_at} if
                                  built_at else None, vary=vary, physics=physics)
     else:   # nothing to zero, size or compile in: the manifest's own simulation
       self.sim = nominal
-    params = _resolve_params(spec, self.sim, nominal)
+    params = resolve_params(spec, self.sim, nominal)
     self.params = [p for p in params if p.kind != 'latency']
     self.timing = [p for p in params if p.kind == 'latency']   # searched over whole ticks
     if self.timing and self.gradients != 'fd':
@@ -108,7 +108,7 @@ class Problem:
 
   def _dataset(self, items, which) -> DataSet:
     types = {cid: c.type for cid, c in self.sim.components.items()}
-    recs = [_load_recording(it, self.spec.path, types) for it in items]
+    recs = [load_recording(it, self.spec.path, types) for it in items]
     for r in recs:
       for t in self.spec.loss:
         s = r.sensor(t.component)

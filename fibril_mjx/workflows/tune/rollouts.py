@@ -53,7 +53,7 @@ def _stack(trees):
   return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
 
 
-def _pad(tree, k: int, dtype=None):
+def pad(tree, k: int, dtype=None):
   """Host arrays `(n, ...)` padded to `(k, ...)` by repeating the last world (NumPy: an
   eager `jnp` op on a new shape would compile a program of its own), cast to `dtype`."""
   def one(x):
@@ -144,6 +144,8 @@ class RolloutProblem(Problem):
         return s, (tuple(vals), tuple(tim))
       _, (vals, tim) = jax.lax.scan(body, st, (rest, cs))
       return vals, tim
+
+    fields = jax.jit(fields)   # traced once for both programs
 
     def resid(u, fr, c0, cs, lat, maps):
       vals, _ = fields(u, fr, c0, cs, lat)
@@ -291,8 +293,8 @@ class RolloutProblem(Problem):
       keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
       ctrl = np.asarray(physics_c.device_program(built, False,
-          _pad(p, lanes), _pad(keys, lanes), _pad(held, lanes), _pad(c0, lanes),
-          _pad(cs, lanes), _pad(lat, lanes))[2], np.float64)[:n]
+          pad(p, lanes), pad(keys, lanes), pad(held, lanes), pad(c0, lanes),
+          pad(cs, lanes), pad(lat, lanes))[2], np.float64)[:n]
     else:
       if self._script is None:   # the actuator script's controls: the same every rollout
         self._script = physics_c.script_ctrl(built, L)
@@ -328,9 +330,9 @@ class RolloutProblem(Problem):
     c0, cs = self._commands(ds, [r for _, r in sr])
     lanes = max(self.lanes, n)
     with sig.straight_through():
-      vals, tim = self._fields(_pad(us, lanes, np.float32), _pad(fr, lanes, np.float32),
-                               _pad(c0, lanes), _pad(cs, lanes),
-                               _pad(self._lat([s for s, _ in sr], latency), lanes))
+      vals, tim = self._fields(pad(us, lanes, np.float32), pad(fr, lanes, np.float32),
+                               pad(c0, lanes), pad(cs, lanes),
+                               pad(self._lat([s for s, _ in sr], latency), lanes))
     return ([np.asarray(v)[:n] for v in vals],
             [(np.asarray(a)[:n], np.asarray(b)[:n]) for a, b in tim])
 
@@ -410,10 +412,10 @@ class RolloutProblem(Problem):
     c0, cs = self._commands(ds, recs[:n])
     lanes = max(n, self.jlanes)   # every subset of starts in the batch shape of all of them
     with sig.straight_through():
-      _, J = self._jacobian(_pad(us[:n], lanes, np.float32), _pad(base, lanes, np.float32),
-                            _pad(c0, lanes), _pad(cs, lanes),
-                            _pad(self._lat([s for s, _ in sr], latency), lanes),
-                            _pad(maps, lanes), eye[phys], _pad(dfr, lanes), eye[dev])
+      _, J = self._jacobian(pad(us[:n], lanes, np.float32), pad(base, lanes, np.float32),
+                            pad(c0, lanes), pad(cs, lanes),
+                            pad(self._lat([s for s, _ in sr], latency), lanes),
+                            pad(maps, lanes), eye[phys], pad(dfr, lanes), eye[dev])
     J = np.asarray(J, np.float64)[:n][..., np.argsort(phys + dev)]
     if not self.paired:
       J = J.reshape(S, len(ds.recordings), -1, P)

@@ -39,7 +39,7 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.workflows.tune.rollouts import FD_STEP, RolloutProblem, _pad
+from fibril_mjx.workflows.tune.rollouts import FD_STEP, RolloutProblem, pad
 
 DEFECT_WEIGHT = 1e4   # continuity residual per unit of a state coordinate
 
@@ -206,10 +206,10 @@ class ShootingProblem(RolloutProblem):
     lanes = max(n, self.jlanes)
     maps = self._maps(ds, [r for _, r in sr])
     with sig.straight_through():
-      _, Jw = self._jacobian(_pad(np.repeat(U[:, :P], self.R, 0), lanes, np.float32),
-                             _pad(base, lanes, np.float32), None, None,
-                             _pad(self._lat([s for s, _ in sr], latency), lanes),
-                             _pad(maps, lanes), du, _pad(dfr, lanes), eye[dev])
+      _, Jw = self._jacobian(pad(np.repeat(U[:, :P], self.R, 0), lanes, np.float32),
+                             pad(base, lanes, np.float32), None, None,
+                             pad(self._lat([s for s, _ in sr], latency), lanes),
+                             pad(maps, lanes), du, pad(dfr, lanes), eye[dev])
     Jw = np.asarray(Jw, np.float64)[:n]      # (n, R_w, Pp + nz_r + Pd)
     n_w = Jw.shape[1]
     J = np.zeros((S, self.R * n_w + self.n_defects, P + self.n_nuisance))

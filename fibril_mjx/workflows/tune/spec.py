@@ -100,7 +100,9 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       free_starts=bool(model.windows is not None and model.windows.free_starts))
 
 
-def _load_recording(item, file, types=None):
+def load_recording(item, file, types=None):
+  """One `recordings` entry of the tune file `file` as a `Recording`: a bag (with its topic
+  mapping; `types` the components' types), a CSV with its mapping, or a recording file."""
   if isinstance(item, dict) and 'bag' in item:
     return bags.read_bag(item['bag'], item['topics'], types=types,
                          origin=f'{file}: {item["where"]}.topics')

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import K_SIGMA, Check, _fmt, _write_rig, rig_simulation
+from fibril_mjx.workflows.validate.common import K_SIGMA, Check, fmt, write_rig, rig_simulation
 from fibril_mjx.workflows.validate import common
 from fibril_mjx.mechanisms.rng import world_keys
 
@@ -135,11 +135,11 @@ def run_moving(cfg, perturb, rigs, worlds, seed, duration_s, progress) -> list[C
   period = float(cfg['period_s'])
   dur = min(duration_s, 2.0)
   xml, doc, pts = moving_rig(cfg, perturb, dur)
-  sim = rig_simulation(_write_rig(rigs, 'moving', xml, doc))
+  sim = rig_simulation(write_rig(rigs, 'moving', xml, doc))
   progress(f'camera moving rig: {worlds} worlds x {dur:g} s at {SPEED:g} m/s, {len(pts)} '
            'landmarks')
   uv, rt, blur, vis, p0 = _collect(sim, worlds, seed,
-                                   *common._segmented(int(math.ceil(dur / sim.dt))))
+                                   *common.segmented(int(math.ceil(dur / sim.dt))))
   uv, rt, blur, vis, p0 = (a[:, SKIP:] for a in (uv, rt, blur, vis, p0))
   vel = SPEED * AXIS
   ref = [[reference(cfg, pts, p0[w, k], vel) for k in range(p0.shape[1])]
@@ -168,7 +168,7 @@ def run_moving(cfg, perturb, rigs, worlds, seed, duration_s, progress) -> list[C
       Check('camera_moving_reprojection', f'max |mean pixel − float64 projection at the row '
             f'time| over {len(pts)} landmarks, camera moving at {SPEED:g} m/s', err, 0.0, tol,
             f'{K_SIGMA:g}·σ_px/√N, N ≥ {int(n.min())} frames, + 2e-3 px (float32); the rolling '
-            f'shutter moves the reference by up to {_fmt(shift)} px here',
+            f'shutter moves the reference by up to {fmt(shift)} px here',
             err is not None and err <= tol),
       Check('camera_moving_row_time', 'max |row_time_s − fixed point τ* = v(τ*)·readout/height '
             '+ exposure/2|', rt_err, 0.0, rt_tol, '2e-3 px of row; τ* converged in float64',

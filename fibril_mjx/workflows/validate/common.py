@@ -69,11 +69,11 @@ def _jsonable(v):
   return v
 
 
-def _fmt(v):
+def fmt(v):
   if v is None:
     return '—'
   if isinstance(v, (list, tuple, np.ndarray)):
-    return '[' + ', '.join(_fmt(x) for x in np.asarray(v, dtype=object).ravel()) + ']'
+    return '[' + ', '.join(fmt(x) for x in np.asarray(v, dtype=object).ravel()) + ']'
   if isinstance(v, (bool, np.bool_)):
     return str(bool(v))
   if isinstance(v, (int, np.integer)):
@@ -83,7 +83,7 @@ def _fmt(v):
   return str(v)
 
 
-def _axes_str(i):
+def axis_name(i):
   return 'xyz'[i]
 
 
@@ -120,7 +120,7 @@ def segments(sim, params, keys, n_ticks, seg, observe_truth=False):
   return first, rest(state)
 
 
-def _collect(sim, params, keys, n_ticks, seg, fields):
+def collect(sim, params, keys, n_ticks, seg, fields):
   """Runs `n_ticks` in segments; returns `{cid: {field: (W, n_acq, ...)}}` of the delivered
   samples indexed by acquisition (sequence) number, NaN where lost, plus 'delivered'."""
   first, rest = segments(sim, params, keys, n_ticks, seg)
@@ -140,11 +140,11 @@ def _collect(sim, params, keys, n_ticks, seg, fields):
       for f in book(d):
         chunks[cid][f].append(np.asarray(getattr(d, f)))
   out = {cid: {f: np.concatenate(v, axis=1) for f, v in c.items()} for cid, c in chunks.items()}
-  # FIFO delivery: one row per batch slot (`_by_sequence` reads the delivered ones)
+  # FIFO delivery: one row per batch slot (`by_sequence` reads the delivered ones)
   return {cid: fifo.rows(c) if fifo.is_batch(c) else c for cid, c in out.items()}
 
 
-def _by_sequence(c: dict, field: str, n_acq: int):
+def by_sequence(c: dict, field: str, n_acq: int):
   """`(W, n_acq, ...)` float64 samples indexed by sequence number (NaN where not delivered)."""
   v = c[field]
   new = c['new_data'].astype(bool)
@@ -158,7 +158,7 @@ def _by_sequence(c: dict, field: str, n_acq: int):
 # ------------------------------------------------------------------------------- timing
 
 
-def _timing(dev, dt, sens, fig_dir):
+def timing_checks(dev, dt, sens, fig_dir):
   periods, lats, missing, total = [], [], 0, 0
   sched_err = 0
   for name, d in sens.items():
@@ -216,12 +216,8 @@ def _timing(dev, dt, sens, fig_dir):
   return checks
 
 
-def _plt():
-  return plotting.pyplot()
-
-
 def _plot_timing(fig_dir, periods, lats, ref, dev):
-  plt = _plt()
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   axes[0].hist(periods * 1e3, bins=50)
   axes[0].axvline(dev.period_s * 1e3, color='k', ls='--', label='configured')
@@ -241,7 +237,7 @@ def _plot_timing(fig_dir, periods, lats, ref, dev):
 # ------------------------------------------------------------------------------- output
 
 
-def _write_rig(dirpath, name, xml, doc):
+def write_rig(dirpath, name, xml, doc):
   (dirpath / f'{name}.xml').write_text(xml)
   path = dirpath / f'{name}.yaml'
   path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -249,7 +245,7 @@ def _write_rig(dirpath, name, xml, doc):
 
 
 @contextlib.contextmanager
-def _staged_output(out):
+def staged_output(out):
   """The staged output directory of `out` (`fibril_mjx.io.outdir`), with `rigs/`: a reader
   never sees half a result."""
   with outdir.staged(out) as tmp:
@@ -262,7 +258,7 @@ def _write_summary(tmp: pathlib.Path, summary: dict) -> None:
   (tmp / 'summary.txt').write_text(render(summary))
 
 
-def _finish(tmp, manifest_path, component, dev, checks, perturb, dur, worlds, seed, t0):
+def finish(tmp, manifest_path, component, dev, checks, perturb, dur, worlds, seed, t0):
   """The summary of a rig run (`_summary`, wall time since `t0`), written into `tmp`; `dev`
   has `type` and `config` (a `(type, config)` pair is taken too)."""
   if isinstance(dev, tuple):
@@ -273,8 +269,8 @@ def _finish(tmp, manifest_path, component, dev, checks, perturb, dur, worlds, se
   return summary
 
 
-def _segmented(ticks: int) -> tuple[int, int]:
-  """`(n_ticks, seg)` for `_collect`: `ticks` rounded up to whole segments of at most 5000
+def segmented(ticks: int) -> tuple[int, int]:
+  """`(n_ticks, seg)` for `collect`: `ticks` rounded up to whole segments of at most 5000
   ticks."""
   seg = int(math.ceil(ticks / max(1, math.ceil(ticks / 5000))))
   return int(math.ceil(ticks / seg)) * seg, seg
@@ -301,9 +297,9 @@ def render(summary: dict) -> str:
   for c in summary['checks']:
     status = {True: 'PASS', False: 'FAIL', None: 'n/a '}[c['passed']]
     lines.append(f"{status}  {c['name']}: {c['quantity']}")
-    lines.append(f"      measured   {_fmt_any(c['measured'])}")
-    lines.append(f"      configured {_fmt_any(c['configured'])}")
-    lines.append(f"      tolerance  {_fmt_any(c['tolerance'])} — {c['basis']}")
+    lines.append(f"      measured   {fmt_any(c['measured'])}")
+    lines.append(f"      configured {fmt_any(c['configured'])}")
+    lines.append(f"      tolerance  {fmt_any(c['tolerance'])} — {c['basis']}")
     if c.get('note'):
       lines.append(f"      note       {c['note']}")
     if c.get('plot'):
@@ -315,12 +311,12 @@ def render(summary: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def _fmt_any(v):
+def fmt_any(v):
   if isinstance(v, dict):
-    return '{' + ', '.join(f'{k}: {_fmt_any(x)}' for k, x in v.items()) + '}'
+    return '{' + ', '.join(f'{k}: {fmt_any(x)}' for k, x in v.items()) + '}'
   if isinstance(v, list):
-    return _fmt(np.asarray(v, dtype=object)) if v and not isinstance(v[0], dict) else str(v)
-  return _fmt(v)
+    return fmt(np.asarray(v, dtype=object)) if v and not isinstance(v[0], dict) else str(v)
+  return fmt(v)
 
 
 # ------------------------------------------------------------------------------- registry

@@ -39,9 +39,9 @@ import warnings
 import numpy as np
 
 from fibril_mjx.workflows.validate import camera_motion
-from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
-                                                  _finish, _fmt, _segmented, _staged_output,
-                                                  _write_rig, bench_xml, one_type_rig, Check)
+from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, by_sequence, collect,
+                                                  finish, fmt, segmented, staged_output,
+                                                  write_rig, bench_xml, one_type_rig, Check)
 from fibril_mjx.components.sensors import optical_flow
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -97,10 +97,10 @@ def _run(sim, worlds, seed, dur, period, fields=FIELDS):
   """`fields` of the rig's `dut` over `dur` s (`round(dur / period)` acquisitions), by
   sequence, and the collected data."""
   n_acq = int(round(dur / period))
-  n_ticks, seg = _segmented(int(math.ceil((n_acq + 2) * period / sim.dt)))
-  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_ticks, seg,
-                  fields)['dut']
-  return {f: _by_sequence(data, f, n_acq) for f in fields}, data
+  n_ticks, seg = segmented(int(math.ceil((n_acq + 2) * period / sim.dt)))
+  data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_ticks, seg,
+                 fields)['dut']
+  return {f: by_sequence(data, f, n_acq) for f in fields}, data
 
 
 def _site_x(xml) -> np.ndarray:
@@ -197,7 +197,7 @@ def _rotation_checks(cfg, z, data, dt, w_pk, freq, period) -> list[Check]:
             ok_a and ok_b),
       Check('rotation_flow', 'flow rate (y) − body rate (x) on tracked frames below saturation',
             float(np.max(np.abs(err))) if err.size else None, 0.0,
-            _fmt(float(np.max(tol))) if err.size else None,
+            fmt(float(np.max(tol))) if err.size else None,
             f'flow = (−ω_y, ω_x) at zero speed; per frame {K_SIGMA:g}·σ/T + 1e-3 relative',
             err.size > 0 and bool(np.all(np.abs(err) <= tol))),
   ]
@@ -208,24 +208,24 @@ def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
   """`validate` for `fibril_sim/optical_flow`: the translation and rotation rigs."""
   period = float(cfg['period_s'])
   dur = min(static_duration_s, 20.0)
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     h = _height(cfg)
     v = 0.5 * float(cfg['max_flow_rate_rad_s']) * h
     xml, doc, h, dt = flow_rig(cfg, perturb, 'slide', v)
-    sim = rig_simulation(_write_rig(rigs, 'slide', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'slide', xml, doc))
     progress(f'translation rig: {worlds} worlds x {dur:g} s at {v:g} m/s, {h:g} m')
     z, _ = _run(sim, worlds, seed, dur, period)
     checks = _translation_checks(cfg, z, h, v, v * float(_site_x(xml)[0]))
     w_pk = 1.5 * float(cfg['max_angular_rate_rad_s'])
     freq = w_pk / (2 * math.pi * 0.3)       # ±0.3 rad of tilt: the ground stays in range
     xml, doc, _, dt = flow_rig(cfg, perturb, 'hinge', w_pk, freq)
-    sim = rig_simulation(_write_rig(rigs, 'hinge', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'hinge', xml, doc))
     progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
     z, data = _run(sim, worlds, seed + 1, min(dur, 5.0), period)
     checks += _rotation_checks(cfg, z, data, dt, w_pk, freq, period)
-    return _finish(tmp, manifest_path, component, (FLOW_TYPE, cfg), checks, perturb, dur,
-                   worlds, seed, t0)
+    return finish(tmp, manifest_path, component, (FLOW_TYPE, cfg), checks, perturb, dur,
+                  worlds, seed, t0)
 
 
 # ----------------------------------------------------------------------------- lidar
@@ -300,8 +300,8 @@ def _lidar_checks(cfg, r, ok, h) -> list[Check]:
   ok_m = bool(np.all(np.abs(mean - d)[use] <= tol_m[use])) if use.any() else None
   inc = np.degrees(np.arccos(cos))
   return [
-      Check('lidar_return_rate', f'valid fraction per beam at incidence {_fmt(inc)} deg, '
-            f'range {_fmt(d)} m', frac, p_lim, tol_p,
+      Check('lidar_return_rate', f'valid fraction per beam at incidence {fmt(inc)} deg, '
+            f'range {fmt(d)} m', frac, p_lim, tol_p,
             f'(1 − dropout)·min(1, ρ_0·cos θ·(r_ref/d)²), 0 beyond max_incidence_deg / range; '
             f'{K_SIGMA:g}·√(P(1−P)/N), N = {n} scans (beams within 4σ of a range limit skipped)',
             ok_p),
@@ -317,9 +317,9 @@ def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, 
               progress, t0) -> dict:
   """`validate` for `fibril_sim/lidar`: the static fan rig."""
   period = float(cfg['period_s'])
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     xml, doc, h = lidar_rig(cfg, perturb)
-    sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    sim = rig_simulation(write_rig(tmp / 'rigs', 'static', xml, doc))
     progress(f'lidar static fan rig: {worlds} worlds x {round(static_duration_s / period)} '
              f'scans, {h:g} m above ground')
     z, _ = _run(sim, worlds, seed, static_duration_s, period, ('range_m', 'beam_valid'))
@@ -329,8 +329,8 @@ def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, 
     with warnings.catch_warnings():     # a beam that never returns has no mean
       warnings.simplefilter('ignore', RuntimeWarning)
       checks = _lidar_checks(cfg, r, ok, h)
-    return _finish(tmp, manifest_path, component, (LIDAR_TYPE, cfg), checks, perturb,
-                   static_duration_s, worlds, seed, t0)
+    return finish(tmp, manifest_path, component, (LIDAR_TYPE, cfg), checks, perturb,
+                  static_duration_s, worlds, seed, t0)
 
 
 # ---------------------------------------------------------------------------- camera
@@ -412,9 +412,9 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
                progress, t0) -> dict:
   """`validate` for `fibril_sim/camera`: the static landmark-grid rig."""
   period = float(cfg['period_s'])
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     xml, doc, pts = camera_rig(cfg, perturb)
-    sim = rig_simulation(_write_rig(tmp / 'rigs', 'static', xml, doc))
+    sim = rig_simulation(write_rig(tmp / 'rigs', 'static', xml, doc))
     dur = min(static_duration_s, 20.0)
     progress(f'camera static grid rig: {worlds} worlds x {round(dur / period)} frames, '
              f'{len(pts)} landmarks')
@@ -426,8 +426,8 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
       checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
     checks += camera_motion.run_moving(cfg, perturb, tmp / 'rigs', worlds, seed + 1,
                                        static_duration_s, progress)
-    return _finish(tmp, manifest_path, component, (CAMERA_TYPE, cfg), checks, perturb,
-                   static_duration_s, worlds, seed, t0)
+    return finish(tmp, manifest_path, component, (CAMERA_TYPE, cfg), checks, perturb,
+                  static_duration_s, worlds, seed, t0)
 
 
 # The rigs of these types (validate finds this module by walking its package).

@@ -8,7 +8,7 @@ with two receivers (one with the rig's own outage):
 | `velocity_noise.*` (GNSS) | the same | velocity error std, whiteness, independence of the position error |
 | `accuracy_reported`, `accuracy_consistency.*` (GNSS) | the same | reported 1σ vs configured; fraction of errors within it vs 68.3 % (binomial, effective N) |
 | `fix_consistency` (GNSS) | the receiver with the outage | no fix / held position / no-fix quality until reacquisition, 3D fix elsewhere |
-| `timing.*` (GNSS) | the same | as for the IMU / AHRS (`common._timing`) |
+| `timing.*` (GNSS) | the same | as for the IMU / AHRS (`common.timing_checks`) |
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (rig_simulation, segments, K_SIGMA, _fmt_any,
-                                                  _finish, _staged_output, _timing, _write_rig,
+from fibril_mjx.workflows.validate.common import (rig_simulation, segments, K_SIGMA, fmt_any,
+                                                  finish, staged_output, timing_checks, write_rig,
                                                   bench_xml, one_type_rig, Check)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
@@ -181,7 +181,7 @@ def gnss_correlation_check(axis: str, e: np.ndarray, cfg: dict, period: float) -
   return Check(name, quantity, meas, exp_, tol,
                f'ρ(L) = Σσ²·exp(−LΔ/τ)/Σσ² for {terms} (σ, τ s); {K_SIGMA:g}× ratio-estimator '
                f'std error over {series.shape[0]} independent series', ok,
-               note=f'equivalent τ = −LΔ/ln ρ̂: {_fmt_any(tau_hat)} s')
+               note=f'equivalent τ = −LΔ/ln ρ̂: {fmt_any(tau_hat)} s')
 
 
 def gnss_velocity_checks(ev: np.ndarray, e: np.ndarray, cfg: dict) -> list[Check]:
@@ -392,7 +392,7 @@ def _gnss_collect(sim, params, keys, n_ticks, seg, n_acq, origin) -> dict:
 
 
 def _timing_view(sol: dict):
-  """A Delivered-like view `(W, n_acq)` of collected solutions for `_timing`."""
+  """A Delivered-like view `(W, n_acq)` of collected solutions for `timing_checks`."""
   import types
   got = np.isfinite(sol['sample_tick'])
   as_int = lambda a: np.where(got, a, -1).astype(np.int64)  # noqa: E731
@@ -417,18 +417,18 @@ def gnss_checks(noise: dict, outage: dict, cfg: dict, dt: float, fig_dir) -> lis
                               latency_s=float(cfg.get('latency_s', 0.0)),
                               jitter_s=float(cfg.get('jitter_s', 0.0)),
                               loss_probability=float(cfg.get('loss_probability', 0.0)))
-  checks += _timing(dev, dt, {'dut': _timing_view(noise), 'dut_outage': _timing_view(outage)},
-                    fig_dir)
+  views = {'dut': _timing_view(noise), 'dut_outage': _timing_view(outage)}
+  checks += timing_checks(dev, dt, views, fig_dir)
   return checks
 
 
 def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
              progress, t0) -> dict:
   """`validate` for `fibril_sim/gnss`: the static GNSS rig (`gnss_rig`, `gnss_checks`)."""
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     xml, doc = gnss_rig(cfg, perturb)
-    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     dt = sim.dt
     n_acq = int(round(static_duration_s / period))
@@ -447,8 +447,8 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
                          n_seg * seg, seg, n_acq, origin)
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks = gnss_checks(sols['dut'], sols['dut_outage'], cfg, dt, tmp)
-    return _finish(tmp, manifest_path, component, (GNSS_TYPE, cfg), checks, perturb,
-                   static_duration_s, worlds, seed, t0)
+    return finish(tmp, manifest_path, component, (GNSS_TYPE, cfg), checks, perturb,
+                  static_duration_s, worlds, seed, t0)
 
 
 # The rig of this type (validate finds this module by walking its package).

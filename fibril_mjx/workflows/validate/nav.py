@@ -14,30 +14,31 @@ import math
 
 import numpy as np
 
-from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, _by_sequence, _collect,
-                                                  _finish, _fmt, _staged_output, _write_rig,
+from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, by_sequence, collect,
+                                                  finish, fmt, staged_output, write_rig,
                                                   bench_xml, Check)
+from fibril_mjx.components.sensors import airspeed, barometer, magnetometer, rangefinder
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
 # type -> (sample field, white-noise σ field, resolution field, binding fields -> rig sensor
-# kind ('site' or an MJCF sensor element), slow terms set to zero in the rig, terms removed).
+# kind ('site' or an MJCF sensor element), the sensor's error model (its drift terms,
+# `drift_fields()`, are set to zero in the rig), terms removed).
 NAV_TYPES = {
     'fibril_sim/magnetometer': (
         'magnetic_field_ut', 'noise_stddev_ut', 'resolution_ut', {'site': 'site'},
-        ('bias_instability_stddev_ut', 'common_mode_stddev_ut'),
+        magnetometer.ERRORS,
         ('current_components', 'current_coefficients_ut_per_a', 'common_mode_stream')),
     'fibril_sim/barometer': (
-        'pressure_pa', 'noise_stddev_pa', 'resolution_pa', {'site': 'site'},
-        ('bias_instability_stddev_pa', 'common_mode_stddev_pa'),
+        'pressure_pa', 'noise_stddev_pa', 'resolution_pa', {'site': 'site'}, barometer.ERRORS,
         ('common_mode_stream', 'throttle_actuator', 'throttle_bias_points', 'throttle_bias_pa',
          'velocity_sensor', 'airspeed_bias_points_m_s', 'airspeed_bias_pa')),
     'fibril_sim/airspeed': (
         'differential_pressure_pa', 'noise_stddev_pa', 'resolution_pa',
-        {'velocity_sensor': 'velocimeter'}, (), ()),
+        {'velocity_sensor': 'velocimeter'}, airspeed.ERRORS, ()),
     'fibril_sim/rangefinder': (
         'distance_m', 'noise_stddev_m', 'resolution_m', {'rangefinder_sensor': 'rangefinder'},
-        (), ()),
+        rangefinder.ERRORS, ()),
 }
 # Gauss–Markov terms checked by a second static rig: (σ field, τ field, in the world frame).
 NAV_GM = {
@@ -56,7 +57,8 @@ def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str,
   range of the site above the ground). Slow terms (Gauss–Markov drift, common mode, current /
   throttle couplings) and faults are removed, so the residual about each world's mean is the
   white noise + quantization alone."""
-  _, _, _, binds, zero, drop = NAV_TYPES[ctype]
+  _, _, _, binds, errors, drop = NAV_TYPES[ctype]
+  zero = errors.drift_fields()
   h = 1.0
   if ctype == 'fibril_sim/rangefinder':
     lo, hi = float(cfg.get('min_range_m', 0.0)), float(cfg['max_range_m'])
@@ -85,7 +87,8 @@ def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str,
 
 def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
   """White-noise std and lag-1 autocorrelation per axis of the static residual."""
-  field, sig_f, q_f, _, zero, _ = NAV_TYPES[ctype]
+  field, sig_f, q_f, _, errors, _ = NAV_TYPES[ctype]
+  zero = errors.drift_fields()
   sig = np.broadcast_to(np.asarray(cfg.get(sig_f, 0.0), np.float64), z.shape[2:]).copy()
   if ctype == 'fibril_sim/rangefinder':
     sig = sig + float(cfg.get('noise_fraction', 0.0)) * h   # θ = 0: no incidence term
@@ -109,7 +112,7 @@ def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
   if np.all(flat) and q > 0:
     ok, ok_r = None, None
     note = (note + '; ' if note else '') + (
-        f'σ {_fmt(sig)} < q/2 = {q / 2:g}: a static input is quantization-dominated, the '
+        f'σ {fmt(sig)} < q/2 = {q / 2:g}: a static input is quantization-dominated, the '
         'q²/12 model does not hold (not resolvable)')
   else:
     ok = bool(np.all(np.abs(meas - expected) <= tol))
@@ -120,7 +123,7 @@ def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
             f'({dur_s:g} s)', meas, {'noise_stddev': sig, 'resolution': q,
                                      'sqrt(σ²+q²/12)': expected}, tol,
             f'|measured − sqrt(σ² + q²/12)| ≤ {K_SIGMA:g}·σ/√(2N) (std error of a std '
-            f'estimate), N = {_fmt(dof)} samples (all worlds, less one mean per world)',
+            f'estimate), N = {fmt(dof)} samples (all worlds, less one mean per world)',
             ok, note=note),
       Check(f'static_noise_whiteness.{field}', f'lag-1 autocorrelation of the residual{axes}',
             rho, 0.0, tol_r, f'white noise: |ρ₁| ≤ {K_SIGMA:g}/√N', ok_r),
@@ -131,32 +134,32 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
             perturb, progress, t0) -> dict:
   """`validate` for a navigation sensor: the static noise rig only."""
   field = NAV_TYPES[ctype][0]
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     rigs = tmp / 'rigs'
     xml, doc, h = nav_rig(ctype, cfg, perturb)
-    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     n_acq = int(round(static_duration_s / period))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
     seg = int(math.ceil((n_acq + 50) / n_seg))
     progress(f'static noise rig: {worlds} worlds x {n_seg * seg} ticks '
              f'({n_seg * seg * period:g} s)')
-    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                    n_seg * seg, seg, (field,))
-    z = _by_sequence(data['dut'], field, n_acq)
+    data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                   n_seg * seg, seg, (field,))
+    z = by_sequence(data['dut'], field, n_acq)
     checks = _nav_checks(ctype, cfg, z, h, static_duration_s)
     gm = [(sf, tf, wf) for sf, tf, wf in NAV_GM.get(ctype, ())
           if np.any(np.asarray(cfg.get(sf, 0.0)) > 0) and float(cfg.get(tf, 0.0)) > 0]
     if gm:
       xml, doc, h = nav_rig(ctype, cfg, perturb, keep_gm=True)
-      sim = rig_simulation(_write_rig(rigs, 'static_gm', xml, doc))
+      sim = rig_simulation(write_rig(rigs, 'static_gm', xml, doc))
       progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
-      data = _collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
-                      n_seg * seg, seg, (field,))
-      z = _by_sequence(data['dut'], field, n_acq)
+      data = collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
+                     n_seg * seg, seg, (field,))
+      z = by_sequence(data['dut'], field, n_acq)
       checks.append(_nav_gm_check(ctype, cfg, z, gm, xml, period))
-    return _finish(tmp, manifest_path, component, (ctype, cfg), checks, perturb,
-                   static_duration_s, worlds, seed, t0)
+    return finish(tmp, manifest_path, component, (ctype, cfg), checks, perturb,
+                  static_duration_s, worlds, seed, t0)
 
 
 def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
@@ -193,10 +196,10 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
     t_ = K_SIGMA * se
     ok &= bool(np.all(np.abs(mu - e) <= t_))
     meas.append(mu), exp_.append(e), tol.append(t_)
-  terms = ', '.join(f'{sf} {_fmt(np.asarray(cfg[sf]))} τ {cfg[tf]:g} s' for sf, tf, _ in gm)
+  terms = ', '.join(f'{sf} {fmt(np.asarray(cfg[sf]))} τ {cfg[tf]:g} s' for sf, tf, _ in gm)
   return Check(f'static_gauss_markov.{field}',
                f'structure function E[(z[t+L] − z[t])²] at lags L = {lags} samples '
-               f'(L·Δ = {_fmt(np.asarray(lags) * period)} s)',
+               f'(L·Δ = {fmt(np.asarray(lags) * period)} s)',
                {f'L={L}': m for L, m in zip(lags, meas)},
                {f'L={L}': e for L, e in zip(lags, exp_)}, {f'L={L}': t for L, t in zip(lags, tol)},
                f'2(σ² + q²/12) + Σ 2σ_gm²(1 − exp(−LΔ/τ)) for {terms}; {K_SIGMA:g}× std error '

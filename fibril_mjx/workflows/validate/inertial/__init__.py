@@ -35,12 +35,12 @@ from fibril_mjx.workflows.validate.inertial.device import (  # noqa: F401
 from fibril_mjx.workflows.validate.inertial.rigs import (  # noqa: F401
     DynamicPlan,
     INERTIA,
-    _entry,
     dynamic_plan,
     dynamic_rig,
+    pose_entry,
     static_rig,
 )
 from fibril_mjx.workflows.validate.inertial.driver import (  # noqa: F401
-    _thermal_sweep,
     run_inertial,
+    thermal_sweep,
 )

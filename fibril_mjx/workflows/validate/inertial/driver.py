@@ -9,34 +9,34 @@ import time
 import numpy as np
 
 from fibril_mjx.workflows.validate import thermal, vibration
-from fibril_mjx.workflows.validate.common import (rig_simulation, _by_sequence, _collect,
-                                                  _finish, _staged_output, _write_rig)
+from fibril_mjx.workflows.validate.common import (rig_simulation, by_sequence, collect,
+                                                  finish, staged_output, write_rig)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
                                                            device_from_config)
-from fibril_mjx.workflows.validate.inertial.dynamic import _dynamic_checks
+from fibril_mjx.workflows.validate.inertial.dynamic import dynamic_checks
 from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig
-from fibril_mjx.workflows.validate.inertial.signals import _h_expected
-from fibril_mjx.workflows.validate.inertial.static import _static_checks
+from fibril_mjx.workflows.validate.inertial.signals import h_expected
+from fibril_mjx.workflows.validate.inertial.static import static_checks
 
 
 # ------------------------------------------------------------------------------- driver
 
 
-def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
+def thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
   """The temperature sweep with soak (`validate/thermal.py`)."""
   plan = thermal.sweep_plan(cfg, dev.period_s, window_s)
   xml, doc = thermal.sweep_rig(cfg, plan, perturb)
-  sim = rig_simulation(_write_rig(rigs, 'thermal', xml, doc))
+  sim = rig_simulation(write_rig(rigs, 'thermal', xml, doc))
   progress(f'thermal sweep: {len(thermal.LEVELS_K)} set-points x {worlds} worlds x '
            f'{plan.n_ticks} ticks (soak {plan.soak_s:g} s, record {plan.window_s:g} s)')
   n_seg = int(math.ceil(plan.n_ticks / 5000))
   seg = int(math.ceil(plan.n_ticks / n_seg))
-  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                  n_seg * seg, seg, CHANNELS)['pz']
+  data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                 n_seg * seg, seg, CHANNELS)['pz']
   n_acq = plan.n_ticks - 1
-  samples = {ch: _by_sequence(data, ch, n_acq) for ch in CHANNELS}
+  samples = {ch: by_sequence(data, ch, n_acq) for ch in CHANNELS}
   progress(f'  simulated ({time.time() - t0:.0f} s); thermal checks')
   return thermal.sweep_checks(dev, cfg, plan, samples)
 
@@ -44,17 +44,17 @@ def _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0
 def _vibration_rig(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0):
   """The rotor rig: line amplitudes at the reference speed (`validate/vibration.py`)."""
   xml, doc = vibration.rig(cfg, dev.period_s, perturb)
-  sim = rig_simulation(_write_rig(rigs, 'vibration', xml, doc))
+  sim = rig_simulation(write_rig(rigs, 'vibration', xml, doc))
   n_ticks = vibration.n_ticks(dev.period_s, window_s)
   progress(f'vibration rig: rotor at {cfg["vibration_reference_speed_rad_s"]:g} rad/s x '
            f'{worlds} worlds x {n_ticks} ticks')
   n_seg = int(math.ceil(n_ticks / 5000))
   seg = int(math.ceil(n_ticks / n_seg))
-  data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_seg * seg, seg,
-                  CHANNELS)['pz']
-  samples = {ch: _by_sequence(data, ch, n_ticks - 1) for ch in CHANNELS}
+  data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds), n_seg * seg, seg,
+                 CHANNELS)['pz']
+  samples = {ch: by_sequence(data, ch, n_ticks - 1) for ch in CHANNELS}
   progress(f'  simulated ({time.time() - t0:.0f} s); vibration checks')
-  return vibration.checks(dev, cfg, samples, lambda ch, f: _h_expected(
+  return vibration.checks(dev, cfg, samples, lambda ch, f: h_expected(
       dev, dev.channels[ch], f, dev.period_s))
 
 
@@ -64,12 +64,12 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
   import jax
 
   dev = device_from_config(component, ctype, cfg)
-  with _staged_output(out) as tmp:
+  with staged_output(out) as tmp:
     fig_dir = tmp
     rigs = tmp / 'rigs'
     # ---- static rig: long records, segments keep memory flat.
     xml, doc = static_rig(dev, perturb)
-    sim = rig_simulation(_write_rig(rigs, 'static', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     n_acq = int(round(static_duration_s / dev.period_s))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
     seg = int(math.ceil((n_acq + 50) / n_seg))
@@ -78,32 +78,32 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
         ('orientation',) if ctype == 'fibril_sim/ahrs' else ())
     progress(f'static rig: {len(POSES)} poses x {worlds} worlds x {n_ticks} ticks '
              f'({n_ticks * dev.period_s:g} s)')
-    data = _collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                    n_ticks, seg, fields)
+    data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+                   n_ticks, seg, fields)
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
-    checks = _static_checks(dev, data, n_acq, None, fig_dir)
+    checks = static_checks(dev, data, n_acq, None, fig_dir)
     del data
     progress(f'  static checks done ({time.time() - t0:.0f} s)')
     # ---- dynamic rig: rate table, range, sweeps, timing.
     plan = dynamic_plan(dev)
     xml, doc = dynamic_rig(dev, plan, perturb)
-    sim = rig_simulation(_write_rig(rigs, 'dynamic', xml, doc))
+    sim = rig_simulation(write_rig(rigs, 'dynamic', xml, doc))
     progress(f'dynamic rig: 7 sensors x {worlds} worlds x {plan.n_ticks} ticks '
              f'(dt {plan.dt:g} s)')
     _, trace = sim.rollout(sim.default_params(worlds), world_keys(seed + 1, worlds),
                            plan.n_ticks, observe_truth=True)
     trace = jax.tree.map(np.asarray, trace)
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
-    checks += _dynamic_checks(dev, plan, trace, fig_dir)
+    checks += dynamic_checks(dev, plan, trace, fig_dir)
     progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')
     if ctype == 'fibril_sim/imu' and thermal.has_thermal(cfg):
-      checks += _thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
-                               static_duration_s / len(thermal.LEVELS_K), progress, t0)
+      checks += thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
+                              static_duration_s / len(thermal.LEVELS_K), progress, t0)
     if ctype == 'fibril_sim/imu' and vibration.has_vibration(cfg):
       checks += _vibration_rig(dev, cfg, perturb, rigs, worlds, seed + 3,
                                static_duration_s / 5, progress, t0)
-    return _finish(tmp, manifest_path, component, dev, checks, perturb, static_duration_s,
-                   worlds, seed, t0)
+    return finish(tmp, manifest_path, component, dev, checks, perturb, static_duration_s,
+                  worlds, seed, t0)
 
 
 # The rig of these types (validate finds this module by walking its package).

@@ -8,18 +8,20 @@ import math
 import numpy as np
 
 from fibril_mjx.workflows.validate import fifo_timing
-from fibril_mjx.workflows.validate.common import K_SIGMA, Check, _axes_str, _fmt, _timing
+from fibril_mjx.workflows.validate.common import K_SIGMA, Check, axis_name, fmt, timing_checks
 from fibril_mjx.workflows.validate.inertial.device import (Device, RATE_SITES, SKIP, SUBSTEPS,
                                                            UNITS, WINDOW)
-from fibril_mjx.workflows.validate.inertial.plots import _plot_bode
+from fibril_mjx.workflows.validate.inertial.plots import plot_bode
 from fibril_mjx.workflows.validate.inertial.rigs import DynamicPlan
-from fibril_mjx.workflows.validate.inertial.signals import _h_expected, _reference_filter
+from fibril_mjx.workflows.validate.inertial.signals import h_expected, reference_filter
 
 
 # ---------------------------------------------------------------------- the dynamic rig
 
 
-def _dynamic_checks(dev: Device, plan: DynamicPlan, trace, fig_dir) -> list[Check]:
+def dynamic_checks(dev: Device, plan: DynamicPlan, trace, fig_dir) -> list[Check]:
+  """The checks of the dynamic rig: rate table, range, Bode, geometry under rotation and
+  transport timing (`trace`: the rig's recorded `sensor` / `truth` outputs)."""
   checks = []
   dt = plan.dt
   raw, truth = trace['sensor'], trace['truth']
@@ -32,7 +34,7 @@ def _dynamic_checks(dev: Device, plan: DynamicPlan, trace, fig_dir) -> list[Chec
   if fifo_timing.batched(raw):
     checks += fifo_timing.checks(dev, dt, raw, fig_dir)
   else:
-    checks += _timing(dev, dt, sens, fig_dir)
+    checks += timing_checks(dev, dt, sens, fig_dir)
   return checks
 
 
@@ -62,7 +64,7 @@ def _rate_table(dev, plan, sens, truth, fig_dir):
       xa = xs[w, m, a]
       for j in range(3):
         est[w, j, a] = np.sum(xa * v[w, m, j]) / np.sum(xa * xa)
-  h = float(_h_expected(dev, ch, plan.rate_hz, plan.dt).real)
+  h = float(h_expected(dev, ch, plan.rate_hz, plan.dt).real)
   exp = ch.gain * h
   g_mean = est.mean(0)
   g_se = est.std(0, ddof=1) / math.sqrt(est.shape[0])
@@ -98,7 +100,7 @@ def _range(dev, plan, sens, truth, fig_dir):
       stc = np.clip(st, 0, None)
       for w in range(v.shape[0]):
         ticks = stc[w, new[w]]
-        z = _reference_filter(dev, ch, x[w] @ ch.gain.T, ticks, plan.dt)[:, a]
+        z = reference_filter(dev, ch, x[w] @ ch.gain.T, ticks, plan.dt)[:, a]
         vv, ff = v[w, new[w], a], flags[w, new[w], a]
         max_abs = max(max_abs, float(np.abs(vv).max()))
         if ch.limit > 0:
@@ -172,17 +174,17 @@ def _bode(dev, plan, sens, truth, fig_dir):
     se = np.abs(h_meas - h).std(0, ddof=1) / math.sqrt(h_meas.shape[0]) if \
         h_meas.shape[0] > 1 else np.zeros(len(tones))
     amp = np.abs(u_s)
-    h_exp = ch.gain[a, a] * _h_expected(dev, ch, tones, plan.dt)
+    h_exp = ch.gain[a, a] * h_expected(dev, ch, tones, plan.dt)
     # LSB: the quantization error (≤ q/2 a sample) moves a fitted phasor by at most q/(2A)
     # relative (deterministic bound: noiseless inputs quantize the same way in every world).
     tol = K_SIGMA * se + ch.resolution / (2 * amp) + 1e-4
     err = np.abs(h - h_exp)
     ok = bool(np.all(err <= tol))
-    plot = _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, ch.bandwidth_hz,
-                      dev.filter_rate, plan.dt)
+    plot = plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, ch.bandwidth_hz,
+                     dev.filter_rate, plan.dt)
     checks.append(Check(
-        f'bode.{ch_name}', f'|H| and ∠H (deg) per tone, axis {_axes_str(a)}; tones {_fmt(tones)} Hz '
-        f'(output Nyquist {fs / 2:g} Hz; {_fmt(tones[above])} Hz shows at {_fmt(alias[above])} Hz)',
+        f'bode.{ch_name}', f'|H| and ∠H (deg) per tone, axis {axis_name(a)}; tones {fmt(tones)} Hz '
+        f'(output Nyquist {fs / 2:g} Hz; {fmt(tones[above])} Hz shows at {fmt(alias[above])} Hz)',
         {'gain': np.abs(h), 'phase_deg': np.degrees(np.angle(h))},
         {'bandwidth_hz': ch.bandwidth_hz, 'gain': np.abs(h_exp),
          'phase_deg': np.degrees(np.angle(h_exp))}, tol,
@@ -207,7 +209,7 @@ def _geometry_rotation(dev, plan, sens):
     slope = float(np.sum(cmd[small] * y[small]) / np.sum(cmd[small] ** 2))
     good = 0.5 < slope < 2.0
     ok &= good
-    rows.append(f'{_axes_str(a)} about +z: slope {slope:.3f}')
+    rows.append(f'{axis_name(a)} about +z: slope {slope:.3f}')
   checks = [Check('geometry.rotation', 'gyro reading per commanded rad/s about the axis '
                   'pointing along +world z', '; '.join(rows), '+1 (rad/s)', '0.5 … 2',
                   'sign and unit (rad/s, not deg/s) per axis under a known rotation', ok)]

@@ -6,21 +6,23 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.analysis import plotting
-from fibril_mjx.workflows.validate.common import K_SIGMA, _axes_str, _plt
-from fibril_mjx.workflows.validate.inertial.signals import _h_discrete
+from fibril_mjx.workflows.validate.common import K_SIGMA, axis_name
+from fibril_mjx.workflows.validate.inertial.signals import h_discrete
 
 
 # -------------------------------------------------------------------------------- plots
 
 
-def _plot_allan(fig_dir, ch_name, units, rows):
-  plt = _plt()
+def plot_allan(fig_dir, ch_name, units, rows):
+  """The measured vs configured Allan deviation per axis of one channel (`rows`: per axis
+  `(axis, taus, adev, model, relative σ)`), saved under `fig_dir`; returns its path."""
+  plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(7, 5))
   for (i, taus, adev, model, rel), c in zip(rows, ('tab:red', 'tab:green', 'tab:blue')):
-    ax.loglog(taus, adev, '.', color=c, label=f'{_axes_str(i)} measured')
+    ax.loglog(taus, adev, '.', color=c, label=f'{axis_name(i)} measured')
     ax.fill_between(taus, model * (1 - K_SIGMA * rel), model * (1 + K_SIGMA * rel), color=c,
                     alpha=0.15)
-    ax.loglog(taus, model, '-', color=c, lw=0.8, label=f'{_axes_str(i)} configured')
+    ax.loglog(taus, model, '-', color=c, lw=0.8, label=f'{axis_name(i)} configured')
   ax.set_xlabel('τ [s]')
   ax.set_ylabel(f'Allan deviation [{units}]')
   ax.set_title(f'static run: {ch_name} (band: ±{K_SIGMA:g}σ)')
@@ -30,11 +32,13 @@ def _plot_allan(fig_dir, ch_name, units, rows):
   return plotting.save(fig, path)
 
 
-def _plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt):
-  plt = _plt()
+def plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt):
+  """Measured vs expected gain and phase per tone of one channel against the configured
+  filter's curve, saved under `fig_dir`; returns its path."""
+  plt = plotting.pyplot()
   fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
   f = np.linspace(fs / 1000, fs / 2, 500)
-  hc = _h_discrete(f, bw, 1 / dt if rate == 'physics' else fs)
+  hc = h_discrete(f, bw, 1 / dt if rate == 'physics' else fs)
   a1.semilogx(f, 20 * np.log10(np.abs(hc)), 'k-', lw=0.8, label=f'configured ({rate} rate)')
   a1.semilogx(alias, 20 * np.log10(np.abs(h_exp)), 'k+', ms=8, label='expected per tone')
   a2.semilogx(f, np.degrees(np.angle(hc)), 'k-', lw=0.8)

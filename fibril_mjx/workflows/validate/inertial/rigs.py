@@ -25,7 +25,9 @@ def _sensor_xml(prefix, site, ahrs):
   return s
 
 
-def _entry(dev: Device, name, overrides):
+def pose_entry(dev: Device, name, overrides):
+  """The manifest component entry of the device at pose `name` (its `g_/a_/q_<name>` MuJoCo
+  sensors), thermal and vibration models neutral, `overrides` applied."""
   cfg = {k: v for k, v in dev.config.items()}
   cfg.update(thermal.neutral_ambient(cfg))   # the thermal sweep has its own rig
   cfg.update(vibration.neutral(cfg))         # and the rotor its own
@@ -44,7 +46,7 @@ def static_rig(dev: Device, overrides) -> tuple[str, dict]:
   sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _, _) in POSES.items())
   sensors = ''.join(_sensor_xml(n, f's_{n}', ahrs) for n in POSES)
   xml = bench_xml('fibril_validate_static', dev.period_s, sites, sensors=sensors)
-  comps = [_entry(dev, n, overrides) for n in POSES]
+  comps = [pose_entry(dev, n, overrides) for n in POSES]
   return xml, {'fibril_manifest': 1, 'model': 'static.xml', 'components': comps}
 
 
@@ -128,6 +130,6 @@ def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict]:
         <actuator>
       """) + '\n'.join(acts) + '\n  </actuator>\n  <sensor>\n' + sensors + \
       '  </sensor>\n</mujoco>\n'
-  comps = [_entry(dev, n, overrides) for n in names]
+  comps = [pose_entry(dev, n, overrides) for n in names]
   return xml, {'fibril_manifest': 1, 'model': 'dynamic.xml', 'actuator_script': script,
                'components': comps}

@@ -12,7 +12,7 @@ import numpy as np
 # ------------------------------------------------------------------------- data helpers
 
 
-def _fill(x):
+def fill_gaps(x):
   """Forward-fills NaN (lost samples) along axis 1; leading NaN take the first value."""
   x = x.copy()
   for idx in np.ndindex(x.shape[0], *x.shape[2:]):
@@ -38,14 +38,16 @@ def _lowpass(x, bw, period):
   return y
 
 
-def _h_discrete(f, bw, fs):
+def h_discrete(f, bw, fs):
+  """Response of the discrete first-order low-pass of bandwidth `bw` (Hz; ≤ 0: none) run at
+  `fs` Hz, at frequencies `f` (Hz)."""
   if bw <= 0:
     return np.ones_like(np.asarray(f, np.float64), dtype=complex)
   a = 1.0 - math.exp(-2 * math.pi * bw / fs)
   return a / (1.0 - (1.0 - a) * np.exp(-2j * np.pi * np.asarray(f) / fs))
 
 
-def _h_expected(dev, ch, f_true, dt):
+def h_expected(dev, ch, f_true, dt):
   """Response of the configured low-pass to a tone of true frequency `f_true`, as seen in
   the samples (scale applied by the caller): at the output rate, the discrete filter at the
   alias frequency of the sampled tone; at the physics rate (`filter_rate: physics`), the
@@ -55,19 +57,19 @@ def _h_expected(dev, ch, f_true, dt):
   f_true = np.asarray(f_true, np.float64)
   above = f_true > fs / 2
   if dev.filter_rate == 'physics':
-    h = _h_discrete(f_true, ch.bandwidth_hz, 1.0 / dt)
+    h = h_discrete(f_true, ch.bandwidth_hz, 1.0 / dt)
     return np.where(above, np.conj(h), h)
-  return _h_discrete(np.where(above, fs - f_true, f_true), ch.bandwidth_hz, fs)
+  return h_discrete(np.where(above, fs - f_true, f_true), ch.bandwidth_hz, fs)
 
 
-def _reference_filter(dev, ch, x_ticks, ticks, dt):
+def reference_filter(dev, ch, x_ticks, ticks, dt):
   """Noiseless filtered input at the sample ticks: `x_ticks` `(T, 3)` per physics tick."""
   if dev.filter_rate == 'physics' and ch.bandwidth_hz > 0:
     return _lowpass(x_ticks[None], ch.bandwidth_hz, dt)[0][ticks]
   return _lowpass(x_ticks[ticks][None], ch.bandwidth_hz, dev.period_s)[0]
 
 
-def _quat_err_vec(q, q_ref):
+def quat_err_vec(q, q_ref):
   """Small rotation vectors `2·vec(q_ref⁻¹ ⊗ q)` (body frame), float64."""
   q = np.asarray(q, np.float64)
   p = np.asarray(q_ref, np.float64)

@@ -8,21 +8,24 @@ import math
 import numpy as np
 
 from fibril_mjx.analysis import stats
-from fibril_mjx.workflows.validate.common import G, K_SIGMA, Check, _axes_str, _by_sequence, _fmt
+from fibril_mjx.workflows.validate.common import G, K_SIGMA, Check, axis_name, by_sequence, fmt
 from fibril_mjx.workflows.validate.inertial.device import Channel, Device, POSES, UNITS
-from fibril_mjx.workflows.validate.inertial.plots import _plot_allan
-from fibril_mjx.workflows.validate.inertial.signals import _fill, _quat_err_vec
+from fibril_mjx.workflows.validate.inertial.plots import plot_allan
+from fibril_mjx.workflows.validate.inertial.signals import fill_gaps, quat_err_vec
 
 
 # ----------------------------------------------------------------------- the static rig
 
 
-def _static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
+def static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
+  """The checks of the static poses: Allan deviation per channel and axis (AR(1) noise for
+  an AHRS), six-orientation gains and biases, orientation noise and geometry under gravity
+  (`data`: collected samples per pose, `n_acq` acquisitions)."""
   checks = []
   fs = 1.0 / dev.period_s
   for ch_name, ch in dev.channels.items():
     units = UNITS[ch_name]
-    x = np.stack([_fill(_by_sequence(data[n], ch_name, n_acq)) for n in POSES], 1)
+    x = np.stack([fill_gaps(by_sequence(data[n], ch_name, n_acq)) for n in POSES], 1)
     w_, u_, n_, _ = x.shape                      # worlds, poses, samples, axes
     rec = x.reshape(w_ * u_, n_, 3)
     q = ch.resolution
@@ -37,7 +40,7 @@ def _static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
         std = float(np.std(r))
         bound = q / math.sqrt(12) + 1e-6 * G if noise_var == 0 else None
         ok = (std <= bound) if bound is not None else False
-        checks.append(Check(f'static_allan.{ch_name}.{_axes_str(i)}', f'residual std [{units}]',
+        checks.append(Check(f'static_allan.{ch_name}.{axis_name(i)}', f'residual std [{units}]',
                             std, 0.0, bound, 'no noise configured: at most the LSB '
                             'quantization std q/√12 + float32 rounding', ok))
         allan_ok &= ok
@@ -59,11 +62,11 @@ def _static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
         mv, rv = meas[term]['value'], ref[term]['value']
         if mv is None or rv is None:
           checks.append(Check(
-              f'static_allan.{ch_name}.{term}.{_axes_str(i)}', _TERM[term], mv,
+              f'static_allan.{ch_name}.{term}.{axis_name(i)}', _TERM[term], mv,
               configured[term], None, f'{term} not resolvable in a {n_ / fs:g} s record '
               '(no Allan slope of ' + {'N': '−1/2', 'B': '0', 'K': '+1/2'}[term]
               + ' in the measured or the configured curve)', None,
-              note=f'expected from the configured model: {_fmt(rv)}'))
+              note=f'expected from the configured model: {fmt(rv)}'))
           continue
         tol = K_SIGMA * meas[term]['rel_sigma']
         if term == 'N' and qv > 0:
@@ -73,12 +76,12 @@ def _static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
         allan_ok &= ok_t
         nbk_rows.append((term, i, mv, rv))
         checks.append(Check(
-            f'static_allan.{ch_name}.{term}.{_axes_str(i)}', _TERM[term], mv, configured[term],
-            f'±{100 * tol:.1f} %', f'relative to {_fmt(rv)} = the same slope fit on the '
+            f'static_allan.{ch_name}.{term}.{axis_name(i)}', _TERM[term], mv, configured[term],
+            f'±{100 * tol:.1f} %', f'relative to {fmt(rv)} = the same slope fit on the '
             f'exact Allan curve of the configured model (incl. LSB q²/12 as white noise); '
             f'{K_SIGMA:g}× the edf-based std (+ 10 % of the LSB share of N) of the fitted τ range {meas[term]["taus"]} s, '
             f'{w_ * u_} records of {n_ / fs:g} s', ok_t))
-    plot = _plot_allan(fig_dir, ch_name, units, fig_rows) if fig_rows else ''
+    plot = plot_allan(fig_dir, ch_name, units, fig_rows) if fig_rows else ''
     checks.append(Check(f'static_allan.{ch_name}', 'Allan deviation vs configured model',
                         f'max |dev|/σ = {worst:.2f}', 'exact closed-form curve', f'{K_SIGMA:g} σ',
                         f'every τ (9+ clusters): relative σ from the overlapping-estimator edf '
@@ -108,17 +111,17 @@ def _ar1_checks(name, rec, sig_rho, q, units):
     s_exp = math.sqrt(s_c ** 2 + (q * q / 12 if s_c > q / 2 else 0.0))
     if s_c == 0:
       ok = s <= q / math.sqrt(12) + 1e-6 * G
-      out.append(Check(f'{name}.std.{_axes_str(i)}', f'residual std [{units}]', s, 0.0,
+      out.append(Check(f'{name}.std.{axis_name(i)}', f'residual std [{units}]', s, 0.0,
                        q / math.sqrt(12), 'no noise configured: ≤ LSB quantization std', ok))
       continue
     tol = K_SIGMA * s_rel * s_exp + (q * q / 12) / (2 * s_exp)
-    out.append(Check(f'{name}.std.{_axes_str(i)}', f'stationary std [{units}]', s, s_c,
+    out.append(Check(f'{name}.std.{axis_name(i)}', f'stationary std [{units}]', s, s_c,
                      tol, f'{K_SIGMA:g}× AR(1) sampling std of the std '
                      f'({rec.shape[0]}×{rec.shape[1]} samples) + half the q²/12 LSB term; '
                      f'expected √(σ²+q²/12) = {s_exp:.5g}', abs(s - s_exp) <= tol))
     tol_r = K_SIGMA * r_se + 2.0 / rec.shape[1] + (q * q / 12) / s_exp ** 2
     r_exp = r_c * s_c ** 2 / s_exp ** 2
-    out.append(Check(f'{name}.rho.{_axes_str(i)}', 'AR(1) lag-1 correlation', r, r_c, tol_r,
+    out.append(Check(f'{name}.rho.{axis_name(i)}', 'AR(1) lag-1 correlation', r, r_c, tol_r,
                      f'{K_SIGMA:g}× large-sample std of ρ̂ + O(1/n) estimator bias + LSB share; '
                      f'expected {r_exp:.4f} after the white LSB term', abs(r - r_exp) <= tol_r))
   return out
@@ -190,12 +193,12 @@ def _orientation_static(dev: Device, data, n_acq) -> list[Check]:
   out = []
   recs = []
   for n in ('py', 'my', 'pz', 'mz'):     # no pitch ±90° poses (Euler resolution singular)
-    q = _by_sequence(data[n], 'orientation', n_acq)
-    q = _fill(q)
+    q = by_sequence(data[n], 'orientation', n_acq)
+    q = fill_gaps(q)
     q = q * np.sign(q[..., :1] + 1e-30)
     qm = q.mean(axis=1, keepdims=True)
     qm = qm / np.linalg.norm(qm, axis=-1, keepdims=True)
-    e = _quat_err_vec(q, qm)
+    e = quat_err_vec(q, qm)
     t = np.arange(e.shape[1]) * dev.period_s
     tc = t - t.mean()
     slope = np.sum(e * tc[None, :, None], axis=1) / np.sum(tc * tc)
@@ -227,11 +230,11 @@ def _orientation_static(dev: Device, data, n_acq) -> list[Check]:
 def _geometry_gravity(dev: Device, data, n_acq) -> list[Check]:
   rows, ok = [], True
   for n, (_, a, sign) in POSES.items():
-    m = np.nanmean(_by_sequence(data[n], 'linear_acceleration', n_acq), axis=(0, 1))
+    m = np.nanmean(by_sequence(data[n], 'linear_acceleration', n_acq), axis=(0, 1))
     good = (0.5 * G < sign * m[a] < 2 * G) and all(abs(m[j]) < 0.5 * G for j in range(3)
                                                    if j != a)
     ok &= good
-    rows.append(f'{n}: {_fmt(m)}')
+    rows.append(f'{n}: {fmt(m)}')
   return [Check('geometry.gravity', 'specific force at rest, axis up reads +g', '; '.join(rows),
                 f'+{G} on the up axis, ~0 elsewhere', 'sign, and 0.5 g < |up| < 2 g',
                 'gross check of sign and unit (m/s², not g) per axis', ok)]

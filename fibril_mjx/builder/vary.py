@@ -1,4 +1,10 @@
-"""What a campaign can vary per world, in the manifest's own vocabulary, and how it is sampled.
+"""What can vary per world, in the manifest's own vocabulary, and how it is sampled: a
+campaign's `vary:` (`fibril_mjx.workflows.campaign`) and the RL env's per-episode device
+randomization (`fibril_mjx.rl.randomize`) read the same entries.
+
+A `vary:` entry is a `Distribution` (`distribution(path, model)` from its validated
+`fibril_mjx.config.campaign` model); `resolve` turns entries into `Field`s against a built
+simulation, `sample` draws each world's value on the host.
 
 Field paths:
 
@@ -37,14 +43,42 @@ import mujoco
 import numpy as np
 from scipy import special
 
-from fibril_mjx.mechanisms import rng
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
-from fibril_mjx.workflows.campaign.spec import Distribution
-from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.config.campaign import DISTRIBUTIONS, ChoiceDist, numbers
 from fibril_mjx.config.manifest import LAYERS
+from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics import mjcf_fields
 
 STREAM = 'fibril_campaign'
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+  """One `vary:` entry.
+
+  Attributes:
+    path: the field path as written (`ahrs.angular_velocity_bias`, `joint:yaw.damping`).
+    dist: distribution name; params: its parameters (numbers or per-axis lists).
+    relative: the sampled value multiplies the nominal value.
+    weights: choice weights (None: equal).
+  """
+  path: str
+  dist: str
+  params: dict
+  relative: bool = False
+  weights: tuple | None = None
+
+
+def distribution(path: str, d) -> Distribution:
+  """The `Distribution` of a validated `vary:` entry (a `config.campaign.Distribution` model;
+  parameters as tuples of floats)."""
+  if isinstance(d, ChoiceDist):
+    values = tuple(tuple(v) if isinstance(v, list) else v for v in d.values)
+    return Distribution(path, 'choice', {'values': values}, d.relative,
+                        None if d.weights is None else tuple(float(w) for w in d.weights))
+  params = {k: tuple(numbers(getattr(d, k))) for k in DISTRIBUTIONS[d.dist]}
+  return Distribution(path, d.dist, params, d.relative)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -82,7 +116,8 @@ class Field:
     return list(v) if isinstance(v, tuple) else v
 
 
-def _dist_len(d: Distribution) -> int:
+def dist_len(d: Distribution) -> int:
+  """Values per draw of `d`: 1, or the length of its per-axis lists / list choices."""
   if d.dist == 'choice':
     v = d.params['values'][0]
     return len(v) if isinstance(v, tuple) else 1
@@ -95,7 +130,7 @@ def _err(file, d: Distribution, rule, value=None, sub=''):
 
 
 def _shape_for(file, d: Distribution, natural: tuple) -> tuple:
-  n = _dist_len(d)
+  n = dist_len(d)
   size = int(np.prod(natural)) if natural else 1
   if d.dist == 'choice':
     for v in d.params['values']:
@@ -254,7 +289,7 @@ def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
       nominal = np.asarray(leaf[k], np.float64)
       return Field(d.path, 'dcmotor', d, _shape_for(file, d, nominal.shape), nominal,
                    target=attr, index=(k,))
-  where = mjcf_fields.model_index(m, element, oid, attr, count=_dist_len(d))
+  where = mjcf_fields.model_index(m, element, oid, attr, count=dist_len(d))
   if where is not None:
     target, index = where
     arr = np.asarray(getattr(sim.mx, target))
