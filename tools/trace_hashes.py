@@ -63,6 +63,8 @@ def main(argv=None) -> int:
   ap.add_argument('--ticks', type=int, default=300)
   ap.add_argument('--seed', type=int, default=7)
   args = ap.parse_args(argv)
+  import fibril_mjx
+  fibril_mjx.cpu_flags(1, bitwise=False)   # the loop flag alone, as `import fibril_mjx` set it before
   result = {}
   for p in manifests():
     name = str(p.relative_to(ROOT))
