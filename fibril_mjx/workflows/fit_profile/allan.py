@@ -45,14 +45,6 @@ def delivered_samples(fields, field):
   x = np.asarray(fields[field], np.float64)
   period = float(np.median(np.diff(t)))
   return x, 1.0 / period
-  idx = np.round((t - t[0]) / period).astype(np.int64)
-  out = np.full((idx[-1] + 1,) + x.shape[1:], np.nan)
-  out[idx] = x
-  bad = np.isnan(out[:, 0]) if out.ndim > 1 else np.isnan(out)
-  if bad.any():
-    fill = np.maximum.accumulate(np.where(bad, 0, np.arange(bad.size)))
-    out = out[fill]
-  return out, 1.0 / period
 
 
 def split_heldout(records):
