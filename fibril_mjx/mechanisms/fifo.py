@@ -35,6 +35,7 @@ import pydantic
 
 from fibril_mjx.errors import ConfigError, ConfigErrors, Strict
 from fibril_mjx.mechanisms.schedule import Schedule, ticks_fraction
+from fibril_mjx.mechanisms import ring
 
 READ = 'fifo_read'                     # the name of the periodic reader's schedule
 BOOK = ('count', 'new_data', 'sequence', 'sample_tick', 'arrival_tick', 'valid')
@@ -209,7 +210,7 @@ def send(f: Fifo, q: FifoState, sample, n, tick, active=None) -> FifoState:
   full = q.count >= f.depth
   slot = (q.head + q.count) % f.depth          # the oldest's slot when full
   store = put if f.drop_oldest else put & ~full
-  upd = lambda arr, v: jnp.where(store, arr.at[slot].set(v), arr)   # noqa: E731
+  upd = lambda arr, v: ring.put(arr, slot, v, store)   # noqa: E731
   head, count = q.head, q.count
   if f.drop_oldest:
     head = jnp.where(put & full, (head + 1) % f.depth, head)

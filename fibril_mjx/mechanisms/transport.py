@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fibril_mjx.mechanisms import fifo, rng
+from fibril_mjx.mechanisms import fifo, ring, rng
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.schedule import ticks_fraction
 
@@ -155,7 +155,7 @@ def send(tr: Transport, q: QueueState, sample, n, tick, jitter_stream, loss_stre
     room = room | ~active   # ... and overflows nothing
   put = keep & room if active is None else keep & room & active
   slot = (q.head + q.count) % tr.capacity
-  upd = lambda arr, v: jnp.where(put, arr.at[slot].set(v), arr)
+  upd = lambda arr, v: ring.put(arr, slot, v, put)
   return q._replace(
       buf=jax.tree.map(upd, q.buf, sample),
       sequence=upd(q.sequence, n),
@@ -197,8 +197,10 @@ def release(tr: Transport, q: QueueState, tick) -> tuple[QueueState, jax.Array, 
   c = tr.capacity
   offs = jnp.arange(c, dtype=jnp.int32)
   idx = (q.head + offs) % c
-  ready = (offs < q.count) & (q.release[idx] <= tick)
-  m = jnp.sum(ready.astype(jnp.int32))
+  # slot k holds the ((k - head) mod c)-th oldest sample; the ready ones are a prefix
+  in_flight = (offs - q.head) % c < q.count
+  m = jnp.sum((in_flight & (q.release <= tick)).astype(jnp.int32))
+  ready = offs < m
   return q._replace(head=(q.head + m) % c, count=q.count - m), ready, idx
 
 
@@ -214,8 +216,8 @@ def receive(tr: Transport, q: QueueState, held: Delivered, tick, dues=None
   q_out, ready, idx = release(tr, q, tick)
   m = jnp.sum(ready.astype(jnp.int32))
   new = m > 0
-  last = idx[jnp.maximum(m - 1, 0)]
-  pick = lambda arr, h: jnp.where(new, arr[last], h)
+  last = (q.head + jnp.maximum(m - 1, 0)) % tr.capacity
+  pick = lambda arr, h: jnp.where(new, ring.get(arr, last), h)
   out = Delivered(
       sample=jax.tree.map(pick, q.buf, held.sample),
       new_data=new,

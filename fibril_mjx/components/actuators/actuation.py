@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 import pydantic
 
+from fibril_mjx.mechanisms import ring
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.components import base
 from fibril_mjx.core import protocol
@@ -341,10 +342,10 @@ def deliver(link: CommandLink, ls: LinkState, held, tick,
   Returns:
     `(link state, held)`.
   """
-  q, ready, idx = tp.release(link.transport, ls.queue, tick)
+  q, ready, _ = tp.release(link.transport, ls.queue, tick)
   for j in range(link.transport.capacity):
-    slot = idx[j]
-    cmd = jax.tree.map(lambda b: b[slot], q.buf)
+    slot = (ls.queue.head + j) % link.transport.capacity
+    cmd = jax.tree.map(lambda b: ring.get(b, slot), q.buf)
     new_held, status = apply(held, cmd)
     r = ready[j]
     ok = r & (status == ACCEPTED)
@@ -352,7 +353,7 @@ def deliver(link: CommandLink, ls: LinkState, held, tick,
     ls = ls._replace(
         received=ls.received | ok,
         release_tick=jnp.where(ok, jnp.asarray(tick, jnp.int32), ls.release_tick),
-        sequence=jnp.where(ok, q.sequence[slot], ls.sequence),
+        sequence=jnp.where(ok, ring.get(q.sequence, slot), ls.sequence),
         rejected=ls.rejected + (r & (status == REJECTED)).astype(jnp.int32))
   return ls._replace(queue=q), held
 
