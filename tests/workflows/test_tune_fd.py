@@ -520,16 +520,22 @@ def _quantized_line_fit(monkeypatch, step_sigma, *, seed=3, P=2, q=0.3, j_scale=
   return U[0], x, u_ls, sigma, len(calls)
 
 
+# What "converged to within what the data resolve" must mean, set here and not read from the
+# code: the fit ends within one standard error (σ from (AᵀA)⁻¹, unit noise: closed form) of
+# the NumPy least-squares solution of the unquantized problem.
+RESOLVED_SIGMA = 1.0
+
+
 def test_a_rejected_step_within_step_sigma_standard_errors_ends_the_fit(monkeypatch):
   """On a rough loss the fit stops at the first rejected step whose Gauss–Newton step is
-  within `STEP_SIGMA` standard errors (σ from (AᵀA)⁻¹, unit noise: closed form), within
-  that distance of the least-squares solution; without the rule it goes on raising the
-  damping to chase the roughness."""
-  k = optimise.STEP_SIGMA
-  u, _, u_ls, sigma, n = _quantized_line_fit(monkeypatch, k)
-  assert np.all(np.abs(u - u_ls) <= k * sigma), ((u - u_ls) / sigma)
-  u0, _, _, _, n0 = _quantized_line_fit(monkeypatch, 0.0)
-  assert np.all(np.abs(u0 - u_ls) <= k * sigma), ((u0 - u_ls) / sigma)
+  within `STEP_SIGMA` standard errors, within `RESOLVED_SIGMA` closed-form standard errors
+  of the least-squares solution (NumPy, here); without the rule it goes on raising the
+  damping to chase the roughness. The Jacobian is 60 % too large, so the steps fall short and
+  where the fit stops matters (with an exact one the first step lands on the solution)."""
+  u, _, u_ls, sigma, n = _quantized_line_fit(monkeypatch, optimise.STEP_SIGMA, j_scale=1.6)
+  assert np.all(np.abs(u - u_ls) <= RESOLVED_SIGMA * sigma), ((u - u_ls) / sigma)
+  u0, _, _, _, n0 = _quantized_line_fit(monkeypatch, 0.0, j_scale=1.6)
+  assert np.all(np.abs(u0 - u_ls) <= RESOLVED_SIGMA * sigma), ((u0 - u_ls) / sigma)
   assert n < n0, (n, n0)
 
 

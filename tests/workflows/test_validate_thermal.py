@@ -58,8 +58,16 @@ def test_other_rigs_hold_the_ambient_at_t_ref():
 
 def test_fit_profile_fits_k1_k2_from_soaked_logs(tmp_path):
   """Five soaked logs (one world per set-point, one compiled rig) written as recordings, then
-  `fit-profile --thermal`: the fitted k1, k2 agree with the simulated unit within 4 of their
-  standard errors (+ float32)."""
+  `fit-profile --thermal`: the fitted k1, k2 agree with the simulated unit within 4 standard
+  errors (+ float32) — the closed-form standard errors of the least-squares fit of the log
+  means for the sample size, not the fit's own — and the fit's reported standard errors are
+  within a factor 2 of them.
+
+  Closed form: the unit's noise is white (icm42688p_nominal: noise density N, output step q,
+  no drift terms), so a log mean of n samples at the rate f has variance σ²/n with
+  σ² = N²·f + q²/12 (a low-pass keeps the density at 0 Hz); the five means are independent
+  with equal variance, so Cov(β) = σ²/n · (XᵀX)⁻¹ with X = [1, ΔT, ΔT²] at the logs' mean
+  temperatures."""
   import jax
 
   import fibril_mjx
@@ -91,16 +99,26 @@ def test_fit_profile_fits_k1_k2_from_soaked_logs(tmp_path):
   import json
   fit = json.loads((tmp_path / 'fit' / 'unit_fit.json').read_text())
   se = {u['field']: u['se'] for u in fit['uncertainty']}
+  logs = [rc.read_recording(p).sensor('pz') for p in paths]
+  n = min(len(f['temperature_c']) for f in logs)
+  dT = np.array([np.mean(np.asarray(f['temperature_c'], np.float64)) for f in logs]) - 25.0
+  X = np.stack([np.ones_like(dT), dT, dT ** 2], -1)
+  xtx_inv = np.linalg.inv(X.T @ X)
+  rate = 1.0 / cfg['period_s']
   for ch in thermal.CHANNELS:
-    for k in ('k1', 'k2'):
+    sigma2 = (np.asarray(cfg[f'{ch}_noise_density'], np.float64) ** 2 * rate
+              + np.asarray(cfg.get(f'{ch}_resolution', 0.0), np.float64) ** 2 / 12.0)
+    for j, k in ((1, 'k1'), (2, 'k2')):
       name = f'{ch}_bias_temperature_{k}'
       want = np.asarray(cfg[name], np.float64)
       if k == 'k1':
         want = want + np.asarray(cfg[f'{ch}_scale_temperature_k1']) * (
             np.array([0, 0, 9.81]) if ch == 'linear_acceleration' else 0.0)
       got = np.asarray(fit['fields'][name])
-      s = np.array([se[f'{name}[{a}]'] for a in range(3)])
+      s_fit = np.array([se[f'{name}[{a}]'] for a in range(3)])
+      s = np.sqrt(sigma2 / n * xtx_inv[j, j])
       assert np.all(np.abs(got - want) <= 4 * s + 1e-6 * np.abs(want) + 1e-9), (name, got, want, s)
+      assert np.all((s_fit >= 0.5 * s) & (s_fit <= 2 * s)), (name, s_fit, s)
   assert fit['fields']['reference_temperature_c'] == 25.0
   assert 'Thermal: one soaked log per set-point' in (tmp_path / 'fit' / 'unit_evidence.md'
                                                      ).read_text()

@@ -4,7 +4,9 @@ device whose blade-pass line is 10 % stronger on z than configured fails exactly
 
 The reference is the manifest's configuration: per line and axis `|G · (g ∘ A_k ∘ e^{iφ_k})|`
 at the reference speed (`G` = identity here: the ICM-42688-P profile has no scale or
-cross-axis terms), within 4 standard errors of the world-averaged least-squares phasor."""
+cross-axis terms), within 4 standard errors of the world-averaged least-squares phasor — from
+the configured noise at the line (`validate/vibration.py`), so a device noisier than
+configured fails."""
 
 import pathlib
 import time
@@ -51,6 +53,17 @@ def test_a_stronger_line_fails_its_check(tmp_path):
   _, checks = _rig(tmp_path, {'linear_acceleration_vibration_amplitude': amp})
   assert sorted(n for n, c in checks.items() if not c.passed) == [
       'vibration.linear_acceleration.line1']
+
+
+def test_a_device_noisier_than_configured_fails(tmp_path):
+  """The tolerance comes from the configured noise at the line, not from the fit's residual:
+  a device whose broadband floor is 10× the configured one (the lines as configured) no longer
+  meets it on the accelerometer (its phasor errors are ~10 configured standard errors; all six
+  axis-lines within 4 would have probability ≈ 0.31⁶ ≈ 1e-3). With the residual-based tolerance
+  this device passed: the tolerance grew with the noise."""
+  _, checks = _rig(tmp_path, {'linear_acceleration_vibration_floor_stddev': [0.5, 0.5, 0.5]})
+  failed = sorted(n for n, c in checks.items() if not c.passed)
+  assert failed and all(n.startswith('vibration.linear_acceleration.') for n in failed), failed
 
 
 @pytest.mark.full

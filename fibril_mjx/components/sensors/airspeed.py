@@ -11,7 +11,8 @@ of this component) and `R` site → world:
     q     = ½·ρ·u·|u|                        ideal differential pressure (negative in reverse
                                              flow)
     q_f   = first-order lag of q, time constant response_time_s, every physics tick
-            (tubing / probe response; started at the first value)
+            (tubing / probe response; started at the first value); q_f = q when it is 0.
+            q_f is the state `lagged`, set every tick (`track`), and truth `lagged_pressure_pa`
     z     = Q(sat(q_f + offset_pa + w[k]))   transducer offset, white noise (stream `noise`),
                                              saturation to ±range_pa, quantization
 
@@ -103,24 +104,27 @@ class Airspeed(base.SiteFields, base.SensorBase):
     return 0.5 * p.air_density_kg_m3 * u * jnp.abs(u)
 
   def track(self, p: Params, s: State, data, tick) -> State:
-    """Every physics tick: the probe's first-order response (absent when off)."""
+    """Every physics tick: the probe's pressure `lagged` (Pa), ½ρu|u| through the first-order
+    response, or ½ρu|u| itself when the response is off (the lag absent from the graph)."""
     del tick
+    q = self.ideal(p, data)
     if not self._on('response_time_s'):
-      return s
+      return s._replace(lagged=q)
     ctx = self.error_ctx(s.streams, period_s=self.dt)
-    st, _, _ = PROBE.apply(p, ERRORS.state_of(s), self.ideal(p, data), ctx)
+    st, _, _ = PROBE.apply(p, ERRORS.state_of(s), q, ctx)
     return s._replace(**st)
 
   def acquire(self, p: Params, s: State, data, tick, n):
-    del tick
-    x = s.lagged if self._on('response_time_s') else self.ideal(p, data)
+    del tick, data
+    x = s.lagged       # this tick's probe pressure (`track` runs first, on the same data)
     st, x, flag = TRANSDUCER.apply(p, ERRORS.state_of(s), x, self.error_ctx(s.streams, n))
     sample = Sample(x, self.variance(p), flag, jnp.int32(faults.HEALTHY))
     return s._replace(**st), sample
 
   def truth(self, s: State, data) -> dict:
     """The probe-axis velocity relative to the ground (the wind is a per-world param, not
-    known here) and the health; `lagged_pressure_pa` is the probe's state."""
+    known here), the health, and `lagged_pressure_pa`: this tick's probe pressure (½ρu|u|
+    through the response lag; ½ρu|u| itself when `response_time_s` is 0)."""
     b = self.velocity
     return {'probe_ground_speed_m_s': data.sensordata[b.adr], 'lagged_pressure_pa': s.lagged,
             'health': s.faults.health}

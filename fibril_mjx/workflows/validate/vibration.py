@@ -9,8 +9,12 @@ world and axis by least squares to a constant plus a cosine and a sine at each l
 worlds (the rotor angle is the same in every world) and their magnitudes compared with the
 configured line `|G · (g ∘ A_k ∘ e^{iφ_k})|` per axis, times the configured low-pass response at
 that frequency (`G` the channel's gain, `g` the transmission gain). Tolerance: 4 standard errors
-of the averaged phasor (`σ_res·√(2/n)/√W`, σ_res the fit's residual std: broadband floor, white
-noise, LSB) plus float32 rounding. A line above the output Nyquist frequency is not resolvable
+of the averaged phasor, `√(S(f)·2/n)/√W` (n samples, W worlds), with `S(f)` the configured
+noise's spectral density at the line frequency in per-sample units (white noise σ² → σ²), from
+the configuration, not the fit's residual: the broadband floor through `g`, `G` and the low-pass
+`|H(f)|²`, the white noise (through `|H(f)|²` with `noise_before_filter`), AR(1) terms
+`σ²(1−φ²)/|1−φe^{−iω}|²`, the random walk `K²Δ/(4 sin²(ω/2))` and the LSB `q²/12`
+(ω = 2πfΔ); plus float32 rounding. A line above the output Nyquist frequency is not resolvable
 (n/a). The other rigs run without the vibration term (`neutral`).
 
 | check | compares |
@@ -123,15 +127,36 @@ def checks(dev, cfg: dict, samples: dict, h_expected) -> list[Check]:
       # a·cos + b·sin = A·sin(2πft + φ): the phasor b + i·a, averaged over the worlds
       ph = (beta[2 + 2 * j] + 1j * beta[1 + 2 * j]).mean(0)
       j += 1
-      se = np.sqrt(2.0 / n) * np.sqrt((sigma ** 2).mean(0)) / math.sqrt(w_n)
+      se = np.sqrt(2.0 / n * noise_psd(dev, cfg, ch, f, h_expected)) / math.sqrt(w_n)
       tol = K_SIGMA * se + 1e-6 * want + 1e-7 * np.abs(beta[0]).mean(0)
       meas = np.abs(ph)
       out.append(Check(name, quantity, meas, want, tol,
-                       f'{K_SIGMA:g}× std error of the world-averaged phasor (residual std '
-                       f'{_fmt3(sigma.mean(0))}, {n} samples, {w_n} worlds) + float32; '
+                       f'{K_SIGMA:g}× std error of the world-averaged phasor from the '
+                       f'configured noise at the line (fit residual std '
+                       f'{_fmt3(sigma.mean(0))}), {n} samples, {w_n} worlds) + float32; '
                        f'rotor held at ω_ref = {omega:g} rad/s',
                        bool(np.all(np.abs(meas - want) <= tol))))
   return out
+
+
+def noise_psd(dev, cfg: dict, ch: str, f: float, h_expected) -> np.ndarray:
+  """Configured noise density of channel `ch` at `f` Hz, per axis `(3,)`, in per-sample units
+  (white noise of per-sample std σ gives σ²): floor, white noise, AR(1), random walk, LSB
+  (module docstring)."""
+  c = dev.channels[ch]
+  dt = dev.period_s
+  w = 2 * math.pi * f * dt
+  h2 = abs(h_expected(ch, f)) ** 2
+  g = np.asarray(cfg.get('vibration_transmission_gain', (1.0, 1.0, 1.0)), np.float64)
+  floor = g * np.asarray(cfg.get(f'{ch}_vibration_floor_stddev') or (0.0, 0.0, 0.0),
+                         np.float64)
+  s = (c.gain ** 2) @ (floor ** 2) * h2
+  s = s + c.white_sigma ** 2 * (h2 if cfg.get('noise_before_filter') else 1.0)
+  for i in range(3):
+    for sig, phi in c.ar1[i]:
+      s[i] += sig ** 2 * (1 - phi ** 2) / abs(1 - phi * np.exp(-1j * w)) ** 2
+  s = s + c.random_walk ** 2 * dt / max(4 * math.sin(w / 2) ** 2, 1e-30)
+  return s + c.resolution ** 2 / 12.0
 
 
 def _fmt3(v) -> str:
