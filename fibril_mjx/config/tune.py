@@ -22,7 +22,8 @@ GRADIENTS = ('auto', 'fd', 'exact')
 TOP_KEYS = ('fibril_tune', 'manifest', 'train', 'heldout', 'parameters', 'loss', 'windows',
             'optimizer', 'overlay_id')
 OPTIMIZER_KEYS = ('method', 'iterations', 'learning_rate', 'starts', 'start_spread', 'seed',
-                  'gradients')
+                  'gradients', 'norm')
+NORMS = ('l2', 'l1')
 RECORDING_RULE = ('a recording path, {csv: FILE, mapping: {...}} or {bag: PATH, topics: '
                   '{ID: TOPIC}}')
 
@@ -160,6 +161,8 @@ class OptimizerModel(_UnknownKey, Strict):
   seed: int = 0
   gradients: Annotated[Literal[GRADIENTS], check(lambda v: v in GRADIENTS,
                                                  f'one of {", ".join(GRADIENTS)}')] = 'auto'
+  norm: Annotated[Literal[NORMS], check(lambda v: v in NORMS,
+                                         f'one of {", ".join(NORMS)}')] = 'l2'
 
 
 def _nonempty(v) -> bool:

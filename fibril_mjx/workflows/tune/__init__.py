@@ -27,7 +27,8 @@ loss:
   - {component: ahrs, field: angular_velocity, weight: 100.0}     # residual × weight (per axis list ok)
 windows: {length_s: 1.0}                 # exact only (default: the whole recording)
 optimizer: {method: gauss_newton, iterations: 30, starts: 4, start_spread: 0.3, seed: 0,
-            gradients: auto}             # auto | fd | exact
+            gradients: auto,             # auto | fd | exact
+            norm: l2}                    # l2 (least squares) | l1 (mean absolute residual)
 ```
 
 How the fit works:
@@ -59,6 +60,13 @@ How the fit works:
   samples (window padding excluded).
 - **Sensitivity check** at the start: a parameter whose Jacobian column is zero is reported
   by name as unidentifiable (error); near-collinear combinations are listed in the report.
+- **Norm**: `l2` minimises the mean squared weighted residual; `l1` the mean absolute one
+  (`optimise.fit_residuals`: Gauss–Newton on sign(r)·√(|r| + ε), iteratively reweighted least
+  squares) — for closed loops with stick–slip friction, where a few stretches far off would
+  dominate a squared loss (`manifests/tuning/servo_xl330_tune.yaml`). The reported loss is
+  then the mean of |r| + ε, and the ± come from the transformed residuals (approximate).
+- **Joint zero**: `mjcf: joint:NAME.ref` fits a hinge or slide's `ref` (`qpos0`: the body is at
+  qpos − ref), the offset between a measured angle and the physical one.
 - **Multi-start**: `starts` initial guesses (the first is the given start, the others drawn
   uniformly within ±`start_spread` of it in the fitted coordinate) run as one vmapped batch;
   the best is reported with the spread of the others.

@@ -87,6 +87,24 @@ CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start 
 STEP_SIGMA = 1.0
 
 
+# `norm: l1`: the fit minimises Σ(|r| + ε) through residuals sign(r)·√(|r| + ε) (whose squares
+# sum to it; Gauss–Newton on them is iteratively reweighted least squares). ε in weighted-
+# residual units — loss weights are meant as 1 / noise σ, so 0.05 σ: small against a typical
+# residual, large enough to keep the Jacobian J / (2√(|r| + ε)) bounded at r = 0.
+L1_EPSILON = 0.05
+
+
+def fit_residuals(prob: Problem, U, jacobian: bool):
+  """The training residuals `(S, N)` (and Jacobians `(S, N, P)`, or None) the fit minimises
+  the sum of squares of: the weighted residuals (`norm: l2`), or their `L1_EPSILON` square-root
+  transform (`norm: l1`)."""
+  r, _, J = prob.evaluate(U, prob.train, jacobian=jacobian)
+  if getattr(prob.spec, 'norm', 'l2') == 'l2':
+    return r, J
+  root = np.sqrt(np.abs(r) + L1_EPSILON)
+  return np.sign(r) * root, None if J is None else J / (2.0 * root)[..., None]
+
+
 def _pick(d, s):
   return None if d is None else {k: v[s].tolist() for k, v in d.items()}
 
@@ -211,9 +229,9 @@ def _fit_gauss_newton(prob: Problem, U, r, J, lo, hi, bar, N: int, found: list):
       # MJX's programs are compiled for the whole batch of starts: fill the other rows
       full = np.repeat(Uc[:1], S, axis=0)
       full[rows] = Uc
-      rr, _, JJ = prob.evaluate(full, prob.train, jacobian=jacobian)
+      rr, JJ = fit_residuals(prob, full, jacobian)
       return rr[rows], None if JJ is None else JJ[rows]
-    rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
+    rr, JJ = fit_residuals(prob, Uc, jacobian)   # starts are independent
     return rr, JJ
 
   U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
@@ -253,7 +271,7 @@ def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, 
       scale = np.ones(S)
       for _ls in range(8):      # backtracking per start, all starts in one batch
         Un = np.clip(U + scale[:, None] * step, lo, hi)
-        rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+        rn, Jn = fit_residuals(prob, Un, True)
         cn = np.sum(rn ** 2, axis=1)
         bad = cn > cost
         if not bad.any():
@@ -262,7 +280,7 @@ def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, 
       ok = cn <= cost
     else:
       Un = np.clip(U + step, lo, hi)
-      rn, _, Jn = prob.evaluate(Un, prob.train, jacobian=True)
+      rn, Jn = fit_residuals(prob, Un, True)
       cn = np.sum(rn ** 2, axis=1)
       ok = np.ones(S, bool)
     U = np.where(ok[:, None], Un, U)
@@ -343,7 +361,7 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   if NZ:
     U = np.concatenate([U, prob.nuisance0(U)], axis=1)
     lo, hi = np.concatenate([lo, np.full(NZ, -np.inf)]), np.concatenate([hi, np.full(NZ, np.inf)])
-  r, _, J = prob.evaluate(U, prob.train, jacobian=True)
+  r, J = fit_residuals(prob, U, True)
   collinear, groups = identifiability.sensitivity(prob, J[0][:, :P])
   N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
   cost = np.sum(r ** 2, axis=1)

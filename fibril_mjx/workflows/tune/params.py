@@ -15,7 +15,7 @@ from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
 
 # MJCF physical fields that can be fitted (`physics.mjcf_fields` says where each lives).
-_JOINT_ATTRIBUTES = [a for e, a in mjcf_fields.MODEL_FIELDS if e == 'joint']
+_JOINT_ATTRIBUTES = [a for e, a in mjcf_fields.MODEL_FIELDS if e == 'joint'] + ['ref']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +170,9 @@ def _mjcf_param(f, where, p, sim, base, lo, hi, log) -> Param:
       raise ConfigError(f, f'{where}.mjcf', 'no joint of that name' + did_you_mean(ename, names),
                         key)
     located = mjcf_fields.model_index(m, 'joint', jid, attr)
+    if attr == 'ref' and mjcf_fields.joint_dofs(m, jid) == 1:
+      # a hinge / slide's zero: the body is at qpos - ref (MJX kinematics read qpos0)
+      located = ('qpos0', (int(m.jnt_qposadr[jid]),))
     if located is None:
       raise ConfigError(f, f'{where}.mjcf', 'fittable joint attributes: '
                         + ', '.join(_JOINT_ATTRIBUTES), key)

@@ -163,6 +163,13 @@ class Problem:
         raise ConfigError(r.path, f'command/{cid}', 'no actuator component of that id'
                           + did_you_mean(cid, nulls))
       null = nulls[cid]
+      # a flag left out (issued, enable) would keep its null value: the commands never apply
+      flags = [f for f in null._fields if np.asarray(getattr(null, f)).dtype == bool]
+      for name in flags:
+        if name not in fields:
+          raise ConfigError(r.path, f'command/{cid}/{name}', f'missing: every command entry '
+                            f'needs the flags {", ".join(flags)} (e.g. all true); without '
+                            'them no command would be applied')
       ticks = np.rint(np.asarray(fields[rec_mod.COMMAND_TIME]) / self.dt).astype(int)
       keep = ticks < T
       leaves = {}

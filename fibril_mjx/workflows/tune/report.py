@@ -119,8 +119,10 @@ def _gradients(prob) -> str:
 def render_report(res: TuneResult) -> str:
   """The text report."""
   prob = res.problem
+  norm = getattr(prob.spec, 'norm', 'l2')
   lines = [f'tune: {res.method}, {res.iterations} iterations, {len(res.starts)} start(s), '
-           f'{res.wall_s:.1f} s',
+           f'{res.wall_s:.1f} s' + ('' if norm == 'l2' else
+                                    f' (norm {norm}: loss = mean |weighted residual| + ε)'),
            f'gradients: {_gradients(prob)} ({prob.gradients_why})', '',
            f'{"parameter":40s} {"start":>12s} {"estimate":>12s} {"± 2σ":>10s} '
            f'{"spread":>10s}  bounds']

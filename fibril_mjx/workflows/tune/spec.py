@@ -44,6 +44,7 @@ class TuneSpec:
   overlay_id: str = 'tuned'
   gradients: str = 'auto'
   free_starts: bool = False
+  norm: str = 'l2'
 
 
 def read_tune_file(path) -> TuneSpec:
@@ -97,7 +98,8 @@ def tune_spec_from_dict(raw: dict, path) -> TuneSpec:
       iterations=int(opt.iterations), learning_rate=float(opt.learning_rate),
       starts=int(opt.starts), start_spread=float(opt.start_spread), seed=int(opt.seed),
       overlay_id=str(model.overlay_id), gradients=str(opt.gradients),
-      free_starts=bool(model.windows is not None and model.windows.free_starts))
+      free_starts=bool(model.windows is not None and model.windows.free_starts),
+      norm=str(opt.norm))
 
 
 def load_recording(item, file, types=None):
