@@ -21,12 +21,23 @@ wrapper, stepped in one `lax.scan` of `--steps` env steps with a fixed action:
   the same auto-reset on both sides (`env_steps_ratio_same_reset_<n>=`).
 
 Both envs are timed side by side in one process, interleaved, median of `--repeats`. It prints
-per env count `env_steps_ratio_<n>=` (fibril env-steps/s ÷ bare env-steps/s) and the device
+per env count `env_steps_ratio_<n>=` (fibril env-steps/s ÷ bare_ar env-steps/s: the same
+auto-reset on both sides; `env_steps_ratio_brax_reset_<n>=` against the bare env under Brax's
+`AutoResetWrapper`, which selects over the whole `mjx.Data` every step) and the device
 layer's cost per env step (fibril − bare wall time, in µs per env step and as a share of the
 fibril step). The last line is `env_steps_ratio=` of the largest env count.
 
     nice .venv/bin/python bench/rl.py                       # 1024 and 4096 envs, 300 steps
     nice .venv/bin/python bench/rl.py --envs 256 --steps 50 --repeats 1   # smoke
+
+**Playground** (`--playground-envs`, default 1 64 1024; `--playground-only` skips the above):
+Playground's `CartpoleBalance` (MJX-JAX) bare and under `fibril_mjx.rl.playground.DeviceEnv`
+(the cart motor adapter with 20 ms command and 30 ms feedback latency, command loss 5 %, its
+feedback on observations 0 and 3), both under Playground's own `wrap_for_brax_training` (the
+same cached auto-reset), `--playground-steps` steps: `env_steps_ratio_playground_<n>=` (devices
+÷ bare env-steps/s) and `env_steps_ratio_playground=` at the largest count.
+
+    nice .venv/bin/python bench/rl.py --playground-only --playground-envs 1 64 1024
 """
 
 from __future__ import annotations
@@ -128,6 +139,9 @@ def main(argv=None):
   ap.add_argument('--repeats', type=int, default=3)
   ap.add_argument('--episode-length', type=int, default=200)
   ap.add_argument('--no-vary', action='store_true', help='fibril env without DEVICE_VARY')
+  ap.add_argument('--playground-envs', type=int, nargs='*', default=[1, 64, 1024])
+  ap.add_argument('--playground-steps', type=int, default=200)
+  ap.add_argument('--playground-only', action='store_true')
   args = ap.parse_args(argv)
   # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
   fibril_mjx.cpu_flags(1, bitwise=False)
@@ -135,6 +149,10 @@ def main(argv=None):
   from brax.envs.wrappers import training
   print(f'jax {jax.__version__} {jax.default_backend()} devices={len(jax.devices())} '
         f'cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}')
+  if args.playground_envs:
+    playground(args)
+  if args.playground_only:
+    return
   sim = fibril_mjx.load(train_ppo.MANIFEST)
   fib = train_ppo.make_env(sim, episode_length=args.episode_length, randomize=False,
                            vary=None if args.no_vary else train_ppo.DEVICE_VARY)
@@ -163,7 +181,7 @@ def main(argv=None):
         cpu[name].append(c)
     med = {k: statistics.median(v) for k, v in times.items()}
     sps = {k: n * args.steps / med[k] for k in envs}
-    ratios[n] = sps['fibril'] / sps['bare']
+    ratios[n] = sps['fibril'] / sps['bare_ar']   # the same auto-reset on both sides
     per_step = {k: med[k] / (n * args.steps) * 1e6 for k in envs}
     device = per_step['fibril'] - per_step['bare']
     cpu_ratio = statistics.median(cpu['bare']) / statistics.median(cpu['fibril'])
@@ -174,10 +192,48 @@ def main(argv=None):
     print(f'  device layer: {device:.3f} us per env step ({device / per_step["fibril"]:.1%} '
           f'of the fibril step; bare {per_step["bare"]:.3f} us)')
     print(f'  bare under AutoReset: {sps["bare_ar"]:,.0f} env-steps/s {rng["bare_ar"]}')
-    print(f'env_steps_ratio_same_reset_{n}={sps["fibril"] / sps["bare_ar"]:.3f}')
+    print(f'env_steps_ratio_brax_reset_{n}={sps["fibril"] / sps["bare"]:.3f}')
     print(f'env_steps_ratio_plain_{n}={sps["fibril"] / sps["plain"]:.3f}')
     print(f'env_steps_ratio_{n}={ratios[n]:.3f}', flush=True)
   print(f'env_steps_ratio={ratios[max(ratios)]:.3f}')
+
+
+PLAYGROUND_DEVICES = {
+    'components': [{'id': 'cart', 'type': 'fibril_sim/motor',
+                    'config': {'actuator': 'slide', 'application_period_s': 0.01,
+                               'command_latency_s': 0.02, 'command_loss_probability': 0.05,
+                               'feedback_latency_s': 0.03}}],
+    'observe': [{'obs': [0, 1], 'component': 'cart', 'field': 'position'},
+                {'obs': [3, 4], 'component': 'cart', 'field': 'velocity'}],
+    'act': [{'actuator': 'slide', 'component': 'cart', 'command': 'effort', 'scale': 10.0}]}
+
+
+def playground(args):
+  """`env_steps_ratio_playground_<n>=`: Playground cartpole with / without devices, both under
+  Playground's `wrap_for_brax_training`."""
+  from mujoco_playground import registry, wrapper   # optional (the playground extra)
+  from fibril_mjx.rl.playground import DeviceEnv
+  env = registry.load('CartpoleBalance', config_overrides={'impl': 'jax'})
+  envs = {'devices': wrapper.wrap_for_brax_training(DeviceEnv(env, PLAYGROUND_DEVICES), 1000),
+          'bare': wrapper.wrap_for_brax_training(env, 1000)}
+  ratios = {}
+  for n in args.playground_envs:
+    progs, states, times = {}, {}, {k: [] for k in envs}
+    for name, e in envs.items():
+      reset, run = progs[name] = programs(e, n, args.playground_steps)
+      s, _, _ = timed(reset, jax.random.PRNGKey(0))
+      states[name], t_first, _ = timed(run, s)
+      print(f'  playground {n} envs {name}: first run incl. compile {t_first:.1f} s', flush=True)
+    for r in range(args.repeats):
+      for name in (list(envs) if r % 2 == 0 else list(envs)[::-1]):
+        states[name], t, _ = timed(progs[name][1], states[name])
+        times[name].append(t)
+    sps = {k: n * args.playground_steps / statistics.median(v) for k, v in times.items()}
+    ratios[n] = sps['devices'] / sps['bare']
+    print(f'playground {n} envs x {args.playground_steps} steps: devices {sps["devices"]:,.0f} '
+          f'env-steps/s, bare {sps["bare"]:,.0f}')
+    print(f'env_steps_ratio_playground_{n}={ratios[n]:.3f}', flush=True)
+  print(f'env_steps_ratio_playground={ratios[max(ratios)]:.3f}', flush=True)
 
 
 if __name__ == '__main__':

@@ -295,7 +295,7 @@ def _fill_commands(built: Built, commands, tick, script_dues):
   return out
 
 
-def _tick_inputs(built: Built, clocks, commands, tick):
+def tick_inputs(built: Built, clocks, commands, tick):
   """The inputs of tick `tick` that depend on static config only: `(clocks after it,
   commands, pre-physics dues, acquisition dues)`; the commands are given, else scripted, else
   null."""
@@ -308,7 +308,10 @@ def _tick_inputs(built: Built, clocks, commands, tick):
 
 # ---------------------------------------------------------------- one tick of one world
 
-def _sense(built: Built, params, comps, data, tick, dues):
+def sense(built: Built, params, comps, data, tick, dues):
+  """The after-physics half of a tick: every sensing component acquires and delivers at
+  `data` (state `x_tick`), in build order (a consumer sees its sources' outputs of the tick);
+  `dues` from `tick_inputs`."""
   comps, env = dict(comps), {}
   for cid, c in _sensing(built):
     comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
@@ -333,7 +336,7 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, 
     data = forward(mx, data.replace(ctrl=ctrl))
   else:
     data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
-  return data, ctrl, dc, _sense(built, params, comps, data, tick, post)
+  return data, ctrl, dc, sense(built, params, comps, data, tick, post)
 
 
 def finite(data, comps) -> jax.Array:
@@ -384,7 +387,7 @@ def init(built: Built, params: dict, key: jax.Array, *, commands: dict | None = 
   """
   mx = built.mx if mx is None else mx
   tick = jnp.int32(0)
-  clocks, commands, pre, post = _tick_inputs(built, _clocks0(built), commands, tick)
+  clocks, commands, pre, post = tick_inputs(built, _clocks0(built), commands, tick)
   data = built.data0 if data0 is None else data0
   if qpos_offset is not None:   # per-world initial state (added before the first forward)
     data = data.replace(qpos=data.qpos + qpos_offset)
@@ -427,7 +430,7 @@ def init_frame(built: Built, params: dict, key: jax.Array, frame: Frame, *,
   recorded trajectory) instead of computed by MJX. Same clocks, streams, transports and
   components as `init`."""
   tick = jnp.int32(0)
-  clocks, commands, pre, post = _tick_inputs(built, _clocks0(built), commands, tick)
+  clocks, commands, pre, post = tick_inputs(built, _clocks0(built), commands, tick)
   comps = _init_components(built, params, key, latency)
   ctrl, comps = _reset_ctrl(built, params, comps, frame)
   data, ctrl, dc, comps = _tick(built, None, params, frame, ctrl, (), comps, commands, tick,
@@ -442,7 +445,7 @@ def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
   the `sensordata` of its forward): the application, acquisitions and deliveries of the tick,
   exactly as `step` runs them on MJX's data. Returns `(state, outputs)`."""
   tick = state.tick + 1
-  clocks, commands, pre, post = _tick_inputs(built, state.clocks, commands, tick)
+  clocks, commands, pre, post = tick_inputs(built, state.clocks, commands, tick)
   data, ctrl, dc, comps = _tick(built, None, params, frame, state.ctrl, (), state.components,
                                 commands, tick, pre, post, None)
   diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
@@ -467,7 +470,7 @@ def step(built: Built, params: dict, state: SimState, commands: dict | None = No
   mx = built.mx if mx is None else mx
   forward, integrate = impl_fns(impl)
   tick = state.tick + 1
-  clocks, commands, pre, post = _tick_inputs(built, state.clocks, commands, tick)
+  clocks, commands, pre, post = tick_inputs(built, state.clocks, commands, tick)
   data, dc = state.data, state.dcmotor
   if built.dcmotor is None:
     data = integrate(mx, data)
