@@ -147,11 +147,12 @@ def _cmd_fit_profile(args) -> int:
                                 six=args.six_orientation, timing=args.timing, csv_map=csv_map,
                                 topics=args.topics, overwrite=args.overwrite,
                                 thermal=args.thermal,
-                                reference_temperature_c=args.reference_temperature_c)
+                                reference_temperature_c=args.reference_temperature_c,
+                                find_rest=args.find_rest, power_ups=args.power_ups)
   for k, v in res['fields'].items():
     print(f'{k}: {v}')
   print(f'wrote {args.out} and its evidence beside it')
-  return 0
+  return fit_profile.report(res)
 
 
 def _add_validation_commands(sub) -> None:
@@ -178,7 +179,8 @@ def _add_validation_commands(sub) -> None:
   v.add_argument('--overwrite', action='store_true', help='replace an existing --out')
   v.set_defaults(func=_cmd_validate)
   f = sub.add_parser('fit-profile', help='estimate an empirical profile (+ evidence) from '
-                     'recordings of a real unit')
+                     'recordings of a real unit; exit 3 when the fitted model does not '
+                     'reproduce the held-out part on some axis')
   f.add_argument('--type', required=True, help='fibril_sim/imu or fibril_sim/ahrs')
   f.add_argument('--component', required=True, help='component id in the recordings')
   f.add_argument('--static', nargs='+', default=[], help='recordings at rest (noise terms)')
@@ -195,6 +197,12 @@ def _add_validation_commands(sub) -> None:
                  help='for ROS bags (rosbag2 directory or .mcap/.db3, ROS 1 .bag): which topic '
                  'holds which component, e.g. imu=/imu/data')
   f.add_argument('--out', required=True, help='profile YAML to write')
+  f.add_argument('--find-rest', action='store_true',
+                 help='IMU: find the stretches at rest inside each --static log (one session '
+                 'log will do); prints its thresholds and the stretches used')
+  f.add_argument('--power-ups', action='store_true',
+                 help='IMU: the --static logs are separate power-ups (fits the turn-on bias '
+                 'dispersion across them, with 3 or more); without it none is reported')
   f.add_argument('--id', default=None, help='profile id (default: the file stem)')
   f.add_argument('--overwrite', action='store_true')
   f.set_defaults(func=_cmd_fit_profile)

@@ -6,6 +6,11 @@ Each rule words its own message (a validator raising it before the type is check
 bad value is one line naming its path, e.g. `vary.ahrs.angular_velocity_bias.std = -1: std must
 be >= 0`. What needs the built manifest (field paths, metric names, scenario actuators) is
 checked later, by the campaign workflow.
+
+A paired campaign names two or more `designs:` (each `{manifest: PATH, set: {field path:
+value}}`, `{}` for the campaign's manifest as is) run on the same worlds; `unpaired:` (default
+true) also reruns the designs after the first on independent keys to measure the variance
+reduction (`fibril_mjx.workflows.campaign.paired`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ DISTRIBUTIONS = {
 }
 OPTIONAL = ('relative', 'weights')
 TOP_KEYS = ('fibril_campaign', 'manifest', 'worlds', 'seed', 'duration_s', 'chunk_worlds',
-            'physics', 'scenario', 'controller', 'vary', 'metrics', 'criteria')
+            'physics', 'scenario', 'controller', 'vary', 'metrics', 'criteria', 'designs',
+            'unpaired')
+# a `designs:` entry's keys: another manifest and/or fixed field values (paired campaigns)
+DESIGN_KEYS = ('manifest', 'set')
 # `controller:` keys: a trained policy closing the loop on delivered samples
 CONTROLLER_KEYS = ('policy', 'task', 'observe', 'actions', 'control_period_s', 'goal')
 # the tasks a `controller:` may name (`fibril_mjx.workflows.campaign.policy.TASKS`)
@@ -326,6 +334,27 @@ class ControllerModel(_KeyRules, Strict):
   _KEYS: ClassVar[tuple] = CONTROLLER_KEYS
 
 
+def _design_name(name) -> bool:
+  return isinstance(name, str) and bool(name) and all(ch.isalnum() or ch in '_-' for ch in name)
+
+
+class DesignModel(_KeyRules, Strict):
+  """One `designs:` entry of a paired campaign: the manifest it runs (default: the campaign's)
+  and field values it fixes (`set: {field path: value}`, paths as in `vary:`)."""
+  manifest: Optional[Annotated[str, check(lambda v: isinstance(v, str),
+                                          'must be a manifest path, relative to the campaign '
+                                          'file')]] = None
+  set: Annotated[dict[str, Any], check(
+      lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+      'must be a mapping field path → value (paths as in vary:)')] = {}
+
+  _KEYS: ClassVar[tuple] = DESIGN_KEYS
+
+
+def _designs(v) -> bool:
+  return isinstance(v, dict) and len(v) >= 2 and all(_design_name(k) for k in v)
+
+
 class CampaignModel(_KeyRules, Strict):
   """A campaign file: the manifest, the worlds, what varies per world, metrics and criteria."""
   fibril_campaign: Annotated[Literal[1], check(lambda v: v == 1 and not isinstance(v, bool),
@@ -354,6 +383,12 @@ class CampaignModel(_KeyRules, Strict):
       'must be a list of metric names or {name: ..., expr: ...}')]] = None
   criteria: Annotated[dict[str, Criterion], check(
       lambda v: isinstance(v, dict), 'must be a mapping name → {metric, max|min}')] = {}
+  designs: Annotated[dict[str, Annotated[DesignModel, check(
+      lambda v: isinstance(v, dict), 'must be a mapping with manifest: and/or set: (or {} for '
+      "the campaign's manifest as is)")]], check(
+      _designs, 'must be a mapping of two or more design names (letters, digits, _ and -) → '
+      '{manifest: PATH, set: {field path: value}}')] = {}
+  unpaired: Flag = True
 
   _MISSING: ClassVar[dict] = {
       'fibril_campaign': 'must be 1 (the schema version)',
@@ -364,5 +399,6 @@ class CampaignModel(_KeyRules, Strict):
 
 
 assert tuple(CampaignModel.model_fields) == TOP_KEYS
+assert tuple(DesignModel.model_fields) == DESIGN_KEYS
 assert tuple(ScenarioModel.model_fields) == SCENARIO_KEYS
 assert tuple(ControllerModel.model_fields) == CONTROLLER_KEYS

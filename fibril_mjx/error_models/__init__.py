@@ -50,11 +50,12 @@ from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLO
                                           state_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, lowpass,
-                                           quantization, random_walk, saturation, sinusoids,
-                                           turn_on_bias, white_noise)
+                                           narrowband, quantization, random_walk, saturation,
+                                           sinusoids, turn_on_bias, white_noise)
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
            'Ctx', 'Partition', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode',
            'config_model', 'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
-           'params_type', 'partition', 'quantization', 'random_walk', 'sample_type', 'saturation',
+           'narrowband', 'params_type', 'partition', 'quantization', 'random_walk',
+           'sample_type', 'saturation',
            'sinusoids', 'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -225,6 +225,60 @@ def ar1_noise(sigma: str, rho: str, stream: str, state: str, shape=(), owns_stre
       variance=lambda p, ctx: getattr(p, sigma) ** 2)
 
 
+def narrowband(sigma: str, freq: str, bandwidth: str, stream: str, state: str,
+               shape=()) -> Term:
+  """`x + y[k]`: a narrowband random process (a vibration line whose phase and amplitude
+  wander), the second-order resonant Gauss–Markov process `y[k] = a1·y[k−1] + a2·y[k−2] +
+  c·ξ[k]` with poles `r·e^{±iθ}`, `θ = 2π f0 Δ`, `r = exp(−π B Δ)` (`a1 = 2r cos θ`,
+  `a2 = −r²`; centre frequency f0 Hz, −3 dB bandwidth ≈ B Hz), `c` chosen so that the
+  stationary std is σ: `γ0 = c²(1 − a2)/((1 + a2)((1 − a2)² − a1²)) = σ²`. Stationary start:
+  `(y[−1], y[−2])` drawn from the stationary pair (lag-1 correlation `a1/(1 − a2)`).
+
+  Args:
+    sigma, freq, bandwidth: fields of σ (units of the signal), f0 and B in Hz (f0 below the
+      Nyquist frequency 1/(2Δ), B > 0 where σ > 0).
+    stream: three standard normals per sample (innovation, two for the stationary start).
+    state: `(2, *shape)`: `y[k−1]`, `y[k−2]`.
+  """
+
+  def apply(p, st, x, ctx):
+    dt = ctx.period_s
+    r = jnp.exp(-jnp.pi * getattr(p, bandwidth) * dt)
+    a1, a2 = 2.0 * r * jnp.cos(2.0 * jnp.pi * getattr(p, freq) * dt), -r * r
+    s = getattr(p, sigma)
+    gain = jnp.sqrt(jnp.maximum((1.0 + a2) * ((1.0 - a2) ** 2 - a1 * a1) / (1.0 - a2), 0.0))
+    rho1 = a1 / (1.0 - a2)
+    z = rng.normal(ctx.streams[stream], ctx.n, (3,) + tuple(shape))
+    y2 = s * z[1]
+    y1 = rho1 * y2 + s * jnp.sqrt(jnp.maximum(1.0 - rho1 * rho1, 0.0)) * z[2]
+    prev = jnp.where(ctx.first, jnp.stack([y1, y2]), st[state])
+    y = a1 * prev[0] + a2 * prev[1] + s * gain * z[0]
+    return {**st, state: jnp.stack([y, prev[0]])}, x + y, None
+
+  def rules(b):
+    file = b.origin(sigma)[0]
+    period = b.cfg.period_s   # a sampled sensor's output period (the chain's Δ)
+    per_axis = lambda v: v if isinstance(v, tuple) else (v,)
+    errors = []
+    for i, (s_i, f_i, b_i) in enumerate(zip(*(per_axis(getattr(b.cfg, n))
+                                               for n in (sigma, freq, bandwidth)))):
+      if not (s_i > 0 or sigma in b.vary):
+        continue
+      at = (lambda n: f'{b.origin(n)[1]}[{i}]') if shape else (lambda n: b.origin(n)[1])
+      if not b_i > 0:
+        errors.append(ConfigError(file, at(bandwidth), f'must be > 0 where {sigma} > 0 '
+                                  '(bandwidth of the narrowband process)', b_i))
+      if period and not 0.0 < f_i < 0.5 / period:
+        errors.append(ConfigError(file, at(freq), f'must be > 0 and below the Nyquist '
+                                  f'frequency 1/(2·period_s) = {0.5 / period:g} Hz where '
+                                  f'{sigma} > 0', f_i))
+    if errors:
+      raise ConfigErrors(errors)
+  config = _nonneg((sigma,), shape) + _nonneg((freq,), shape) + _nonneg((bandwidth,), shape)
+  return Term('narrowband process', SLOW, config, (sigma, freq, bandwidth), (sigma,), (sigma,),
+              ((state, _zeros((2,) + tuple(shape))),), (stream,), apply=apply, check=rules)
+
+
 def sinusoids(amplitude: str, angles: str = 'angles') -> Term:
   """`x + Σ_k A[k]·sin(φ[k])`: lines of amplitudes `A` (field `amplitude`, `(K, 3)`) at the
   angles `φ = ctx.inputs[angles]` `(K, 3)` of the sample (the sensor's: e.g. orders of a shaft

@@ -32,7 +32,8 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
     raise FibrilError(f'--world {world}: the campaign has worlds 0..{o["worlds"] - 1}')
   out = outdir.claim(out, overwrite=overwrite)
   camp = spec.read(meta['campaign_file'], worlds=o['worlds'], duration_s=o['duration_s'],
-                   chunk_worlds=o['chunk_worlds'], policy=o.get('policy'))
+                   chunk_worlds=o['chunk_worlds'], policy=o.get('policy'),
+                   design=o.get('design'), seed=o.get('seed'))
   plan = engine.Plan(camp, physics=o.get('physics', 'mjx'))   # the backend that ran it
   if runmod.hashes(plan) != meta['hashes']:
     raise FibrilError(f'{campaign_dir}: the campaign file, manifest, profiles or packages '

@@ -534,7 +534,7 @@ def test_inertial_channel_streams_and_state_are_unchanged(name):
   """The chain of a rate channel draws the streams it always drew, keeps its state in the
   `ChannelState` fields of the same names and reads the sensor's manifest fields (Params by
   manifest name, no channel-field rename)."""
-  terms = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk')
+  terms = ('noise', 'bias_turn_on', 'bias_instability', 'random_walk', 'narrowband')
   for module, streams in ((imu, terms), (ahrs, ('noise',))):
     c = module.RATES[name].chain
     assert set(c.streams) == {f'{name}_{t}' for t in streams}
@@ -542,10 +542,12 @@ def test_inertial_channel_streams_and_state_are_unchanged(name):
     assert set(c.params) == set(module.RATE_FIELDS[name].values())
     assert set(c.params) <= set(module.Params._fields)
     assert set(c.params) <= set(module.CONFIG_MODEL.model_fields)
-  roles = {'noise_density', 'bias_turn_on_stddev', 'bias_instability_stddev', 'random_walk'}
+  roles = {'noise_density', 'bias_turn_on_stddev', 'bias_instability_stddev', 'random_walk',
+           'narrowband_stddev'}
   assert set(imu.RATES[name].chain.stochastic_fields()) == {f'{name}_{r}' for r in roles}
   assert imu.RATES[name].chain.drift_fields() == (f'{name}_bias_instability_stddev',
-                                                  f'{name}_random_walk')
+                                                  f'{name}_random_walk',
+                                                  f'{name}_narrowband_stddev')
   assert ahrs.RATES[name].chain.stochastic_fields() == (f'{name}_noise_stddev',)
 
 
@@ -555,10 +557,12 @@ def test_imu_and_ahrs_declare_everything_through_their_error_model():
   always drew."""
   assert set(imu.ERRORS.stochastic_fields()) == {
       f'{ch}_{r}' for ch in imu.CHANNELS for r in ('noise_density', 'bias_turn_on_stddev',
-                                                   'bias_instability_stddev', 'random_walk')
+                                                   'bias_instability_stddev', 'random_walk',
+                                                   'narrowband_stddev')
   } | set(thermal.STOCHASTIC) | set(vibration.STOCHASTIC)
   assert set(imu.SOURCES) == {f'{ch}_{t}' for ch in imu.CHANNELS for t in (
-      'noise', 'bias_turn_on', 'bias_instability', 'random_walk')} | {'delivery_jitter',
+      'noise', 'bias_turn_on', 'bias_instability', 'random_walk', 'narrowband')} | {
+          'delivery_jitter',
                                                                         'delivery_loss'}
   assert ahrs.ERRORS.stochastic_fields() == (
       'orientation_noise_stddev_rad', 'yaw_rate_bias_stddev_rad_s',

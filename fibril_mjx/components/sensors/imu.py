@@ -6,7 +6,9 @@ Two channels, `angular_velocity` (rad/s, the MuJoCo gyro) and `linear_accelerati
 force, m/s², the MuJoCo accelerometer — lever-arm terms included by MuJoCo), both in the axes of
 the sensors' site, each the shared inertial chain of `components/inertial.py`: gain and
 cross-axis → fixed / turn-on / Gauss–Markov / random-walk bias and white noise from the noise
-density → first-order bandwidth (noise before or after it) → saturation → LSB.
+density, and a narrowband vibration line (`<channel>_narrowband_stddev`, `_frequency_hz`,
+`_bandwidth_hz`: a second-order resonant Gauss–Markov process, `em.narrowband`) → first-order
+bandwidth (noise before or after it) → saturation → LSB.
 
 `filter_rate` (default `physics`): the bandwidth filter runs every physics tick on the
 continuous signal and is sampled at acquisition — a MEMS sensor's digital low-pass runs at its
@@ -21,6 +23,11 @@ from a rotor (`components/vibration.py`: lines at orders of a hinge joint's rota
 with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input, before
 the gain and the filter, when `vibration_joint` is set.
 
+`integration: average | delta` (`components/sensors/delta_imu.py`) integrates the physics-rate
+signal over each output window: the rate fields become window means, and `delta` adds
+coning-compensated `delta_angle` and sculling-compensated `delta_velocity`; the error chain runs
+on the window means and its rate error is integrated over the window.
+
 Every term whose manifest value is the default is absent from the traced graph (unless the
 field is named for per-world variation); every random term has its own named stream (SPEC §4).
 Schedule and transport (latency, jitter, loss) are as in SPEC §4; `delivery: fifo` replaces the
@@ -31,7 +38,7 @@ variances (white noise, times the filter gain when added before it, plus q²/12)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +52,7 @@ from fibril_mjx.mechanisms import faults, fifo, quat, rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
 from fibril_mjx.components import base
-from fibril_mjx.components.sensors import inertial, thermal, vibration
+from fibril_mjx.components.sensors import delta_imu, inertial, thermal, vibration
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
 from fibril_mjx.errors import ConfigError
 
@@ -78,6 +85,9 @@ CHANNEL_SPEC = {
     'bias_instability_stddev': (NonNeg3, ZERO3),
     'bias_correlation_time_s': (NonNeg3, ZERO3),
     'random_walk': (NonNeg3, ZERO3),
+    'narrowband_stddev': (NonNeg3, ZERO3),
+    'narrowband_frequency_hz': (NonNeg3, ZERO3),
+    'narrowband_bandwidth_hz': (NonNeg3, ZERO3),
     'limit': (NonNeg, 0.0),
     'resolution': (NonNeg, 0.0),
 }
@@ -85,7 +95,7 @@ CHANNEL_FIELDS = tuple(CHANNEL_SPEC)
 
 
 class _OwnConfig(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
-                 vibration.VibrationConfig, fifo.FifoConfig):
+                 vibration.VibrationConfig, fifo.FifoConfig, delta_imu.DeltaConfig):
   """The IMU's fields but its channels' (`CHANNEL_SPEC` adds those)."""
   gyroscope_sensor: str
   accelerometer_sensor: str
@@ -152,6 +162,7 @@ class State(NamedTuple):
     queue, held: delivery queue and the delivered output.
     faults: `faults.FaultState` (health, last packet, counters).
     thermal: `thermal.ThermalState`, or None when the thermal model is off.
+    delta: `delta_imu.DeltaState`, or None (`integration: none`).
   """
   streams: dict
   angular_velocity: inertial.ChannelState
@@ -160,6 +171,7 @@ class State(NamedTuple):
   held: tp.Delivered
   faults: faults.FaultState
   thermal: Any = None
+  delta: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +183,7 @@ class Imu(inertial.RateSensor, base.SensorBase):
     orientation: probe of the sensors' site orientation (`framequat`), for the true attitude.
     thermal: the static `thermal.Thermal`, or None (off).
     vibration: the static `vibration.Vibration`, or None (off).
+    integrator: the static `delta_imu.Integrator`, or None (`integration: none`).
   """
   reads_sensors_only = True
   sensors: tuple[SensorBinding, SensorBinding]
@@ -178,12 +191,19 @@ class Imu(inertial.RateSensor, base.SensorBase):
   orientation: Probe
   thermal: Any = None
   vibration: Any = None
+  integrator: Any = None
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
   params_type = Params
   errors = ERRORS
+
+  @property
+  def samples(self) -> tuple:
+    """`(Sample, SampleWithTemperature)` of `RateSensor._sample`, with the delta fields in
+    `integration: delta`."""
+    plain = (Sample, SampleWithTemperature)
+    return plain if self.integrator is None else self.integrator.sample_types(plain)
 
   def default_params(self) -> Params:
     own = {f: host.array(getattr(self.cfg, f)) for f in Params._fields
@@ -214,7 +234,11 @@ class Imu(inertial.RateSensor, base.SensorBase):
     if self.thermal is not None and self.thermal.output:
       neutral['temperature_c'] = jnp.zeros((), jnp.float32)
     th = self.thermal.init() if self.thermal is not None else None
-    return State(streams, w, a, *self.init_transport(self._sample(**neutral)), th)
+    integ = self.integrator
+    if integ is not None:
+      neutral |= integ.neutral_fields()
+    return State(streams, w, a, *self.init_transport(self._sample(**neutral)), th,
+                 None if integ is None else integ.init())
 
   def _read(self, sensordata):
     g_b, a_b = self.sensors
@@ -230,10 +254,16 @@ class Imu(inertial.RateSensor, base.SensorBase):
     return gyro, accel
 
   def track(self, p: Params, s: State, data, tick) -> State:
-    """Every physics tick: the physics-rate bandwidth filters (absent at `output` rate)."""
-    if not any(c.filters_every_tick for c in self.channels):
+    """Every physics tick: the integrated outputs' sums, the physics-rate bandwidth filters
+    (each absent when off)."""
+    filters = any(c.filters_every_tick for c in self.channels)
+    if not filters and self.integrator is None:
       return s
     gyro, accel = self._input(p, s, data, tick)
+    if self.integrator is not None:
+      s = s._replace(delta=self.integrator.accumulate(s.delta, gyro, accel))
+    if not filters:
+      return s
     w_c, a_c = self.channels
     return s._replace(angular_velocity=w_c.track(p, s.angular_velocity, gyro, tick),
                       linear_acceleration=a_c.track(p, s.linear_acceleration, accel, tick))
@@ -247,15 +277,26 @@ class Imu(inertial.RateSensor, base.SensorBase):
       n: int32 acquisition index (the RNG index; `n == 0` starts filters and processes).
     """
     gyro, accel = self._input(p, s, data, tick)
+    if self.integrator is not None:   # the chains run on the window means (`delta_imu`)
+      window = self.integrator.window(s.delta, gyro, accel)
+      gyro, accel = window.mean_rate, window.mean_accel
     if self.thermal is None:
       fields, s = self.step_rates(p, s, gyro, accel, n)
-      return s, Sample(**fields)
+      return self._finish(s, fields, window if self.integrator is not None else None)
     th, terms, delivered = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
     (wb, wg), (ab, ag) = terms['angular_velocity'], terms['linear_acceleration']
     fields, s = self.step_rates(p, s, gyro, accel, n, extra=wb, accel_extra=ab, gains=(wg, ag))
     if delivered is not None:
       fields['temperature_c'] = delivered
-    return s._replace(thermal=th), self._sample(**fields)
+    return self._finish(s._replace(thermal=th), fields,
+                        window if self.integrator is not None else None)
+
+  def _finish(self, s: State, fields: dict, window) -> tuple[State, Sample]:
+    """The sample of `fields`, with the integrated outputs of `window` when on."""
+    if window is not None:
+      fields, delta = self.integrator.finish(fields, s.delta, window)
+      s = s._replace(delta=delta)
+    return s, self._sample(**fields)
 
   def site_orientation(self, data) -> jax.Array:
     """True attitude of the IMU site, body → world `(4,)` `[w, x, y, z]`, `w >= 0`."""
@@ -280,7 +321,8 @@ class Imu(inertial.RateSensor, base.SensorBase):
 
   def describe(self) -> list[str]:
     return (super().describe() + (self.thermal.describe() if self.thermal is not None else [])
-            + (self.vibration.describe() if self.vibration is not None else []))
+            + (self.vibration.describe() if self.vibration is not None else [])
+            + (self.integrator.describe() if self.integrator is not None else []))
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
@@ -311,9 +353,14 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   rates = [host.zeros(3)] * 4 + [host.zeros(3, bool)] * 2 + [host.zeros(3, np.int32)] * 2
   neutral = (SampleWithTemperature(host.zeros(), *rates)
              if th is not None and th.output else Sample(*rates))
+  delta_imu.check(cfg, origin)
+  integ = delta_imu.Integrator.build(cfg, ctx.dt)
+  if integ is not None and integ.delivers:
+    neutral = delta_imu.with_deltas(type(neutral))(*neutral, host.zeros(3), host.zeros(3),
+                                                   host.zeros())
   return sb.make(Imu, neutral, sensors=sensors, channels=channels,
                  orientation=ctx.site_quat(sid), thermal=th,
-                 vibration=vib)
+                 vibration=vib, integrator=integ)
 
 
 CONFIG_MODEL = ImuConfigModel

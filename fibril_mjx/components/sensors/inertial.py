@@ -17,6 +17,9 @@ Per acquisition `k` with `Δ = period_s` (terms whose switch is off are absent f
      Allan deviation `N/√τ`; stream `<ch>_noise`);
    - `n[k]`: stationary AR(1) residual `n[0] = σξ`, `n[k] = ρ n[k−1] + σ√(1−ρ²) ξ` (the AHRS's
      `noise_stddev` / `noise_correlation`; stream `<ch>_noise`);
+   - `v[k]`: a narrowband process (a vibration line, `em.narrowband`: second-order resonant
+     Gauss–Markov of std `narrowband_stddev`, centre `narrowband_frequency_hz`, bandwidth
+     `narrowband_bandwidth_hz`; stream `<ch>_narrowband`; the IMU's);
 3. **bandwidth**: first-order low-pass `y += α(y_in − y)`, started at the first input. It runs
    either at the output period (`filter_rate: output`, `α = 1 − exp(−2π f_c Δ)`, on the
    samples) or every physics tick (`filter_rate: physics`, `α = 1 − exp(−2π f_c dt)`, on the
@@ -57,7 +60,8 @@ from fibril_mjx.mechanisms import signal
 # manifest field of each role it has (`channel_errors`).
 FIELDS = ('scale', 'misalignment', 'bias', 'bias_turn_on_stddev', 'bias_instability_stddev',
           'bias_correlation_time_s', 'random_walk', 'noise_density', 'noise_stddev',
-          'noise_correlation', 'bandwidth_hz', 'limit', 'resolution')
+          'noise_correlation', 'narrowband_stddev', 'narrowband_frequency_hz',
+          'narrowband_bandwidth_hz', 'bandwidth_hz', 'limit', 'resolution')
 UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
 
 
@@ -115,7 +119,10 @@ def _channel_errors(name: str, fields: tuple[tuple[str, str], ...]) -> ChannelEr
                                                scale_fn=white_sigma)),
       ('noise_stddev', lambda: em.ar1_noise(f['noise_stddev'], f['noise_correlation'],
                                             f'{name}_noise', 'noise', (3,),
-                                            owns_stream='noise_density' not in f)))
+                                            owns_stream='noise_density' not in f)),
+      ('narrowband_stddev', lambda: em.narrowband(
+          f['narrowband_stddev'], f['narrowband_frequency_hz'], f['narrowband_bandwidth_hz'],
+          f'{name}_narrowband', 'narrowband', (3,))))
   filt = terms(('bandwidth_hz', lambda: em.lowpass(f['bandwidth_hz'], 'filter', (3,))))
   output = terms(('limit', lambda: em.saturation(f['limit'], 'clip_count', (3,))),
                  ('resolution', lambda: em.quantization(f['resolution'])))
@@ -133,6 +140,8 @@ class ChannelState(NamedTuple):
     instability: Gauss–Markov bias b_gm of the latest acquisition.
     random_walk: random-walk bias b_rw of the latest acquisition.
     noise: AR(1) residual of the latest acquisition.
+    narrowband: `(2, 3)` the narrowband process's last two values (`(3,)` zeros in a sensor
+      without it).
     bias: total additive bias `bias + b_on + b_gm + b_rw` of the latest acquisition (truth).
     clip_count: int32 cumulative saturation counts.
   """
@@ -141,6 +150,7 @@ class ChannelState(NamedTuple):
   instability: jax.Array
   random_walk: jax.Array
   noise: jax.Array
+  narrowband: jax.Array
   bias: jax.Array
   clip_count: jax.Array
 

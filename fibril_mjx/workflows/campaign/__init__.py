@@ -2,6 +2,8 @@
 manifest, per-world distributions over component fields, transport latencies, MJCF physical
 fields and initial-state offsets, metrics and pass/fail criteria; `run` executes it in
 deterministic chunks (locally or as Ray tasks) into resumable Parquet parts plus a report.
+A paired campaign (`designs:`) runs its designs on the same worlds and reports their paired
+differences and the variance reduction against independent keys (`paired.py`).
 
     from fibril_mjx.workflows import campaign
     campaign.run('manifests/campaigns/ahrs_robustness.yaml', 'out/mc', worlds=512)

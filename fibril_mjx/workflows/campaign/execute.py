@@ -9,6 +9,10 @@ Output directory:
   versions), options, the chunk plan and the completed chunks (rewritten atomically after
   each part);
 - `summary.txt`, `summary.json`, `*.png` — the report (`report.py`).
+
+A paired campaign (`designs:`) writes one such directory per design under `designs/NAME/` (all
+on the same world keys and draws), one per design after the first under `unpaired/NAME/` (the
+same design on independent keys, seed + 1 + its index), and the paired report (`paired.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import jax
 from fibril_mjx.batch import worlds
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.workflows.campaign import engine
+from fibril_mjx.workflows.campaign import paired
 from fibril_mjx.workflows.campaign import report as rp
 from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.workflows.campaign.parts import (  # noqa: F401
@@ -55,6 +60,8 @@ def hashes(plan: engine.Plan) -> dict:
       versions[name] = None
   out = {'campaign': plan.campaign.sha256, 'manifest': _sha(plan.campaign.manifest),
          'model': _sha(man.model_path), 'profiles': profiles.hexdigest(), 'packages': versions}
+  if plan.campaign.design is not None:   # one run of a paired campaign: its design and seed
+    out['design'] = {'name': plan.campaign.design, 'seed': plan.campaign.seed}
   if plan.policy is not None:   # the checkpoint and its network description
     out['policy'] = plan.policy.sha256
     out['policy_json'] = _sha(plan.policy.path.with_name('policy.json'))
@@ -70,7 +77,8 @@ def options(plan: engine.Plan) -> dict:
           'chunk_worlds': c.chunk_worlds, 'ticks': plan.n_ticks, 'dt_s': plan.sim.dt,
           'devices': len(jax.local_devices()), 'cpu_isa': worlds.cpu_isa(),
           'physics': plan.physics,
-          'policy': None if c.controller is None else str(c.controller.policy)}
+          'policy': None if c.controller is None else str(c.controller.policy),
+          **({'design': c.design} if c.design is not None else {})}
 
 
 def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
@@ -91,9 +99,27 @@ def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
   return plans[key].run_chunk(lo, hi)
 
 
+def resumed_chunks(out, meta: dict, old: dict) -> list[int]:
+  """The chunks of `old` (the directory's `campaign.json`) already written to `out`; refuses
+  when the run there differs from `meta` in anything that decides its rows."""
+  diffs = [k for k in ('hashes', 'options', 'chunks', 'fields', 'metrics', 'criteria')
+           if old.get(k) != meta[k]]
+  if diffs:
+    detail = []
+    for k in diffs:
+      if isinstance(meta[k], dict) and isinstance(old.get(k), dict):
+        detail += [f'{k}.{x}' for x in meta[k] if old[k].get(x) != meta[k][x]]
+      else:
+        detail.append(k)
+    raise FibrilError(f'{out}: cannot resume: {", ".join(detail)} differ from the run in '
+                      'this directory (same campaign file, manifest, profiles, packages and '
+                      'options are required; use another --out)')
+  return sorted(i for i in old.get('completed', []) if part_path(out, i).is_file())
+
+
 def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
         backend='local', ray_address=None, report=True, progress=None, plan=None,
-        policy=None) -> dict:
+        policy=None, design=None, seed=None) -> dict:
   """Runs (or resumes) a campaign into `out`; returns `campaign.json`'s content.
 
   Args:
@@ -104,12 +130,23 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
       existing cluster, e.g. `127.0.0.1:6379` or `ray://head:10001`; None starts a local one).
     plan: an `engine.Plan` already built for this campaign and these options (its compiled
       programs are reused, e.g. by `bench/campaign.py`); None builds one.
+    design, seed: one design of a paired campaign, and a seed replacing the file's (what the
+      paired run passes for each of its runs). A paired campaign without `design` runs them
+      all and returns the paired report (`paired.run`).
   """
   if backend not in ('local', 'ray'):
     raise FibrilError(f'--backend {backend!r}: must be local or ray')
   opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds,
-          'policy': None if policy is None else str(pathlib.Path(policy).resolve())}
+          'policy': None if policy is None else str(pathlib.Path(policy).resolve()),
+          'design': design, 'seed': seed}
   camp = sp.read(campaign_path, **opts)
+  if camp.designs and design is None:
+    if plan is not None:
+      raise FibrilError(f'{campaign_path}: plan= is for one design; a paired campaign builds '
+                        'one per design')
+    return paired.run(camp, out, run, resume=resume, progress=progress, report=report,
+                      **{k: v for k, v in opts.items() if k not in ('design', 'seed')},
+                      backend=backend, ray_address=ray_address)
   out = outdir.claim(out, overwrite=resume, hint='use --resume to continue it, or another --out')
   meta_path = out / 'campaign.json'
   if resume and not meta_path.is_file() and out.exists() and any(out.iterdir()):
@@ -118,7 +155,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
     plan = engine.Plan(camp)
   else:
     same = lambda c: (c.sha256, c.worlds, c.seed, c.duration_s, c.chunk_worlds,  # noqa: E731
-                      c.controller)
+                      c.controller, c.design)
     if same(plan.campaign) != same(camp):
       raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
   meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
@@ -135,20 +172,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                        for c in camp.criteria],
           'physics_choice': plan.physics_why, 'completed': []}
   if resume and meta_path.is_file():
-    old = json.loads(meta_path.read_text())
-    diffs = [k for k in ('hashes', 'options', 'chunks', 'fields', 'metrics', 'criteria')
-             if old.get(k) != meta[k]]
-    if diffs:
-      detail = []
-      for k in diffs:
-        if isinstance(meta[k], dict) and isinstance(old.get(k), dict):
-          detail += [f'{k}.{x}' for x in meta[k] if old[k].get(x) != meta[k][x]]
-        else:
-          detail.append(k)
-      raise FibrilError(f'{out}: cannot resume: {", ".join(detail)} differ from the run in '
-                        'this directory (same campaign file, manifest, profiles, packages and '
-                        'options are required; use another --out)')
-    meta['completed'] = sorted(i for i in old.get('completed', []) if part_path(out, i).is_file())
+    meta['completed'] = resumed_chunks(out, meta, json.loads(meta_path.read_text()))
   (out / 'parts').mkdir(parents=True, exist_ok=True)
   for stale in [*(out / 'parts').glob('.part-*.partial-*'),
                 *out.glob('.campaign.json.partial-*')]:

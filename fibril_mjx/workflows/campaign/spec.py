@@ -4,6 +4,11 @@
 Field paths, metric names and criteria are checked against the built manifest later
 (`fibril_mjx.builder.vary.resolve`, `engine.Plan`); here every key, type and distribution
 parameter is checked, with one `file: path = value: rule` line per error.
+
+A paired campaign (`designs:`) is read once per design (`read(path, design=NAME)`): the design's
+manifest replaces the campaign's, and each of its `set:` values becomes a `vary:` entry with
+one choice — so a fixed value goes wherever a varied one could (component field, profile, MJCF
+attribute), and every other field keeps its stream (draws depend on seed, world and path only).
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import pathlib
 
 from fibril_mjx.builder.vary import Distribution, distribution
 from fibril_mjx.config.campaign import (DISTRIBUTIONS, OPTIONAL, SCENARIO_KEYS, TOP_KEYS,
-                                        CampaignModel, UserMetric)
+                                        CampaignModel, ChoiceDist, UserMetric)
 from fibril_mjx.config.campaign import ControllerModel
 from fibril_mjx.config.validation import load_yaml, validate
-from fibril_mjx.errors import ConfigError, ConfigErrors
+from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 __all__ = ['DISTRIBUTIONS', 'OPTIONAL', 'SCENARIO_KEYS', 'TOP_KEYS', 'Campaign', 'Controller',
-           'Criterion', 'Distribution', 'Metric', 'read']
+           'Criterion', 'Design', 'Distribution', 'Metric', 'read']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,20 @@ class Controller:
 
 
 @dataclasses.dataclass(frozen=True)
+class Design:
+  """One design of a paired campaign.
+
+  Attributes:
+    name: its name (a directory name of the output).
+    manifest: the manifest it runs (resolved).
+    set: `((field path, value), ...)` it fixes (each a one-choice `vary:` entry).
+  """
+  name: str
+  manifest: pathlib.Path
+  set: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Campaign:
   """A validated campaign file (manifest path resolved relative to it)."""
   file: pathlib.Path
@@ -83,6 +102,9 @@ class Campaign:
   criteria: tuple[Criterion, ...]
   physics: str = 'auto'        # the physics backend asked for (`physics_c.choose`)
   controller: Controller | None = None   # a policy closing the loop (None: open loop)
+  designs: tuple[Design, ...] = ()       # a paired campaign's designs, in file order
+  design: str | None = None              # the design this campaign runs (None: not one)
+  unpaired: bool = True                  # rerun designs on independent keys (paired only)
 
 
 def _controller(c: ControllerModel, policy: pathlib.Path) -> Controller:
@@ -94,9 +116,12 @@ def _controller(c: ControllerModel, policy: pathlib.Path) -> Controller:
 
 
 def read(path, *, worlds: int | None = None, duration_s: float | None = None,
-         chunk_worlds: int | None = None, policy=None) -> Campaign:
+         chunk_worlds: int | None = None, policy=None, design: str | None = None,
+         seed: int | None = None) -> Campaign:
   """Reads and validates a campaign file; command-line values replace the file's (`policy`:
-  the checkpoint of `controller.policy`, relative to the working directory).
+  the checkpoint of `controller.policy`, relative to the working directory). `design`: the
+  campaign of that design of a paired campaign (module docstring); `seed`: replaces the file's
+  (a paired campaign's unpaired reruns).
 
   Raises:
     ConfigErrors: every structural error, one line each.
@@ -108,7 +133,8 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
   data = load_yaml(path)
   if not isinstance(data, dict):
     raise ConfigErrors([ConfigError(file, '', 'must be a mapping')])
-  given = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds}
+  given = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds,
+           'seed': seed}
   data = {**data, **{k: v for k, v in given.items() if v is not None}}
   errors: list[ConfigError] = []
   model = None
@@ -133,6 +159,10 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
   if policy_path is not None and not policy_path.is_file():
     errors.append(ConfigError(file, 'controller.policy', f'file not found ({policy_path})',
                               str(policy) if policy is not None else pol))
+  designs = _designs(model, path, manifest, errors) if model is not None else ()
+  if design is not None and model is not None and design not in [d.name for d in designs]:
+    errors.append(ConfigError(file, 'designs', f'no design {design!r}' + did_you_mean(
+        design, [d.name for d in designs]), design))
   if errors:
     raise ConfigErrors(errors)
   scenario = None
@@ -144,10 +174,36 @@ def read(path, *, worlds: int | None = None, duration_s: float | None = None,
     names = [m for m in model.metrics if isinstance(m, str)]
     user = [Metric(m.name, m.expr) for m in model.metrics if isinstance(m, UserMetric)]
   criteria = [Criterion(str(name), c.metric, c.min, c.max) for name, c in model.criteria.items()]
+  vary = tuple(distribution(str(fp), d) for fp, d in model.vary.items())
+  if design is not None:
+    chosen = next(d for d in designs if d.name == design)
+    manifest = chosen.manifest
+    vary += tuple(distribution(fp, ChoiceDist(dist='choice', values=[v]))
+                  for fp, v in chosen.set)
   return Campaign(path, hashlib.sha256(path.read_bytes()).hexdigest(), manifest, model.worlds,
-                  int(model.seed), float(model.duration_s), model.chunk_worlds,
-                  tuple(distribution(str(fp), d) for fp, d in model.vary.items()),
+                  int(model.seed), float(model.duration_s), model.chunk_worlds, vary,
                   tuple(names) if names is not None else None, scenario, tuple(user),
                   tuple(criteria), model.physics,
                   None if model.controller is None else _controller(model.controller,
-                                                                    policy_path))
+                                                                    policy_path),
+                  designs, design, bool(model.unpaired))
+
+
+def _designs(model: CampaignModel, path: pathlib.Path, manifest, errors: list) -> tuple:
+  """The validated `designs:` (manifests resolved and found; `set:` paths not in `vary:`)."""
+  file, out = str(path), []
+  for name, d in model.designs.items():
+    man = manifest
+    if d.manifest is not None:
+      man = (path.resolve().parent / d.manifest).resolve()
+      if not man.is_file():
+        errors.append(ConfigError(file, f'designs.{name}.manifest', f'file not found ({man})',
+                                  d.manifest))
+    for fp in d.set:
+      if fp in model.vary:
+        errors.append(ConfigError(file, f'designs.{name}.set.{fp}', 'also in vary: (a design '
+                                  'fixes a field the worlds do not vary)', d.set[fp]))
+    out.append(Design(name, man, tuple(d.set.items())))
+  if model.unpaired is False and not out:
+    errors.append(ConfigError(file, 'unpaired', 'only for a paired campaign (designs:)', False))
+  return tuple(out)

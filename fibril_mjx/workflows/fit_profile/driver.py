@@ -16,6 +16,7 @@ from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, TYPES, loa
 from fibril_mjx.workflows.fit_profile.geometry import fit_six, fit_timing
 from fibril_mjx.workflows.fit_profile.plots import plot_timing
 from fibril_mjx.workflows.fit_profile.static import fit_static
+from fibril_mjx.workflows.fit_profile import imu_static, verdict
 
 
 # ---------------------------------------------------------------------------- driver
@@ -74,7 +75,8 @@ def _round(v):
 
 def fit_profile(*, component_type: str, component: str, out, profile_id: str | None = None,
                 static=(), six=(), timing=(), csv_map=None, topics=None,
-                overwrite=False, thermal=(), reference_temperature_c: float = 25.0) -> dict:
+                overwrite=False, thermal=(), reference_temperature_c: float = 25.0,
+                find_rest: bool = False, power_ups: bool = False) -> dict:
   """Fits and writes `out` (profile YAML), `<stem>_transport.yaml` (with timing logs),
   `<stem>_evidence.md`, `<stem>_fit.json` and plots beside it.
 
@@ -85,6 +87,9 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
       set-point, `reference_temperature_c` the T_ref of the fitted polynomial).
     csv_map: `(mapping dict, mapping file name)` for CSV inputs.
     topics: topic mapping for ROS bag inputs (`'imu=/imu/data'`, `fibril_mjx.io.bags`).
+    find_rest: IMU: find the stretches at rest inside each static log (`session.find_rest`).
+    power_ups: the static logs are separate power-ups (the turn-on bias dispersion across
+      them is fitted, with ≥ 3); without it no dispersion is reported.
 
   Returns:
     `fit.json` content.
@@ -118,7 +123,19 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   result = {'profile_id': pid, 'component_type': component_type, 'component': component,
             'recordings': {role: [r.path for r in lst] for role, lst in recs.items()}}
   values, rows, held_rows, plots, how = {}, [], [], [], ''
-  if recs['static']:
+  result['verdict'], result['static_logs'] = [], []
+  if recs['static'] and component_type == 'fibril_sim/imu':
+    pieces, report = imu_static.records(recs['static'], component, find_rest)
+    values, rows, held_rows, plots, how, axes = imu_static.fit_imu_static(
+        pieces, len(recs['static']), fig_dir,
+        whole_logs=len(recs['static']) >= 3 and not find_rest, power_ups=power_ups)
+    result['verdict'] = axes
+    result['static_logs'] = [{'path': str(r['path']), 'timing': {
+        k: v for k, v in r['timing'].items() if k != 'splits'}, 'gap_splits': len(
+        r['timing']['splits']), 'rest': r['rest']} for r in report]
+    result['records'] = [{'log': p.log, 'stretch': p.stretch, 't0': float(p.t[0]),
+                          't1': float(p.t[-1]), 'samples': int(p.t.size)} for p in pieces]
+  elif recs['static']:
     values, rows, held_rows, plots, how = fit_static(component_type, component, recs['static'],
                                                      fig_dir)
   if recs['thermal']:
@@ -136,31 +153,37 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   if tim:
     result['timing'] = {k: v for k, v in tim.items() if k not in ('latencies', 'periods')}
     plots.append(plot_timing(fig_dir, tim))
-  srcs = ', '.join(pathlib.Path(p).name for lst in result['recordings'].values() for p in lst)
-  prov_fields = {f.split('[')[0]: f'FITTED by fibril-mjx fit-profile ({m}); see evidence'
-                 for f, _, _, m in rows}
-  profile = {'id': pid, 'kind': 'empirical', 'component_types': [component_type],
-             'provenance': {'source': f'fibril-mjx fit-profile from recordings: {srcs}',
-                            'evidence': f'{stem.name}_evidence.md',
-                            'recordings': [str(p) for lst in result['recordings'].values()
-                                           for p in lst],
-                            'fields': prov_fields},
-             'fields': result['fields']}
-  if not result['fields']:
-    profile['fields'] = {}
+  profile, tprof = _profiles(result, rows, pid, stem.name, component_type, tim)
   outdir.write_file(out, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True).encode())
-  if tim:
-    tprof = {'id': f'{pid}_transport', 'kind': 'transport', 'component_types': [component_type],
-             'provenance': {'source': f'fibril-mjx fit-profile timing logs: {srcs}',
-                            'evidence': f'{stem.name}_evidence.md'},
-             'fields': {'latency_s': _round(tim['latency_s']),
-                        'jitter_s': _round(tim['jitter_s']),
-                        'loss_probability': _round(tim['loss_probability'])}}
+  if tprof:
     outdir.write_file(files[1], yaml.safe_dump(tprof, sort_keys=False).encode())
   outdir.write_file(files[2], _evidence(result, recs, how, six_fit, tim, plots,
                                         component).encode())
   outdir.write_file(files[3], json.dumps(result, indent=1, default=rc.json_default).encode())
   return result
+
+
+def _profiles(result, rows, pid, stem, component_type, tim) -> tuple[dict, dict | None]:
+  """The fitted profile and, with timing logs, the transport profile (YAML content)."""
+  srcs = ', '.join(pathlib.Path(p).name for lst in result['recordings'].values() for p in lst)
+  prov_fields = {f.split('[')[0]: f'FITTED by fibril-mjx fit-profile ({m}); see evidence'
+                 for f, _, _, m in rows}
+  profile = {'id': pid, 'kind': 'empirical', 'component_types': [component_type],
+             'provenance': {'source': f'fibril-mjx fit-profile from recordings: {srcs}',
+                            'evidence': f'{stem}_evidence.md',
+                            'recordings': [str(p) for lst in result['recordings'].values()
+                                           for p in lst],
+                            'fields': prov_fields},
+             'fields': result['fields'] or {}}
+  if not tim:
+    return profile, None
+  return profile, {'id': f'{pid}_transport', 'kind': 'transport',
+                   'component_types': [component_type],
+                   'provenance': {'source': f'fibril-mjx fit-profile timing logs: {srcs}',
+                                  'evidence': f'{stem}_evidence.md'},
+                   'fields': {'latency_s': _round(tim['latency_s']),
+                              'jitter_s': _round(tim['jitter_s']),
+                              'loss_probability': _round(tim['loss_probability'])}}
 
 
 def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
@@ -173,6 +196,17 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
       t = np.asarray(f[rc.SAMPLE_TIME])
       L.append(f"- {role}: `{r.path}` — {t.size} samples, {t[-1] - t[0]:.4g} s, "
                f"source: {r.meta.get('source', 'unknown')}")
+  for lg in result.get('static_logs', ()):
+    tm = lg['timing']
+    L.append(f"- timing of `{lg['path']}` as recorded: period {tm['period_s']:.6g} s, jitter "
+             f"{tm['jitter_s']:.3g} s, {100 * tm['off_nominal']:.1f} % of intervals > 5 % off "
+             f"one period, {tm['lost']} samples lost ({100 * tm['loss']:.2f} %), longest gap "
+             f"{tm['max_gap_periods']:.1f} periods, {lg['gap_splits']} gaps split the record")
+    if lg['rest'] is not None:
+      st, thr = lg['rest']
+      L.append(f"  - rest stretches (windows {thr['window_s']:.3g} s; gyro std norm < "
+               f"{thr['gyro']:.3g}, accel std norm < {thr['accel']:.3g}; ≥ {thr['min_s']:g} s, "
+               f"trimmed {thr['trim_s']:g} s): " + ', '.join(f'{a:.2f}–{b:.2f} s' for a, b in st))
   L += ['', '## Method', '',
         '- Static logs: each log\'s mean is removed (a constant is bias, not noise); lost samples '
         'are dropped (not filled), so τ is stretched by 1/(1 − loss).',
@@ -184,7 +218,16 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
         '- AHRS noise: stationary std and lag-1 autocorrelation per axis (AR(1)); orientation '
         'from the right error rotation about the log\'s mean attitude, linear drift removed.',
         '- Per-episode dispersions (turn-on bias, yaw-rate bias): std across logs of the log '
-        'means, minus the noise variance of a mean; needs ≥ 3 logs.',
+        'means, minus the noise variance of a mean; needs ≥ 3 logs (IMU: ≥ 3 logs marked as '
+        'separate power-ups, `--power-ups`).',
+        '- IMU logs as recorded: records split at gaps > 4.5 periods (shorter gaps drop the lost '
+        'samples, never filled or resampled); Allan variances pooled over records of unequal '
+        'length weighted by their edf; the output step q from the lattice the samples sit on '
+        '(its q²/12 is taken out of the white density); per axis, spectral lines = runs of '
+        'Welch PSD bins ≥ 4× a running-median floor (and the χ² false-alarm level), the '
+        'strongest fitted as a narrowband process (second-order resonant Gauss–Markov: '
+        'centre, bandwidth, std; closed-form PSD through the Hann kernel), its Allan column '
+        'in the WLS; Gauss–Markov τ_c grid from 2Δ.',
         '- Six-orientation: poses found by the axis holding ~1 g; gain column a = '
         '(mean(+a up) − mean(−a up))/2g, bias = mean of the pose pairs.',
         '- Timing: period = median sample spacing, latency = mean(arrival − sample), jitter = '
@@ -226,3 +269,32 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
   L += ['', '## Plots', ''] + [f'- `{p}`' for p in plots] + [
       '', 'Check the result with `fibril-mjx validate` on a manifest using this profile.', '']
   return '\n'.join(L)
+
+
+def report(result) -> int:
+  """Prints what the user must see of a fit — the static logs' timing as recorded, the rest
+  stretches used and their thresholds, the held-out verdict per axis — and returns the exit
+  status: 0, or `verdict.EXIT_DISAGREE` when some axis disagrees."""
+  for lg in result.get('static_logs', ()):
+    tm = lg['timing']
+    print(f"{lg['path']}: period {tm['period_s']:.6g} s, jitter {tm['jitter_s']:.3g} s, "
+          f"{100 * tm['off_nominal']:.1f} % of intervals off nominal, {tm['lost']} samples "
+          f"lost ({100 * tm['loss']:.2f} %), longest gap {tm['max_gap_periods']:.1f} periods"
+          + (f", split at {lg['gap_splits']} gaps" if lg['gap_splits'] else ''))
+    if lg['rest'] is not None:
+      st, thr = lg['rest']
+      print(f"  rest: {thr['window_s']:.3g} s windows with gyro std norm < {thr['gyro']:.3g} "
+            f"and accel std norm < {thr['accel']:.3g} (2× the quietest fifth), runs ≥ "
+            f"{thr['min_s']:g} s trimmed {thr['trim_s']:g} s: "
+            + (', '.join(f'{a:.2f}–{b:.2f} s' for a, b in st) or 'none'))
+  axes = result.get('verdict', ())
+  if axes:
+    print('held-out agreement (fit on the first part, checked on the held-out part):')
+    for a in axes:
+      print('  ' + a['console'])
+  bad = [a['name'] for a in axes if not a['agrees']]
+  if bad:
+    print(f"the fitted model does not explain the held-out data on: {', '.join(bad)} "
+          f'(exit {verdict.EXIT_DISAGREE})')
+    return verdict.EXIT_DISAGREE
+  return 0
