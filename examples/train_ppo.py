@@ -188,6 +188,8 @@ def main(argv=None):
   ap.add_argument('--out', default='out/ppo')
   ap.add_argument('--device-randomization', action='store_true',
                   help='per-episode device randomization (DEVICE_VARY)')
+  ap.add_argument('--no-evals', action='store_true',
+                  help='no evaluation episodes (faster; the learning curve is then empty)')
   ap.add_argument('--ideal', action='store_true',
                   help='no per-episode randomization at all (the nominal device; not even '
                   'the gyro bias draw)')
@@ -202,7 +204,7 @@ def main(argv=None):
   t0 = time.perf_counter()
   _, params, curve = train(env, timesteps=args.timesteps, num_envs=args.envs,
                       episode_length=args.episode_length, seed=args.seed, num_evals=args.evals,
-                      learning_rate=args.learning_rate,
+                      learning_rate=args.learning_rate, run_evals=not args.no_evals,
                       progress=lambda s, m: print(f'{s:>9} steps  eval reward '
                                                   f'{float(m["eval/episode_reward"]):9.3f}  '
                                                   f'angle error '
