@@ -390,6 +390,39 @@ def at_instants(schedule, due, fn, *operands):
   return jax.lax.cond(due, fn, lambda *x: x if len(x) > 1 else x[0], *operands)
 
 
+def latch_gain_commands(link: CommandLink, application, s, command, tick, due):
+  """The command path of an adapter whose commands carry firmware gains: issue `command`,
+  apply the released ones to the held command, and at the application instants latch it.
+
+  Args:
+    s: the adapter's state, with `streams`, `link`, `held`, `latched`, `active`, `stale`,
+      `timeout_count`.
+    command: a NamedTuple `(issued, enable, *values)` whose values include `kp`, `kd`; a
+      released command with a non-finite value or a negative gain is rejected (counted).
+
+  Returns:
+    The state: `active` (the latched command drives the law) is received, not timed out and
+    enabled.
+  """
+  command = type(command)(jnp.asarray(command.issued, bool), jnp.asarray(command.enable, bool),
+                          *(jnp.asarray(x, jnp.float32) for x in command[2:]))
+  ls = issue(link, s.link, command, command.issued, tick, s.streams['command_jitter'],
+             s.streams['command_loss'])
+
+  def apply(held, cmd):
+    ok = jnp.all(jnp.isfinite(jnp.stack(cmd[2:]))) & (cmd.kp >= 0) & (cmd.kd >= 0)
+    held = jax.tree.map(lambda a, b: jnp.where(ok, a, b), cmd, held)
+    return held, jnp.where(ok, ACCEPTED, REJECTED)
+  ls, held = deliver(link, ls, s.held, tick, apply)
+  stale = timed_out(link, ls, tick)
+
+  def instant(st):
+    active = st.link.received & ~stale & st.held.enable
+    return st._replace(latched=st.held, active=active, stale=stale,
+                       timeout_count=st.timeout_count + stale.astype(jnp.int32))
+  return at_instants(application, due, instant, s._replace(link=ls, held=held))
+
+
 def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, replace, tick, due):
   """Acquire feedback at the schedule's instants (see `at_instants`), then deliver."""
   state = at_instants(schedule, due, acquire, state)

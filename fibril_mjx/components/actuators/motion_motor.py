@@ -201,27 +201,8 @@ class MotionMotor(actuation.MotorFields):
 
   def actuate(self, p: Params, s: State, data, ctrl, command: MotionCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write the channels."""
-    command = MotionCommand(jnp.asarray(command.issued, bool), jnp.asarray(command.enable, bool),
-                            *(jnp.asarray(x, jnp.float32) for x in command[2:]))
-    link = actuation.issue(self.link, s.link, command, command.issued, tick,
-                     s.streams['command_jitter'], s.streams['command_loss'])
-
-    def apply(held, cmd):
-      finite = jnp.all(jnp.isfinite(jnp.stack(cmd[2:])))
-      ok = finite & (cmd.kp >= 0) & (cmd.kd >= 0)
-      held = jax.tree.map(lambda a, b: jnp.where(ok, a, b), cmd, held)
-      return held, jnp.where(ok, actuation.ACCEPTED, actuation.REJECTED)
-    link, held = actuation.deliver(self.link, link, s.held, tick, apply)
-    s = s._replace(link=link, held=held)
-    due, _ = dues['application']
-    stale = actuation.timed_out(self.link, link, tick)
-
-    def instant(st):
-      """Packet cadence: latch the held command (or inactive) and count timeouts."""
-      active = st.link.received & ~stale & st.held.enable
-      return st._replace(latched=st.held, active=active, stale=stale,
-                         timeout_count=st.timeout_count + stale.astype(jnp.int32))
-    s = actuation.at_instants(self.application, due, instant, s)
+    s = actuation.latch_gain_commands(self.link, self.application, s, command, tick,
+                                      dues['application'][0])
     # The law, every physics tick, from the current joint state and the latched command.
     q, qd = actuation.joint_state(self.channels[0], data)
     c, active = s.latched, s.active
