@@ -22,6 +22,12 @@ REST_QUIET = 0.2
 MOTION_FACTOR = 1.8
 
 
+def true_runs(mask) -> list[tuple[int, int]]:
+  """`(first, last)` index of each run of True in a 1-D bool array, in order."""
+  m = np.concatenate([[False], np.asarray(mask, bool), [False]]).astype(np.int8)
+  d = np.diff(m)
+  return list(zip(np.nonzero(d == 1)[0].tolist(), (np.nonzero(d == -1)[0] - 1).tolist()))
+
 def timing(t):
   """The log's timing as recorded.
 
@@ -113,19 +119,12 @@ def find_rest(t, gyro, accel):
   thr_a = REST_FACTOR * float(np.median(np.sort(sa)[:k]))
   rest = (sg < thr_g) & (sa < thr_a)
   trim = int(round(REST_TRIM_S / period))
-  out, i = [], 0
-  while i < rest.size:
-    if not rest[i]:
-      i += 1
-      continue
-    j = i
-    while j + 1 < rest.size and rest[j + 1]:
-      j += 1
+  out = []
+  for i, j in true_runs(rest):
     i0, i1 = i * w + trim, (j + 1) * w - trim
     if (i1 - i0) * period >= REST_MIN_S - 2 * REST_TRIM_S and t[i1 - 1] - t[i0] >= (
         REST_MIN_S - 2 * REST_TRIM_S):
       out.append((int(i0), int(i1)))
-    i = j + 1
   return out, {'gyro': thr_g, 'accel': thr_a, 'window_s': w * period, 'min_s': REST_MIN_S,
                'trim_s': REST_TRIM_S}
 

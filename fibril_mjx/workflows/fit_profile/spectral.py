@@ -9,6 +9,8 @@ import math
 import numpy as np
 from scipy import ndimage, optimize, signal, stats as sps
 
+from fibril_mjx.workflows.fit_profile import session
+
 #: a line is a run of PSD bins this many times above the floor (and significant for the
 #: Welch estimate's χ² spread at a false-alarm rate of `FALSE_ALARM` over all bins)
 LINE_RATIO = 4.0
@@ -66,18 +68,10 @@ def find_lines(records, rate):
   over = (p > thr * fl) & (f > 0)
   over[0] = False
   lines = []
-  i = 0
-  while i < over.size:
-    if not over[i]:
-      i += 1
-      continue
-    j = i
-    while j + 1 < over.size and over[j + 1]:
-      j += 1
+  for i, j in session.true_runs(over):
     k = i + int(np.argmax(p[i:j + 1] / fl[i:j + 1]))
     lines.append({'f0': float(f[k]), 'ratio': float(p[k] / fl[k]), 'lo': float(f[i]),
                   'hi': float(f[j]), 'threshold': thr})
-    i = j + 1
   lines.sort(key=lambda d: -d['ratio'])
   return lines, (f, p, fl, segs)
 
