@@ -42,7 +42,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components.actuators import actuation, binding
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
 
@@ -187,7 +187,7 @@ class MotionMotor(actuation.MotorFields):
   def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
     """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
     for b, f in zip(self.channels, (f_p, f_d, ff)):
-      ctrl = actuation.set_ctrl(ctrl, b, actuation.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
+      ctrl = binding.set_ctrl(ctrl, b, binding.ctrl_for_force(b, f / b.gear, b.gear * q, b.gear * qd))
     return ctrl
 
   def closes_loop(self) -> str:
@@ -195,7 +195,7 @@ class MotionMotor(actuation.MotorFields):
 
   def reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first instant: references at the current state, no added force."""
-    q, qd = actuation.joint_state(self.channels[0], data)
+    q, qd = binding.joint_state(self.channels[0], data)
     z = jnp.zeros_like(q)
     return s._replace(reference=q), self._ctrl(ctrl, q, qd, z, z, z)
 
@@ -204,7 +204,7 @@ class MotionMotor(actuation.MotorFields):
     s = actuation.latch_gain_commands(self.link, self.application, s, command, tick,
                                       dues['application'][0])
     # The law, every physics tick, from the current joint state and the latched command.
-    q, qd = actuation.joint_state(self.channels[0], data)
+    q, qd = binding.joint_state(self.channels[0], data)
     c, active = s.latched, s.active
     f_p = jnp.where(active, c.kp * (c.position - q), 0.0)
     f_d = jnp.where(active, c.kd * (c.velocity - qd), 0.0)
@@ -217,8 +217,8 @@ class MotionMotor(actuation.MotorFields):
     b = self.channels[0]
 
     def acquire(st):
-      q, qd = actuation.sensed_joint_state(b, data)
-      eff = actuation.sensed_effort(b, data)
+      q, qd = binding.sensed_joint_state(b, data)
+      eff = binding.sensed_effort(b, data)
       fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
                     / self.actuator_count)
       return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
@@ -233,8 +233,8 @@ class MotionMotor(actuation.MotorFields):
     """Joint position / velocity, applied joint effort, the reference and commanded law of the
     latest tick, and the position tracking error while active."""
     b = self.channels[0]
-    q, qd = actuation.sensed_joint_state(b, data)
-    return {'position': q, 'velocity': qd, 'applied_effort': actuation.sensed_effort(b, data),
+    q, qd = binding.sensed_joint_state(b, data)
+    return {'position': q, 'velocity': qd, 'applied_effort': binding.sensed_effort(b, data),
             'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
             'tracking_error': jnp.where(s.active, s.reference - q, 0.0)}
 
@@ -277,7 +277,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       + did_you_mean(cfg.joint, names), cfg.joint)
   channels = []
   for field, kind in CHANNELS:
-    b = actuation.bind_actuator(ctx, field, getattr(cfg, field))
+    b = binding.bind_actuator(ctx, field, getattr(cfg, field))
     where = origin(field)
     if b.kind != kind:
       raise ConfigError(*where, f'must name a <{kind}> actuator (class '

@@ -43,7 +43,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components.actuators import actuation, binding
 from fibril_mjx.components import base
 from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
 from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
@@ -183,7 +183,7 @@ class Motor(actuation.MotorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
 
-  binding: actuation.ActuatorBinding
+  binding: binding.ActuatorBinding
   accepted: tuple[int, ...]
   scale_source: str
 
@@ -318,7 +318,7 @@ class Motor(actuation.MotorFields):
   def _apply(self, p: Params, s: State, data, ctrl, n, stale):
     """One application instant: returns `(state, ctrl)`."""
     b = self.binding
-    q, qd = actuation.joint_state(b, data)
+    q, qd = binding.joint_state(b, data)
     mode, value = self._effective(p, s.held, s.link.received, stale)
     sem = self.semantic
     gen = s.gen
@@ -340,7 +340,7 @@ class Motor(actuation.MotorFields):
       gen = gen._replace(mode=mode)
     s = s._replace(gen=gen, applied=applied, held=s.held._replace(new=jnp.bool_(False)),
                    stale=stale, timeout_count=s.timeout_count + stale.astype(jnp.int32))
-    return s, actuation.set_ctrl(ctrl, b, c)
+    return s, binding.set_ctrl(ctrl, b, c)
 
   def closes_loop(self) -> str:
     if self.semantic == 'position':
@@ -352,16 +352,16 @@ class Motor(actuation.MotorFields):
     """Before the first application instant: hold the current position (position input) or
     apply the safe command (velocity / torque input)."""
     b = self.binding
-    q, _ = actuation.joint_state(b, data)
+    q, _ = binding.joint_state(b, data)
     sc = p.logical_units_per_joint_unit
     if self.semantic == 'position':
       s = s._replace(gen=s.gen._replace(pos=q, valid=jnp.bool_(True)), applied=q)
-      return s, actuation.set_ctrl(ctrl, b, b.gear * q)
+      return s, binding.set_ctrl(ctrl, b, b.gear * q)
     if self.semantic == 'velocity':
       v = p.safe_command / sc
-      return s._replace(applied=v), actuation.set_ctrl(ctrl, b, b.gear * v)
+      return s._replace(applied=v), binding.set_ctrl(ctrl, b, b.gear * v)
     tau = p.safe_command * sc
-    return s._replace(applied=tau), actuation.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
+    return s._replace(applied=tau), binding.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
 
   def actuate(self, p: Params, s: State, data, ctrl, command: MotorCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
@@ -372,7 +372,7 @@ class Motor(actuation.MotorFields):
     issued = (command.kind != NONE) | command.encoder_reset
     link = actuation.issue(self.link, s.link, command, issued, tick, s.streams['command_jitter'],
                      s.streams['command_loss'])
-    q, _ = actuation.joint_state(self.binding, data)
+    q, _ = binding.joint_state(self.binding, data)
     link, held = actuation.deliver(self.link, link, s.held, tick,
                              lambda h, c: self._release(p, h, c, q))
     s = s._replace(link=link, held=held)
@@ -385,9 +385,9 @@ class Motor(actuation.MotorFields):
 
   def _feedback(self, p: Params, s: State, data) -> Feedback:
     b = self.binding
-    q, qd = actuation.sensed_joint_state(b, data)
+    q, qd = binding.sensed_joint_state(b, data)
     sc = p.logical_units_per_joint_unit
-    force = actuation.sensed_force(b, data)
+    force = binding.sensed_force(b, data)
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
                     p.feedback_current_per_force * force / self.actuator_count,
                     self._normalized(force, sc))
@@ -421,9 +421,9 @@ class Motor(actuation.MotorFields):
     tracking error, for `truth/<id>/...`."""
     b = self.binding
     sc = s.scale
-    q, qd = actuation.sensed_joint_state(b, data)
+    q, qd = binding.sensed_joint_state(b, data)
     pos, vel = (q - s.held.zero) * sc, qd * sc
-    eff = actuation.sensed_effort(b, data) / sc
+    eff = binding.sensed_effort(b, data) / sc
     if self.semantic == 'position':
       setpoint, tracked = (s.applied - s.held.zero) * sc, pos
     elif self.semantic == 'velocity':
@@ -471,7 +471,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
       fields['logical_units_per_joint_unit'] = dataclasses.replace(
           fields['logical_units_per_joint_unit'], value=asm.logical_scale, layer='assembly',
           source=asm.id, file=asm.file, path=asm.path)
-  b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
+  b = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   check_compatible(cfg, given, b, origin)
   return Motor(b, accepted_for(cfg, b.semantic), source,
                **actuation.motor_fields(cid, cfg, fields, ctx, origin, count))

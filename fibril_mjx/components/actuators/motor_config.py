@@ -9,7 +9,7 @@ from typing import Optional
 import pydantic
 
 from fibril_mjx.components import base
-from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components.actuators import actuation, binding
 from fibril_mjx.components.base import Positive
 
 KINDS = ('none', 'position', 'velocity', 'effort', 'duty', 'trajectory')
@@ -37,7 +37,7 @@ class MotorConfigModel(actuation.MotorTimingConfig):
     return v
 
 
-def check_compatible(cfg: MotorConfigModel, given: set, b: actuation.ActuatorBinding, origin):
+def check_compatible(cfg: MotorConfigModel, given: set, b: binding.ActuatorBinding, origin):
   """Construction errors for conversions the bound actuator cannot honour."""
   sem = b.semantic
   what = f'the bound actuator {b.name!r} ({b.transmission_input}) takes ' + (

@@ -49,7 +49,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components.actuators import actuation, binding
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.errors import ConfigError
@@ -226,7 +226,7 @@ def joint_inertia(dof: int, madr: int, data) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class PositionServo(actuation.MotorFields):
   """A built `fibril_sim/position_servo` (static; `cfg` a `PositionServoConfigModel`)."""
-  channel: actuation.ActuatorBinding
+  channel: binding.ActuatorBinding
   madr: int          # the joint's dof_Madr (sparse mass matrix)
 
   type = TYPE
@@ -268,13 +268,13 @@ class PositionServo(actuation.MotorFields):
   def _law(self, p: Params, s: State, data, ctrl):
     """`(state, ctrl)` with this tick's torques written to the motor channel."""
     b = self.channel
-    q, qd = actuation.joint_state(b, data)
+    q, qd = binding.joint_state(b, data)
     c = s.latched
     tau_e = -data.qfrc_bias[b.dofadr]
     t = servo_torques(p, s.active, c.position, c.kp, c.kd, q, qd, tau_e,
                       joint_inertia(b.dofadr, self.madr, data), self.application.dt)
     force = (t.motor + t.friction) / b.gear
-    ctrl = actuation.set_ctrl(ctrl, b, actuation.ctrl_for_force(b, force, b.gear * q,
+    ctrl = binding.set_ctrl(ctrl, b, binding.ctrl_for_force(b, force, b.gear * q,
                                                                  b.gear * qd))
     return s._replace(torques=t), ctrl
 
@@ -293,8 +293,8 @@ class PositionServo(actuation.MotorFields):
     b = self.channel
 
     def acquire(st):
-      q, qd = actuation.sensed_joint_state(b, data)
-      eff = actuation.sensed_effort(b, data)
+      q, qd = binding.sensed_joint_state(b, data)
+      eff = binding.sensed_effort(b, data)
       fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / b.gear
                     / self.actuator_count)
       return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
@@ -308,9 +308,9 @@ class PositionServo(actuation.MotorFields):
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied effort, and this tick's duty, motor torque and
     friction torque (joint side)."""
-    q, qd = actuation.sensed_joint_state(self.channel, data)
+    q, qd = binding.sensed_joint_state(self.channel, data)
     return {'position': q, 'velocity': qd,
-            'applied_effort': actuation.sensed_effort(self.channel, data),
+            'applied_effort': binding.sensed_effort(self.channel, data),
             'duty': s.torques.duty, 'motor_torque': s.torques.motor,
             'friction_torque': s.torques.friction, 'active': s.active}
 
@@ -341,7 +341,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
     base.check(False, asm.file, f'{asm.path}.transmission.type',
                f'{TYPE} commands are joint-side and have no logical scale; bind it with a '
                'gear_rotary transmission', asm.type)
-  b = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
+  b = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   if b.kind != 'motor':
     raise ConfigError(*origin('actuator'), f'must name a <motor> actuator (the servo writes '
                       f'its torque); {b.name!r} is {b.transmission_input}', b.name)

@@ -18,7 +18,7 @@ from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation
+from fibril_mjx.components.actuators import actuation, binding
 from fibril_mjx.components import base
 from fibril_mjx.core import protocol
 from fibril_mjx.components.base import NonNeg, Positive
@@ -99,7 +99,7 @@ class ScalarActuator(base.ComponentBase):
   reads_sensors_only = True
   id: str
   cfg: ScalarActuatorConfigModel
-  binding: actuation.ActuatorBinding
+  binding: binding.ActuatorBinding
   schedule: Schedule
   link: actuation.CommandLink
   fields: tuple = dataclasses.field(compare=False)
@@ -159,7 +159,7 @@ class ScalarActuator(base.ComponentBase):
 
   def reset_ctrl(self, params: Params, state: State, data, ctrl):
     """Before the first application instant the actuator holds the processed safe value."""
-    return state, actuation.set_ctrl(ctrl, self.binding, state.applied)
+    return state, binding.set_ctrl(ctrl, self.binding, state.applied)
 
   def actuate(self, p: Params, s: State, data, ctrl, command: ScalarCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
@@ -185,7 +185,7 @@ class ScalarActuator(base.ComponentBase):
         stale=jnp.where(due, stale, s.stale),
         timeout_count=s.timeout_count + (due & stale).astype(jnp.int32),
         saturation_count=s.saturation_count + (due & clipped).astype(jnp.int32))
-    return s, jnp.where(due, actuation.set_ctrl(ctrl, self.binding, v), ctrl)
+    return s, jnp.where(due, binding.set_ctrl(ctrl, self.binding, v), ctrl)
 
   def output(self, s: State) -> tp.Delivered:
     f, m1 = jnp.bool_(False), jnp.int32(-1)
@@ -229,7 +229,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
     base.check(False, ctx.assembly.file, ctx.assembly.path + '.component',
                f'assemblies bind fibril_sim/motor or fibril_sim/motion_motor components; '
                f'{cid!r} is a {TYPE}', cid)
-  binding = actuation.bind_actuator(ctx, 'actuator', cfg.actuator)
+  bound = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   period = ctx.dt if cfg.application_period_s is None else cfg.application_period_s
   schedule = Schedule.build(period, cfg.application_phase_s, ctx.dt, 'strict', origin=origin,
                             period_field='application_period_s',
@@ -237,7 +237,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
   link = actuation.CommandLink.build(cfg.latency_s, 0.0, 0.0, cfg.timeout_s, ctx.dt,
                                cfg.delivery_quantization, origin=origin,
                                latency_field='latency_s')
-  return ScalarActuator(cid, cfg, binding, schedule, link, tuple(fields.items()))
+  return ScalarActuator(cid, cfg, bound, schedule, link, tuple(fields.items()))
 
 
 CONFIG_MODEL = ScalarActuatorConfigModel

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 
 import numpy as np
 from scipy import stats

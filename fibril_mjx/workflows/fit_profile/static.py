@@ -24,7 +24,6 @@ def fit_static(ctype, cid, recs, fig_dir):
     data = [delivered_samples(r.sensor(cid), ch) for r in recs if ch in r.sensor(cid)]
     if not data:
       continue
-    rate = data[0][1]
     arrs = [d[0] for d in data]
     fit_recs, held_recs, how = split_heldout(arrs)
     fit_sig, fit_rho = [], []
