@@ -119,7 +119,7 @@ if os.environ.get('FIBRIL_MJX_REQUIRE_OPTIONAL') == '1':
 
 
 def pytest_collection_modifyitems(config, items):
-  """Tests marked `full` (long negative controls) are deselected unless FIBRIL_MJX_TEST_FULL=1
+  """Tests marked `full` (long extra runs) are deselected unless FIBRIL_MJX_TEST_FULL=1
   (`make test-full`); `make test` (CI) runs the rest."""
   if os.environ.get('FIBRIL_MJX_TEST_FULL') == '1':
     return

@@ -20,12 +20,16 @@ per file isolates both; a crashed file is reported as failed, never hidden.
                   SIGUSR1 before the kill)
 
 A file fails when pytest fails, crashes, times out, or runs no test although no selection
-(-k, -m, node ids, --deselect) was asked for. The closing line starts `N passed, N failed`
+(-k, -m, node ids, --deselect) was asked for and none was deselected (the `full` tests of a
+file with no other are deselected by tests/conftest.py outside `make test-full`). The closing line starts `N passed, N failed`
 (parsed by CI), then `N skipped, N xfailed, N xpassed` (and deselected when there are any).
 Each file's process is forked from one server process that has already imported numpy,
-SciPy, JAX, MuJoCo, MJX, pydantic, YAML and pytest (never fibril_mjx, and never initializing a
-JAX backend: XLA reads its flags and the cache settings when the forked file first uses it), so
-a file does not pay those imports again (2.8 s of CPU each on this machine, measured alone);
+SciPy, JAX, MuJoCo, MJX, pydantic, YAML, pytest and every module of fibril_mjx (with what they
+import: matplotlib, Brax, ...), never initializing a JAX backend (XLA reads its flags and the
+cache settings when the forked file first uses it; `import fibril_mjx` sets none, as
+tests/tooling/test_import.py checks), so a file does not pay those imports again (2.8 s of CPU
+for the third-party ones alone; with fibril_mjx's, eleven component test files took 94 s of CPU
+instead of 125 s);
 FIBRIL_MJX_TEST_FORK=0, or a server that cannot start, runs every file as a fresh interpreter.
 The tests run with FIBRIL_MJX_REQUIRE_OPTIONAL=1: a missing optional dependency
 (`pytest.importorskip`) fails instead of skipping (tests/conftest.py), and with one persistent
@@ -91,6 +95,14 @@ os.close(_null)
 sys.argv = ['pytest']
 for name in __PRELOAD__:
   importlib.import_module(name)
+import pkgutil
+import fibril_mjx
+for mod in pkgutil.walk_packages(fibril_mjx.__path__, 'fibril_mjx.'):
+  if not mod.name.endswith('__main__'):
+    try:
+      importlib.import_module(mod.name)
+    except Exception:       # the file that imports it reports the error
+      pass
 from jax._src import xla_bridge
 gc.freeze()      # the imported objects: never scanned by a child's collector (no copy-on-write)
 
@@ -398,7 +410,7 @@ def main(argv: list[str]) -> int:
     elif rc < 0:
       why = f'crashed (signal {-rc})'
     elif rc in (0, 5) and not ran:            # pytest exits 5 when nothing was collected
-      why = None if selection else 'no tests ran'
+      why = None if selection or counts.get('deselected') else 'no tests ran'
     elif rc == 5:                               # every test skipped at module level: counted
       why = None
     elif rc != 0:
@@ -424,7 +436,8 @@ def main(argv: list[str]) -> int:
   server = Server.open(env)
   if server is not None:
     SERVER_PROC.append(server.proc)
-  print('each file forked from a server that imported ' + ', '.join(PRELOAD) if server else
+  preloaded = ', '.join(PRELOAD + ('fibril_mjx',))
+  print('each file forked from a server that imported ' + preloaded if server else
         'each file in a fresh interpreter', flush=True)
   with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
     def one(f):

@@ -110,6 +110,27 @@ def test_a_selection_that_matches_nothing_is_not_a_failure(suite):
   assert SUMMARY.findall(r.stdout) == [('0', '0', '0', '0', '0', '4')], r.stdout
 
 
+def test_a_file_whose_tests_are_all_deselected_by_the_full_marker_is_not_a_failure(tmp_path):
+  """tests/conftest.py deselects the `full` tests outside `make test-full`: a file holding
+  only such tests ran nothing on purpose (it is ok, its tests counted as deselected)."""
+  (tmp_path / 'conftest.py').write_text(textwrap.dedent("""\
+      def pytest_collection_modifyitems(config, items):
+        drop = [it for it in items if it.get_closest_marker('full')]
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if it not in drop]
+      """))
+  (tmp_path / 'test_full_only.py').write_text(textwrap.dedent("""\
+      import pytest
+
+      @pytest.mark.full
+      def test_long():
+        assert False
+      """))
+  r = _run(tmp_path, str(tmp_path / 'test_full_only.py'))
+  assert r.returncode == 0, r.stdout
+  assert SUMMARY.findall(r.stdout) == [('0', '0', '0', '0', '0', '1')], r.stdout
+
+
 def test_without_the_runner_a_missing_optional_dependency_still_skips(suite):
   # the requirement is the runner's (the install is ours); plain pytest keeps importorskip
   env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='')
