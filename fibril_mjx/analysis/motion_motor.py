@@ -6,6 +6,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.core import registry
+from fibril_mjx.mechanisms.faults import actuator as actuator_faults
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -22,7 +23,8 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
   return {'tracking_error_rms': common.masked_rms(track ** 2, active & np.isfinite(track)),
           'effort_minus_command_rms': common.masked_rms(eff ** 2, active & np.isfinite(eff)),
           'feedback_delivered': new.sum(axis=1),
-          'current_mean_abs': common.masked_mean(np.abs(cur), common.usable(sensor, cur))}
+          'current_mean_abs': common.masked_mean(np.abs(cur), common.usable(sensor, cur)),
+          **actuator_faults.host_metrics(truth)}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):

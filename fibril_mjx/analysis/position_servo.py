@@ -6,6 +6,7 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.core import registry
+from fibril_mjx.mechanisms.faults import actuator as actuator_faults
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
@@ -26,7 +27,8 @@ def host_metrics(sensor: dict, truth: dict) -> dict:
           'friction_torque_rms': common.masked_rms(
               np.asarray(truth['friction_torque'], np.float64) ** 2, active),
           'full_duty_fraction': common.fraction(full, active),
-          'feedback_delivered': sensor['new_data'].astype(bool).sum(axis=1)}
+          'feedback_delivered': sensor['new_data'].astype(bool).sum(axis=1),
+          **actuator_faults.host_metrics(truth)}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):

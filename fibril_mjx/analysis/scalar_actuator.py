@@ -6,13 +6,15 @@ import numpy as np
 
 from fibril_mjx.analysis import common
 from fibril_mjx.core import registry
+from fibril_mjx.mechanisms.faults import actuator as actuator_faults
 
 
 def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per world: RMS of (value on ctrl − latest command) and the fraction of ticks timed out."""
   err = truth['applied'] - truth['command']
   return {'ctrl_minus_command_rms': np.sqrt(np.mean(err ** 2, axis=1)),
-          'timed_out_fraction': np.mean(truth['timed_out'], axis=1)}
+          'timed_out_fraction': np.mean(truth['timed_out'], axis=1),
+          **actuator_faults.host_metrics(truth)}
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):

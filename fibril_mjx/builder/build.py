@@ -9,7 +9,7 @@ from fibril_mjx.config.manifest import ComponentConfig
 from fibril_mjx.core import command_script, protocol, registry
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, ProbeSet, SensorBinding  # noqa: F401
-from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import assemblies, dcmotor
 from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
 
@@ -27,7 +27,11 @@ def _check_vary(manifest, components: dict, vary: dict) -> dict:
                         + did_you_mean(cid, list(components)), cid)
     c = components[cid]
     for name in names:
-      if c.param_path(name) is None:
+      try:
+        path = c.param_path(name)
+      except FibrilError as e:     # a fault path that names no per-world parameter
+        raise ConfigError(file, f'vary.{cid}', str(e), name) from None
+      if path is None:
         known = [n for n, _ in c.fields if c.param_path(n) is not None]
         raise ConfigError(file, f'vary.{cid}', f'not a per-world field of {c.type} (static '
                           'config cannot vary per world in one compiled program)'

@@ -11,7 +11,9 @@ Field paths:
 - `ID.FIELD` — a component field. A Params field (every continuous error term) varies per
   world and is compiled in even at its default (`load(vary=)`); `latency_s`,
   `command_latency_s`, `feedback_latency_s` vary per world as a latency in ticks (the queue
-  is sized for the campaign's largest); any other field (period, phase, quantization, ...) is
+  is sized for the campaign's largest; a continuous actuator latency, SPEC §6.1.1, is a Params
+  field whose distribution must be bounded and stay within the manifest's `<field>_max_s`,
+  which RL randomization sizes instead); any other field (period, phase, quantization, ...) is
   static: `dist: choice` only, and worlds are grouped by their choices (one compile each).
 - `ID.profiles.LAYER` (`device`, `empirical`, `transport`) — the component's profile of that
   layer, a profile id (or null: none) per choice; `ID.profiles` — its whole `profiles:`
@@ -46,7 +48,7 @@ from scipy import special
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.config.campaign import DISTRIBUTIONS, ChoiceDist, numbers
 from fibril_mjx.config.manifest import LAYERS
-from fibril_mjx.errors import ConfigError, did_you_mean
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics import mjcf_fields
 
@@ -144,8 +146,14 @@ def _shape_for(file, d: Distribution, natural: tuple) -> tuple:
   return natural
 
 
-def resolve(sim, dists, file: str) -> list[Field]:
-  """Resolves `vary:` entries against the nominal build (did-you-mean on unknown names)."""
+def resolve(sim, dists, file: str, *, sizes_latency: bool = False) -> list[Field]:
+  """Resolves `vary:` entries against the nominal build (did-you-mean on unknown names).
+
+  Args:
+    sizes_latency: the caller rebuilds each varied continuous latency's `<field>_max_s` at
+      the distribution's upper bound (RL randomization); else (a campaign) a distribution
+      that can draw above the built `<field>_max_s` is an error.
+  """
   out = []
   params = sim.default_params()
   for d in dists:
@@ -154,7 +162,51 @@ def resolve(sim, dists, file: str) -> list[Field]:
       out.append(_resolve_mjcf(sim, params, d, element, rest, file))
     else:
       out.append(_resolve_component(sim, params, d, file))
+  for f in out:
+    _check_continuous_latency(sim, f, file, sizes_latency)
   return out
+
+
+def upper_bound(f: Field) -> float | None:
+  """The largest value `f`'s distribution can draw (`relative` applied, at least 0; a scalar
+  field), or None for an unbounded distribution."""
+  d = f.dist
+  if d.dist in ('uniform', 'truncated_normal'):
+    hi = max(d.params['high'])
+  elif d.dist == 'choice':
+    hi = max(float(np.max(np.asarray(v, np.float64))) for v in d.params['values'])
+  else:
+    return None
+  if d.relative:
+    hi *= float(f.nominal)
+  return max(float(hi), 0.0)
+
+
+def continuous_latency(sim, f: Field):
+  """The `actuation.ContinuousLatency` whose per-world latency `f` varies (a `param` of a
+  component whose command link is in continuous mode, SPEC §6.1.1), or None."""
+  if f.kind != 'param' or f.component is None:
+    return None
+  c = getattr(getattr(sim.components[f.component], 'link', None), 'continuous', None)
+  return c if c is not None and c.field == f.name else None
+
+
+def _check_continuous_latency(sim, f: Field, file: str, sizes_latency: bool) -> None:
+  """A varied continuous latency needs a bounded distribution, and (unless the caller sizes
+  the queue) one within the built `<field>_max_s`: a larger draw would be clamped."""
+  c = continuous_latency(sim, f)
+  if c is None:
+    return
+  hi = upper_bound(f)
+  if hi is None:
+    raise _err(file, f.dist, 'a continuous latency sizes the command queue by its largest '
+               'value: use a bounded distribution (uniform, truncated_normal, choice)',
+               f.dist.dist, '.dist')
+  top = c.max_ticks * c.dt
+  if not sizes_latency and hi > top * (1 + 1e-9):
+    raise _err(file, f.dist, f'draws up to {hi:g} s, above {f.component}.{c.max_field} = '
+               f'{top:g} s (it sizes the command queue; a larger latency would be clamped): '
+               f'set {c.max_field} >= {hi:g} in the manifest', hi)
 
 
 def _resolve_component(sim, params, d, file) -> Field:
@@ -166,7 +218,11 @@ def _resolve_component(sim, params, d, file) -> Field:
   if name == 'profiles' or name.startswith('profiles.'):
     return _resolve_profiles(sim, d, cid, name.partition('.')[2] or None, file)
   known = [n for n, _ in c.fields]
-  if c.param_path(name) is not None:
+  try:
+    path = c.param_path(name)
+  except FibrilError as e:     # a fault path that names no per-world parameter
+    raise _err(file, d, str(e)) from None
+  if path is not None:
     nominal = np.asarray(c.get_param(params[cid], name), np.float64)
     return Field(d.path, 'param', d, _shape_for(file, d, nominal.shape), nominal, cid, name)
   if name in sim.latency_fields().get(cid, ()):

@@ -104,18 +104,21 @@ def check(cond: bool, file: str, path: str, rule: str, value: Any) -> None:
     raise ConfigErrors([ConfigError(file, path, rule, value)])
 
 
-def get_param(params, path: tuple[str, ...]):
-  """The leaf of `params` at `path` (from `component.param_path(field)`)."""
-  for name in path:
-    params = getattr(params, name)
+def get_param(params, path: tuple[str | int, ...]):
+  """The leaf of `params` at `path` (from `component.param_path(field)`): a name is a
+  NamedTuple field, an int an element of a tuple (`('faults', 0, 'start_s')`)."""
+  for key in path:
+    params = params[key] if isinstance(key, int) else getattr(params, key)
   return params
 
 
-def set_param(params, path: tuple[str, ...], value):
-  """`params` with the leaf at `path` replaced by `value` (NamedTuples all the way)."""
-  if len(path) == 1:
-    return params._replace(**{path[0]: value})
-  return params._replace(**{path[0]: set_param(getattr(params, path[0]), path[1:], value)})
+def set_param(params, path: tuple[str | int, ...], value):
+  """`params` with the leaf at `path` replaced by `value` (NamedTuples and tuples)."""
+  key, rest = path[0], path[1:]
+  new = set_param(get_param(params, (key,)), rest, value) if rest else value
+  if isinstance(key, int):
+    return params[:key] + (new,) + params[key + 1:]
+  return params._replace(**{key: new})
 
 
 class ComponentBase:
@@ -126,6 +129,13 @@ class ComponentBase:
   default is compiled out unless the field is named for per-world variation (`vary`), and
   `compiled_out()` lists such fields so that a per-world value given for one is an error, not
   silently ignored.
+
+  Fault paths are the same for every component, sensor or actuator: `faults[i].start_s`,
+  `faults[i].end_s` and `faults[i].value` (where entry `i` has a value) are Params leaves
+  `('faults', i, name)` of a component with a `fault_plan`, `faults` itself is not one, and a
+  bad fault path raises with the rule (`faults.param_path`). `param_path` and `uses` answer
+  those here and ask `field_path` / `field_uses` for every other field: a component (or a
+  mixin) overrides those two for its own fields.
 
   `stochastic_fields()` lists the fields that scale a random draw (what `tune` holds at zero):
   read off the component's error model (`errors`, an `fibril_mjx.error_models.Chain`) where it
@@ -139,6 +149,7 @@ class ComponentBase:
   # C, a recorded trajectory) serves it; False where it still reads `mjx.Data` fields.
   reads_sensors_only: bool = False
   params_type = None               # its Params NamedTuple, where Params are flat
+  fault_plan = None                # its static fault plan (a dataclass field where it has one)
 
   def closes_loop(self) -> str:
     """Why this component's controls depend on the physics state it acts on (a hold at the
@@ -152,10 +163,25 @@ class ComponentBase:
     return tuple(self.stochastic)
 
   def param_path(self, field: str):
+    """Where manifest field `field` lives in Params, or None: a fault path from the
+    `fault_plan` (`faults.param_path`), any other field from `field_path`."""
+    if faults.is_path(field):
+      return faults.param_path(self.fault_plan, field, f'{self.type} {self.id!r}')
+    return self.field_path(field)
+
+  def field_path(self, field: str):
+    """Where a field of the component's own lives in Params (flat Params: `(field,)`)."""
     fields = self.params_type._fields if self.params_type is not None else ()
     return (field,) if field in fields else None
 
   def uses(self, field: str) -> bool:
+    """Whether manifest field `field` reaches the traced graph (a fault path wherever it is
+    a per-world parameter; any other field: `field_uses`)."""
+    if field != 'faults' and faults.is_path(field):
+      return self.param_path(field) is not None
+    return self.field_uses(field)
+
+  def field_uses(self, field: str) -> bool:
     return self.param_path(field) is not None
 
   def compiled_out(self) -> tuple[str, ...]:
@@ -260,7 +286,7 @@ class SensorBase(ComponentBase):
                                else host.array(getattr(self.cfg, f))
                                for f in self.params_type._fields})
 
-  def uses(self, field: str) -> bool:
+  def field_uses(self, field: str) -> bool:
     if field == 'faults':
       return self.fault_plan is not None
     return field in self.always_used or (self.param_path(field) is not None

@@ -71,9 +71,10 @@ class Component(Protocol):
   def default_params(self) -> Any:
     """Params of one world from the resolved config (float32 arrays)."""
 
-  def param_path(self, field: str) -> tuple[str, ...] | None:
-    """Where manifest field `field` lives in Params (`('angular_velocity', 'bias')`), or None
-    when it is static (not in Params)."""
+  def param_path(self, field: str) -> tuple[str | int, ...] | None:
+    """Where manifest field `field` lives in Params (`('angular_velocity', 'bias')`; an int
+    step indexes a tuple, `('faults', 0, 'start_s')`), or None when it is static (not in
+    Params)."""
 
   def init(self, params: Any, world_key: jax.Array) -> Any:
     """Initial state of one world; random draws use named streams of `world_key`."""

@@ -6,6 +6,10 @@ reorders samples — unless it is lost (probability `loss_probability`). Samples
 buffer of static capacity; a sample that finds the buffer full is dropped and counted in
 `overflow`. Sequence numbers are acquisition indices, so a consumer sees gaps.
 
+Continuous latency (`fractional_delay`, `arrival_mix`): a latency of `n + f` ticks sends with
+`n` whole ticks and the consumer mixes, over the tick of arrival, what it held before with what
+arrived (the command acts for the fraction `1 − f` of that tick it covers; SPEC §6.1).
+
 `init`, `send` and `receive` also serve FIFO delivery (a `fifo.Fifo` in place of a
 `Transport`: batches read on the reader's schedule, `fibril_mjx/mechanisms/fifo.py`).
 """
@@ -24,6 +28,7 @@ from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.schedule import ticks_fraction
 
 _JITTER_SIGMAS = 6.0
+SNAP_TICKS = 1e-4   # a continuous latency this close to a whole number of ticks is that number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +187,48 @@ def with_latency(q: QueueState, latency_s, delay_ticks) -> QueueState:
   """
   return q._replace(delay_ticks=jnp.asarray(delay_ticks, jnp.int32),
                     latency_s=jnp.asarray(latency_s, jnp.float32))
+
+
+def with_delay(q: QueueState, delay_ticks) -> QueueState:
+  """`q` with a traced whole-tick delay for the samples sent from now on (no jitter): the
+  whole ticks of a continuous latency (`fractional_delay`)."""
+  return q._replace(delay_ticks=jnp.asarray(delay_ticks, jnp.int32))
+
+
+def fractional_delay(latency_s, dt: float, max_ticks: float) -> tuple[jax.Array, jax.Array]:
+  """A per-world latency (traced, differentiable) as whole ticks `n` and the fraction `f` of
+  the next tick: `latency_s / dt = n + f`, clamped to `[0, max_ticks]`.
+
+  Within `SNAP_TICKS` of a whole number of ticks the latency is that number (`f = 0`: float32
+  seconds over `dt` are rarely exact). `f` carries the derivative `1 / dt` everywhere inside
+  the clamp (the snap and `n` have none), so a loss is differentiable in the latency.
+
+  Args:
+    latency_s: scalar latency (s).
+    dt: physics step (s).
+    max_ticks: the largest latency (ticks) the queue holds.
+
+  Returns:
+    `(n int32 scalar, f float32 scalar in [0, 1))`.
+  """
+  x = jnp.clip(jnp.asarray(latency_s, jnp.float32) / jnp.float32(dt), 0.0, max_ticks)
+  whole = jnp.round(x)
+  snap = jnp.abs(x - whole) < SNAP_TICKS
+  n = jax.lax.stop_gradient(jnp.where(snap, whole, jnp.floor(x)))
+  frac = jax.lax.stop_gradient(jnp.where(snap, 0.0, x - n))
+  frac = frac + (x - jax.lax.stop_gradient(x))   # value unchanged, derivative 1/dt
+  return n.astype(jnp.int32), frac
+
+
+def arrival_mix(before, after, fraction):
+  """The time average over one tick of a held value that switches from `before` to `after`
+  at `fraction` of the tick: `after + fraction·(before − after)` (exactly `after` at
+  `fraction = 0`).
+
+  Args:
+    before, after: values (any matching shapes); fraction: scalar in [0, 1).
+  """
+  return after + fraction * (before - after)
 
 
 def release(tr: Transport, q: QueueState, tick) -> tuple[QueueState, jax.Array, jax.Array]:

@@ -19,7 +19,8 @@ parameters and initial-state offsets. Static config (`dist: choice` of a period,
 needs one compiled program per value and is refused here. The compiled-in set follows from
 what is varied: the simulator is rebuilt with the varied Params fields in `vary=` (a term the
 manifest leaves at its default is otherwise compiled out) and each varied latency at the upper
-bound of its distribution (which sizes the queue), so a latency needs a bounded distribution.
+bound of its distribution (which sizes the queue: a whole-tick latency's own field, a continuous
+one's `<field>_max_s`, SPEC §6.1.1), so a latency needs a bounded distribution.
 Episode-persistent terms (a turn-on bias drawn from the world key, a misalignment or a bias
 drawn here) are drawn once per reset and held in the episode's Params and state.
 """
@@ -72,20 +73,28 @@ def parse(vary, file: str = 'vary') -> tuple[fl.Distribution, ...]:
 
 def _upper(f: fl.Field, file: str) -> float:
   """The largest latency `f`'s distribution can draw (it sizes the transport's queue)."""
-  d = f.dist
-  if d.dist == 'uniform':
-    hi = max(d.params['high'])
-  elif d.dist == 'truncated_normal':
-    hi = max(d.params['high'])
-  elif d.dist == 'choice':
-    hi = max(float(np.max(np.asarray(v, np.float64))) for v in d.params['values'])
-  else:
+  hi = fl.upper_bound(f)
+  if hi is None:
     raise ConfigError(file, f'vary.{f.path}.dist', 'a per-episode latency sizes the queue by '
                       'its largest value: use a bounded distribution (uniform, '
-                      'truncated_normal, choice)', d.dist)
-  if d.relative:
-    hi *= float(f.nominal)
-  return max(hi, 0.0)
+                      'truncated_normal, choice)', f.dist.dist)
+  return hi
+
+
+def _queue_sizes(sim, fields, file: str) -> list:
+  """Component overrides that size each varied latency's queue at its distribution's upper
+  bound: a whole-tick latency's own field, a continuous one's `<field>_max_s` (SPEC §6.1.1;
+  at least the manifest's latency, which it must not undercut)."""
+  out = []
+  for f in fields:
+    cont = fl.continuous_latency(sim, f)
+    if f.kind == 'latency':
+      out.append({'component': f.component, 'field': f.name, 'value': _upper(f, file)})
+    elif cont is not None:
+      now = float(dict(sim.components[f.component].fields)[f.name].value)
+      out.append({'component': f.component, 'field': cont.max_field,
+                  'value': max(_upper(f, file), now)})
+  return out
 
 
 class DeviceRandomization:
@@ -99,7 +108,7 @@ class DeviceRandomization:
 
   def __init__(self, sim: Simulation, vary, *, file: str = 'vary'):
     dists = parse(vary, file)
-    self.fields = fl.resolve(sim, dists, file)
+    self.fields = fl.resolve(sim, dists, file, sizes_latency=True)
     for f in self.fields:
       if f.kind not in PER_EPISODE:
         raise ConfigError(file, f'vary.{f.path}', 'static config (one compiled program per '
@@ -111,8 +120,7 @@ class DeviceRandomization:
       if f.kind == 'param' and f.name not in compiled.get(f.component, ()):
         compiled.setdefault(f.component, set()).add(f.name)
         grow = True
-    latency = [{'component': f.component, 'field': f.name, 'value': _upper(f, file)}
-               for f in self.fields if f.kind == 'latency']
+    latency = _queue_sizes(sim, self.fields, file)
     if grow or latency:
       man = sim.manifest
       over = dict(man.overrides or {})

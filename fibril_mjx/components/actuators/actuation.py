@@ -8,24 +8,30 @@ static capacity); every tick, the commands whose release tick has come are appli
 to the held value (an endpoint keeps the latest accepted command); at application instants the
 component turns the held value (or the safe value on timeout) into `ctrl`. The watchdog counts
 ticks since the latest accepted release, in integers.
+
+Continuous latency (SPEC §6.1.1; `fibril_sim/scalar_actuator` `latency_mode`, `fibril_sim/motor`
+`command_latency_mode`): `continuous_latency` validates it once for every type and gives the
+link its `ContinuousLatency`; each tick `continuous_delay` sends with the whole ticks of the
+world's latency and `mix_ctrl` mixes the component's processed ctrl with the one in force
+before (`transport.arrival_mix`). In tick mode both are the identity and add no state.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Literal, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx.mechanisms import ring
+from fibril_mjx.mechanisms.faults.actuator import ActuatorFaultConfig
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.components import base
 from fibril_mjx.core import protocol
 from fibril_mjx.components.base import NonNeg, Positive
-from fibril_mjx.config.validation import Strict
 from fibril_mjx.mechanisms.schedule import Schedule, ticks_fraction
 
 # Fields that would duplicate a physical value of the MJCF (or the assembly) in a motor config,
@@ -72,6 +78,73 @@ def timeout_ticks(timeout_s: float, dt: float) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContinuousLatency:
+  """Static config of a continuous command latency (SPEC §6.1.1).
+
+  Attributes:
+    field: the latency's manifest and Params field (`latency_s`, `command_latency_s`).
+    max_field: the field that sizes the queue (`latency_max_s`, `command_latency_max_s`).
+    dt: physics step (s).
+    max_ticks: the largest latency (ticks) the command queue holds; a world's is clamped to it.
+    channels: number of ctrl channels the component writes.
+  """
+  field: str
+  max_field: str
+  dt: float
+  max_ticks: float
+  channels: int
+
+  def describe(self) -> str:
+    return (f'continuous latency: {self.field} per world (whole ticks through the queue, the '
+            f'fraction mixed into the tick of arrival), clamped to {self.max_ticks:g} ticks '
+            f'({self.max_field}: it sizes the queue above)')
+
+
+def latency_top(cfg, prefix: str = '') -> float:
+  """The latency (s) that sizes the command queue: `<prefix>latency_max_s` when set (continuous
+  mode), else `<prefix>latency_s`."""
+  top = getattr(cfg, f'{prefix}latency_max_s', None)
+  return float(getattr(cfg, f'{prefix}latency_s') if top is None else top)
+
+
+def continuous_latency(cfg, given: set, *, prefix: str, every_tick: bool, dt: float,
+                       channels: int, origin, supported: str = '',
+                       contradicts: tuple = ()) -> 'ContinuousLatency | None':
+  """The rules of `<prefix>latency_mode: continuous` (SPEC §6.1.1), shared by the actuator
+  types; None in tick mode.
+
+  Args:
+    given: the fields some layer set (`set_fields`).
+    prefix: `''` (`latency_s`, `latency_mode`, `latency_max_s`) or `'command_'`.
+    every_tick: the application schedule has an instant every tick.
+    supported: '' when the type supports continuous mode, else why not (the error's rule).
+    contradicts: `(field, bad, rule)` of type-specific fields that cannot be exact with it.
+
+  Raises:
+    ConfigError: at the offending field (file, path, value, rule).
+  """
+  mode, lat, top = f'{prefix}latency_mode', f'{prefix}latency_s', f'{prefix}latency_max_s'
+  if getattr(cfg, mode) != 'continuous':
+    if top in given:
+      base.check(False, *origin(top), f'applies to {mode}: continuous only (a whole-tick '
+                 'latency sizes its own queue)', getattr(cfg, top))
+    return None
+  base.check(not supported, *origin(mode), supported, 'continuous')
+  base.check(every_tick, *origin('application_period_s'),
+             f'{mode} continuous needs the command applied every tick (application_period_s '
+             f'= dt = {dt:g} s, phase 0): a driver sampling at its own instants sees whole '
+             'ticks', getattr(cfg, 'application_period_s'))
+  for field, bad, rule in contradicts:
+    base.check(not bad, *origin(field), rule, getattr(cfg, field))
+  if getattr(cfg, top) is not None:
+    base.check(getattr(cfg, top) >= getattr(cfg, lat), *origin(top),
+               f'must be >= {lat} ({getattr(cfg, lat):g} s): it sizes the command queue',
+               getattr(cfg, top))
+  return ContinuousLatency(lat, top, float(dt), latency_top(cfg, prefix) / float(dt),
+                           int(channels))
+
+
+@dataclasses.dataclass(frozen=True)
 class CommandLink:
   """Static config of a command path: the delivery queue and the watchdog.
 
@@ -79,22 +152,26 @@ class CommandLink:
     transport: the command transport (commands may be issued every tick).
     timeout_ticks: None (no watchdog) or the tick count after which the held command is stale.
     timeout_s: the configured value (for display).
+    continuous: the `ContinuousLatency` (None: tick mode, nothing added to the graph).
   """
   transport: tp.Transport
   timeout_ticks: int | None
   timeout_s: float
+  continuous: ContinuousLatency | None = None
 
   @staticmethod
   def build(latency_s, jitter_s, loss_probability, timeout_s, dt, quantization, *, origin,
-            latency_field) -> 'CommandLink':
+            latency_field, continuous: ContinuousLatency | None = None) -> 'CommandLink':
+    """`latency_s` sizes the queue (continuous mode: the largest latency)."""
     tr = tp.Transport.build(latency_s, jitter_s, loss_probability, dt, dt, quantization,
                             origin=origin, latency_field=latency_field)
-    return CommandLink(tr, timeout_ticks(timeout_s, dt), float(timeout_s))
+    return CommandLink(tr, timeout_ticks(timeout_s, dt), float(timeout_s), continuous)
 
   def describe(self) -> str:
     wd = ('off' if self.timeout_ticks is None else
           f'{self.timeout_s:g} s (stale when more than {self.timeout_ticks} ticks old)')
-    return f'command transport: {self.transport.describe()}; timeout {wd}'
+    more = '' if self.continuous is None else f'; {self.continuous.describe()}'
+    return f'command transport: {self.transport.describe()}; timeout {wd}{more}'
 
 
 class LinkState(NamedTuple):
@@ -107,6 +184,9 @@ class LinkState(NamedTuple):
     release_tick: tick of the latest accepted release (-1 before the first).
     sequence: sequence number of the held command (-1 before the first).
     rejected: released commands that the endpoint refused (cumulative).
+    settled: continuous latency only (None in tick mode): the component's processed ctrl
+      `(channels,)` in force at the end of the latest tick; it acts for the fraction of the
+      next tick before the next arrival.
   """
   queue: tp.QueueState
   issued: jax.Array
@@ -114,12 +194,60 @@ class LinkState(NamedTuple):
   release_tick: jax.Array
   sequence: jax.Array
   rejected: jax.Array
+  settled: Any = None
 
 
 def init(link: CommandLink, neutral_command) -> LinkState:
   q, _ = tp.init(link.transport, neutral_command)
   m1 = jnp.int32(-1)
-  return LinkState(q, jnp.int32(0), jnp.bool_(False), m1, m1, jnp.int32(0))
+  c = link.continuous
+  settled = None if c is None else jnp.zeros((c.channels,), jnp.float32)
+  return LinkState(q, jnp.int32(0), jnp.bool_(False), m1, m1, jnp.int32(0), settled)
+
+
+def continuous_delay(link: CommandLink, ls: LinkState, latency_s
+                     ) -> tuple[LinkState, jax.Array | None]:
+  """Before `issue`: the queue sends with the whole ticks `n` of the world's latency
+  `latency_s` (s, traced) and returns the fraction `f` of the tick of arrival
+  (`transport.fractional_delay`); `(ls, None)` in tick mode."""
+  c = link.continuous
+  if c is None:
+    return ls, None
+  n, frac = tp.fractional_delay(latency_s, c.dt, c.max_ticks)
+  return ls._replace(queue=tp.with_delay(ls.queue, n)), frac
+
+
+def mix_ctrl(link: CommandLink, ls: LinkState, frac, ctrl, adr) -> tuple[LinkState, jax.Array]:
+  """After the component wrote its ctrl this tick: the ctrl in force before the arrival acts
+  for the fraction `frac` of the tick (`transport.arrival_mix`); identity in tick mode.
+
+  Args:
+    frac: from `continuous_delay`; adr: the component's ctrl addresses `(channels,)` int.
+
+  Returns:
+    `(ls with the new settled ctrl, ctrl with the mixed values at adr)`.
+  """
+  if link.continuous is None:
+    return ls, ctrl
+  now = ctrl[adr]
+  return ls._replace(settled=now), ctrl.at[adr].set(tp.arrival_mix(ls.settled, now, frac))
+
+
+def settle(link: CommandLink, ls: LinkState, ctrl, adr) -> LinkState:
+  """The component's ctrl before its first application as the settled one (continuous mode;
+  identity in tick mode)."""
+  return ls if link.continuous is None else ls._replace(settled=ctrl[adr])
+
+
+class ContinuousLatencyParam:
+  """Mixin of a component with a command `link`: its latency field is a per-world Params
+  field only with continuous latency (else static: whole ticks fixed at build)."""
+
+  def field_path(self, field: str):
+    c = self.link.continuous
+    if field in ('latency_s', 'command_latency_s') and (c is None or c.field != field):
+      return None
+    return super().field_path(field)
 
 
 def issue(link: CommandLink, ls: LinkState, command, issued, tick, jitter_stream, loss_stream
@@ -214,6 +342,22 @@ def latch_gain_commands(link: CommandLink, application, s, command, tick, due):
   return at_instants(application, due, instant, s._replace(link=ls, held=held))
 
 
+def normalized_output(b, force, scale):
+  """The actuator force as a fraction of the MJCF `forcerange` of binding `b` (`force / hi` at
+  or above 0, `force / |lo|` below), signed by `sign(gear·scale)`; NaN without a forcerange.
+
+  Args:
+    force: actuator force (MJCF units); scale: the logical scale (logical per joint unit).
+  """
+  fr = b.forcerange
+  if fr is None:
+    return jnp.full_like(force, jnp.nan)
+  lo, hi = fr
+  limit = jnp.where(force >= 0, hi, -lo)
+  frac = jnp.where(limit > 0, force / jnp.where(limit > 0, limit, 1.0), 0.0)
+  return frac * jnp.sign(b.gear * scale)
+
+
 def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, replace, tick, due):
   """Acquire feedback at the schedule's instants (see `at_instants`), then deliver."""
   state = at_instants(schedule, due, acquire, state)
@@ -221,10 +365,13 @@ def sense_feedback(schedule, transport, acquire, state, queue_of, held_of, repla
   return replace(state, queue, held)
 
 
-class MotorTimingConfig(Strict):
+class MotorTimingConfig(ActuatorFaultConfig):
   """Command transport, application and feedback fields of the motor-type components
-  (`fibril_sim/motor`, `fibril_sim/motion_motor`; SPEC §6.2, §6.3), used by `build_timing`."""
+  (`fibril_sim/motor`, `fibril_sim/motion_motor`; SPEC §6.2, §6.3), used by `build_timing`,
+  and their `faults:` (SPEC §6.5)."""
   command_latency_s: NonNeg = 0.0
+  command_latency_mode: Literal['tick', 'continuous'] = 'tick'
+  command_latency_max_s: Optional[NonNeg] = None
   command_jitter_s: NonNeg = 0.0
   command_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
   timeout_s: float = 0.0
@@ -236,11 +383,16 @@ class MotorTimingConfig(Strict):
   feedback_current_per_force: NonNeg = 0.0
 
 
-def build_timing(cfg, ctx, origin):
+def build_timing(cfg, ctx, origin, given: set = frozenset(), *, channels: int = 1,
+                 continuous: str = ('supported by fibril_sim/motor and '
+                                    'fibril_sim/scalar_actuator only: this type evaluates its '
+                                    'law from the joint state every tick, so a mid-tick arrival '
+                                    'is not a mix of two ctrl values')):
   """Application and feedback schedules, feedback transport and command link of a motor-type
   component (`application_*`, `feedback_*`, `command_*`, `timeout_s` fields).
 
   The feedback period defaults to the application period (errors then point to the latter).
+  `continuous`: '' when the type supports `command_latency_mode: continuous`, else why not.
 
   Returns:
     `(application, feedback, feedback_transport, command_link)`.
@@ -258,9 +410,16 @@ def build_timing(cfg, ctx, origin):
   fb_transport = tp.Transport.build(cfg.feedback_latency_s, 0.0, 0.0, fb_period, ctx.dt,
                                     'next_boundary', origin=origin,
                                     latency_field='feedback_latency_s')
-  link = CommandLink.build(cfg.command_latency_s, cfg.command_jitter_s,
+  cont = continuous_latency(
+      cfg, given, prefix='command_', every_tick=application.every_tick, dt=ctx.dt,
+      channels=channels, origin=origin, supported=continuous,
+      contradicts=(('command_jitter_s', cfg.command_jitter_s > 0,
+                    'command jitter contradicts command_latency_mode: continuous (each '
+                    'command would need its own fraction of a tick): set it to 0'),))
+  link = CommandLink.build(latency_top(cfg, 'command_'), cfg.command_jitter_s,
                            cfg.command_loss_probability, cfg.timeout_s, ctx.dt,
-                           'next_boundary', origin=origin, latency_field='command_latency_s')
+                           'next_boundary', origin=origin, latency_field='command_latency_s',
+                           continuous=cont)
   return application, feedback, fb_transport, link
 
 
@@ -285,7 +444,7 @@ class FeedbackOutput(base.ComponentBase):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MotorFields(FeedbackOutput):
+class MotorFields(ContinuousLatencyParam, FeedbackOutput):
   """`FeedbackOutput` with the static fields of a motor-type component declared once,
   keyword-only (`motor_fields` builds them): `id`, `cfg`, the `application` and `feedback`
   schedules, the command `link`, the `fb_transport`, `actuator_count`, and `fields` (plan
@@ -301,9 +460,12 @@ class MotorFields(FeedbackOutput):
   fields: tuple = dataclasses.field(compare=False)
 
 
-def motor_fields(cid: str, cfg, fields: dict, ctx, origin, actuator_count: int) -> dict:
-  """The `MotorFields` of a validated config (`build_timing`), by keyword."""
-  application, feedback, fb_transport, link = build_timing(cfg, ctx, origin)
+def motor_fields(cid: str, cfg, fields: dict, ctx, origin, actuator_count: int, **timing
+                 ) -> dict:
+  """The `MotorFields` of a validated config (`build_timing`, `timing` its keywords), by
+  keyword."""
+  application, feedback, fb_transport, link = build_timing(cfg, ctx, origin,
+                                                           set_fields(fields), **timing)
   return dict(id=cid, cfg=cfg, application=application, feedback=feedback, link=link,
               fb_transport=fb_transport, actuator_count=actuator_count,
               fields=tuple(fields.items()))

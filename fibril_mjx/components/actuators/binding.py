@@ -216,3 +216,17 @@ def ctrl_for_force(b: ActuatorBinding, force, length, velocity):
   """
   b0, b1, b2 = b.bias
   return (force - b0 - b1 * length - b2 * velocity) / b.gain
+
+
+def force_for_ctrl(b: ActuatorBinding, ctrl, length, velocity):
+  """Actuator force an affine actuator produces with control `ctrl` at this state, as MuJoCo
+  computes it: ctrl clamped to `ctrlrange`, force = gain·ctrl + b0 + b1·length + b2·velocity
+  clamped to `forcerange` (position, velocity and motor kinds; the inverse of
+  `ctrl_for_force` within the ranges)."""
+  if b.ctrlrange is not None:
+    ctrl = jnp.clip(ctrl, *b.ctrlrange)
+  b0, b1, b2 = b.bias
+  force = b.gain * ctrl + b0 + b1 * length + b2 * velocity
+  if b.forcerange is not None:
+    force = jnp.clip(force, *b.forcerange)
+  return force

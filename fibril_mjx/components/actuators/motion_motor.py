@@ -32,7 +32,7 @@ enters the implicit velocity update with `kv·gear²`: the integrated damping th
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +42,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding
+from fibril_mjx.components.actuators import actuation, binding, faulted
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
 
@@ -99,6 +99,7 @@ def command(position, velocity=0.0, kp=0.0, kd=0.0, effort_ff=0.0, enable=True
 
 class Params(NamedTuple):
   feedback_current_per_force: jax.Array
+  faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
 class Feedback(NamedTuple):
@@ -129,6 +130,7 @@ class State(NamedTuple):
     law: `kp(p*−q) + kd(v*−q̇) + ff` of this tick (before actuatorfrcrange), joint.
     reference: p* of this tick (the joint position when inactive).
     fb_queue, fb_held: feedback queue and delivered output.
+    faults: the `ActuatorFaultState` (None without `faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -141,10 +143,11 @@ class State(NamedTuple):
   reference: jax.Array
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
+  faults: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
-class MotionMotor(actuation.MotorFields):
+class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
   """A built `fibril_sim/motion_motor` (static; `cfg` a `MotionMotorConfigModel`, the common
   fields of `actuation.MotorFields`)."""
   channels: tuple  # (P, D, FF) ActuatorBindings
@@ -164,7 +167,7 @@ class MotionMotor(actuation.MotorFields):
     return ('motion',)
 
   def default_params(self) -> Params:
-    return Params(host.array(self.cfg.feedback_current_per_force))
+    return Params(host.array(self.cfg.feedback_current_per_force), self.fault_params())
 
   def null_command(self) -> MotionCommand:
     z = jnp.float32(0.0)
@@ -182,7 +185,7 @@ class MotionMotor(actuation.MotorFields):
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
     return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
-                 self.null_command(), f, f, zi, z, z, fb_q, fb_h)
+                 self.null_command(), f, f, zi, z, z, fb_q, fb_h, self.init_faults())
 
   def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
     """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
@@ -193,13 +196,13 @@ class MotionMotor(actuation.MotorFields):
   def closes_loop(self) -> str:
     return 'its PD law reads the measured joint position and velocity every application'
 
-  def reset_ctrl(self, p: Params, s: State, data, ctrl):
+  def _reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first instant: references at the current state, no added force."""
     q, qd = binding.joint_state(self.channels[0], data)
     z = jnp.zeros_like(q)
     return s._replace(reference=q), self._ctrl(ctrl, q, qd, z, z, z)
 
-  def actuate(self, p: Params, s: State, data, ctrl, command: MotionCommand, tick, dues):
+  def _drive(self, p: Params, s: State, data, ctrl, command: MotionCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write the channels."""
     s = actuation.latch_gain_commands(self.link, self.application, s, command, tick,
                                       dues['application'][0])
@@ -236,7 +239,8 @@ class MotionMotor(actuation.MotorFields):
     q, qd = binding.sensed_joint_state(b, data)
     return {'position': q, 'velocity': qd, 'applied_effort': binding.sensed_effort(b, data),
             'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
-            'tracking_error': jnp.where(s.active, s.reference - q, 0.0)}
+            'tracking_error': jnp.where(s.active, s.reference - q, 0.0),
+            **self.fault_truth(s)}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -256,7 +260,7 @@ class MotionMotor(actuation.MotorFields):
               f'feedback: position, velocity, applied_effort = qfrc_actuator, current = '
               f'{c.feedback_current_per_force:g} x qfrc_actuator / {self.gear:g} / '
               f'{self.actuator_count}']
-    return lines
+    return lines + self.describe_faults()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
@@ -302,7 +306,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
   return MotionMotor(tuple(channels), gears.pop(),
                      **actuation.motor_fields(cid, cfg, fields, ctx, origin,
-                                              asm.actuator_count if asm else 1))
+                                              asm.actuator_count if asm else 1),
+                     **faulted.build(cfg, tuple(channels), ctx, origin))
 
 
 CONFIG_MODEL = MotionMotorConfigModel

@@ -34,7 +34,7 @@ new setpoint is applied at that instant.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding
+from fibril_mjx.components.actuators import actuation, binding, faulted
 from fibril_mjx.components import base
 from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
 from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
@@ -93,6 +93,8 @@ class Params(NamedTuple):
   duty_effort_scale: jax.Array
   safe_command: jax.Array
   feedback_current_per_force: jax.Array
+  command_latency_s: Any = None   # s; a leaf with `command_latency_mode: continuous` only
+  faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
 class Feedback(NamedTuple):
@@ -162,6 +164,7 @@ class State(NamedTuple):
     timeout_count: application instants that did so (cumulative).
     fb_queue, fb_held: feedback delivery queue and the delivered output.
     scale: the world's logical scale (for truth, which sees no params).
+    faults: the `ActuatorFaultState` (None without `faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -173,10 +176,11 @@ class State(NamedTuple):
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
   scale: jax.Array
+  faults: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
-class Motor(actuation.MotorFields):
+class Motor(faulted.FaultedActuator, actuation.MotorFields):
   """A built `fibril_sim/motor` component (static, hashable; `cfg` a `MotorConfigModel`,
   the common fields of `actuation.MotorFields`)."""
   type = TYPE
@@ -206,7 +210,9 @@ class Motor(actuation.MotorFields):
     f = lambda v: host.array(0.0 if v is None else v)  # noqa: E731
     return Params(f(c.logical_units_per_joint_unit), f(c.command_velocity_limit),
                   f(c.trajectory_acceleration_limit), f(c.duty_velocity_scale),
-                  f(c.duty_effort_scale), f(c.safe_command), f(c.feedback_current_per_force))
+                  f(c.duty_effort_scale), f(c.safe_command), f(c.feedback_current_per_force),
+                  None if self.link.continuous is None else f(c.command_latency_s),
+                  self.fault_params())
 
   def null_command(self) -> MotorCommand:
     return MotorCommand(jnp.int32(NONE), jnp.float32(0.0), jnp.bool_(False), jnp.float32(0.0))
@@ -224,7 +230,8 @@ class Motor(actuation.MotorFields):
     gen = Generator(z, z, jnp.bool_(False), jnp.int32(NONE), z, plan)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z, z))
     return State(streams, link, Held(jnp.int32(NONE), z, z, jnp.bool_(False)), gen, z,
-                 jnp.bool_(False), zi, fb_q, fb_h, params.logical_units_per_joint_unit)
+                 jnp.bool_(False), zi, fb_q, fb_h, params.logical_units_per_joint_unit,
+                 self.init_faults())
 
   # ------------------------------------------------------------------ commands
 
@@ -346,31 +353,39 @@ class Motor(actuation.MotorFields):
     if self.semantic == 'position':
       return ('position input: it starts by holding the measured joint position and holds it '
               'again on a timeout or a hold command')
-    return ''
+    return self.fault_closes_loop()
 
-  def reset_ctrl(self, p: Params, s: State, data, ctrl):
+  def _reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first application instant: hold the current position (position input) or
     apply the safe command (velocity / torque input)."""
     b = self.binding
     q, _ = binding.joint_state(b, data)
     sc = p.logical_units_per_joint_unit
     if self.semantic == 'position':
-      s = s._replace(gen=s.gen._replace(pos=q, valid=jnp.bool_(True)), applied=q)
-      return s, binding.set_ctrl(ctrl, b, b.gear * q)
-    if self.semantic == 'velocity':
-      v = p.safe_command / sc
-      return s._replace(applied=v), binding.set_ctrl(ctrl, b, b.gear * v)
-    tau = p.safe_command * sc
-    return s._replace(applied=tau), binding.set_ctrl(ctrl, b, tau / (b.gear * b.gain))
+      s = s._replace(gen=s.gen._replace(pos=q, valid=jnp.bool_(True)))
+      applied, c = q, b.gear * q
+    elif self.semantic == 'velocity':
+      applied = p.safe_command / sc
+      c = b.gear * applied
+    else:
+      applied = p.safe_command * sc
+      c = applied / (b.gear * b.gain)
+    ctrl = binding.set_ctrl(ctrl, b, c)
+    link = actuation.settle(self.link, s.link, ctrl, self._adr)
+    return s._replace(applied=applied, link=link), ctrl
 
-  def actuate(self, p: Params, s: State, data, ctrl, command: MotorCommand, tick, dues):
+  def issued(self, command: MotorCommand) -> jax.Array:
+    return (jnp.asarray(command.kind) != NONE) | jnp.asarray(command.encoder_reset, bool)
+
+  def _drive(self, p: Params, s: State, data, ctrl, command: MotorCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
     command = MotorCommand(jnp.asarray(command.kind, jnp.int32),
                            jnp.asarray(command.value, jnp.float32),
                            jnp.asarray(command.encoder_reset, bool),
                            jnp.asarray(command.encoder_position, jnp.float32))
-    issued = (command.kind != NONE) | command.encoder_reset
-    link = actuation.issue(self.link, s.link, command, issued, tick, s.streams['command_jitter'],
+    issued = self.issued(command)
+    link, frac = actuation.continuous_delay(self.link, s.link, p.command_latency_s)
+    link = actuation.issue(self.link, link, command, issued, tick, s.streams['command_jitter'],
                      s.streams['command_loss'])
     q, _ = binding.joint_state(self.binding, data)
     link, held = actuation.deliver(self.link, link, s.held, tick,
@@ -378,8 +393,13 @@ class Motor(actuation.MotorFields):
     s = s._replace(link=link, held=held)
     due, n = dues['application']
     stale = actuation.timed_out(self.link, link, tick)
-    return actuation.at_instants(self.application, due,
-                           lambda st, c: self._apply(p, st, data, c, n, stale), s, ctrl)
+    s, ctrl = actuation.at_instants(self.application, due,
+                                    lambda st, c: self._apply(p, st, data, c, n, stale), s, ctrl)
+    link, ctrl = actuation.mix_ctrl(self.link, s.link, frac, ctrl, self._adr)
+    if frac is not None:   # continuous latency: `applied` is the mixed ctrl, joint units
+      b, c = self.binding, ctrl[self.binding.ctrladr]
+      s = s._replace(applied=c * b.gain * b.gear if self.semantic == 'effort' else c / b.gear)
+    return s._replace(link=link), ctrl
 
   # ------------------------------------------------------------------ feedback
 
@@ -390,17 +410,7 @@ class Motor(actuation.MotorFields):
     force = binding.sensed_force(b, data)
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
                     p.feedback_current_per_force * force / self.actuator_count,
-                    self._normalized(force, sc))
-
-  def _normalized(self, force, sc):
-    """`normalized_output` (see `Feedback`) from the actuator force and the logical scale."""
-    fr = self.binding.forcerange
-    if fr is None:
-      return jnp.full_like(force, jnp.nan)
-    lo, hi = fr
-    limit = jnp.where(force >= 0, hi, -lo)
-    frac = jnp.where(limit > 0, force / jnp.where(limit > 0, limit, 1.0), 0.0)
-    return frac * jnp.sign(self.binding.gear * sc)
+                    actuation.normalized_output(b, force, sc))
 
   def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
     """Tick `tick` (after physics): acquire feedback at instants, deliver after latency."""
@@ -413,7 +423,6 @@ class Motor(actuation.MotorFields):
     return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
                               lambda st: st.fb_queue, lambda st: st.fb_held,
                               lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
-
 
   def truth(self, s: State, data) -> dict:
     """Logical position / velocity, the joint effort MuJoCo applied (qfrc_actuator, after the
@@ -431,7 +440,8 @@ class Motor(actuation.MotorFields):
     else:
       setpoint, tracked = s.applied / sc, eff
     return {'position': pos, 'velocity': vel, 'applied_effort': eff, 'setpoint': setpoint,
-            'tracking_error': setpoint - tracked, 'timed_out': s.stale, 'joint_position': q}
+            'tracking_error': setpoint - tracked, 'timed_out': s.stale, 'joint_position': q,
+            **self.fault_truth(s)}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -451,7 +461,7 @@ class Motor(actuation.MotorFields):
                  f'{self.binding.forcerange[1]:g}] (MJCF), signed like applied_effort'
                  if self.binding.forcerange is not None else
                  'NaN: the actuator has no forcerange to normalize by')]
-    return lines
+    return lines + self.describe_faults()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
@@ -474,7 +484,8 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
   b = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   check_compatible(cfg, given, b, origin)
   return Motor(b, accepted_for(cfg, b.semantic), source,
-               **actuation.motor_fields(cid, cfg, fields, ctx, origin, count))
+               **actuation.motor_fields(cid, cfg, fields, ctx, origin, count, continuous=''),
+               **faulted.build(cfg, (b,), ctx, origin))
 
 
 CONFIG_MODEL = MotorConfigModel

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding
+from fibril_mjx.components.actuators import actuation, binding, faulted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.errors import ConfigError
@@ -128,6 +128,7 @@ class Params(NamedTuple):
   load_friction: jax.Array
   load_friction_stribeck: jax.Array
   feedback_current_per_force: jax.Array
+  faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
 class Torques(NamedTuple):
@@ -202,6 +203,7 @@ class State(NamedTuple):
       watchdog.
     torques: the law's `Torques` of this tick.
     fb_queue, fb_held: feedback queue and delivered output.
+    faults: the `ActuatorFaultState` (None without `faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -213,6 +215,7 @@ class State(NamedTuple):
   torques: Torques
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
+  faults: Any = None
 
 
 def joint_inertia(dof: int, madr: int, data) -> jax.Array:
@@ -224,7 +227,7 @@ def joint_inertia(dof: int, madr: int, data) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionServo(actuation.MotorFields):
+class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
   """A built `fibril_sim/position_servo` (static; `cfg` a `PositionServoConfigModel`)."""
   channel: binding.ActuatorBinding
   madr: int          # the joint's dof_Madr (sparse mass matrix)
@@ -243,7 +246,12 @@ class PositionServo(actuation.MotorFields):
     return ('position',)
 
   def default_params(self) -> Params:
-    return Params(*(host.array(getattr(self.cfg, f)) for f in Params._fields))
+    return Params(*(host.array(getattr(self.cfg, f)) for f in Params._fields[:-1]),
+                  self.fault_params())
+
+  def fault_effort_range(self, p: Params):
+    """`derating` scales the servo's own torque limit (per world)."""
+    return -p.torque_limit, p.torque_limit
 
   def null_command(self) -> ServoCommand:
     z = jnp.float32(0.0)
@@ -263,7 +271,8 @@ class PositionServo(actuation.MotorFields):
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
     fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
     return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
-                 self.null_command(), f, f, zi, Torques(z, z, z), fb_q, fb_h)
+                 self.null_command(), f, f, zi, Torques(z, z, z), fb_q, fb_h,
+                 self.init_faults())
 
   def _law(self, p: Params, s: State, data, ctrl):
     """`(state, ctrl)` with this tick's torques written to the motor channel."""
@@ -278,11 +287,11 @@ class PositionServo(actuation.MotorFields):
                                                                  b.gear * qd))
     return s._replace(torques=t), ctrl
 
-  def reset_ctrl(self, p: Params, s: State, data, ctrl):
+  def _reset_ctrl(self, p: Params, s: State, data, ctrl):
     """Before the first instant: torque off, friction on."""
     return self._law(p, s, data, ctrl)
 
-  def actuate(self, p: Params, s: State, data, ctrl, command: ServoCommand, tick, dues):
+  def _drive(self, p: Params, s: State, data, ctrl, command: ServoCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, latch at instants, then the law."""
     s = actuation.latch_gain_commands(self.link, self.application, s, command, tick,
                                       dues['application'][0])
@@ -312,7 +321,8 @@ class PositionServo(actuation.MotorFields):
     return {'position': q, 'velocity': qd,
             'applied_effort': binding.sensed_effort(self.channel, data),
             'duty': s.torques.duty, 'motor_torque': s.torques.motor,
-            'friction_torque': s.torques.friction, 'active': s.active}
+            'friction_torque': s.torques.friction, 'active': s.active,
+            **self.fault_truth(s)}
 
   def describe(self) -> list[str]:
     c, b = self.cfg, self.channel
@@ -328,7 +338,8 @@ class PositionServo(actuation.MotorFields):
             f'{c.stribeck_exponent:g}), viscous {c.friction_viscous:g}, load '
             f'{c.load_friction:g} / {c.load_friction_stribeck:g} (stribeck)',
             self.link.describe(),
-            f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}']
+            f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}',
+            *self.describe_faults()]
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
@@ -350,8 +361,11 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
                       'actuatorfrc-limited; the servo limits its torque itself: use '
                       'torque_limit', b.name)
   madr = int(ctx.model.dof_Madr[b.dofadr])
+  limit = None if math.isinf(cfg.torque_limit) else (-cfg.torque_limit, cfg.torque_limit)
   return PositionServo(b, madr, **actuation.motor_fields(cid, cfg, fields, ctx, origin,
-                                                         asm.actuator_count if asm else 1))
+                                                         asm.actuator_count if asm else 1),
+                       **faulted.build(cfg, (b,), ctx, origin, limit=limit, limit_rule=(
+                           'the servo limits its torque itself and torque_limit is unset')))
 
 
 CONFIG_MODEL = PositionServoConfigModel

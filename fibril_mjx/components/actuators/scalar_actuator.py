@@ -3,13 +3,16 @@
 A scalar command goes through the command transport (latency), becomes the held value when
 released, and at application instants is written to the actuator's control after
 timeout → deadband → resolution → saturation. The saturation is the virtual driver's limit,
-a layer separate from MuJoCo's `ctrlrange`.
+a layer separate from MuJoCo's `ctrlrange`. With `latency_mode: continuous` (SPEC §6.1.1)
+the latency is a per-world Params field and the tick's ctrl mixes the values before and after
+an arrival by the fraction of the tick each covers (the command link's shared
+`actuation.continuous_delay` / `actuation.mix_ctrl`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +21,24 @@ from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import signal
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding
+from fibril_mjx.components.actuators import actuation, binding, faulted
 from fibril_mjx.components import base
 from fibril_mjx.core import protocol
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.mechanisms.schedule import Schedule
-from fibril_mjx.config.validation import Strict
+from fibril_mjx.mechanisms.faults.actuator import ActuatorFaultConfig
 
 TYPE = 'fibril_sim/scalar_actuator'
 SAMPLE_TYPE = 'none (no feedback)'
 SOURCES = ('command_jitter', 'command_loss')
 
 
-class ScalarActuatorConfigModel(Strict):
+class ScalarActuatorConfigModel(ActuatorFaultConfig):
   """Validated manifest config of `fibril_sim/scalar_actuator` (SPEC §6.1 field list)."""
   actuator: str
   latency_s: NonNeg = 0.0
+  latency_mode: Literal['tick', 'continuous'] = 'tick'
+  latency_max_s: Optional[NonNeg] = None
   delivery_quantization: Literal['next_boundary', 'strict'] = 'next_boundary'
   application_period_s: Optional[Positive] = None
   application_phase_s: NonNeg = 0.0
@@ -58,12 +63,16 @@ def command(value) -> ScalarCommand:
 
 
 class Params(NamedTuple):
-  """Per-world parameters (scalars); the saturation bounds are used only when configured."""
+  """Per-world parameters (scalars); the saturation bounds are used only when configured,
+  `latency_s` only with `latency_mode: continuous` (a per-world, differentiable latency; None,
+  no leaf, in tick mode)."""
   safe_value: jax.Array
   deadband: jax.Array
   resolution: jax.Array
   saturation_min: jax.Array
   saturation_max: jax.Array
+  latency_s: Any = None
+  faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
 class NoFeedback(NamedTuple):
@@ -82,6 +91,7 @@ class State(NamedTuple):
     stale: the latest application instant found the held command timed out.
     timeout_count, saturation_count: application instants that applied the safe value on
       timeout / that clipped (cumulative).
+    faults: the `ActuatorFaultState` (None without `faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -91,10 +101,12 @@ class State(NamedTuple):
   stale: jax.Array
   timeout_count: jax.Array
   saturation_count: jax.Array
+  faults: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
-class ScalarActuator(base.ComponentBase):
+class ScalarActuator(faulted.FaultedActuator, actuation.ContinuousLatencyParam,
+                     base.ComponentBase):
   """A built `fibril_sim/scalar_actuator` (static)."""
   reads_sensors_only = True
   id: str
@@ -126,7 +138,8 @@ class ScalarActuator(base.ComponentBase):
     c = self.cfg
     f = lambda v: jnp.float32(0.0 if v is None else v)  # noqa: E731
     return Params(f(c.safe_value), f(c.deadband), f(c.resolution), f(c.saturation_min),
-                  f(c.saturation_max))
+                  f(c.saturation_max),
+                  None if self.link.continuous is None else f(c.latency_s), self.fault_params())
 
   def null_command(self) -> ScalarCommand:
     return ScalarCommand(jnp.float32(0.0), jnp.bool_(False))
@@ -138,8 +151,9 @@ class ScalarActuator(base.ComponentBase):
   def init(self, params: Params, world_key) -> State:
     streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi = jnp.float32(0.0), jnp.int32(0)
+    safe = self._process(params, params.safe_value)[0]
     return State(streams, actuation.init(self.link, self.null_command()), z,
-                 self._process(params, params.safe_value)[0], z, jnp.bool_(False), zi, zi)
+                 safe, z, jnp.bool_(False), zi, zi, self.init_faults())
 
   def _process(self, p: Params, v):
     """deadband → resolution → saturation; returns `(value, clipped)`."""
@@ -157,16 +171,18 @@ class ScalarActuator(base.ComponentBase):
       v = jnp.minimum(v, p.saturation_max)
     return v, clipped
 
-  def reset_ctrl(self, params: Params, state: State, data, ctrl):
+  def _reset_ctrl(self, params: Params, state: State, data, ctrl):
     """Before the first application instant the actuator holds the processed safe value."""
-    return state, binding.set_ctrl(ctrl, self.binding, state.applied)
+    ctrl = binding.set_ctrl(ctrl, self.binding, state.applied)
+    return state._replace(link=actuation.settle(self.link, state.link, ctrl, self._adr)), ctrl
 
-  def actuate(self, p: Params, s: State, data, ctrl, command: ScalarCommand, tick, dues):
+  def _drive(self, p: Params, s: State, data, ctrl, command: ScalarCommand, tick, dues):
     """Tick `tick`, before physics: transport, release, and (at instants) write `ctrl`."""
     del data
     issued = jnp.asarray(command.issued, bool)
     value = jnp.asarray(command.value, jnp.float32)
-    link = actuation.issue(self.link, s.link, ScalarCommand(value, issued), issued, tick,
+    link, frac = actuation.continuous_delay(self.link, s.link, p.latency_s)
+    link = actuation.issue(self.link, link, ScalarCommand(value, issued), issued, tick,
                      s.streams['command_jitter'], s.streams['command_loss'])
 
     def apply(held, cmd):
@@ -178,6 +194,10 @@ class ScalarActuator(base.ComponentBase):
     stale = actuation.timed_out(self.link, link, tick)
     v = jnp.where(link.received & ~stale, held, p.safe_value)
     v, clipped = self._process(p, v)
+    ctrl = jnp.where(due, binding.set_ctrl(ctrl, self.binding, v), ctrl)
+    if frac is not None:   # the value before the arrival acts for the fraction f of the tick
+      link, ctrl = actuation.mix_ctrl(self.link, link, frac, ctrl, self._adr)
+      v = ctrl[self.binding.ctrladr]
     s = s._replace(
         link=link, held=held,
         last_issued=jnp.where(issued, value, s.last_issued),
@@ -185,7 +205,7 @@ class ScalarActuator(base.ComponentBase):
         stale=jnp.where(due, stale, s.stale),
         timeout_count=s.timeout_count + (due & stale).astype(jnp.int32),
         saturation_count=s.saturation_count + (due & clipped).astype(jnp.int32))
-    return s, jnp.where(due, binding.set_ctrl(ctrl, self.binding, v), ctrl)
+    return s, ctrl
 
   def output(self, s: State) -> tp.Delivered:
     f, m1 = jnp.bool_(False), jnp.int32(-1)
@@ -194,11 +214,12 @@ class ScalarActuator(base.ComponentBase):
   def status(self, s: State) -> dict:
     return {'command_lost': s.link.queue.lost, 'command_overflow': s.link.queue.overflow,
             'command_rejected': s.link.rejected, 'timeout_instants': s.timeout_count,
-            'saturated_instants': s.saturation_count}
+            'saturated_instants': s.saturation_count, **self.fault_status(s)}
 
   def truth(self, s: State, data) -> dict:
     """The value on the actuator's control and the controller's latest command."""
-    return {'applied': s.applied, 'command': s.last_issued, 'timed_out': s.stale}
+    return {'applied': s.applied, 'command': s.last_issued, 'timed_out': s.stale,
+            **self.fault_truth(s)}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -209,7 +230,8 @@ class ScalarActuator(base.ComponentBase):
             self.link.describe(),
             f'at application instants: timeout -> safe {c.safe_value:g}, deadband '
             f'{c.deadband:g}, resolution {c.resolution:g}, saturation {sat} -> '
-            f'ctrl[{self.binding.ctrladr}] (MuJoCo ctrlrange is a separate layer)']
+            f'ctrl[{self.binding.ctrladr}] (MuJoCo ctrlrange is a separate layer)',
+            *self.describe_faults()]
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
@@ -234,10 +256,16 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> ScalarActuator:
   schedule = Schedule.build(period, cfg.application_phase_s, ctx.dt, 'strict', origin=origin,
                             period_field='application_period_s',
                             phase_field='application_phase_s')
-  link = actuation.CommandLink.build(cfg.latency_s, 0.0, 0.0, cfg.timeout_s, ctx.dt,
+  cont = actuation.continuous_latency(
+      cfg, given, prefix='', every_tick=schedule.every_tick, dt=ctx.dt, channels=1,
+      origin=origin, contradicts=(('delivery_quantization', cfg.delivery_quantization == 'strict',
+                                   'strict (whole ticks only) contradicts latency_mode: '
+                                   'continuous'),))
+  link = actuation.CommandLink.build(actuation.latency_top(cfg), 0.0, 0.0, cfg.timeout_s, ctx.dt,
                                cfg.delivery_quantization, origin=origin,
-                               latency_field='latency_s')
-  return ScalarActuator(cid, cfg, bound, schedule, link, tuple(fields.items()))
+                               latency_field='latency_s', continuous=cont)
+  return ScalarActuator(cid, cfg, bound, schedule, link, tuple(fields.items()),
+                        **faulted.build(cfg, (bound,), ctx, origin))
 
 
 CONFIG_MODEL = ScalarActuatorConfigModel

@@ -173,12 +173,12 @@ class Ahrs(inertial.RateSensor, base.SensorBase):
     return Params(thermal.Thermal.params(self.cfg), **own,
                   faults=faults.default_params(self.cfg))
 
-  def param_path(self, field: str):
+  def field_path(self, field: str):
     if field in thermal.PARAM_FIELDS:
       return ('thermal', field)
     return (field,) if field in Params._fields and field not in ('thermal', 'faults') else None
 
-  def uses(self, field: str) -> bool:
+  def field_uses(self, field: str) -> bool:
     if field in thermal.PARAM_FIELDS:
       return self.thermal is not None and self.thermal.uses(field)
     return field in ORIENTATION.reads(self._on) or self.channel_uses(field)

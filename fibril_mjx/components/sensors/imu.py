@@ -211,14 +211,14 @@ class Imu(inertial.RateSensor, base.SensorBase):
     return Params(thermal.Thermal.params(self.cfg), vibration.Vibration.params(self.cfg), **own,
                   faults=faults.default_params(self.cfg))
 
-  def param_path(self, field: str):
+  def field_path(self, field: str):
     if field in thermal.PARAM_FIELDS:
       return ('thermal', field)
     if field in vibration.PARAM_FIELDS:
       return ('vibration', field)
     return self.channel_path(field)
 
-  def uses(self, field: str) -> bool:
+  def field_uses(self, field: str) -> bool:
     if field in thermal.PARAM_FIELDS:
       return self.thermal is not None and self.thermal.uses(field)
     if field in vibration.PARAM_FIELDS:

@@ -139,13 +139,13 @@ class Magnetometer(base.SiteFields, base.SensorBase):
     return Params(*(host.array(resolved[f] if f in resolved else getattr(c, f))
                     for f in Params._fields[:-1]), faults.default_params(c))
 
-  def param_path(self, field: str):
+  def field_path(self, field: str):
     if field in ('declination_deg', 'inclination_deg', 'intensity_ut'):
       return ('earth_field_ut',)
     return (field,) if field in Params._fields else None
 
-  def uses(self, field: str) -> bool:
-    return self.param_path(field) == ('earth_field_ut',) or super().uses(field)
+  def field_uses(self, field: str) -> bool:
+    return self.param_path(field) == ('earth_field_ut',) or super().field_uses(field)
 
   def variance(self, p: Params):
     return ERRORS.variance(p, self.error_ctx({}), (3,))

@@ -7,7 +7,10 @@ A sensing component opts in with four small pieces (every shipped sensor does):
    `health_recovery_samples`);
 2. `build` sets a static `fault_plan = build_plan(cfg, neutral_sample, fault_fields, ...)`;
 3. its Params have a `faults` leaf, `default_params(cfg)` (`FaultParams` per entry: start, end
-   and value are per-world arrays, so campaigns can sample them);
+   and value are per-world arrays, so campaigns can sample them: a `vary:` path
+   `ID.faults[i].start_s`, `.end_s`, or `.value` where the entry has one: `param_path`
+   here, which `fibril_mjx/components/base.py` applies to every component, sensor or
+   actuator);
 4. its State has a `faults` field, `init_state(plan, neutral_sample)`.
 
 The one sensing cycle, `fibril_mjx.mechanisms.sensing.sense`, then runs the fault stages below
@@ -31,6 +34,9 @@ to ticks like a schedule's `next_boundary`):
 | `bias_ramp` | `value·(t − start_s)` added to the data fields (`value` per second) |
 | `stuck` | the data fields hold `value`, or (no `value`) stay frozen at the last sent value |
 | `reset` | the device is off the bus during the window (no packets); at its start the component re-initializes its random per-episode terms (`on_reset`); for `warmup_s` after the window the data come with status `INVALID` (warming up), then the health recovers |
+
+Actuator components have their own fault types with the same windows and per-world
+`FaultParams`: `actuator.py` in this package.
 
 Data fields are the component's `fault_fields` (class attribute; by default the sample's first
 field, its measurement) unless an entry names `fields`. Bias, stuck and sentinel values are a scalar or one value per element of the field.
@@ -73,6 +79,8 @@ from fibril_mjx.mechanisms.faults.spec import (  # noqa: F401
     build_plan,
     default_params,
     init_state,
+    is_path,
+    param_path,
 )
 from fibril_mjx.mechanisms.faults.apply import (  # noqa: F401
     apply_data,

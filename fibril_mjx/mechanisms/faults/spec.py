@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from fibril_mjx.errors import ConfigError, ConfigErrors, Strict
+from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, Strict, did_you_mean
 from fibril_mjx.mechanisms import host
 
 
@@ -209,6 +210,59 @@ def default_params(cfg: FaultConfig) -> tuple[FaultParams, ...]:
     value = 0.0 if f.value is None else f.value
     out.append(FaultParams(host.array(f.start_s), host.array(end), host.array(value)))
   return tuple(out)
+
+
+_PATH = re.compile(r'^faults\[(\d+)\]\.(\w+)$')
+PATH_FORMS = 'faults[i].start_s, faults[i].end_s, faults[i].value'
+
+
+def is_path(field: str) -> bool:
+  """Whether manifest field path `field` is `faults` or names inside it (`faults[0].end_s`)."""
+  return field == 'faults' or field.startswith(('faults[', 'faults.'))
+
+
+def param_path(plan, field: str, owner: str):
+  """Where `faults[i].start_s`, `.end_s` or `.value` of a component lives in its Params.
+
+  The one rule for sensors and actuators (`components/base.py` applies it to every
+  component): an entry's window bounds are per-world parameters, its `value` only where the
+  entry has one (`plan.has_value[i]`); `faults` itself (the whole list) is not.
+
+  Args:
+    plan: the component's static fault plan (`FaultPlan` or `actuator.ActuatorFaultPlan`,
+      anything with `types` and `has_value`), or None (no `faults:`, none in Params).
+    field: a path with `is_path(field)`.
+    owner: the component in messages, e.g. `fibril_sim/imu 'imu'`.
+
+  Returns:
+    `('faults', i, name)`, or None for `faults` and for any path without a plan.
+
+  Raises:
+    FibrilError: a path with a plan that names no per-world parameter (malformed, entry out
+      of range, a field a fault entry lacks, a `value` the entry does not have).
+  """
+  if field == 'faults' or plan is None:
+    return None
+  n = len(plan.types)
+  head = f'{field!r} is not a field of {owner}'
+  m = _PATH.match(field)
+  if m is None:
+    raise FibrilError(f'{head}: expected {PATH_FORMS} (i: a fault entry, 0..{n - 1})'
+                      if n else f'{head}: it has no fault entries (faults: is empty)')
+  i, name = int(m[1]), m[2]
+  if i >= n:
+    raise FibrilError(f'{head}: it has no fault entries (faults: is empty)' if n == 0 else
+                      f'{head}: fault entry {i} out of range (faults: has {n} '
+                      f'entr{"y" if n == 1 else "ies"}, faults[0]..faults[{n - 1}])')
+  fields = FaultParams._fields if plan.has_value[i] else ('start_s', 'end_s')
+  if name == 'value' and not plan.has_value[i]:
+    raise FibrilError(f'{head}: faults[{i}] is a {plan.types[i]} entry without a value; '
+                      f'its per-world fields: {", ".join(fields)}')
+  if name not in FaultParams._fields:
+    raise FibrilError(f'{head}: {name!r} is not a per-world field of a fault entry'
+                      + did_you_mean(name, fields) + f'; fields of faults[{i}] '
+                      f'({plan.types[i]}): {", ".join(fields)}')
+  return ('faults', i, name)
 
 
 def init_state(plan: FaultPlan, neutral_sample) -> FaultState:

@@ -5,10 +5,12 @@ Two ways to the Jacobian (`optimizer.gradients`, `make_problem`): `fd` (`rollout
 `RolloutProblem`) runs the physics on MuJoCo C — threaded rollouts, a float64 forward
 difference per physical parameter — and differentiates the device model exactly in forward mode
 on the recorded frames; `exact` (`problem.py`, `Problem`) is forward mode through MJX, described
-below; `auto` picks `fd` on a CPU host when nothing closes a loop on physics. A fitted latency
-is searched over whole ticks (`timing.py`); near-collinear groups get the combinations the data
-fixes (`identifiability.py`); `tune_fleet` fits many units in one batch (`fleet.py`). What
-follows describes the `exact` path; the fit itself (`optimise.py`) is shared.
+below; `auto` picks `fd` on a CPU host when nothing closes a loop on physics. A fitted transport
+latency is searched over whole ticks (`timing.py`); a continuous actuator latency
+(`latency_mode: continuous`, SPEC §6.1.1) is an ordinary continuous parameter;
+near-collinear groups get the combinations the data fixes (`identifiability.py`);
+`tune_fleet` fits many units in one batch (`fleet.py`). What follows describes the `exact`
+path; the fit itself (`optimise.py`) is shared.
 
 The tune file (YAML):
 

@@ -67,11 +67,23 @@ def stochastic_overrides(sim, fitted: set) -> list:
   return out
 
 
-def latency_overrides(spec: TuneSpec) -> list:
+def latency_overrides(spec: TuneSpec, nominal=None) -> list:
   """Fitted transport latencies built at their upper bound (it sizes the delivery queue;
-  each evaluation then sets its own latency per world, `pipeline.latency_inputs`)."""
-  return [{'component': p['component'], 'field': p['field'], 'value': float(p['bounds'][1])}
-          for p in spec.parameters if 'component' in p and p.get('field') in LATENCY_FIELDS]
+  each evaluation then sets its own latency per world, `pipeline.latency_inputs`). A
+  continuous latency (a per-world parameter of `nominal`'s component: `latency_mode:
+  continuous`) keeps its value and gets its `<name>_max_s` at the upper bound instead."""
+  out = []
+  for p in spec.parameters:
+    if 'component' not in p or p.get('field') not in LATENCY_FIELDS:
+      continue
+    cid, field, top = p['component'], p['field'], float(p['bounds'][1])
+    c = None if nominal is None else nominal.components.get(cid)
+    if c is not None and c.param_path(field) is not None:
+      now = float(dict(c.fields)[field].value)
+      out.append({'component': cid, 'field': field[:-2] + '_max_s', 'value': max(top, now)})
+    else:
+      out.append({'component': cid, 'field': field, 'value': top})
+  return out
 
 
 def _latency_param(f, where, p, cid, field, nominal, sim, loss) -> Param:
@@ -119,6 +131,13 @@ def resolve_params(spec: TuneSpec, sim, nominal=None) -> list[Param]:
       if field in lat_fields.get(cid, ()):
         out.append(_latency_param(f, where, p, cid, field, nominal or sim, sim, spec.loss))
         continue
+      if field in LATENCY_FIELDS and lo < 0:   # a continuous latency (a per-world Param)
+        raise ConfigError(f, f'{where}.bounds', 'a latency needs bounds >= 0 s', [lo, hi])
+      mode = field[:-2] + '_mode'    # latency_s -> latency_mode, command_latency_s -> ...
+      if c.param_path(field) is None and field in LATENCY_FIELDS and mode in names:
+        raise ConfigError(f, f'{where}.field', 'a whole-tick latency of this component is '
+                          f'static: give it {mode}: continuous to fit it by gradients',
+                          field)
       if c.param_path(field) is None:
         raise ConfigError(f, f'{where}.field', 'static field (timing, schedule or structure): '
                           'it fixes the compiled graph and the tick schedule, so it has no '

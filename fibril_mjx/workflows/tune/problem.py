@@ -72,7 +72,7 @@ class Problem:
       if cid in nominal.components and nominal.components[cid].param_path(field) is not None:
         vary.setdefault(cid, []).append(field)
     self.zeroed = stochastic_overrides(nominal, fitted)
-    built_at = self.zeroed + latency_overrides(spec)
+    built_at = self.zeroed + latency_overrides(spec, nominal)
     if built_at or vary or nominal.physics != physics:
       self.sim = load_simulation(spec.manifest, overrides={'components': built_at} if
                                  built_at else None, vary=vary, physics=physics)
