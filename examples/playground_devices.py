@@ -8,9 +8,10 @@ both under Playground's own `wrap_for_brax_training`. Then evaluates both polici
 the ideal env and under the device model with per-episode variation (`EVAL_VARY`, a campaign's
 `vary:` syntax) and faults (command loss): mean return and the failure rate (the pole falls
 past `FALL_COS` or the cart leaves `CART_LIMIT_M` at any step, read from the true state) with
-95 % Wilson intervals.
+95 % Wilson intervals (docs/tutorials/playground.md reads the table). `--small`: a few
+hundred steps, 8 evaluation episodes (the test suite's run).
 
-    .venv/bin/python examples/playground_devices.py --timesteps 600000 --eval-envs 256
+    .venv/bin/python examples/playground_devices.py --timesteps 1500000 --eval-envs 256
 """
 
 from __future__ import annotations
@@ -97,12 +98,16 @@ def evaluate(env, policy, n, length, seed):
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument('--timesteps', type=int, default=600_000)
+  ap.add_argument('--timesteps', type=int, default=1_500_000)
   ap.add_argument('--episode-length', type=int, default=200)
   ap.add_argument('--envs', type=int, default=128, help='PPO training envs (= batch size)')
   ap.add_argument('--eval-envs', type=int, default=256)
   ap.add_argument('--seed', type=int, default=0)
+  ap.add_argument('--small', action='store_true',
+                  help='640 steps, 4 envs, 8 evaluation episodes of 8 steps (a smoke run)')
   args = ap.parse_args(argv)
+  if args.small:
+    args.timesteps, args.envs, args.eval_envs, args.episode_length = 640, 4, 8, 8
   fibril_mjx.cpu_flags(1, bitwise=False)
   env = registry.load('CartpoleBalance', config_overrides={'impl': 'jax'})
   train_envs = {'ideal': env, 'devices': DeviceEnv(env, manifest(MOTOR, TRAIN_VARY))}
@@ -114,6 +119,7 @@ def main(argv=None):
     policies[name] = make_policy(params, deterministic=True)
     print(f'trained on {name}: {args.timesteps} env steps in {time.perf_counter() - t0:.0f} s',
           flush=True)
+  rows = []
   print('\n| trained on | evaluated on | mean return | median worst pole angle (deg) | '
         'failure rate [95 % Wilson] |')
   print('|---|---|---|---|---|')
@@ -123,9 +129,13 @@ def main(argv=None):
                                     args.seed + 1)
       k, n = int(failed.sum()), failed.size
       lo, hi = wilson(k, n)
+      rows.append({'trained_on': tname, 'evaluated_on': ename, 'mean_return': float(ret.mean()),
+                   'median_worst_angle_deg': float(np.median(worst)), 'failures': k,
+                   'episodes': n, 'wilson95': (lo, hi)})
       print(f'| {tname} | {ename} | {ret.mean():.1f} | {np.median(worst):.1f} | '
             f'{k}/{n} = {k / n:.3f} '
             f'[{lo:.3f}, {hi:.3f}] |', flush=True)
+  return rows
 
 
 if __name__ == '__main__':
