@@ -179,7 +179,9 @@ def fit_imu_static(recs_, n_logs, fig_dir, *, whole_logs, power_ups):
                         + ('' if h['within'] else ' — ' + '; '.join(findings)
                            + (f' (likely cause: {cause})' if cause else '')), h['within']))
       axes.append({'name': name, 'channel': ch, 'axis': i, 'agrees': h['within'],
-                   'rel_max': h['rel_max'], 'max_dev_sigma': h['max_dev_sigma'],
+                   'rel_max': h['rel_max'], 'rel_max_resolved': h['rel_max_resolved'],
+                   'tau_resolved_s': h['tau_resolved_s'], 'beyond_sigma': h['beyond_sigma'],
+                   'max_dev_sigma': h['max_dev_sigma'],
                    'findings': findings, 'cause': cause,
                    'console': verdict.line(name, h, findings, cause),
                    'lines_found': [{k: v for k, v in ln.items() if k != 'threshold'}

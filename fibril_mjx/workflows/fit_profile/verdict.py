@@ -7,13 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from fibril_mjx.workflows.fit_profile import allan, session, spectral
-from fibril_mjx.workflows.fit_profile.allan import K_SIGMA
+from fibril_mjx.workflows.fit_profile.allan import K_SIGMA, REL_RESOLVED
 
 #: exit status of `fibril-mjx fit-profile` when the fitted model does not reproduce the
 #: held-out part of the logs on some axis (distinct from 1, a failure to run)
 EXIT_DISAGREE = 3
-#: the relative Allan-deviation agreement reported beside the statistical verdict
-REL_LIMIT = 0.25
 
 
 def _runs(mask):
@@ -90,7 +88,9 @@ def line(name, h, findings, cause):
   ok = h['within']
   head = (f"{name}: {'agrees' if ok else 'DISAGREES'} — held-out Allan deviation within "
           f"{h['max_dev_sigma']:.1f} σ of the model (limit {K_SIGMA:g}), at most "
-          f"{100 * h['rel_max']:.0f} % off from 2 samples to a tenth of the record")
+          f"{100 * h['rel_max']:.0f} % off from 2 samples to a tenth of the record "
+          f"({100 * h['rel_max_resolved']:.0f} % up to τ {h['tau_resolved_s']:.3g} s, where the "
+          f"estimator's scatter is ≤ {100 * REL_RESOLVED / 3:.1f} %)")
   if ok:
     return head
   return head + '; ' + '; '.join(findings or ['no single feature stands out']) + (
