@@ -29,7 +29,8 @@ import: matplotlib, Brax, ...), never initializing a JAX backend (XLA reads its 
 cache settings when the forked file first uses it; `import fibril_mjx` sets none, as
 tests/tooling/test_import.py checks), so a file does not pay those imports again (2.8 s of CPU
 for the third-party ones alone; with fibril_mjx's, eleven component test files took 94 s of CPU
-instead of 125 s);
+instead of 125 s; FIBRIL_MJX_TEST_PRELOAD_PACKAGE=0 leaves fibril_mjx out, for suites that never
+import it);
 FIBRIL_MJX_TEST_FORK=0, or a server that cannot start, runs every file as a fresh interpreter.
 The tests run with FIBRIL_MJX_REQUIRE_OPTIONAL=1: a missing optional dependency
 (`pytest.importorskip`) fails instead of skipping (tests/conftest.py), and with one persistent
@@ -95,14 +96,15 @@ os.close(_null)
 sys.argv = ['pytest']
 for name in __PRELOAD__:
   importlib.import_module(name)
-import pkgutil
-import fibril_mjx
-for mod in pkgutil.walk_packages(fibril_mjx.__path__, 'fibril_mjx.'):
-  if not mod.name.endswith('__main__'):
-    try:
-      importlib.import_module(mod.name)
-    except Exception:       # the file that imports it reports the error
-      pass
+if os.environ.get('FIBRIL_MJX_TEST_PRELOAD_PACKAGE', '1') == '1':
+  import pkgutil
+  import fibril_mjx
+  for mod in pkgutil.walk_packages(fibril_mjx.__path__, 'fibril_mjx.'):
+    if not mod.name.endswith('__main__'):
+      try:
+        importlib.import_module(mod.name)
+      except Exception:       # the file that imports it reports the error
+        pass
 from jax._src import xla_bridge
 gc.freeze()      # the imported objects: never scanned by a child's collector (no copy-on-write)
 
@@ -436,7 +438,8 @@ def main(argv: list[str]) -> int:
   server = Server.open(env)
   if server is not None:
     SERVER_PROC.append(server.proc)
-  preloaded = ', '.join(PRELOAD + ('fibril_mjx',))
+  package = ('fibril_mjx',) if env.get('FIBRIL_MJX_TEST_PRELOAD_PACKAGE', '1') == '1' else ()
+  preloaded = ', '.join(PRELOAD + package)
   print('each file forked from a server that imported ' + preloaded if server else
         'each file in a fresh interpreter', flush=True)
   with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -70,8 +70,10 @@ def suite(tmp_path_factory):
 
 
 def _run(d, *args, fork='1'):
-  # no shared JAX cache here: the throw-away files never import jax
-  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork)
+  # no shared JAX cache here and no fibril_mjx in the server: the throw-away files never
+  # import jax or the package
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork,
+             FIBRIL_MJX_TEST_PRELOAD_PACKAGE='0')
   env.pop('FIBRIL_MJX_REQUIRE_OPTIONAL', None)
   return subprocess.run([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), *args],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
@@ -179,7 +181,8 @@ def test_stopping_the_runner_stops_its_files(suite, fork):
   import signal
   import time
   hang = str(suite / 'test_hang.py')
-  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork)
+  env = dict(os.environ, FIBRIL_MJX_TEST_CACHE='', FIBRIL_MJX_TEST_FORK=fork,
+             FIBRIL_MJX_TEST_PRELOAD_PACKAGE='0')
   p = subprocess.Popen([sys.executable, str(ROOT / 'tools' / 'run_tests.py'), '--file-timeout',
                         '100', hang], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
   # the file's process: with the server, its child (the server's other child is none)
