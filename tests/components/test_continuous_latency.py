@@ -33,28 +33,15 @@ from fibril_mjx.components.actuators import motor as motor_mod
 from fibril_mjx.components.actuators.scalar_actuator import ScalarCommand
 from fibril_mjx.core import pipeline
 from fibril_mjx.errors import ConfigError, ConfigErrors
+from latency_rig import ARM_XML
 
 DT, T = 0.002, 60
-XML = """\
-<mujoco model="arm">
-  <option timestep="0.002" integrator="implicitfast"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="0 0 1" damping="0.02" stiffness="1.0"
-             armature="0.001"/>
-      <geom type="capsule" fromto="0 0 0 0.1 0 0" size="0.01" mass="0.05" contype="0"
-            conaffinity="0"/>
-    </body>
-  </worldbody>
-  <actuator><motor name="motor" joint="hinge"/></actuator>
-</mujoco>
-"""
 LAT_MAX_S = 0.008   # 4 ticks
 
 
 def write(tmp, motor: dict, encoder: dict | None = None):
   tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'arm.xml').write_text(XML)
+  (tmp / 'arm.xml').write_text(ARM_XML)
   comps = [{'id': 'motor', 'type': 'fibril_sim/scalar_actuator',
             'config': {'actuator': 'motor', **motor}},
            {'id': 'encoder', 'type': 'fibril_sim/encoder',
@@ -254,7 +241,7 @@ def test_config_rules(tmp_path, motor, field, rule):
 def write_motor(tmp, motor: dict, type_='fibril_sim/motor'):
   """The arm with a `fibril_sim/motor` (effort input: ctrl = effort, gear 1) named `motor`."""
   tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'arm.xml').write_text(XML)
+  (tmp / 'arm.xml').write_text(ARM_XML)
   comps = [{'id': 'motor', 'type': type_,
             'config': {'actuator': 'motor', 'application_period_s': DT, **motor}}]
   path = tmp / 'm.yaml'

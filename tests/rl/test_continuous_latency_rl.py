@@ -17,22 +17,9 @@ import fibril_mjx
 from fibril_mjx.components.actuators import motor as motor_mod
 from fibril_mjx.core import pipeline
 from fibril_mjx.rl.env import FibrilEnv, Task
+from latency_rig import ARM_XML
 
 DT, STEPS, HIGH_S = 0.002, 30, 0.012
-XML = """\
-<mujoco model="arm">
-  <option timestep="0.002" integrator="implicitfast"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="0 0 1" damping="0.02" stiffness="1.0"
-             armature="0.001"/>
-      <geom type="capsule" fromto="0 0 0 0.1 0 0" size="0.01" mass="0.05" contype="0"
-            conaffinity="0"/>
-    </body>
-  </worldbody>
-  <actuator><motor name="motor" joint="hinge"/></actuator>
-</mujoco>
-"""
 
 
 def held_mean(u, latency_ticks: float) -> np.ndarray:
@@ -52,7 +39,7 @@ def held_mean(u, latency_ticks: float) -> np.ndarray:
 
 
 def make_env(tmp):
-  (tmp / 'arm.xml').write_text(XML)
+  (tmp / 'arm.xml').write_text(ARM_XML)
   comps = [{'id': 'motor', 'type': 'fibril_sim/motor',
             'config': {'actuator': 'motor', 'application_period_s': DT,
                        'command_latency_s': 0.002, 'command_latency_mode': 'continuous'}}]

@@ -17,32 +17,10 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
+from latency_rig import arm_xml, delayed
 
 DT, TICKS, HOLD, TORQUE, NOISE = 0.002, 200, 4, 0.1, 1e-4
 TRUE_TICKS, DAMPING = 1.4, 0.02
-XML = """\
-<mujoco model="arm">
-  <option timestep="0.002" integrator="implicitfast"/>
-  <worldbody>
-    <body name="arm">
-      <joint name="hinge" type="hinge" axis="0 0 1" damping="{damping}" stiffness="1.0"
-             armature="0.001"/>
-      <geom type="capsule" fromto="0 0 0 0.1 0 0" size="0.01" mass="0.05" contype="0"
-            conaffinity="0"/>
-    </body>
-  </worldbody>
-  <actuator><motor name="motor" joint="hinge"/></actuator>
-</mujoco>
-"""
-
-
-def delayed(u, latency_ticks):
-  """NumPy: per tick j the mean over [j, j+1) of the held command (`u[m]` from `m + L` on,
-  0 before): ticks j with `n = floor(L)`, `f = L - n` get `f·u[j-n-1] + (1-f)·u[j-n]`."""
-  n, f = int(np.floor(latency_ticks)), latency_ticks - np.floor(latency_ticks)
-  pad = np.concatenate([np.zeros(n + 1), np.asarray(u, np.float64)])
-  j = np.arange(len(u))
-  return f * pad[j] + (1 - f) * pad[j + 1]
 
 
 def c_recording(seed):
@@ -50,7 +28,7 @@ def c_recording(seed):
   u = np.repeat(rng.uniform(-TORQUE, TORQUE, TICKS // HOLD + 1), HOLD)[:TICKS + 1]
   u = u.astype(np.float32)   # what the recording stores and the model reads
   ctrl = delayed(u, TRUE_TICKS)
-  m = mujoco.MjModel.from_xml_string(XML.format(damping=DAMPING))
+  m = mujoco.MjModel.from_xml_string(arm_xml(DAMPING))
   d = mujoco.MjData(m)
   q = np.zeros(TICKS + 1)
   for k in range(TICKS + 1):
@@ -69,7 +47,7 @@ def c_recording(seed):
 @pytest.fixture(scope='module')
 def rig(tmp_path_factory):
   tmp = tmp_path_factory.mktemp('latency_tune')
-  (tmp / 'arm.xml').write_text(XML.format(damping=0.03))
+  (tmp / 'arm.xml').write_text(arm_xml(0.03))
   man = {'fibril_manifest': 1, 'model': 'arm.xml', 'components': [
       {'id': 'motor', 'type': 'fibril_sim/scalar_actuator',
        'config': {'actuator': 'motor', 'latency_s': 0.001, 'latency_mode': 'continuous'}},

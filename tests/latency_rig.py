@@ -1,0 +1,27 @@
+"""The continuous-latency tests' rig: one hinge driven by a torque motor (the MJCF of the
+example, `manifests/tuning/latency_arm.xml`, with its damping settable) and the float64 NumPy
+reference of a command delayed by a fractional number of ticks."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+ARM_XML = (pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'tuning' /
+           'latency_arm.xml').read_text()
+
+
+def arm_xml(damping: float = 0.02) -> str:
+  """The arm's MJCF with hinge damping `damping` (N·m·s/rad)."""
+  assert 'damping="0.02"' in ARM_XML
+  return ARM_XML.replace('damping="0.02"', f'damping="{damping!r}"')
+
+
+def delayed(u, latency_ticks: float) -> np.ndarray:
+  """Per tick j the mean over [j, j+1) of the held command (`u[m]` from `m + L` on, 0
+  before): with `n = floor(L)`, `f = L - n`, tick j gets `f·u[j-n-1] + (1-f)·u[j-n]`."""
+  n, f = int(np.floor(latency_ticks)), latency_ticks - np.floor(latency_ticks)
+  pad = np.concatenate([np.zeros(n + 1), np.asarray(u, np.float64)])
+  j = np.arange(len(u))
+  return f * pad[j] + (1 - f) * pad[j + 1]
