@@ -133,7 +133,7 @@ def continuous_latency(cfg, given: set, *, prefix: str, every_tick: bool, dt: fl
   base.check(every_tick, *origin('application_period_s'),
              f'{mode} continuous needs the command applied every tick (application_period_s '
              f'= dt = {dt:g} s, phase 0): a driver sampling at its own instants sees whole '
-             'ticks', getattr(cfg, 'application_period_s'))
+             'ticks', cfg.application_period_s)
   for field, bad, rule in contradicts:
     base.check(not bad, *origin(field), rule, getattr(cfg, field))
   if getattr(cfg, top) is not None:
