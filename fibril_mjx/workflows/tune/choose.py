@@ -14,6 +14,16 @@ from fibril_mjx.workflows.tune.problem import Problem
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
 
 
+def _auto(problems: list[str]) -> tuple[str, str]:
+  """`gradients: auto`: `(how, why)` from the manifest's closed-loop problems and the host."""
+  if problems:
+    return 'exact', f'auto: exact through MJX, because {problems[0]}'
+  if jax.default_backend() != 'cpu':
+    return 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
+  return 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
+                '(nothing closes a loop on physics)')
+
+
 def make_problem(spec, *, progress=None) -> Problem:
   """The problem of `spec.gradients`: `'fd'` (`RolloutProblem`), `'exact'` (`Problem`:
   forward-mode Jacobians through MJX), or `'auto'`: fd on a CPU host when MuJoCo C can run the
@@ -21,16 +31,15 @@ def make_problem(spec, *, progress=None) -> Problem:
   choice and its reason are `problem.gradients_why`."""
   how = spec.gradients
   why, nominal = 'as asked', None
-  if how == 'auto':
+  if how in ('auto', 'fd'):
     built = build(read_manifest(spec.manifest))   # the problem's own, built once
     problems = physics_c.open_loop_problems(built)
-    if problems:
-      how, why = 'exact', f'auto: exact through MJX, because {problems[0]}'
-    elif jax.default_backend() != 'cpu':
-      how, why = 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
-    else:
-      how, why = 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
-                        '(nothing closes a loop on physics)')
+    if how == 'fd' and problems:
+      raise ConfigError(spec.path, 'optimizer.gradients', 'fd runs the physics on MuJoCo C open '
+                        f'loop (controls first), but {problems[0]}; use gradients: exact (or '
+                        'auto)', how)
+    if how == 'auto':
+      how, why = _auto(problems)
     nominal = Simulation(built, physics='c' if how == 'fd' else 'mjx')
   if spec.free_starts and how != 'fd':
     raise ConfigError(spec.path, 'windows.free_starts', 'free window starts need gradients fd '

@@ -128,7 +128,7 @@ def resolve_params(spec: TuneSpec, sim, nominal=None) -> list[Param]:
       if field not in names:
         raise ConfigError(f, f'{where}.field', f'unknown field of {c.type}'
                           + did_you_mean(field, names), field)
-      if field in lat_fields.get(cid, ()):
+      if field in lat_fields.get(cid, ()) and c.param_path(field) is None:   # whole ticks
         out.append(_latency_param(f, where, p, cid, field, nominal or sim, sim, spec.loss))
         continue
       if field in LATENCY_FIELDS and lo < 0:   # a continuous latency (a per-world Param)
