@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
+import mujoco
 import numpy as np
 
 ARM_XML = (pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'tuning' /
@@ -25,3 +26,16 @@ def delayed(u, latency_ticks: float) -> np.ndarray:
   pad = np.concatenate([np.zeros(n + 1), np.asarray(u, np.float64)])
   j = np.arange(len(u))
   return f * pad[j] + (1 - f) * pad[j + 1]
+
+
+def c_angles(xml: str, ctrl) -> np.ndarray:
+  """MuJoCo C (`mj_step`) from rest with `ctrl[k]` on actuator 0 over tick k: the hinge angle
+  at the start of each tick `(len(ctrl),)`."""
+  m = mujoco.MjModel.from_xml_string(xml)
+  d = mujoco.MjData(m)
+  q = np.zeros(len(ctrl))
+  for k, c in enumerate(ctrl):
+    q[k] = d.qpos[0]
+    d.ctrl[0] = c
+    mujoco.mj_step(m, d)
+  return q

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pathlib
 
-import mujoco
 import numpy as np
 import pytest
 import yaml
@@ -17,7 +16,7 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from latency_rig import arm_xml, delayed
+from latency_rig import arm_xml, c_angles, delayed
 
 DT, TICKS, HOLD, TORQUE, NOISE = 0.002, 200, 4, 0.1, 1e-4
 TRUE_TICKS, DAMPING = 1.4, 0.02
@@ -28,13 +27,7 @@ def c_recording(seed):
   u = np.repeat(rng.uniform(-TORQUE, TORQUE, TICKS // HOLD + 1), HOLD)[:TICKS + 1]
   u = u.astype(np.float32)   # what the recording stores and the model reads
   ctrl = delayed(u, TRUE_TICKS)
-  m = mujoco.MjModel.from_xml_string(arm_xml(DAMPING))
-  d = mujoco.MjData(m)
-  q = np.zeros(TICKS + 1)
-  for k in range(TICKS + 1):
-    q[k] = d.qpos[0]
-    d.ctrl[0] = ctrl[k]
-    mujoco.mj_step(m, d)
+  q = c_angles(arm_xml(DAMPING), ctrl)
   t = np.arange(TICKS + 1) * DT
   return recording.Recording(
       {'encoder': {'position': (q + NOISE * rng.standard_normal(q.shape)).astype(np.float32),

@@ -14,7 +14,6 @@ file; `resolve_params` now searches only latencies that are not Params fields.
 
 from __future__ import annotations
 
-import mujoco
 import numpy as np
 import pytest
 import yaml
@@ -22,7 +21,7 @@ import yaml
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from latency_rig import delayed
+from latency_rig import c_angles, delayed
 
 DT, TICKS, HOLD, AMPLITUDE, NOISE = 0.002, 200, 4, 0.5, 1e-4
 TRUE_TICKS, DAMPING = 1.4, 0.02
@@ -48,13 +47,7 @@ def c_recording(seed, latency_ticks=TRUE_TICKS):
   u = np.repeat(rng.uniform(-AMPLITUDE, AMPLITUDE, TICKS // HOLD + 1), HOLD)[:TICKS + 1]
   u = u.astype(np.float32)   # what the recording stores and the model reads
   ctrl = delayed(u, latency_ticks)
-  m = mujoco.MjModel.from_xml_string(XML.format(damping=DAMPING))
-  d = mujoco.MjData(m)
-  q = np.zeros(TICKS + 1)
-  for k in range(TICKS + 1):
-    q[k] = d.qpos[0]
-    d.ctrl[0] = ctrl[k]
-    mujoco.mj_step(m, d)
+  q = c_angles(XML.format(damping=DAMPING), ctrl)
   t = np.arange(TICKS + 1) * DT
   n = len(u)
   return recording.Recording(
