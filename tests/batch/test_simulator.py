@@ -1,4 +1,9 @@
-"""Simulator transforms and determinism on a tiny MJX rig (module-scoped compiled sims)."""
+"""Simulator transforms and determinism on a tiny MJX rig (module-scoped compiled sims).
+
+Every rollout of `sim` runs 1, 8 or 64 worlds for `TICKS` ticks, so the file compiles one
+program per world count (a chunked run reuses them): each distinct count, tick count, record
+flag or model argument is a trace and a compile of its own.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +45,20 @@ def rollout(sim, worlds, first=0, seed=0, chunk=1024, ticks=TICKS):
 
 
 @pytest.fixture(scope='module')
-def batch8(sim):
-  return rollout(sim, 8)
+def run8(sim):
+  """`(final state, trace)` of worlds 0-7 (seed 0)."""
+  final, trace = sim.rollout(sim.default_params(8), fibril_mjx.world_keys(0, 8), TICKS)
+  return final, jax.tree.map(np.asarray, trace)
+
+
+@pytest.fixture(scope='module')
+def batch8(run8):
+  return run8[1]
+
+
+@pytest.fixture(scope='module')
+def batch64(sim):
+  return rollout(sim, 64)
 
 
 def tree_equal(a, b):
@@ -65,17 +82,18 @@ def test_worlds_differ_and_same_seed_repeats(sim, batch8):
                             w)
 
 
-def test_world_alone_equals_world_in_batch_of_64(sim, batch8):
+def test_world_alone_equals_world_in_batch_of_64(sim, batch8, batch64):
   """World 5 run alone (batch of 1), in a batch of 8, and in a batch of 64: bitwise equal."""
   alone = rollout(sim, 1, first=5)
-  big = rollout(sim, 64)
   pick = lambda t, i: jax.tree.map(lambda x: x[i:i + 1], t)  # noqa: E731
   tree_equal(alone, pick(batch8, 5))
-  tree_equal(alone, pick(big, 5))
+  tree_equal(alone, pick(batch64, 5))
 
 
-def test_chunking_does_not_change_results(sim, batch8):
-  tree_equal(rollout(sim, 8, chunk=3), batch8)
+def test_chunking_does_not_change_results(sim, batch64):
+  """Worlds 0-8 in host chunks of 8 and 1 (an uneven last chunk, offset keys) equal the same
+  worlds of one unchunked batch of 64 (the chunks reuse the 8- and 1-world programs)."""
+  tree_equal(rollout(sim, 9, chunk=8), jax.tree.map(lambda x: x[:9], batch64))
 
 
 def test_vmap_equals_loop_of_single_worlds(sim, batch8):
@@ -121,11 +139,13 @@ def test_delivery_follows_schedule_latency_and_loss(batch8):
 
 
 def test_per_world_params_take_effect(sim):
-  p = sim.default_params(2)
-  bias = jnp.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]], jnp.float32)
+  """Eight worlds with the same noise (the batch-of-8 program), world 1 with a gyro bias."""
+  p = sim.default_params(8)
+  bias = np.zeros((8, 3), np.float32)
+  bias[1] = [1.0, 2.0, 3.0]
   p['ahrs'] = sim.components['ahrs'].set_param(p['ahrs'], 'angular_velocity_bias', bias)
-  keys = jnp.stack([fibril_mjx.world_keys(0, 1)[0]] * 2)   # same noise in both worlds
-  _, tr = sim.rollout(p, keys, 30)
+  keys = np.repeat(np.asarray(fibril_mjx.world_keys(0, 1)), 8, axis=0)   # same noise in all
+  _, tr = sim.rollout(p, keys, TICKS)
   s = tr['sensor']['ahrs']
   d = np.asarray(s.sample.angular_velocity[1] - s.sample.angular_velocity[0])[np.asarray(
       s.valid[0])]
@@ -134,7 +154,8 @@ def test_per_world_params_take_effect(sim):
 
 def test_tick_zero_is_an_acquisition_instant(tmp_path):
   sim0 = fibril_mjx.load(write_rig(tmp_path, [ahrs_entry(period_s=0.004)]))
-  st = sim0.reset(sim0.default_params(2), fibril_mjx.world_keys(0, 2))
+  # sub_batch=2: what 2 worlds always get; passing it spares the LAPACK-size analysis (a trace)
+  st = sim0.reset(sim0.default_params(2), fibril_mjx.world_keys(0, 2), sub_batch=2)
   out = sim0.outputs(st)
   d = out['sensor']['ahrs']
   assert bool(d.new_data.all()) and int(d.sequence[0]) == 0 and int(d.sample_tick[0]) == 0
@@ -165,15 +186,16 @@ def test_physics_stays_finite(batch8):
       assert np.isfinite(leaf).all()
 
 
-def test_model_argument_replaces_the_embedded_model(sim):
-  keys = fibril_mjx.world_keys(0, 2)
-  p = sim.default_params(2)
-  st = sim.reset(p, keys)
-  a, _ = sim.run(p, st, 20, record=False)
-  b, _ = sim.run(p, st, 20, record=False, model=sim.mx)
+def test_model_argument_replaces_the_embedded_model(sim, run8):
+  """`model=` (traced as an argument; reset and run take it) against the embedded model of
+  the batch-of-8 run: the same physics; a model with 50x the damping moves less."""
+  keys = fibril_mjx.world_keys(0, 8)
+  p = sim.default_params(8)
+  a = run8[0]
+  b, _ = sim.rollout(p, keys, TICKS, record=False, model=sim.mx)
   np.testing.assert_allclose(a.data.qpos, b.data.qpos, atol=1e-5)
   damped = sim.mx.replace(dof_damping=sim.mx.dof_damping * 50)
-  c, _ = sim.run(p, st, 20, record=False, model=damped)
+  c, _ = sim.rollout(p, keys, TICKS, record=False, model=damped)
   assert np.abs(np.asarray(c.data.qvel)).max() < np.abs(np.asarray(a.data.qvel)).max()
 
 
@@ -218,6 +240,6 @@ def test_gradient_of_a_sensor_output_through_physics_wrt_mjcf_and_component_fiel
   theta0 = jnp.array([0.2, 1.5], jnp.float32)
   # jitted as a user would: one trace (eager, every primitive of the jvp is its own program)
   grad = np.asarray(jax.jit(jax.jacfwd(loss))(theta0), np.float64)
-  fd = central_differences(loss, theta0, rel_step=2e-2)   # eager: the kept programs
+  fd = central_differences(jax.jit(loss), theta0, rel_step=2e-2)   # one program, 4 calls
   assert grad[0] < 0 < grad[1]                 # more damping: slower; larger setpoint: faster
   np.testing.assert_allclose(grad, fd, rtol=2e-2)

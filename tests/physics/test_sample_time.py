@@ -31,6 +31,9 @@ TICKS = 300
 TOL_REL = 1e-3        # of the quantity's range over the run (see above; measured <= 1e-4)
 SHIFT_MARGIN = 5.0    # the one-tick-shifted reference must be at least this much worse
 TORQUE_AMP, TORQUE_HZ = 0.5, 1.0
+# Every rollout runs 2 worlds as one sub-batch of 2, the layout the default picks for 2 worlds;
+# passing it (`ONE_SUB_BATCH`) spares each rig the LAPACK-size analysis, a trace of its step.
+ONE_SUB_BATCH = {'sub_batch': 2}
 
 MODEL = textwrap.dedent("""\
     <mujoco model="sample_time">
@@ -206,11 +209,26 @@ def compare(name, got, want, tol_rel=TOL_REL, atol=1e-6):
   return err, stale
 
 
+@pytest.fixture(scope='module')
+def rigs(tmp_path_factory):
+  """`rigs(integrator) -> (directory, Simulation)` of the full manifest, built once per
+  integrator for the whole file (the controller test reuses the Euler one: its reset program
+  too)."""
+  built = {}
+
+  def get(integrator):
+    if integrator not in built:
+      tmp = tmp_path_factory.mktemp(f'st_{integrator}')
+      built[integrator] = tmp, fibril_mjx.load(write_manifest(tmp, integrator))
+    return built[integrator]
+  return get
+
+
 @pytest.fixture(scope='module', params=['Euler', 'implicitfast', 'RK4'])
-def run(request, tmp_path_factory):
-  tmp = tmp_path_factory.mktemp(f'st_{request.param}')
-  sim = fibril_mjx.load(write_manifest(tmp, request.param))
-  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS)
+def run(request, rigs):
+  tmp, sim = rigs(request.param)
+  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS,
+                         **ONE_SUB_BATCH)
   trace = jax.tree.map(lambda x: np.asarray(x)[0], trace)
   return sim, trace, c_reference(tmp / 'model.xml', TICKS)
 
@@ -282,7 +300,8 @@ def test_free_hinge_delivers_omega_k_at_tick_k(tmp_path):
                                     'period_s': 0.01}}]}
   (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
   sim = fibril_mjx.load(tmp_path / 'm.yaml')
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 8)
+  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 8,
+                      **ONE_SUB_BATCH)
   got = np.asarray(tr['sensor']['imu'].sample.angular_velocity[0, :, 2], np.float64)
   m = mujoco.MjModel.from_xml_path(str(tmp_path / 'hinge.xml'))
   inertia_z = m.body_inertia[1, 2]
@@ -294,16 +313,15 @@ def test_free_hinge_delivers_omega_k_at_tick_k(tmp_path):
 DT_HINGE = 0.01
 
 
-def test_controller_on_a_latency_0_sample_sees_the_current_tick(tmp_path):
+def test_controller_on_a_latency_0_sample_sees_the_current_tick(rigs):
   """A controller closing the loop on latency-0 motor feedback sees the state of the tick it is
   called after: its command, issued at the next tick, matches a MuJoCo C loop that reads
-  `qpos_k` after `mj_forward` at tick k and applies its command from tick k + 1."""
-  man = write_manifest(tmp_path, 'Euler')
-  doc = yaml.safe_load(man.read_text())
-  doc.pop('command_script')
-  doc['components'] = [c for c in doc['components'] if c['id'] == 'shoulder']
-  man.write_text(yaml.safe_dump(doc))
-  sim = fibril_mjx.load(man)
+  `qpos_k` after `mj_forward` at tick k and applies its command from tick k + 1.
+
+  The full Euler rig (its build and reset program shared with the test above): the controller
+  replaces the command script from tick 1 on, and the script's tick-0 torque is
+  `TORQUE_AMP · sin(0) = 0`, the C loop's first control."""
+  tmp, sim = rigs('Euler')
   gain = 2.0
   from fibril_mjx.components.actuators.motor import command as cmd
 
@@ -312,11 +330,11 @@ def test_controller_on_a_latency_0_sample_sees_the_current_tick(tmp_path):
     return {'shoulder': cmd('effort', -gain * fb.sample.position)}, carry
 
   n = 150
-  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n,
+  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n, **ONE_SUB_BATCH,
                          controller=controller, controller_init=())
   got = np.asarray(trace['sensor']['shoulder'].sample.position[0], np.float64)
 
-  m = mujoco.MjModel.from_xml_path(str(tmp_path / 'model.xml'))
+  m = mujoco.MjModel.from_xml_path(str(tmp / 'model.xml'))
   d = mujoco.MjData(m)
   want, u = [], 0.0
   for _ in range(n + 1):
@@ -361,7 +379,8 @@ def test_dcmotor_path_samples_the_state_at_its_stamp(tmp_path, integrator):
   sim = fibril_mjx.load(tmp_path / 'm.yaml')
   assert sim.dcmotor is not None
   n = 200
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n)
+  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n,
+                      **ONE_SUB_BATCH)
   m = mujoco.MjModel.from_xml_path(str(tmp_path / 'dc.xml'))
   d = mujoco.MjData(m)
   gyro, acc = [], []

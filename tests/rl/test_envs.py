@@ -1,11 +1,18 @@
 """RL environment (`fibril_mjx.rl.env`): the Brax API contract (shapes, jit, vmap, determinism by
 rng), observations = delivered outputs with `new_data`, truth apart, actions through the motor
 adapter, per-reset Params, episodes by Brax's own wrapper and auto-reset with new draws; its observations
-after k steps equal `Simulation`'s for the same commands; and a few Brax PPO iterations on the
-example task.
+after k steps equal `Simulation`'s for the same commands. (Brax PPO on this task runs in
+tests/rl/test_policy_robustness.py, which also checks the `train` outputs; learning is
+tests/rl/test_ppo_learns.py.)
 
 References are computed here from the simulator's public API (`sim.reset`, `sim.run`,
 `sim.outputs`, `pipeline.outputs`), not from the environment's helpers.
+
+Compile cost: every check runs on ONE env structure (one jitted reset and step, one eager
+reset), built with non-default Params (a large gyro bias, `params=`) so that the per-reset-Params
+checks need no env of their own; the variants (randomized Params, privileged observation) share
+one more env, run eagerly (their eager operations are those of the eager check, already
+compiled).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.rl.env import FibrilEnv, State, wrap
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-EPISODE = 3
+EPISODE = 6   # steps: an episode holds the 5 steps compared with `Simulation` below
 spec = importlib.util.spec_from_file_location('train_ppo', REPO / 'examples' / 'train_ppo.py')
 train_ppo = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(train_ppo)
@@ -35,9 +42,23 @@ def sim():
 
 
 @pytest.fixture(scope='module')
-def env(sim):
-  """One world under Brax's EpisodeWrapper and fibril_mjx's AutoReset."""
-  return wrap(train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=False))
+def variant(sim):
+  """The task's env with per-reset randomized Params and the privileged observation."""
+  return train_ppo.make_env(sim, episode_length=EPISODE, control_ticks=5, randomize=True,
+                            privileged_obs=True)
+
+
+@pytest.fixture(scope='module')
+def big(sim):
+  """One world's Params with a large nominal gyro bias (0.5 rad/s per axis)."""
+  return train_ppo.randomize_gyro_bias(jax.random.PRNGKey(0), sim.default_params(), stddev=0.5)
+
+
+@pytest.fixture(scope='module')
+def env(sim, variant, big):
+  """One world under Brax's EpisodeWrapper and fibril_mjx's AutoReset, every reset with the
+  Params `big` (`FibrilEnv(params=)`, no randomization)."""
+  return wrap(FibrilEnv(sim, variant.task, params=big))
 
 
 @pytest.fixture(scope='module')
@@ -49,8 +70,8 @@ def reference_obs(sim, params, rng):
   """The observation at reset, from `sim.reset` / `sim.run` / `sim.outputs` directly: the env's
   reset observes the last tick before its first step (tick control_ticks − 1 = 4)."""
   k_world, k_goal, _, _ = jax.random.split(rng, 4)
-  pb = jax.tree.map(lambda x: x[None], params)
-  ps = sim.reset(pb, k_world[None])
+  pb = jax.tree.map(lambda x: np.asarray(x)[None], params)
+  ps = sim.reset(pb, np.asarray(k_world)[None])
   ps, _ = sim.run(pb, ps, 4, record=False)
   out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
   goal = jax.random.uniform(k_goal, (), jnp.float32, -train_ppo.TARGET_RAD, train_ppo.TARGET_RAD)
@@ -83,10 +104,10 @@ def test_contract_shapes(env, jitted):
   assert s.replace(reward=jnp.ones(())).reward == 1
 
 
-def test_observation_is_the_delivered_output(sim, env, jitted):
+def test_observation_is_the_delivered_output(sim, env, jitted, big):
   rng = jax.random.PRNGKey(3)
   s = jitted[0](rng)
-  want, out = reference_obs(sim, sim.default_params(), rng)
+  want, out = reference_obs(sim, big, rng)
   np.testing.assert_allclose(np.asarray(s.obs), want, rtol=1e-6, atol=1e-7)
   assert int(s.pipeline_state.tick) == 4
   assert s.obs[10] == 1.0                      # the IMU (1 kHz) delivers at every tick
@@ -153,7 +174,8 @@ def test_auto_reset_and_episode_metrics(env, jitted):
     rewards.append(float(s.reward))
   assert float(s.done) == 1.0 and float(s.info['truncation']) == 1.0
   assert int(s.info['steps']) == EPISODE
-  fresh = jax.jit(env.unwrapped.reset)(jax.random.fold_in(jax.random.PRNGKey(7), 1))
+  # the env's reset of that key (the wrappers' reset adds only their `info` entries)
+  fresh = reset(jax.random.fold_in(jax.random.PRNGKey(7), 1))
   np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(fresh.obs))   # restarted
   for a, b in zip(jax.tree.leaves(s.pipeline_state), jax.tree.leaves(fresh.pipeline_state)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -169,90 +191,86 @@ def test_auto_reset_and_episode_metrics(env, jitted):
   np.testing.assert_array_equal(np.asarray(s2.obs), np.asarray(one.obs))   # that episode's
 
 
-def test_observations_equal_the_simulation_for_the_same_commands(sim, env):
+def test_observations_equal_the_simulation_for_the_same_commands(sim, env, jitted, big):
   """k env steps of one world = `Simulation.reset` + `run` with the same command trace (the
-  action's command at the first tick of each step, null at the others), bitwise. The env is
-  unwrapped: more steps than an episode, and no auto-reset."""
-  reset, step = jax.jit(env.unwrapped.reset), jax.jit(env.unwrapped.step)
+  action's command at the first tick of each step, null at the others), bitwise; k = 5 steps
+  of one episode (no auto-reset)."""
+  reset, step = jitted
   rng = jax.random.PRNGKey(4)
   actions = [0.7, -0.4, 0.1, 1.0, -0.2]
+  assert len(actions) < EPISODE
   s = reset(rng)
   obs = []
   for a in actions:
     s = step(s, jnp.array([a]))
+    assert float(s.done) == 0.0
     obs.append(np.asarray(s.obs))
   k_world, _, _, _ = jax.random.split(rng, 4)
-  pb = jax.tree.map(lambda x: x[None], sim.default_params())
-  ps = sim.reset(pb, k_world[None])
+  pb = jax.tree.map(lambda x: np.asarray(x)[None], big)
+  ps = sim.reset(pb, np.asarray(k_world)[None])
   ps, _ = sim.run(pb, ps, 4, record=False)
   null = sim.null_commands()['hip']
   goal = float(s.info['goal'])
   for i, a in enumerate(actions):
     cmd = train_ppo._commands(jnp.array([a]))['hip']
     trace = {'hip': jax.tree.map(
-        lambda c, z: jnp.concatenate([jnp.asarray(c, z.dtype)[None],
-                                      jnp.broadcast_to(z, (4,) + z.shape)])[:, None], cmd, null)}
+        lambda c, z: np.concatenate([np.asarray(c, z.dtype)[None],   # numpy: no compiles
+                                     np.broadcast_to(z, (4,) + z.shape)])[:, None], cmd, null)}
     ps, _ = sim.run(pb, ps, 5, record=False, commands=trace)
     out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
     np.testing.assert_array_equal(obs[i], obs_of(out, goal))
   assert int(s.pipeline_state.tick) == int(ps.tick) == 4 + 5 * len(actions)
 
 
-def test_params_passed_at_reset(sim, env, jitted):
+def test_params_passed_at_reset(sim, env, jitted, big):
+  """Params given to `reset` replace the env's, and an env built with Params (`env` here, with
+  `big`) starts and keeps them through its episodes (no randomize function)."""
   p = sim.default_params()
-  big = train_ppo.randomize_gyro_bias(jax.random.PRNGKey(0), p, stddev=0.5)
   assert any(not np.array_equal(np.asarray(a), np.asarray(b))
              for a, b in zip(jax.tree.leaves(p['imu']), jax.tree.leaves(big['imu'])))
   rng = jax.random.PRNGKey(9)
-  s_big, s_nom = env.unwrapped.reset(rng, big), env.unwrapped.reset(rng)
+  s_nom = env.unwrapped.reset(rng, p)   # eager: the eager check compiled its operations
+  s_big = jitted[0](rng)
   want, _ = reference_obs(sim, big, rng)
   np.testing.assert_allclose(np.asarray(s_big.obs), want, rtol=1e-6, atol=1e-6)
+  want_nom, _ = reference_obs(sim, p, rng)
+  np.testing.assert_allclose(np.asarray(s_nom.obs), want_nom, rtol=1e-6, atol=1e-6)
   gyro = slice(4, 7)
   assert np.max(np.abs(np.asarray(s_big.obs[gyro]) - np.asarray(s_nom.obs[gyro]))) > 0.05
-  # an env built with these Params keeps them through its episodes (no randomize function)
-  task = env.unwrapped.task
-  wrapped = wrap(FibrilEnv(sim, task, params=big))
-  s = wrapped.reset(rng)
-  np.testing.assert_array_equal(np.asarray(s.obs), np.asarray(s_big.obs))
-  step = jax.jit(wrapped.step)
-  for _ in range(task.episode_length + 1):
-    s = step(s, jnp.zeros(1))
+  for a, b in zip(jax.tree.leaves(s_nom.info['params']), jax.tree.leaves(p)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  s = s_big
+  for _ in range(EPISODE + 1):   # through an auto-reset
+    s = jitted[1](s, jnp.zeros(1))
+  assert int(s.info['episode']) == 1
   for a, b in zip(jax.tree.leaves(s.info['params']), jax.tree.leaves(big)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_randomize_draws_params_per_reset(sim):
-  env = train_ppo.make_env(sim, episode_length=EPISODE, randomize=True)
-  p0 = env.reset(jax.random.PRNGKey(0)).info['params']['imu']
-  p1 = env.reset(jax.random.PRNGKey(1)).info['params']['imu']
+def test_randomize_draws_params_per_reset(sim, variant):
+  """`randomize` draws the gyro bias per reset from the manifest's Params; the rest stay the
+  manifest's."""
+  p = sim.default_params()
+  p0 = variant.reset(jax.random.PRNGKey(0)).info['params']
+  p1 = variant.reset(jax.random.PRNGKey(1)).info['params']
   assert any(not np.array_equal(np.asarray(a), np.asarray(b))
-             for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)))
+             for a, b in zip(jax.tree.leaves(p0['imu']), jax.tree.leaves(p1['imu'])))
+  for params in (p0, p1):
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    for (path, a), b in zip(flat, jax.tree.leaves(p)):
+      if not train_ppo.GYRO_BIAS.search(jax.tree_util.keystr(path)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
 
 
-def test_privileged_observation(sim):
-  env = train_ppo.make_env(sim, episode_length=EPISODE, randomize=False, privileged_obs=True)
-  s = env.reset(jax.random.PRNGKey(0))
-  assert env.observation_size == {'state': (12,), 'privileged_state': (12 + s.info['truth'].shape[0],)}
+def test_privileged_observation(variant):
+  s = variant.reset(jax.random.PRNGKey(0))
+  assert variant.observation_size == {'state': (12,),
+                                      'privileged_state': (12 + s.info['truth'].shape[0],)}
   np.testing.assert_array_equal(np.asarray(s.obs['privileged_state'][12:]),
                                 np.asarray(s.info['truth']))
 
 
-def test_unknown_observed_component(sim):
-  task = train_ppo.make_env(sim, episode_length=EPISODE, randomize=False).task
+def test_unknown_observed_component(sim, variant):
   import dataclasses
   with pytest.raises(ValueError, match=r"Task.observe: no component 'hipp'; components: hip, imu"):
-    FibrilEnv(sim, dataclasses.replace(task, observe={'hipp': None}))
-
-
-def test_brax_ppo_few_iterations(sim):
-  pytest.importorskip('brax')
-  env = train_ppo.make_env(sim, episode_length=4, control_ticks=5)
-  make_policy, params, curve = train_ppo.train(
-      env, timesteps=2 * 4 * 4 * 2, num_envs=4, episode_length=4, num_evals=1, hidden=(8,),
-      unroll_length=4, batch_size=4, num_minibatches=2, num_updates_per_batch=1,
-      num_eval_envs=4, run_evals=False)   # no evaluator: one compile less
-  assert curve == []
-  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params))
-  policy = make_policy(params, deterministic=True)
-  action, _ = policy(env.reset(jax.random.PRNGKey(0)).obs[None], jax.random.PRNGKey(1))
-  assert action.shape == (1, 1) and bool(jnp.all(jnp.isfinite(action)))
+    FibrilEnv(sim, dataclasses.replace(variant.task, observe={'hipp': None}))

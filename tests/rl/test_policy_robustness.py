@@ -1,6 +1,9 @@
 """`examples/policy_robustness.py` end to end at a tiny budget: two Brax PPO trainings of a few
 hundred steps (nominal device vs device randomization), both checkpoints through ONE campaign
-file of 64 worlds, and the failure rates with their Wilson intervals (against SciPy's).
+file of 64 worlds, and the failure rates with their Wilson intervals (against SciPy's). The
+outputs of `train_ppo.train` on the way (seen through a spy on it) are checked too: no learning
+curve without evaluation, finite parameters, and a deterministic policy of the right action
+shape (the test of these in tests/rl/test_envs.py ran a third training of its own).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import importlib.util
 import json
 import pathlib
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats
@@ -28,10 +32,31 @@ TINY = dict(hidden=(8,), unroll_length=4, batch_size=4, num_minibatches=2,
             num_updates_per_batch=1, num_eval_envs=4)
 
 
-def test_two_policies_through_one_campaign(tmp_path):
+def test_two_policies_through_one_campaign(tmp_path, monkeypatch):
+  trained = []
+  train = example.train_ppo.train
+
+  def spy(env, **kw):
+    out = train(env, **kw)
+    trained.append((env, kw, out))
+    return out
+  monkeypatch.setattr(example.train_ppo, 'train', spy)
   res = example.run(tmp_path, timesteps=STEPS, envs=4, episode_length=4,
                     worlds=64, duration_s=0.05, train_kw=TINY, log=lambda *_: None)
   assert set(res) == {'ideal', 'randomized'}
+  # what `train` returned: without evaluation no curve; finite parameters; the deterministic
+  # policy (the tanh-normal's mode) maps one observation to one finite action in [-1, 1]
+  assert [(e.randomize is not None, e.randomization is not None) for e, _, _ in trained] == [
+      (False, False), (True, True)]
+  act = jax.jit(lambda mp, params, obs: mp(params, deterministic=True)(obs, None)[0],
+                static_argnums=0)
+  for env, kw, (make_policy, params, curve) in trained:
+    assert kw['run_evals'] is False and curve == []
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(params))
+    obs = np.linspace(-1.0, 1.0, env.observation_size, dtype=np.float32)[None]
+    action = np.asarray(act(make_policy, params, obs))
+    assert action.shape == (1, 1) and np.all(np.isfinite(action))
+    assert np.all(np.abs(action) <= 1.0)
   rows = {}
   for name, r in res.items():
     c = r['campaign']

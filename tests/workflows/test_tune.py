@@ -105,12 +105,17 @@ def _pendulum_truth():
 def pendulum(tmp_path_factory):
   """The pendulum unit recorded twice (noise on, one batched run: train and held-out), its
   tune problem started 30 % off (damping +30 %, armature −30 %, bias 0), and `limit.npz`:
-  the thrown arm on the same sample grid (values unused: it is for derivatives)."""
+  the thrown arm on the same sample grid (values unused: it is for derivatives).
+
+  The recordings' physics is MuJoCo C (float64, `physics='c'`), outside the MJX model the fit
+  differentiates (float32; the two agree far below the sensor noise), and it compiles no MJX
+  program of its own."""
   tmp = tmp_path_factory.mktemp('pend')
   man = _manifest(tmp, 'pend', PENDULUM, NOISE)
   train, heldout = tune.simulate_recordings(man, overrides=_pendulum_truth(), seed=1,
                                             duration_s=DURATION_S,
-                                            qpos0=[math.radians(Q0_DEG)], worlds=(0, 1))
+                                            qpos0=[math.radians(Q0_DEG)], worlds=(0, 1),
+                                            physics='c')
   recording.write_recording(tmp / 'train.npz', train)
   recording.write_recording(tmp / 'heldout.npz', heldout)
   thrown = recording.Recording(

@@ -83,10 +83,52 @@ def test_shipped_profile_passes(tmp_path, label, ctype, profiles):
   assert (tmp_path / 'out' / 'bode_angular_velocity.png').exists()
 
 
+# The negative controls below run in `make test` at the smallest size that still separates the
+# families: NEG_STATIC_S = 2 s of static record, NEG_WORLDS = 8. The perturbations act on the
+# rate-table, Bode, range, timing and geometry rigs, whose record lengths are fixed by the
+# rig plans (not by `static_duration_s`), so shortening the static record only widens the
+# static checks' tolerances (they are derived from the record length) — the two static
+# perturbations are still resolved: six_orientation's 0.05 m/s² accelerometer bias (with 2 s
+# at 500 Hz per orientation the standard error of a mean is σ/√1000 ≈ 5e-4 m/s², two orders of
+# magnitude below 0.05 m/s²) and a doubled gyro noise density (the white-noise tolerance the
+# Allan check derives from a 2 s record is ±3.2 %; the doubled density reads 2.0 times the
+# configured one, some 30 tolerances off). The world count stays at 8, as in the rest of this
+# file: the Bode, range and timing checks average over worlds, and their margins were set at
+# that count.
+NEG_STATIC_S, NEG_WORLDS = 2.0, 8
+ICM = ('icm', 'fibril_sim/imu', {'device': 'icm42688p_nominal'})
+R6093U = ('r6093u', 'fibril_sim/ahrs', {'device': 'r6093u_nominal'})
+# The controls' common configuration: the ICM-42688-P with every term a value-only control
+# perturbs already on (a term at its default is compiled out, so switching one on is a new
+# program): an accelerometer bias, a gyro scale error and a 200 Hz accelerometer filter, all
+# configured — the checks model them. A perturbation of these (or of the noise densities and
+# limits the profile sets) changes per-world Params values only: every such control, and this
+# configuration unperturbed (`test_the_controls_configuration_passes`), runs the same two
+# compiled programs (static and dynamic rig). The latency, FIFO and yaw-sign controls change
+# static fields (queue length, read schedule, the sign), so each compiles its own rigs anyway
+# and keeps the shipped profile as its configuration (the latency control with the
+# accelerometer's saturation off: it also holds the range check's limit-0 branch).
+BASE = {'linear_acceleration_bias': [0.01, 0.0, 0.0], 'angular_velocity_scale': [1.005, 1.0, 1.0],
+        'linear_acceleration_bandwidth_hz': 200.0}
+
+
+def test_the_controls_configuration_passes(tmp_path):
+  """The controls' configuration (`BASE`), unperturbed, passes every check at the controls'
+  size, so each control's failure is its perturbation's; with a configured accelerometer
+  filter (Bode vs the configured first-order response), a configured bias and scale error."""
+  m = _manifest(tmp_path, *ICM, **BASE)
+  s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=NEG_STATIC_S,
+                   worlds=NEG_WORLDS, progress=lambda *_: None)
+  assert s['passed'], s['failed']
+  by_name = {c['name']: c for c in s['checks']}
+  assert by_name['bode.linear_acceleration']['configured']['bandwidth_hz'] == 200.0
+  assert by_name['range.linear_acceleration']['configured'] > 0
+
+
 def test_doubled_noise_density_fails_naming_the_check(tmp_path, capsys):
-  m = _manifest(tmp_path, 'icm', 'fibril_sim/imu', {'device': 'icm42688p_nominal'})
+  m = _manifest(tmp_path, *ICM, **BASE)
   code = cli.main(['validate', str(m), '--component', 'dut', '--out', str(tmp_path / 'o'),
-                   '--static-duration', str(STATIC_S), '--worlds', str(WORLDS),
+                   '--static-duration', str(NEG_STATIC_S), '--worlds', str(NEG_WORLDS),
                    '--perturb', 'angular_velocity_noise_density=[9.7738e-5, 9.7738e-5, 9.7738e-5]'])
   assert code == 1
   s = json.loads((tmp_path / 'o' / 'summary.json').read_text())
@@ -101,37 +143,28 @@ def test_doubled_noise_density_fails_naming_the_check(tmp_path, capsys):
 # Each perturbation below moves one property of the simulated device away from the
 # configuration the checks use; exactly that family's check fails. (A gyro scale error, a
 # narrower gyro limit or a lower gyro bandwidth each fail rate_table and range together: both
-# read the same rate-table plateaus. A filter on a channel with a limit also fails its range
-# check: the range sine's slope turns the filter's lag into errors far above the margin; with
-# that channel's saturation off, only its Bode check sees the filter.)
-#
-# These negative controls run in `make test` at the smallest size that still separates the
-# families: NEG_STATIC_S = 2 s of static record, NEG_WORLDS = 8. The perturbations act on the
-# rate-table, Bode, range, timing and geometry rigs, whose record lengths are fixed by the
-# rig plans (not by `static_duration_s`), so shortening the static record only widens the
-# static checks' tolerances (they are derived from the record length) — the one family whose
-# perturbation is a static one, six_orientation's 0.05 m/s² accelerometer bias, is still
-# resolved: with 2 s at 1 kHz per orientation the standard error of a mean is σ/√2000, two
-# orders of magnitude below 0.05 m/s². The world count stays at 8, as in the rest of this
-# file: the Bode, range and timing checks average over worlds, and their margins were set at
-# that count. (Each perturbation switches a term on, so each case compiles its own rigs;
-# the persistent compilation cache makes the warm runs cheap.)
-NEG_STATIC_S, NEG_WORLDS = 2.0, 8
-ICM = ('icm', 'fibril_sim/imu', {'device': 'icm42688p_nominal'})
-R6093U = ('r6093u', 'fibril_sim/ahrs', {'device': 'r6093u_nominal'})
-
-
+# read the same rate-table plateaus. A filter whose lag differs from the configured one on a
+# channel with a limit can also fail its range check: the range check filters the truth with
+# the configured filter, and the centripetal ramp through the limit, ≈ 540 m/s³, turns a lag
+# difference into an error — 0.43 m/s² for 100 Hz where 200 Hz is configured, above the
+# 0.133 m/s² margin, so whether a sample lands in that band is chance of the sample grid. The
+# Bode control's 190 Hz where 200 Hz is configured lags 42 µs more: 0.023 m/s² at the limit,
+# far inside the margin, while the Bode check sees |H| 0.718 for the configured 0.736 at the
+# 190 Hz tone: a complex error of 0.025, about 16 times its tolerance of 0.0016.)
 @pytest.mark.parametrize('device, config, perturb, failed', [
-    (ICM, {}, {'latency_s': 0.004}, ['timing.latency']),
-    (ICM, {}, {'linear_acceleration_bias': [0.05, 0.0, 0.0]},
+    # a 4 ms latency the configuration does not have; this configuration also turns the
+    # accelerometer's saturation off (limit 0), so the range check's limit-0 branch (no
+    # flags) passes here (the other controls' configuration, BASE, keeps the limit)
+    (ICM, {'linear_acceleration_limit': 0.0}, {'latency_s': 0.004}, ['timing.latency']),
+    (ICM, BASE, {'linear_acceleration_bias': [0.06, 0.0, 0.0]},
      ['six_orientation.linear_acceleration.bias']),
-    (ICM, {}, {'angular_velocity_scale': [1.02, 1.0, 1.0]},
+    (ICM, BASE, {'angular_velocity_scale': [1.025, 1.0, 1.0]},
      ['range.angular_velocity', 'rate_table.angular_velocity.gain']),
     # a 20 % wider accelerometer limit: the centripetal samples between the two limits
     # (the rate table reaches 1.3x the configured limit) are not flagged
-    (ICM, {}, {'linear_acceleration_limit': 188.29}, ['range.linear_acceleration']),
-    # a 100 Hz accelerometer filter the configuration does not have (its saturation off)
-    (ICM, {'linear_acceleration_limit': 0.0}, {'linear_acceleration_bandwidth_hz': 100.0},
+    (ICM, BASE, {'linear_acceleration_limit': 188.29}, ['range.linear_acceleration']),
+    # a 190 Hz accelerometer filter where the configuration has 200 Hz
+    (ICM, BASE, {'linear_acceleration_bandwidth_hz': 190.0},
      ['bode.linear_acceleration']),
     # the AHRS: the shipped -1 yaw sign turned to +1
     (R6093U, {}, {'orientation_yaw_sign': 1.0}, ['geometry.yaw_sign']),
@@ -145,15 +178,6 @@ def test_a_perturbation_fails_exactly_its_check(tmp_path, device, config, pertur
   s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=NEG_STATIC_S,
                    worlds=NEG_WORLDS, perturb=perturb, progress=lambda *_: None)
   assert not s['passed'] and sorted(s['failed']) == failed, s['failed']
-
-
-def test_a_configured_limit_of_zero_still_passes(tmp_path):
-  """The Bode control above configures the accelerometer with saturation off: unperturbed,
-  that configuration passes (so the failure there is the perturbation's)."""
-  m = _manifest(tmp_path, *ICM, linear_acceleration_limit=0.0)
-  s = validate.run(m, 'dut', tmp_path / 'out', static_duration_s=NEG_STATIC_S,
-                   worlds=NEG_WORLDS, progress=lambda *_: None)
-  assert s['passed'], s['failed']
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
