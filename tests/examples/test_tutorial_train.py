@@ -13,8 +13,9 @@ from _load import example, is_png
 def test_train_with_device_randomization(tmp_path):
   pytest.importorskip('brax')
   mod = example('train_ppo')
-  # the sizes of tests/rl/test_policy_robustness.py (its programs are in the compilation
-  # cache), without evaluation episodes (their compile would cost more than the training)
+  # a tiny budget (384 steps, 4 envs, 4-step episodes), without evaluation episodes (their
+  # compile would cost more than the training); the network and unroll are train_ppo's
+  # defaults, so these programs are this test's own (none shared with test_policy_robustness)
   mod.main(['--timesteps', '384', '--envs', '4', '--episode-length', '4', '--no-evals',
             '--device-randomization', '--out', str(tmp_path)])
   assert is_png(tmp_path / 'learning_curve.png')
