@@ -3,9 +3,10 @@ thin facade over the one-world pipeline (`fibril_mjx.core.pipeline`: `init` / `s
 world) and its world axis (`fibril_mjx.batch.batched`: `vmap` over worlds, `lax.scan` over
 ticks), laid out on devices, sub-batches and host chunks by `fibril_mjx.batch.worlds`.
 
-Each verb is one jitted program per layout (`_program`): a block over one sub-batch of worlds,
-mapped over the sub-batches and sharded over the devices (a new process finds its compilation
-in JAX's persistent compilation cache when one is set up).
+Each verb is one jitted program per layout (`_call`; `rollout`: reset and run in one per host
+chunk): a block over one sub-batch of worlds, mapped over the sub-batches and sharded over the
+devices, whose LAPACK-safe sub-batch is read from its own trace (a new process finds its
+compilation in JAX's persistent compilation cache when one is set up).
 Inside a user's `jit` / `vmap` / `grad` (traced inputs) a verb runs the batched pipeline as it
 is: the caller owns the world axis.
 """
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.batch import batched
+from fibril_mjx.batch import lapack
 from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
@@ -27,7 +29,7 @@ from fibril_mjx.config.manifest import read_manifest
 from fibril_mjx.core import pipeline
 from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.mechanisms import rng
-from fibril_mjx.physics.mjx import mjx
+from fibril_mjx.physics.mjx import warp_model_and_data
 
 
 class Simulation:
@@ -55,13 +57,10 @@ class Simulation:
       setattr(self, name, getattr(built, name))   # shortcuts into `built`
     _ = built.mx if physics == 'mjx' else None   # a model MJX cannot step: refused here
     if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
-      import mujoco
-      self._mx = mjx.put_model(built.physics_model, impl='warp')
-      d = mujoco.MjData(built.physics_model)
-      mujoco.mj_forward(built.physics_model, d)
-      self._data0 = mjx.put_data(built.physics_model, d, impl='warp')
-    self._programs: dict = {}
-    self._sub_batch: tuple | None = None
+      self._mx, self._data0 = warp_model_and_data(built.physics_model)
+    self._programs, self._caps = {}, {}   # jitted programs; their LAPACK-safe sub-batches
+    self._sub_batch: tuple | None = None   # sub_batch_cap, once asked for
+    self.last_layout: worlds.Layout | None = None   # the layout of the last program run
     self._nbytes: dict = {}
 
   mx = property(lambda self: self.built.mx if self._mx is None else self._mx)   # class doc
@@ -155,67 +154,93 @@ class Simulation:
         qpos_offset=qpos_offset, qvel_offset=qvel_offset, share_physics=share_physics)
 
   def sub_batch_cap(self) -> tuple[int | None, str]:
-    """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`worlds.
-    lapack_safe_sub_batch`, from the traced step), and why; None: no limit."""
+    """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`lapack.
+    lapack_safe_sub_batch` of one world's step, traced for it), and why; None: no limit. Once
+    asked for (the CLI's plan, a campaign), it lays out every later program (`_call`)."""
     if self._sub_batch is None:
       if jax.default_backend() != 'cpu':
         self._sub_batch = (None, f'{jax.default_backend()} backend: no CPU LAPACK call')
       else:
         p, keys = self.default_params(1), rng.world_keys(0, 1)
         st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
-        self._sub_batch = worlds.lapack_safe_sub_batch(
+        self._sub_batch = lapack.lapack_safe_sub_batch(
             lambda pp, s: self._step_batch(None, pp, s), p, st)
     return self._sub_batch
 
   def layout(self, n_worlds: int, *, devices=None, sub_batch: int | None = None,
              share: bool = False) -> worlds.Layout:
-    """How `n_worlds` worlds run in one program (`worlds.Layout`)."""
+    """How `n_worlds` worlds run in one program (`worlds.Layout`), with the sub-batch of
+    `sub_batch_cap` (a verb's own layout: `last_layout`)."""
     devs = worlds.resolve_devices(devices)
     cap = sub_batch
     if cap is None and not share:   # shared physics is unbatched: no batched LAPACK call
       cap = self.sub_batch_cap()[0]
     return worlds.layout(n_worlds, len(devs), cap)
 
-  def _program(self, kind: str, lay, devices, **static):
-    key = (kind, lay, devices, tuple(sorted(static.items())))
-    prog = self._programs.get(key)
+  def _call(self, kind: str, n: int, devices, sub_batch, shared, world, **static):
+    """Runs program `kind` (`_<kind>_block` over `n` worlds) on `(shared, world)`, laid out
+    (`last_layout`) with `sub_batch`, any with shared (unbatched) physics, `sub_batch_cap` once
+    asked for, else the LAPACK-safe size read from its own trace (`lapack.laid_out`)."""
+    pinned = lambda lay: (shared, world) if lay.n_devices == 1 else (   # noqa: E731
+        worlds.unpin(shared), worlds.unpin(world))
+    key, cap = (kind, devices, tuple(sorted(static.items()))), sub_batch
+    if cap is None and not static['share'] and self._sub_batch is not None:
+      cap = self._sub_batch[0]
+    find = cap is None and not static['share'] and self._sub_batch is None
+    prog, self.last_layout = lapack.laid_out(lambda lay: self._program(key, lay, devices), n,
+                                             devices, cap, find, self._caps, key, pinned)
+    return prog(*pinned(self.last_layout))
+
+  def _program(self, key: tuple, lay, devices):
+    kind, _, static = key
+    prog = self._programs.get((key, lay))
     if prog is None:
-      fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **static), lay,
-                          devices)
-      if lay.n_devices > 1:   # a model or state pinned to one device is moved by the program
-        prog = worlds.unpinned(jax.jit(fn))
-      else:
-        prog = jax.jit(fn)
-      self._programs[key] = prog
+      fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **dict(static)),
+                          lay, devices)
+      prog = self._programs[(key, lay)] = jax.jit(fn)
     return prog
 
-  def _join_model(self, shared_model, world_model):
-    return batched.join_model(self.mx, shared_model, world_model)
-
   def _reset_block(self, shared, world, *, model_fields, share, data0=False):
-    mx = self._join_model(shared['model'], world['model'])
+    mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
                            model_fields, share, world['latency'], world['commands'],
                            shared['data0'] if data0 else None)
     return batched.split_state(st, share)
 
   def _step_block(self, shared, world, *, model_fields, share):
-    mx = self._join_model(shared['model'], world['model'])
+    mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = batched.join_state(shared['state'], world['state'])
     st, out = self._step_batch(mx, world['params'], st, world['commands'], model_fields)
     sh, wo = batched.split_state(st, share)
     return sh, {'state': wo, 'outs': out}
 
   def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
-                 observe_truth):
-    mx = self._join_model(shared['model'], world['model'])
+                 observe_truth, tick0=False):
+    mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = batched.join_state(shared['state'], world['state'])
+    out0 = batched.outputs(self.built, st) if record and tick0 else None
     cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
     (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
                                         record, controller, observe_truth, model_fields)
     sh, wo = batched.split_state(st, share)
     outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
+    if out0 is not None:   # the outputs of the starting tick first (rollout's tick 0)
+      outs = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1), out0, outs)
     return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
+
+  def _rollout_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
+                     observe_truth):
+    """`rollout`'s program (one per host chunk): reset, then run with tick 0's outputs
+    first."""
+    reset = {k: world[k] for k in ('params', 'keys', 'model', 'qpos', 'qvel', 'latency')}
+    sh, wo = self._reset_block(shared, reset | {'commands': world['commands0']},
+                               model_fields=model_fields, share=share)
+    return self._run_block(
+        {'model': shared['model'], 'state': sh},
+        {'params': world['params'], 'state': wo, 'carry': world['carry'],
+         'commands': world['commands'], 'model': world['model']},
+        model_fields=model_fields, share=share, n_ticks=n_ticks, record=record,
+        controller=controller, observe_truth=observe_truth, tick0=True)
 
   # ---------------------------------------------------------------- public API
 
@@ -270,19 +295,17 @@ class Simulation:
     if worlds.is_traced((params, world_keys, commands, model, qpos_offset, qvel_offset, data0)):
       return self._reset_batch(batched.full_model(self.mx, model), params, world_keys,
                                qpos_offset, qvel_offset, fields, share, lat, commands, data0)
-    devs = worlds.resolve_devices(devices)
-    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
-    prog = self._program('reset', lay, devs, model_fields=fields, share=share,
-                         data0=data0 is not None)
-    sh, wo = prog({'model': shared_model, 'data0': data0},
-                  {'params': params, 'keys': world_keys, 'model': world_model,
-                   'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat,
-                   'commands': commands})
+    sh, wo = self._call('reset', n, worlds.resolve_devices(devices), sub_batch,
+                        {'model': shared_model, 'data0': data0},
+                        {'params': params, 'keys': world_keys, 'model': world_model,
+                         'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat,
+                         'commands': commands},
+                        model_fields=fields, share=share, data0=data0 is not None)
     return batched.join_state(sh, wo)
 
   def outputs(self, state: SimState) -> dict:
-    """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick."""
-    return batched.outputs(self.built, state)
+    """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick (one program)."""
+    return _outputs(self.built, state)
 
   def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
            model_axes=None, devices=None, sub_batch: int | None = None
@@ -302,13 +325,12 @@ class Simulation:
       return self._step_batch(batched.full_model(self.mx, model), params, state, commands,
                               fields)
     share = batched.is_shared(state)
-    devs = worlds.resolve_devices(devices)
-    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
     sh_st, wo_st = batched.split_state(state, share)
-    prog = self._program('step', lay, devs, model_fields=fields, share=share)
-    sh, wo = prog({'model': shared_model, 'state': sh_st},
-                  {'params': params, 'state': wo_st, 'commands': commands,
-                   'model': world_model})
+    sh, wo = self._call('step', n, worlds.resolve_devices(devices), sub_batch,
+                        {'model': shared_model, 'state': sh_st},
+                        {'params': params, 'state': wo_st, 'commands': commands,
+                         'model': world_model},
+                        model_fields=fields, share=share)
     return batched.join_state(sh, wo['state']), wo['outs']
 
   def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True, *,
@@ -346,31 +368,20 @@ class Simulation:
                                              fields)
       outs = swap(outs) if world_major and record else outs
     else:
-      state, carry, outs = self._run_world_major(
-          params, state, n_ticks, record, commands=commands if world_major else swap(commands),
-          controller=controller, controller_state=controller_state,
-          observe_truth=observe_truth, model=model, model_axes=model_axes, devices=devices,
-          sub_batch=sub_batch)
+      n = state.diverged.shape[0]
+      fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
+      share = batched.is_shared(state)
+      sh_st, wo_st = batched.split_state(state, share)
+      sh, wo = self._call('run', n, worlds.resolve_devices(devices), sub_batch,
+                          {'model': shared_model, 'state': sh_st},
+                          {'params': params, 'state': wo_st, 'carry': controller_state,
+                           'commands': commands if world_major else swap(commands),
+                           'model': world_model},
+                          model_fields=fields, share=share, n_ticks=n_ticks, record=record,
+                          controller=controller, observe_truth=observe_truth)
+      state, carry, outs = batched.join_state(sh, wo['state']), wo['carry'], wo['outs']
       outs = outs if world_major or not record else swap(outs)
     return ((state, carry) if controller is not None else state), outs
-
-  def _run_world_major(self, params, state, n_ticks, record, *, commands=None, controller=None,
-                       controller_state=None, observe_truth=False, model=None, model_axes=None,
-                       devices=None, sub_batch=None):
-    """`run` with world-major commands and outputs `(nworld, n_ticks, ...)`; returns
-    `(state, controller_state, outputs)` (used by `rollout`)."""
-    n = state.diverged.shape[0]
-    fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
-    share = batched.is_shared(state)
-    devs = worlds.resolve_devices(devices)
-    lay = self.layout(n, devices=devs, sub_batch=sub_batch, share=share)
-    sh_st, wo_st = batched.split_state(state, share)
-    prog = self._program('run', lay, devs, model_fields=fields, share=share, n_ticks=n_ticks,
-                         record=record, controller=controller, observe_truth=observe_truth)
-    sh, wo = prog({'model': shared_model, 'state': sh_st},
-                  {'params': params, 'state': wo_st, 'carry': controller_state,
-                   'commands': commands, 'model': world_model})
-    return batched.join_state(sh, wo['state']), wo['carry'], wo['outs']
 
   def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
               record: bool = True, chunk_worlds: int | None = None,
@@ -425,6 +436,7 @@ class Simulation:
           qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency, lanes=sub_batch,
           share_physics=share_physics)
     fields = batched.model_field_names(model, model_axes)
+    self.check_params(params)
     self.latency_inputs(latency, n)   # validated once, before anything runs
     lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}
            for cid, per in (latency or {}).items()}
@@ -434,31 +446,30 @@ class Simulation:
     devs = worlds.resolve_devices(devices)
     finals, traces, carries = [], [], []
     for lo, hi in worlds.chunks(n, chunk_worlds):
-      sl = lambda t: jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
-      p, keys = sl(params), world_keys[lo:hi]
-      m = batched.model_rows(model, fields, lo, hi)
+      whole = (lo, hi) == (0, n)   # one chunk: the inputs as they are (no eager slicing)
+      sl = lambda t: t if whole else jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
+      p, keys = sl(params), sl(world_keys)
+      m = model if whole else batched.model_rows(model, fields, lo, hi)
       cmds0, cmds = batched.split_trace(commands, self.null_commands(), lo, hi)
       carry = None
       if controller is not None:
         carry = sl(controller_init) if controller_per_world else jax.tree.map(
             lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)), controller_init)
-      st = self.reset(p, keys, commands=cmds0, model=m, model_axes=fields,
-                      qpos_offset=sl(qpos_offset),
-                      qvel_offset=sl(qvel_offset), latency=sl(lat) or None,
-                      share_physics=share, devices=devs, sub_batch=sub_batch)
-      out0 = self.outputs(st) if record else None
-      st, carry, outs = self._run_world_major(
-          p, st, n_ticks, record, commands=cmds, controller=controller, controller_state=carry,
-          observe_truth=observe_truth, model=m, model_axes=fields, devices=devs,
-          sub_batch=sub_batch)
-      lay = self.layout(hi - lo, devices=devs, sub_batch=sub_batch, share=share)
+      _, shared_model, world_model = batched.model_parts(self.mx, m, fields, hi - lo)
+      sh, wo = self._call('rollout', hi - lo, devs, sub_batch, {'model': shared_model},
+                          {'params': p, 'keys': keys, 'model': world_model,
+                           'qpos': sl(qpos_offset), 'qvel': sl(qvel_offset),
+                           'latency': self.latency_inputs(sl(lat) or None, hi - lo),
+                           'commands0': cmds0, 'carry': carry, 'commands': cmds},
+                          model_fields=fields, share=share, n_ticks=n_ticks, record=record,
+                          controller=controller, observe_truth=observe_truth)
+      st, carry, outs = batched.join_state(sh, wo['state']), wo['carry'], wo['outs']
       worlds.Watchdog(f'{self.manifest.path}: rollout of worlds {lo}..{hi - 1} '
-                      f'({lay.describe()}, {n_ticks} ticks)', stall_s).wait((st, outs))
+                      f'({self.last_layout.describe()}, {n_ticks} ticks)', stall_s).wait(
+                          (st, outs))
       finals.append(st)
       carries.append(carry)
-      if record:
-        traces.append(jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1),
-                                   out0, outs))
+      traces.append(outs)
     trace = batched.concat_worlds(traces) if record else None
     final = batched.concat_states(finals, share)
     if return_carry:
@@ -486,3 +497,4 @@ def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str =
 
 
 world_keys = rng.world_keys
+_outputs = jax.jit(batched.outputs, static_argnums=0)   # `Simulation.outputs`

@@ -20,7 +20,7 @@ Layout of one program over `n` worlds (`Layout`):
   lapack_kernels.cc: GetLapackBatchChunkSize`): two such calls running concurrently on the
   pool's workers each wait for sub-tasks queued on that same, fully occupied pool — the
   deadlock seen as a hang at 0 % CPU with 1024+ worlds of a contact model. Below the split
-  the kernel runs inline and cannot wait on the pool (`lapack_safe_sub_batch`).
+  the kernel runs inline and cannot wait on the pool (`fibril_mjx.batch.lapack`).
 * **padding** — the world count is padded to `D·m·k` with copies of world 0 (dropped from the
   results); `k ≥ 2` always, because XLA compiles a batch of exactly one world to different
   (scalar) code whose results can differ in the last bit. With `cpu_flags` (no FMA
@@ -41,7 +41,7 @@ import os
 import platform
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,6 @@ from fibril_mjx.mechanisms import jax_compat
 from fibril_mjx.errors import FibrilError
 
 AXIS = 'worlds'
-LAPACK_MIN_WORK = 200_000   # jaxlib 0.10 CPU: a batched LAPACK call splits at this FLOP count
 DEFAULT_STALL_S = 120.0     # no process CPU progress for this long while waiting = stalled
 
 
@@ -167,61 +166,6 @@ def resolve_devices(devices=None) -> tuple:
   return tuple(devices)
 
 
-# ---------------------------------------------------------------- the LAPACK-safe sub-batch
-
-_LINALG_COST = {
-    # FLOP estimates per matrix, as jaxlib 0.10's lapack_kernels.cc computes them.
-    'cholesky': lambda s: s[-1] ** 3 // 3,
-    'lu': lambda s: s[-2] * s[-1] * min(s[-2], s[-1]),
-    'geqrf': lambda s: 2 * s[-2] * s[-1] * min(s[-2], s[-1]) - 2 * min(s[-2], s[-1]) ** 3 // 3,
-    'geqp3': lambda s: 2 * s[-2] * s[-1] * min(s[-2], s[-1]) - 2 * min(s[-2], s[-1]) ** 3 // 3,
-}
-_LINALG_OTHER = {'eigh', 'eig', 'svd', 'schur', 'householder_product', 'hessenberg',
-                 'tridiagonal', 'tridiagonal_solve', 'qr'}
-
-
-def _linalg_calls(jaxpr) -> Iterator[tuple[str, int, int]]:
-  """(primitive, matrices per call, FLOP per matrix) of every LAPACK-backed call, recursively."""
-  for eqn in jaxpr.eqns:
-    name = eqn.primitive.name
-    if name in _LINALG_COST or name in _LINALG_OTHER or name == 'triangular_solve':
-      s = tuple(eqn.invars[0].aval.shape)
-      if name == 'triangular_solve':
-        b = tuple(eqn.invars[1].aval.shape)
-        rows, cols = b[-2], b[-1]
-        cost = rows * cols * (rows if eqn.params.get('left_side') else cols)
-        batch = int(np.prod(b[:-2], dtype=np.int64))
-      else:
-        cost = (_LINALG_COST[name](s) if name in _LINALG_COST
-                else 4 * max(s[-2:]) ** 3)     # conservative for kernels not listed
-        batch = int(np.prod(s[:-2], dtype=np.int64))
-      yield name, batch, int(cost)
-    for v in eqn.params.values():
-      for sub in (v if isinstance(v, (tuple, list)) else (v,)):
-        inner = getattr(sub, 'jaxpr', sub)
-        if hasattr(inner, 'eqns'):
-          yield from _linalg_calls(inner)
-
-
-def lapack_safe_sub_batch(fn: Callable, *args) -> tuple[int | None, str]:
-  """Largest number of worlds per vmapped call of `fn` (a single-world function) whose LAPACK
-  calls all stay below jaxlib's thread-pool split, and why.
-
-  Returns:
-    `(k, reason)`: `k` None when `fn` makes no batched LAPACK call (any sub-batch is safe).
-  """
-  jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-  worst, what = 0, ''
-  for name, batch, cost in _linalg_calls(jaxpr):
-    if batch * cost > worst:
-      worst, what = batch * cost, f'{name} ({batch} x {cost} FLOP per world)'
-  if worst == 0:
-    return None, 'no batched LAPACK call in the step'
-  k = max(2, (LAPACK_MIN_WORK - 1) // worst)
-  return k, (f'{k} worlds per sub-batch keep {what} below jaxlib\'s {LAPACK_MIN_WORK:,}-FLOP '
-             'thread-pool split')
-
-
 # ---------------------------------------------------------------- layout
 
 @dataclasses.dataclass(frozen=True)
@@ -323,11 +267,6 @@ def unpin(tree):
       return np.asarray(x)
     return x
   return jax.tree.map(one, tree)
-
-
-def unpinned(prog: Callable) -> Callable:
-  """`prog(shared, world)` called with both `unpin`ned."""
-  return lambda shared, world: prog(unpin(shared), unpin(world))
 
 
 def is_traced(tree) -> bool:

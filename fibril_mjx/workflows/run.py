@@ -255,15 +255,14 @@ def _run_chunk(sim, plan: _Plan, params_all, lo: int, hi: int, *, seed, worlds, 
   n = hi - lo
   p = jax.tree.map(lambda x: x[lo:hi], params_all)
   keys = simulator.world_keys(seed, n, lo)
-  lay = sim.layout(n, devices=plan.devs, share=plan.share)
-  compiling = lay not in res.layouts
-  res.layouts.append(lay)
-  watch = worlds_mod.Watchdog(f'{label}: worlds {lo}..{hi - 1} of {worlds} '
-                              f'({lay.describe()})', stall_s)
+  watch = worlds_mod.Watchdog(f'{label}: worlds {lo}..{hi - 1} of {worlds}', stall_s)
   if plan.physics != 'mjx':   # the whole chunk in one open-loop rollout
+    res.layouts.append(sim.layout(n, devices=plan.devs, share=plan.share))
     state, host = _rollout_c(sim, plan, p, keys, n, watch, res, bar, share_physics)
-  else:
+  else:   # a new world count is a new layout: its first call compiles
+    compiling = n not in [lay.n_worlds for lay in res.layouts]
     state, host = _rollout_mjx(sim, plan, p, keys, n, watch, compiling, res, bar)
+    res.layouts.append(sim.last_layout)   # the layout the programs found (`Simulation._call`)
   flat = common.flatten(host)
   res.add(sim, flat, state)
   traces.write(flat, lo, hi, 0)

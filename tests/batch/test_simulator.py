@@ -243,3 +243,24 @@ def test_gradient_of_a_sensor_output_through_physics_wrt_mjcf_and_component_fiel
   fd = central_differences(jax.jit(loss), theta0, rel_step=2e-2)   # one program, 4 calls
   assert grad[0] < 0 < grad[1]                 # more damping: slower; larger setpoint: faster
   np.testing.assert_allclose(grad, fd, rtol=2e-2)
+
+
+def test_every_program_of_a_model_reuses_one_trace_of_its_physics(tmp_path, monkeypatch):
+  """A rollout, a reset and a step of one model run MJX's Python `forward` once: the physics
+  is jitted (`fibril_mjx.physics.mjx`), so each later program batches that trace as a jaxpr
+  instead of tracing MJX again (without the jit: 6 calls here). The rig has a third geom, a
+  shape no other test's model has, so no other test's trace is reused (the jit's cache keys
+  on shapes and structure, not on values)."""
+  from conftest import RIG_XML
+  from fibril_mjx.physics import mjx as physics
+  path = write_rig(tmp_path, [ahrs_entry(period_s=0.004)])
+  (tmp_path / 'rig.xml').write_text(RIG_XML.replace(
+      '<site name="imu2"', '<geom type="sphere" size="0.01" mass="0.01" contype="0" '
+      'conaffinity="0"/>\n<site name="imu2"', 1))
+  calls, real = [], physics._mjx.forward
+  monkeypatch.setattr(physics._mjx, 'forward', lambda m, d: calls.append(1) or real(m, d))
+  sim = fibril_mjx.load(path)
+  p, keys = sim.default_params(2), fibril_mjx.world_keys(0, 2)
+  sim.rollout(p, keys, 2)
+  sim.step(p, sim.reset(p, keys))
+  assert len(calls) == 1

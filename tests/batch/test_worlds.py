@@ -16,6 +16,7 @@ import yaml
 import fibril_mjx
 from fibril_mjx.workflows import run as runner
 from fibril_mjx.batch import worlds
+from fibril_mjx.batch import lapack
 from fibril_mjx.errors import FibrilError
 from conftest import ahrs_entry, write_rig
 
@@ -99,11 +100,33 @@ def test_lapack_safe_sub_batch_follows_the_jaxlib_split_rule():
   """A 10x10 Cholesky costs 10³/3 = 333 FLOP in jaxlib's estimate: 600 matrices stay below
   the 200 000-FLOP split, 601 do not."""
   a = jnp.eye(10, dtype=jnp.float32)
-  k, why = worlds.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), a)
+  k, why = lapack.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), a)
   assert k == 600 and 'cholesky' in why
-  k, _ = worlds.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), jnp.stack([a] * 4))
+  k, _ = lapack.lapack_safe_sub_batch(lambda m: jnp.linalg.cholesky(m), jnp.stack([a] * 4))
   assert k == 150
-  assert worlds.lapack_safe_sub_batch(lambda x: x * 2, a)[0] is None
+  assert lapack.lapack_safe_sub_batch(lambda x: x * 2, a)[0] is None
+
+
+def test_a_program_lays_itself_out_below_the_lapack_split(rig, base):
+  """A controller factoring a 50x50 matrix per world (50³/3 = 41 666 FLOP): the run program
+  reads from its own trace that 4 worlds per call stay below the 200 000-FLOP split, where the
+  rig's step alone allows thousands, and runs the 9 worlds as 3 sub-batches of 3 (without the
+  relayout: one call of 9)."""
+  _, rig_sim = rig
+  sim = fibril_mjx.Simulation(rig_sim.built)   # nothing laid out yet
+  p, keys, _, _ = base
+  a = jnp.eye(50)
+
+  def controller(obs, carry):
+    return {}, carry + jnp.linalg.cholesky(a * (2.0 + carry))[0, 0]
+  _, tr, carry = sim.rollout(p, keys, 2, controller=controller, controller_init=jnp.zeros(()),
+                             devices=1, return_carry=True)
+  assert sim.last_layout == worlds.layout(N, 1, 4)
+  assert (sim.last_layout.sub_batch, sim.last_layout.n_sub) == (3, 3)
+  assert sim.sub_batch_cap()[0] > 1000                 # the step alone: no binding cap
+  once = np.sqrt(2.0)                                   # the controller's two calls, each world
+  np.testing.assert_allclose(np.asarray(carry), np.full(N, once + np.sqrt(2.0 + once)),
+                             rtol=1e-6)
 
 
 def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):

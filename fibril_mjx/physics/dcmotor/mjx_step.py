@@ -13,6 +13,7 @@ against mujoco-mjx 3.17.0; re-check on a mujoco-mjx upgrade.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -78,6 +79,7 @@ class Pending(NamedTuple):
   current: Any
 
 
+@functools.partial(jax.jit, static_argnums=0)   # traced once per model (`fibril_mjx.physics.mjx`)
 def forward(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax.Array,
             state: DcMotorState) -> tuple[Any, Pending]:
   """The forward half of a physics step replacing `mjx.forward(mx, dx)`.
@@ -126,6 +128,7 @@ def forward(dset: DcMotorSet, params: DcMotorParams, mx: Any, dx: Any, ctrl: jax
   return d, Pending(nxt, act_dot, dfdv, state)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def integrate(dset: DcMotorSet, mx: Any, d: Any, pending: Pending) -> tuple[Any, DcMotorState]:
   """The integration half: `d` from `forward`; returns `(dx_next, state_next)` (twin `act`
   entries that mirror a dcmotor hold its activation)."""
