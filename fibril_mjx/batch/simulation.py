@@ -215,32 +215,31 @@ class Simulation:
     return sh, {'state': wo, 'outs': out}
 
   def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
-                 observe_truth, tick0=False):
+                 observe_truth):
     mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = batched.join_state(shared['state'], world['state'])
-    out0 = batched.outputs(self.built, st) if record and tick0 else None
     cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
     (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
                                         record, controller, observe_truth, model_fields)
     sh, wo = batched.split_state(st, share)
     outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
-    if out0 is not None:   # the outputs of the starting tick first (rollout's tick 0)
-      outs = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1), out0, outs)
     return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
 
   def _rollout_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
                      observe_truth):
-    """`rollout`'s program (one per host chunk): reset, then run with tick 0's outputs
-    first."""
+    """`rollout`'s program (one per host chunk): reset, run, tick 0's outputs first."""
     reset = {k: world[k] for k in ('params', 'keys', 'model', 'qpos', 'qvel', 'latency')}
     sh, wo = self._reset_block(shared, reset | {'commands': world['commands0']},
                                model_fields=model_fields, share=share)
-    return self._run_block(
-        {'model': shared['model'], 'state': sh},
-        {'params': world['params'], 'state': wo, 'carry': world['carry'],
-         'commands': world['commands'], 'model': world['model']},
-        model_fields=model_fields, share=share, n_ticks=n_ticks, record=record,
-        controller=controller, observe_truth=observe_truth, tick0=True)
+    out0 = batched.outputs(self.built, batched.join_state(sh, wo)) if record else None
+    run = {k: world[k] for k in ('params', 'carry', 'commands', 'model')}
+    sh, out = self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
+                              model_fields=model_fields, share=share, n_ticks=n_ticks,
+                              record=record, controller=controller, observe_truth=observe_truth)
+    if record:   # tick 0's outputs first
+      out['outs'] = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1), out0,
+                                 out['outs'])
+    return sh, out
 
   # ---------------------------------------------------------------- public API
 
