@@ -186,3 +186,44 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and len(err) == 1 and 'nope' in err[0] and str(m) in err[0]
   assert not (tmp_path / 'o').exists()
+
+
+def test_the_placed_device_reads_each_site_as_mujoco_c_does(tmp_path):
+  """The IMU / AHRS rigs carry one device and move its sensors from site to site per group of
+  worlds (`common.placements`): group j's truth is what MuJoCo C's own sensors on site j
+  read (the rig's MJCF with a gyro and an accelerometer added on every site, `mj_forward`
+  with no device code, under the rig's tick-0 controls), for the static poses and the dynamic
+  rig's sites at tick 0."""
+  import mujoco
+  from fibril_mjx.batch import physics_c
+  from fibril_mjx.mechanisms.rng import world_keys
+  from fibril_mjx.workflows.validate import common, inertial
+  m = _manifest(tmp_path, *R6093U)
+  ctype, cfg = validate.resolved_config(m, 'dut')
+  dev = inertial.device_from_config('dut', ctype, cfg)
+  worlds = 2
+  for rig, (xml, doc, places) in {
+      'static': inertial.static_rig(dev, {}),
+      'dynamic': inertial.dynamic_rig(dev, inertial.dynamic_plan(dev), {})}.items():
+    sim = common.rig_simulation(common.write_rig(tmp_path, rig, xml, doc), placed=True)
+    assert len(sim.built.components) == 1
+    n = len(places) * worlds
+    _, tr = sim.rollout(sim.default_params(n), world_keys(0, n), 1,
+                        model=common.placements(sim.mj_model, list(places.values()), worlds))
+    truth = common.by_place(tr['truth'][common.DUT], places, worlds)
+    ref_xml = xml.replace('</sensor>', ''.join(
+        f'<gyro name="rg_{s}" site="{s}"/><accelerometer name="ra_{s}" site="{s}"/>'
+        for s in places.values()) + '</sensor>')
+    ref = mujoco.MjModel.from_xml_string(ref_xml)
+    d = mujoco.MjData(ref)
+    d.ctrl[:] = physics_c.script_ctrl(sim.built, 0)[0]
+    mujoco.mj_forward(ref, d)
+    for place, site in places.items():
+      for field, name in (('linear_acceleration', 'ra'), ('angular_velocity', 'rg')):
+        want = d.sensor(f'{name}_{site}').data
+        got = np.asarray(truth[place][field])[:, 0]
+        assert np.allclose(got, want, rtol=1e-6, atol=1e-6), (rig, place, field, got, want)
+    # the static poses are told apart by gravity: +g on the up axis of each
+    if rig == 'static':
+      for place, (_, axis, sign) in inertial.POSES.items():
+        assert sign * np.asarray(truth[place]['linear_acceleration'])[0, 0, axis] > 9.8

@@ -51,7 +51,7 @@ def test_sweep_catches_a_wrong_k1(tmp_path):
 def test_other_rigs_hold_the_ambient_at_t_ref():
   ctype, cfg = validate.resolved_config(REPO / 'manifests' / 'imu_thermal.yaml', 'imu')
   dev = inertial.device_from_config('imu', ctype, cfg)
-  entry = inertial.pose_entry(dev, 'px', {})['config']
+  entry = inertial.device_entry(dev, {})['config']
   assert entry['ambient_temperature_c'] == [cfg['reference_temperature_c']]
   assert entry['ambient_temperature_time_s'] == [0.0]
 

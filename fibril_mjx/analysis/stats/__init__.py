@@ -34,5 +34,6 @@ from fibril_mjx.analysis.stats.allan_model import (  # noqa: F401
     allan_relative_sigma,
     allan_variance_model,
     ar1_fit,
+    ar1_residual_var_factor,
 )
 from fibril_mjx.analysis.stats.proportion import Z95, wilson  # noqa: F401

@@ -14,6 +14,7 @@ import time
 import types
 
 import jax
+import mujoco
 import numpy as np
 import yaml
 
@@ -90,24 +91,52 @@ def axis_name(i):
 # ------------------------------------------------------------------------- data helpers
 
 
-def rig_simulation(path):
+DUT = 'dut'   # the component id of a rig's device under test
+
+
+def rig_simulation(path, *, placed: bool = False):
   """A rig's `Simulation` on the fastest valid physics backend (`physics_c.choose`: MuJoCo C
-  on a CPU for these open-loop rigs, MJX otherwise)."""
+  on a CPU for these open-loop rigs, MJX otherwise). `placed`: the rig moves its device from
+  site to site per world (`placements`), which only MuJoCo C can (MJX compiles each sensor's
+  object into the program), so MuJoCo C on any backend; the devices run where JAX runs."""
   sim = load_simulation(path)
-  physics, _ = physics_c.choose(sim.built, 'auto', impl=sim.impl)
+  physics, _ = physics_c.choose(sim.built, 'c' if placed else 'auto', impl=sim.impl)
   return sim if physics == 'mjx' else Simulation(sim.built, physics=physics)
 
 
-def segments(sim, params, keys, n_ticks, seg, observe_truth=False):
+def placements(m, sites, worlds: int) -> dict:
+  """Per-world MJCF fields that place a rig's one device on each of `sites` in turn:
+  `{'sensor_objid': (len(sites) * worlds, nsensor)}`, worlds `j*worlds .. (j+1)*worlds - 1`
+  on `sites[j]`. Every sensor on the first site moves (the device's own and the hidden ones
+  the builder adds for it, e.g. the IMU's orientation), so one compiled device program
+  serves every site instead of one copy of the device per site."""
+  ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, s) for s in sites]
+  on = (m.sensor_objtype == mujoco.mjtObj.mjOBJ_SITE) & (m.sensor_objid == ids[0])
+  objid = np.repeat(np.asarray(m.sensor_objid)[None], len(ids) * worlds, axis=0)
+  for j, sid in enumerate(ids):
+    objid[j * worlds:(j + 1) * worlds, on] = sid
+  return {'sensor_objid': objid}
+
+
+def by_place(tree, names, worlds: int) -> dict:
+  """`{name: tree of worlds j*worlds .. (j+1)*worlds - 1}` for the j-th of `names` (the
+  leading axis of `tree`'s leaves is the world axis of `placements`)."""
+  return {n: jax.tree.map(lambda x, j=j: x[j * worlds:(j + 1) * worlds], tree)
+          for j, n in enumerate(names)}
+
+
+def segments(sim, params, keys, n_ticks, seg, observe_truth=False, model=None):
   """`(outputs of tick 0 (W, 1, ...), iterator of world-major outputs (W, seg, ...))` of a
   rig: MJX in segments of `seg` ticks (bounded device memory), MuJoCo C in one open-loop
-  rollout (its outputs cut into the same segments)."""
+  rollout (its outputs cut into the same segments). `model`: per-world MJCF fields (MuJoCo
+  C only: `placements`)."""
   if getattr(sim, 'physics', 'mjx') == 'c':
-    _, tr = sim.rollout(params, keys, n_ticks, record=True)
+    _, tr = sim.rollout(params, keys, n_ticks, record=True, model=model)
     tr = jax.tree.map(np.asarray, tr)
     return (jax.tree.map(lambda x: x[:, :1], tr),
             (jax.tree.map(lambda x, k=k: x[:, 1 + k:1 + k + seg], tr)
              for k in range(0, n_ticks, seg)))
+  assert model is None, 'per-world placements need MuJoCo C (rig_simulation(placed=True))'
   state = sim.reset(params, keys)
   first = jax.tree.map(lambda x: np.asarray(x)[:, None], sim.outputs(state))
 
@@ -120,10 +149,10 @@ def segments(sim, params, keys, n_ticks, seg, observe_truth=False):
   return first, rest(state)
 
 
-def collect(sim, params, keys, n_ticks, seg, fields):
+def collect(sim, params, keys, n_ticks, seg, fields, model=None):
   """Runs `n_ticks` in segments; returns `{cid: {field: (W, n_acq, ...)}}` of the delivered
   samples indexed by acquisition (sequence) number, NaN where lost, plus 'delivered'."""
-  first, rest = segments(sim, params, keys, n_ticks, seg)
+  first, rest = segments(sim, params, keys, n_ticks, seg, model=model)
   first = jax.tree.map(lambda x: x[:, 0], first['sensor'])
   book = lambda d: ('new_data', 'sequence', 'sample_tick') + (   # noqa: E731
       ('count',) if isinstance(d, fifo.Batch) else ())

@@ -37,7 +37,7 @@ from fibril_mjx.workflows.validate.inertial.rigs import (  # noqa: F401
     INERTIA,
     dynamic_plan,
     dynamic_rig,
-    pose_entry,
+    device_entry,
     static_rig,
 )
 from fibril_mjx.workflows.validate.inertial.driver import (  # noqa: F401

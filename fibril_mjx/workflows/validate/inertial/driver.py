@@ -9,8 +9,9 @@ import time
 import numpy as np
 
 from fibril_mjx.workflows.validate import thermal, vibration
-from fibril_mjx.workflows.validate.common import (rig_simulation, by_sequence, collect,
-                                                  finish, staged_output, write_rig)
+from fibril_mjx.workflows.validate.common import (DUT, by_place, by_sequence, collect, finish,
+                                                  placements, rig_simulation, staged_output,
+                                                  write_rig)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
@@ -67,32 +68,36 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
   with staged_output(out) as tmp:
     fig_dir = tmp
     rigs = tmp / 'rigs'
-    # ---- static rig: long records, segments keep memory flat.
-    xml, doc = static_rig(dev, perturb)
-    sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
+    # ---- static rig: long records, segments keep memory flat; one group of worlds per pose.
+    xml, doc, places = static_rig(dev, perturb)
+    sim = rig_simulation(write_rig(rigs, 'static', xml, doc), placed=True)
     n_acq = int(round(static_duration_s / dev.period_s))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
     seg = int(math.ceil((n_acq + 50) / n_seg))
     n_ticks = n_seg * seg
     fields = ('angular_velocity', 'linear_acceleration') + (
         ('orientation',) if ctype == 'fibril_sim/ahrs' else ())
-    progress(f'static rig: {len(POSES)} poses x {worlds} worlds x {n_ticks} ticks '
+    n_w = len(places) * worlds
+    progress(f'static rig: {len(places)} poses x {worlds} worlds x {n_ticks} ticks '
              f'({n_ticks * dev.period_s:g} s)')
-    data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
-                   n_ticks, seg, fields)
+    data = collect(sim, sim.default_params(n_w), world_keys(seed, n_w), n_ticks, seg, fields,
+                   model=placements(sim.mj_model, list(places.values()), worlds))[DUT]
+    data = by_place(data, places, worlds)
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks = static_checks(dev, data, n_acq, None, fig_dir)
     del data
     progress(f'  static checks done ({time.time() - t0:.0f} s)')
-    # ---- dynamic rig: rate table, range, sweeps, timing.
+    # ---- dynamic rig: rate table, range, sweeps, timing; one group of worlds per site.
     plan = dynamic_plan(dev)
-    xml, doc = dynamic_rig(dev, plan, perturb)
-    sim = rig_simulation(write_rig(rigs, 'dynamic', xml, doc))
-    progress(f'dynamic rig: 7 sensors x {worlds} worlds x {plan.n_ticks} ticks '
+    xml, doc, places = dynamic_rig(dev, plan, perturb)
+    sim = rig_simulation(write_rig(rigs, 'dynamic', xml, doc), placed=True)
+    n_w = len(places) * worlds
+    progress(f'dynamic rig: {len(places)} sites x {worlds} worlds x {plan.n_ticks} ticks '
              f'(dt {plan.dt:g} s)')
-    _, trace = sim.rollout(sim.default_params(worlds), world_keys(seed + 1, worlds),
-                           plan.n_ticks, observe_truth=True)
-    trace = jax.tree.map(np.asarray, trace)
+    _, trace = sim.rollout(sim.default_params(n_w), world_keys(seed + 1, n_w), plan.n_ticks,
+                           model=placements(sim.mj_model, list(places.values()), worlds))
+    trace = {k: by_place(jax.tree.map(np.asarray, trace[k][DUT]), places, worlds)
+             for k in ('sensor', 'truth')}
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks += dynamic_checks(dev, plan, trace, fig_dir)
     progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')

@@ -9,7 +9,7 @@ import textwrap
 
 
 from fibril_mjx.workflows.validate import thermal, vibration
-from fibril_mjx.workflows.validate.common import G, bench_xml
+from fibril_mjx.workflows.validate.common import DUT, G, bench_xml
 from fibril_mjx.workflows.validate.inertial.device import (Device, POSES, RATE_SITES, SKIP,
                                                            SUBSTEPS, TONES, WINDOW)
 
@@ -25,29 +25,32 @@ def _sensor_xml(prefix, site, ahrs):
   return s
 
 
-def pose_entry(dev: Device, name, overrides):
-  """The manifest component entry of the device at pose `name` (its `g_/a_/q_<name>` MuJoCo
-  sensors), thermal and vibration models neutral, `overrides` applied."""
+def device_entry(dev: Device, overrides):
+  """The manifest entry of the one device of a rig, `DUT` (its `g_/a_/q_dut` MuJoCo sensors),
+  thermal and vibration models neutral, `overrides` applied. A rig places it on each of its
+  sites in turn: one group of worlds per site (`common.placements`)."""
   cfg = {k: v for k, v in dev.config.items()}
   cfg.update(thermal.neutral_ambient(cfg))   # the thermal sweep has its own rig
   cfg.update(vibration.neutral(cfg))         # and the rotor its own
   cfg.update(overrides)
-  cfg['gyroscope_sensor'] = f'g_{name}'
-  cfg['accelerometer_sensor'] = f'a_{name}'
+  cfg['gyroscope_sensor'] = f'g_{DUT}'
+  cfg['accelerometer_sensor'] = f'a_{DUT}'
   if dev.type == 'fibril_sim/ahrs':
-    cfg['orientation_sensor'] = f'q_{name}'
-  return {'id': name, 'type': dev.type, 'config': cfg}
+    cfg['orientation_sensor'] = f'q_{DUT}'
+  return {'id': DUT, 'type': dev.type, 'config': cfg}
 
 
-def static_rig(dev: Device, overrides) -> tuple[str, dict]:
+def static_rig(dev: Device, overrides) -> tuple[str, dict, dict]:
   """Six static poses on a bench (hinge about the vertical through its centre of mass, so
-  MuJoCo C and MJX agree), timestep = the output period."""
+  MuJoCo C and MJX agree), timestep = the output period. Returns `(xml, manifest, {pose: site})`:
+  the device is placed on each pose's site in turn."""
   ahrs = dev.type == 'fibril_sim/ahrs'
   sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _, _) in POSES.items())
-  sensors = ''.join(_sensor_xml(n, f's_{n}', ahrs) for n in POSES)
+  places = {n: f's_{n}' for n in POSES}
+  sensors = _sensor_xml(DUT, next(iter(places.values())), ahrs)
   xml = bench_xml('fibril_validate_static', dev.period_s, sites, sensors=sensors)
-  comps = [pose_entry(dev, n, overrides) for n in POSES]
-  return xml, {'fibril_manifest': 1, 'model': 'static.xml', 'components': comps}
+  return xml, {'fibril_manifest': 1, 'model': 'static.xml',
+               'components': [device_entry(dev, overrides)]}, places
 
 
 @dataclasses.dataclass
@@ -81,11 +84,12 @@ def dynamic_plan(dev: Device) -> DynamicPlan:
 INERTIA = 0.01   # kg·m² of each driven body about its joint (kg for the slide)
 
 
-def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict]:
+def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict, dict]:
   """Rate table (three sites, one axis each along the spin axis; two off-axis sites for the
   accelerometer range), a hinge about z and a slide along x driven by one motor per sweep
   tone. Motors apply `I·A·2πf·cos(2πft + φ)`, so the rate (or the acceleration) is an exact
-  sum of sines on a linear system (no servo in the loop). Timestep = output period / 4."""
+  sum of sines on a linear system (no servo in the loop). Timestep = output period / 4.
+  Returns `(xml, manifest, {place: site})`: the device is placed on each site in turn."""
   ahrs = dev.type == 'fibril_sim/ahrs'
   r = plan.radius_m
   rate_sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _) in
@@ -103,8 +107,8 @@ def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict]:
                    'amplitude': INERTIA * plan.gyro_tone_amp * 2 * math.pi * f})
     script.append({'actuator': f'ln_m{k}', 'frequency_hz': f, 'phase_rad': 0.3 + 0.9 * k,
                    'amplitude': INERTIA * plan.accel_tone_amp})
-  names = list(RATE_SITES) + ['cout', 'cin', 'sweep', 'lin']
-  sensors = ''.join(_sensor_xml(n, f's_{n}', ahrs) for n in names)
+  places = {n: f's_{n}' for n in list(RATE_SITES) + ['cout', 'cin', 'sweep', 'lin']}
+  sensors = _sensor_xml(DUT, next(iter(places.values())), ahrs)
   xml = textwrap.dedent(f"""\
       <mujoco model="fibril_validate_dynamic">
         <option timestep="{plan.dt!r}" integrator="Euler" gravity="0 0 -{G!r}"/>
@@ -130,6 +134,5 @@ def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict]:
         <actuator>
       """) + '\n'.join(acts) + '\n  </actuator>\n  <sensor>\n' + sensors + \
       '  </sensor>\n</mujoco>\n'
-  comps = [pose_entry(dev, n, overrides) for n in names]
   return xml, {'fibril_manifest': 1, 'model': 'dynamic.xml', 'actuator_script': script,
-               'components': comps}
+               'components': [device_entry(dev, overrides)]}, places

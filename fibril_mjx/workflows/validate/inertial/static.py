@@ -103,12 +103,18 @@ _TERM = {'N': 'white noise N [units/√Hz]', 'B': 'bias instability B [units]',
          'K': 'random walk K [units/√s]'}
 
 
-def _ar1_checks(name, rec, sig_rho, q, units):
+def _ar1_checks(name, rec, sig_rho, q, units, trend=False):
+  """Stationary std and lag-1 ρ of AR(1) residual records `rec (records, samples, 3)` whose
+  mean (and, with `trend`, slope) each record lost: the expected std is the configured σ
+  (+ the LSB's white q²/12) times the share of the variance such a record keeps."""
   out = []
+  n = rec.shape[1]
   for i in range(3):
     s_c, r_c = sig_rho[i]
     s, r, s_rel, r_se = stats.ar1_fit(rec[:, :, i])
-    s_exp = math.sqrt(s_c ** 2 + (q * q / 12 if s_c > q / 2 else 0.0))
+    keep = stats.ar1_residual_var_factor(r_c, n, trend)
+    lsb = q * q / 12 if s_c > q / 2 else 0.0
+    s_exp = math.sqrt(s_c ** 2 * keep + lsb * (1 - (1 + trend) / n))
     if s_c == 0:
       ok = s <= q / math.sqrt(12) + 1e-6 * G
       out.append(Check(f'{name}.std.{axis_name(i)}', f'residual std [{units}]', s, 0.0,
@@ -117,10 +123,12 @@ def _ar1_checks(name, rec, sig_rho, q, units):
     tol = K_SIGMA * s_rel * s_exp + (q * q / 12) / (2 * s_exp)
     out.append(Check(f'{name}.std.{axis_name(i)}', f'stationary std [{units}]', s, s_c,
                      tol, f'{K_SIGMA:g}× AR(1) sampling std of the std '
-                     f'({rec.shape[0]}×{rec.shape[1]} samples) + half the q²/12 LSB term; '
-                     f'expected √(σ²+q²/12) = {s_exp:.5g}', abs(s - s_exp) <= tol))
-    tol_r = K_SIGMA * r_se + 2.0 / rec.shape[1] + (q * q / 12) / s_exp ** 2
-    r_exp = r_c * s_c ** 2 / s_exp ** 2
+                     f'({rec.shape[0]}×{n} samples) + half the q²/12 LSB term; expected '
+                     f'√(σ²·{keep:.4f} + q²/12) = {s_exp:.5g}, {keep:.4f} the share of an AR(1) '
+                     f'variance a record keeps when its mean{" and slope are" if trend else " is"}'
+                     ' removed', abs(s - s_exp) <= tol))
+    tol_r = K_SIGMA * r_se + 2.0 / n + (q * q / 12) / s_exp ** 2
+    r_exp = r_c * s_c ** 2 / (s_c ** 2 + lsb)
     out.append(Check(f'{name}.rho.{axis_name(i)}', 'AR(1) lag-1 correlation', r, r_c, tol_r,
                      f'{K_SIGMA:g}× large-sample std of ρ̂ + O(1/n) estimator bias + LSB share; '
                      f'expected {r_exp:.4f} after the white LSB term', abs(r - r_exp) <= tol_r))
@@ -206,7 +214,8 @@ def _orientation_static(dev: Device, data, n_acq) -> list[Check]:
   res = np.concatenate([r for r, _ in recs], 0)
   q = dev.orientation_resolution
   out += _ar1_checks('orientation_noise', res, list(zip(dev.orientation_sigma,
-                                                        dev.orientation_rho)), q, 'rad')
+                                                        dev.orientation_rho)), q, 'rad',
+                     trend=True)
   # Yaw drift rate of the pz pose = sign·b_ψ: its dispersion is the yaw-rate bias std.
   slope_z = recs[2][1][:, 2]
   s_cfg = dev.channels['angular_velocity'].episode_stddev[2]
