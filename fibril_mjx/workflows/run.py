@@ -216,23 +216,25 @@ def _rollout_c(sim, plan: _Plan, p, keys, n: int, watch, res: _Results, bar, sha
 
 def _rollout_mjx(sim, plan: _Plan, p, keys, n: int, watch, compiling: bool, res: _Results,
                  bar):
-  """A chunk of `n` worlds under MJX, segment by segment (`compiling`: its layout is new, so
-  its first segment's call is timed as the compile).
+  """A chunk of `n` worlds under MJX, segment by segment: the first segment is one `rollout`
+  (reset, its ticks and tick 0's outputs in one program), the others `run` (`compiling`: the
+  layout is new, so the first segment's call is timed as the compile).
 
   Returns:
     `(final state, host outputs {...: (n, n_ticks + 1, ...)})`.
   """
   t0 = time.perf_counter()
-  state = sim.reset(p, keys, share_physics=plan.share, devices=plan.devs)
-  out0 = jax.tree.map(lambda x: np.asarray(x)[:, None], watch.wait(sim.outputs(state)))
-  host = jax.tree.map(lambda x: np.empty((n, plan.n_ticks + 1) + x.shape[2:], x.dtype), out0)
-  jax.tree.map(lambda h, x: h.__setitem__((slice(None), slice(0, 1)), x), host, out0)
-  tick = 1
-  for _ in range(plan.n_seg):
-    t0 = time.perf_counter() if not compiling else t0
-    state, outs = sim.run(p, state, plan.seg, True, devices=plan.devs, world_major=True)
-    outs = watch.wait(outs)
-    take = min(plan.seg, plan.n_ticks + 1 - tick)
+  state, outs = sim.rollout(p, keys, plan.seg, share_physics=plan.share, devices=plan.devs)
+  outs = watch.wait(outs)
+  host = jax.tree.map(lambda x: np.empty((n, plan.n_ticks + 1) + x.shape[2:], x.dtype), outs)
+  tick = 0
+  for k in range(plan.n_seg):
+    if k:
+      t0 = time.perf_counter()
+      state, outs = sim.run(p, state, plan.seg, True, devices=plan.devs, world_major=True)
+      outs = watch.wait(outs)
+    done = plan.seg + 1 if k == 0 else plan.seg   # the first segment holds tick 0 too
+    take = min(done, plan.n_ticks + 1 - tick)
     jax.tree.map(lambda h, x: h.__setitem__((slice(None), slice(tick, tick + take)),
                                             np.asarray(x)[:, :take]), host, outs)
     tick += take

@@ -383,13 +383,6 @@ def test_rollout_exposes_estimate_truth_and_error(rig):
   assert np.all(sig_g > 5e-3)             # along gravity: unobservable, near its 0.01 prior
 
 
-def test_world_alone_equals_world_in_batch(rig):
-  alone = imu_rig.rollout(1, 1)
-  for cid in ('ekf_q', 'ekf_rpy'):
-    for a, b in zip(jax.tree.leaves(alone['sensor'][cid]), jax.tree.leaves(rig['sensor'][cid])):
-      np.testing.assert_array_equal(a[0], b[1])
-
-
 def test_plot_writes_truth_vs_estimate_and_distribution(rig, tmp_path):
   flat = common.flatten(rig)
   for cid in ('ekf_q', 'ekf_rpy'):
