@@ -49,6 +49,7 @@ class Bench:
 
 BENCHES = (
     Bench('overhead', 'bench/overhead.py', 'bench/overhead.py --quick --watchdog-s 3600'),
+    Bench('kernels', 'bench/kernels.py', 'bench/kernels.py'),
     Bench('dcmotor', 'bench/dcmotor.py', 'bench/dcmotor.py --quick'),
     Bench('extero_cost', 'bench/extero_cost.py --worlds 1024 --ticks 30 --repeats 3',
           'bench/extero_cost.py --worlds 64 --ticks 10 --repeats 1'),

@@ -30,12 +30,21 @@ def recordings(tmp_path_factory):
   from fibril_mjx.workflows.validate import common
   d = tmp_path_factory.mktemp('nb')
   dev = validate.inertial.device_from_config('imu', 'fibril_sim/imu', {'period_s': PERIOD})
-  xml, doc = validate.inertial.static_rig(dev, dict(TRUE))
-  sim = fibril_mjx.load(common.write_rig(d, 'static', xml, doc))
-  _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(5, WORLDS),
-                         int(SECONDS / PERIOD))
-  return [rc.write_recording(d / f'w{w}.npz', rc.recording_from_trace(trace, w, sim=sim))
-          for w in range(WORLDS)]
+  # validate's static rig places its one device on each pose in turn (a group of WORLDS worlds
+  # per pose); the logs are the pz group's, the device's samples under the name `pz`
+  xml, doc, places = validate.inertial.static_rig(dev, dict(TRUE))
+  sim = common.rig_simulation(common.write_rig(d, 'static', xml, doc), placed=True)
+  nw = len(places) * WORLDS
+  _, trace = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(5, nw),
+                         int(SECONDS / PERIOD),
+                         model=common.placements(sim.mj_model, list(places.values()), WORLDS))
+  first = list(places).index('pz') * WORLDS
+  out = []
+  for w in range(WORLDS):
+    r = rc.recording_from_trace(trace, first + w, sim=sim)
+    r = rc.Recording({'pz': r.sensors[common.DUT]}, meta=r.meta)
+    out.append(rc.write_recording(d / f'w{w}.npz', r))
+  return out
 
 
 def test_simulated_line_is_found_and_fitted(recordings, tmp_path, capsys):
