@@ -767,9 +767,19 @@ def test_invalid_yaml_in_profile(tmp_path):
 
 
 def run_plan(tmp_path, manifest) -> subprocess.CompletedProcess:
+  """`python -m fibril_mjx.cli plan MANIFEST` in its own process (what a user runs)."""
   env = dict(os.environ, FIBRIL_MJX_CACHE=str(tmp_path / 'jax_cache'), JAX_PLATFORMS='cpu')
   return subprocess.run([sys.executable, '-m', 'fibril_mjx.cli', 'plan', str(manifest)],
                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+
+def plan_here(capsys, manifest) -> subprocess.CompletedProcess:
+  """The same command through `cli.main` in this process (one interpreter start per command
+  is what `run_plan` adds; the first test below keeps it)."""
+  from fibril_mjx import cli
+  code = cli.main(['plan', str(manifest)])
+  out, err = capsys.readouterr()
+  return subprocess.CompletedProcess(['plan', str(manifest)], code, out, err)
 
 
 def test_cli_reports_every_problem_on_its_own_line(tmp_path):
@@ -788,9 +798,9 @@ def test_cli_reports_every_problem_on_its_own_line(tmp_path):
   ]), r.stderr
 
 
-def test_cli_component_errors(tmp_path):
+def test_cli_component_errors(tmp_path, capsys):
   manifest = ahrs_manifest(tmp_path, '      period_s: 0.001\n', name='bad.yaml')
-  r = run_plan(tmp_path, manifest)
+  r = plan_here(capsys, manifest)
   assert r.returncode == 2, r.stderr
   assert 'Traceback' not in r.stderr
   assert r.stderr.splitlines() == [
@@ -799,7 +809,7 @@ def test_cli_component_errors(tmp_path):
 
 
 @pytest.mark.parametrize('kind', ['missing_file', 'invalid_yaml', 'mjcf_delay'])
-def test_cli_file_errors(tmp_path, kind):
+def test_cli_file_errors(tmp_path, capsys, kind):
   if kind == 'missing_file':
     manifest = tmp_path / 'bad.yaml'
   elif kind == 'invalid_yaml':
@@ -807,14 +817,14 @@ def test_cli_file_errors(tmp_path, kind):
   else:
     write_model(tmp_path, gyro_attrs='interval="0.01"')
     manifest = ahrs_manifest(tmp_path, name='bad.yaml')
-  r = run_plan(tmp_path, manifest)
+  r = plan_here(capsys, manifest)
   assert r.returncode == 2, r.stderr
   assert 'Traceback' not in r.stderr
   lines = r.stderr.splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: '), r.stderr
 
 
-def test_cli_plan_of_a_good_manifest_exits_0(tmp_path):
-  r = run_plan(tmp_path, ahrs_manifest(tmp_path))
+def test_cli_plan_of_a_good_manifest_exits_0(tmp_path, capsys):
+  r = plan_here(capsys, ahrs_manifest(tmp_path))
   assert r.returncode == 0, r.stderr
   assert 'period 0.01 s = 5 ticks' in r.stdout

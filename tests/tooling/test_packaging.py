@@ -339,14 +339,15 @@ def test_profile_layers_do_not_leak_between_components(tmp_path):
 # --------------------------------------------------------------------- (d) `fibril-mjx plan`
 
 
-def test_cli_plan_of_the_example_manifest(tmp_path):
+def test_cli_plan_of_the_example_manifest(capsys):
+  """`fibril-mjx plan` through `cli.main` in this process (the command in its own process:
+  tests/config/test_validation.py and the installed copy below)."""
+  from fibril_mjx import cli
   manifest = REPO / 'manifests' / 'ahrs_turntable.yaml'
-  env = dict(os.environ, FIBRIL_MJX_CACHE=str(tmp_path / 'jax_cache'), JAX_PLATFORMS='cpu')
-  r = subprocess.run([sys.executable, '-m', 'fibril_mjx.cli', 'plan', str(manifest)],
-                     capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-  assert r.returncode == 0, r.stderr
-  assert 'Traceback' not in r.stderr
-  out = r.stdout
+  code = cli.main(['plan', str(manifest)])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  assert 'Traceback' not in err
   sim = fibril_mjx.load(str(manifest))
   m = sim.mj_model
   assert f'model {paths.assets_dir() / "examples" / "turntable.xml"}' in out
