@@ -35,5 +35,6 @@ from fibril_mjx.analysis.stats.allan_model import (  # noqa: F401
     allan_variance_model,
     ar1_fit,
     ar1_residual_var_factor,
+    ar1_var_of_mean,
 )
 from fibril_mjx.analysis.stats.proportion import Z95, wilson  # noqa: F401

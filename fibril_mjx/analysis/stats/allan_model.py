@@ -49,10 +49,8 @@ def allan_variance_model(m, rate_hz, white_sigma=0.0, ar1=(), random_walk=0.0):
       continue
     if not 0.0 <= abs(phi) < 1.0:
       raise ValueError(f'AR(1) coefficient must satisfy |phi| < 1, got {phi}')
-    pm = phi ** m
-    s = (m * phi * (1.0 - phi) - phi * (1.0 - pm)) / (1.0 - phi) ** 2
-    cov = phi * (1.0 - pm) ** 2 / (1.0 - phi) ** 2
-    avar = avar + sigma * sigma / (m * m) * (m + 2.0 * s - cov)
+    cov = phi * (1.0 - phi ** m) ** 2 / (1.0 - phi) ** 2
+    avar = avar + sigma * sigma * (ar1_var_of_mean(phi, m) - cov / (m * m))
   k = float(random_walk)
   if k:
     avar = avar + k * k * (m * dt) / 3.0 * (1.0 + 1.0 / (2.0 * m * m))
@@ -169,6 +167,14 @@ def allan_deviation_pooled(x, rate_hz, m=None):
   return taus, np.sqrt(avar / r), allan_relative_sigma(n, m, r)
 
 
+def ar1_var_of_mean(phi, n):
+  """Variance of the mean of `n` consecutive samples of a stationary AR(1) process of unit
+  variance and lag-1 coefficient `phi` (`n` may be an array): `(n + 2·S) / n²`,
+  `S = Σ_{k<n} (n−k)·φ^k = (nφ(1−φ) − φ(1−φⁿ)) / (1−φ)²`."""
+  s = (n * phi * (1.0 - phi) - phi * (1.0 - phi ** n)) / (1.0 - phi) ** 2
+  return (n + 2.0 * s) / (n * n)
+
+
 def ar1_residual_var_factor(rho: float, n: int, trend: bool = False) -> float:
   """`E[mean of squared residuals] / σ²` of an AR(1) record (lag-1 coefficient `rho`,
   stationary variance σ²) of `n` samples after its mean (and, with `trend`, its least-squares
@@ -176,16 +182,12 @@ def ar1_residual_var_factor(rho: float, n: int, trend: bool = False) -> float:
   basis. Close to `1 − (1+ρ)/(1−ρ)·(1 + trend)/n` for a record long against the correlation
   time; a slow process loses a sizeable share (ρ 0.98 over 1000 samples, mean and slope
   removed: 0.82)."""
-  rk = float(rho) ** np.arange(1, n)            # ρ^k, k = 1 .. n−1
-
-  def quad(x):   # xᵀ R x = Σ_k ρ^|k| Σ_i x_i x_{i+k}, the lag sums by FFT
-    f = np.fft.rfft(x, 2 * n)
+  taken = float(ar1_var_of_mean(float(rho), n)) * n   # the mean's share: 1ᵀR1 / n
+  if trend:   # the slope's: tᵀRt / tᵀt, t orthogonal to the constant; its lag sums by FFT
+    t = np.arange(n) - (n - 1) / 2.0
+    f = np.fft.rfft(t, 2 * n)
     acf = np.fft.irfft(f * np.conj(f), 2 * n)[:n]
-    return float(acf[0] + 2 * np.sum(rk * acf[1:]))
-  taken = quad(np.ones(n)) / n
-  if trend:
-    t = np.arange(n) - (n - 1) / 2.0             # orthogonal to the constant
-    taken += quad(t) / float(t @ t)
+    taken += float(acf[0] + 2 * np.sum(float(rho) ** np.arange(1, n) * acf[1:])) / float(t @ t)
   return 1.0 - taken / n
 
 

@@ -139,9 +139,7 @@ def _episode_var_of_mean(ch: Channel, i, n):
   """Variance of the record mean of the noise processes of axis i over n samples."""
   v = ch.white_sigma[i] ** 2 / n
   for s, phi in ch.ar1[i]:
-    pm = phi ** n
-    s1 = (n * phi * (1 - phi) - phi * (1 - pm)) / (1 - phi) ** 2
-    v += s * s / (n * n) * (n + 2 * s1)
+    v += s * s * stats.ar1_var_of_mean(phi, n)
   return v
 
 
