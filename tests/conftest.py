@@ -32,6 +32,13 @@ if not any(LOOP_OPTION.split('=')[0] in f for f in _flags):   # a value of the u
   else:
     _flags.append('--xla_backend_extra_options=' + LOOP_OPTION)
   os.environ['XLA_FLAGS'] = ' '.join(_flags)
+# ... and its classic fusion emitters and single-threaded Eigen calls
+# (`fibril_mjx.batch.worlds.EMITTER_FLAG`, `EIGEN_FLAG`: two test files run at once on a
+# 2-core machine, a core each, as two devices would).
+CPU_FLAGS = ('--xla_cpu_use_fusion_emitters=false', '--xla_cpu_multi_thread_eigen=false')
+for _flag in CPU_FLAGS:
+  if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + _flag).strip()
 
 # One persistent compilation cache for every test process of a run (tools/run_tests.py sets
 # FIBRIL_MJX_TEST_CACHE): a program compiled by one file (the tiny rig's step, a component's

@@ -64,6 +64,18 @@ ISA_KEY = '--xla_cpu_max_isa'
 BITWISE_ISA = 'AVX'   # the widest x86 ISA without FMA
 EXTRA_KEY = '--xla_backend_extra_options'
 LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
+# XLA:CPU (jaxlib 0.10) emits each fusion through its MLIR fusion emitters by default; its
+# classic loop emitters compile the same programs in 20-40 % less time (the IMU + EKF example:
+# 12.1 s instead of 16.1 s; the four-motor rig of bench/overhead.py: 17 s instead of 22 s) and
+# run them as fast, within the noise of a 2-core machine (docs/internals/performance.md).
+# Results differ from the MLIR emitters' by float rounding (their transcendental functions are
+# other approximations), never between layouts: the bitwise-layout guarantee below holds.
+EMITTER_FLAG = '--xla_cpu_use_fusion_emitters=false'
+# With one device per usable core each device's program already has a core of its own; XLA's
+# multi-threaded Eigen calls (dots, convolutions) then only compete with the other devices'
+# threads: at 4096 worlds on 2 cores the four-motor rig steps 21-28 % more worlds per second
+# with them single-threaded (docs/internals/performance.md).
+EIGEN_FLAG = '--xla_cpu_multi_thread_eigen=false'
 # XLA:CPU runs a program as a sequence of thunks, one per fused kernel, and a `while` loop
 # (a `lax.scan` over ticks) dispatches its body's thunks again at every iteration — unless
 # the bytes its body touches are below this option (1 kB by default: one world of a sensor
@@ -113,8 +125,11 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=None) -> in
     wheeled base and the IMU + EKF example, 18–30 % on the turntable; bench/README.md). `bitwise=False` (CLI `--cpu-isa native`) keeps
     the host's full ISA; results then agree only to float rounding across layouts.
   * **loops**: `loop_flags` (every `lax.scan` over ticks XLA can compile as one kernel is).
+  * **compile time**: XLA's classic loop emitters (`EMITTER_FLAG`), 20-40 % faster to compile.
+  * **one thread per device**: with at least one device per usable core, single-threaded
+    Eigen calls (`EIGEN_FLAG`), so the devices do not compete for the cores.
 
-  `cpu_flags(1, bitwise=False)`: XLA's defaults (one device, the host's ISA) plus the loops.
+  `cpu_flags(1, bitwise=False)`: one device, the host's ISA, the loops, the classic emitters.
   `environ`: a mapping to edit instead of `os.environ` (a subprocess's), whatever this
   process's backend.
 
@@ -131,16 +146,24 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=None) -> in
   else:
     flags = ' '.join(f for f in flags.split() if not f.startswith(key))
     if n is None:
-      try:
-        n = len(os.sched_getaffinity(0))
-      except AttributeError:
-        n = os.cpu_count() or 1
+      n = usable_cores()
     flags = (flags + f' {key}={int(n)}').strip()
+  for flag, wanted in ((EMITTER_FLAG, True), (EIGEN_FLAG, int(n) >= usable_cores())):
+    if wanted and flag.split('=')[0] not in flags:
+      flags = f'{flags} {flag}'.strip()
   if bitwise and ISA_KEY not in flags and platform.machine().lower() in ('x86_64', 'amd64'):
     flags = f'{flags} {ISA_KEY}={BITWISE_ISA}'.strip()
   environ['XLA_FLAGS'] = flags
   loop_flags(environ)
   return int(n)
+
+
+def usable_cores() -> int:
+  """The cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
 
 
 def cpu_isa(environ=os.environ) -> str:

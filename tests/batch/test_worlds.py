@@ -131,9 +131,12 @@ def test_a_program_lays_itself_out_below_the_lapack_split(rig, base):
 
 def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
   monkeypatch.setattr(worlds.platform, 'machine', lambda: 'x86_64')
+  monkeypatch.setattr(worlds, 'usable_cores', lambda: 3)
   env = {}
   assert worlds.cpu_flags(3, environ=env) == 3
-  assert env['XLA_FLAGS'] == ('--xla_force_host_platform_device_count=3 --xla_cpu_max_isa=AVX '
+  assert env['XLA_FLAGS'] == ('--xla_force_host_platform_device_count=3 '
+                              '--xla_cpu_use_fusion_emitters=false '
+                              '--xla_cpu_multi_thread_eigen=false --xla_cpu_max_isa=AVX '
                               '--xla_backend_extra_options='
                               'xla_cpu_small_while_loop_byte_threshold=1099511627776')
   assert worlds.cpu_isa(env) == 'AVX' and worlds.cpu_isa({}) == 'native'
@@ -145,6 +148,12 @@ def test_cpu_flags_set_devices_once_and_the_bitwise_isa(monkeypatch):
   env = {}
   worlds.cpu_flags(2, bitwise=False, environ=env)
   assert 'max_isa' not in env['XLA_FLAGS']
+  # fewer devices than cores: each device's Eigen calls keep XLA's threads
+  assert 'multi_thread_eigen' not in env['XLA_FLAGS'] and worlds.EMITTER_FLAG in env['XLA_FLAGS']
+  env = {'XLA_FLAGS': '--xla_cpu_use_fusion_emitters=true --xla_cpu_multi_thread_eigen=true'}
+  worlds.cpu_flags(4, environ=env)                           # a user's own values are kept
+  assert env['XLA_FLAGS'].count('fusion_emitters') == env['XLA_FLAGS'].count('eigen') == 1
+  assert 'emitters=true' in env['XLA_FLAGS'] and 'eigen=true' in env['XLA_FLAGS']
   monkeypatch.setattr(worlds.platform, 'machine', lambda: 'aarch64')
   env = {}
   worlds.cpu_flags(2, environ=env)

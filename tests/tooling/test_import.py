@@ -69,3 +69,11 @@ def test_the_suite_runs_with_the_loop_option_of_cpu_flags():
   worlds.loop_flags(env)
   assert env['XLA_FLAGS'] == f'--xla_backend_extra_options={conftest.LOOP_OPTION}'
   assert worlds.LOOP_OPTION in os.environ['XLA_FLAGS']   # ours, or a value of the user's
+
+
+def test_the_suite_compiles_and_threads_as_cpu_flags_asks():
+  """tests/conftest.py writes the CLI's emitter and Eigen flags itself, as `cpu_flags` does
+  with a device per core (a test file per core under tools/run_tests.py)."""
+  assert conftest.CPU_FLAGS == (worlds.EMITTER_FLAG, worlds.EIGEN_FLAG)
+  for flag in conftest.CPU_FLAGS:
+    assert flag.split('=')[0] in os.environ['XLA_FLAGS']   # ours, or a value of the user's
