@@ -67,7 +67,8 @@ LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
 # XLA:CPU (jaxlib 0.10) emits each fusion through its MLIR fusion emitters by default; its
 # classic loop emitters compile the same programs in 20-40 % less time (the IMU + EKF example:
 # 12.1 s instead of 16.1 s; the four-motor rig of bench/overhead.py: 17 s instead of 22 s) and
-# run them as fast, within the noise of a 2-core machine (docs/internals/performance.md).
+# run them as fast at thousands of worlds; they launch more kernels per tick, so a few worlds
+# per device run up to a fifth slower (docs/internals/performance.md).
 # Results differ from the MLIR emitters' by float rounding (their transcendental functions are
 # other approximations), never between layouts: the bitwise-layout guarantee below holds.
 EMITTER_FLAG = '--xla_cpu_use_fusion_emitters=false'
