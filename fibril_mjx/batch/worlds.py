@@ -69,8 +69,8 @@ LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
 # 12.1 s instead of 16.1 s; the four-motor rig of bench/overhead.py: 17 s instead of 22 s) and
 # run them as fast at thousands of worlds; they launch more kernels per tick, so a few worlds
 # per device run up to a fifth slower (docs/internals/performance.md).
-# Results differ from the MLIR emitters' by float rounding (their transcendental functions are
-# other approximations), never between layouts: the bitwise-layout guarantee below holds.
+# Results can differ from the MLIR emitters' by float rounding (other generated code; the IMU +
+# EKF example is bitwise the same), never between layouts: the guarantee below holds.
 EMITTER_FLAG = '--xla_cpu_use_fusion_emitters=false'
 # With one device per usable core each device's program already has a core of its own; XLA's
 # multi-threaded Eigen calls (dots, convolutions) then only compete with the other devices'
