@@ -68,7 +68,8 @@ LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
 # classic loop emitters compile the same programs in 20-40 % less time (the IMU + EKF example:
 # 12.1 s instead of 16.1 s; the four-motor rig of bench/overhead.py: 17 s instead of 22 s) and
 # run them as fast at thousands of worlds; they launch more kernels per tick, so a few worlds
-# per device run up to a fifth slower (docs/internals/performance.md).
+# per device run up to a fifth slower, and a loop compiled as one kernel (a device pass over
+# MuJoCo C frames) compiles no faster, the EKF's slower (docs/internals/performance.md).
 # Results can differ from the MLIR emitters' by float rounding (other generated code; the IMU +
 # EKF example is bitwise the same), never between layouts: the guarantee below holds.
 EMITTER_FLAG = '--xla_cpu_use_fusion_emitters=false'
