@@ -2,9 +2,12 @@
 """Kernels launched per tick by the components: XLA CPU thunks of a run, physics alone vs full.
 
 On XLA:CPU a compiled program runs as a sequence of thunks (one per fusion, copy, dot,
-conditional, ...), each dispatched by the thunk executor. At a few thousand worlds per device
-a component's kernels each do little work, so what the device layer costs per world-step
-(`bench/overhead.py`) follows how many it launches per tick. For each manifest (default: the
+conditional, ...), each dispatched by the thunk executor. A component's kernels each do little
+work at a few thousand worlds per device, so how many it launches per tick is one part of what
+it costs per world-step (`bench/overhead.py`), not all of it: what each kernel touches, and
+what the other devices' threads do meanwhile, count too (XLA's classic emitters launch 986
+kernels per tick for the turntable's physics where its MLIR emitters launch 362, and at 4096
+worlds both run it as fast; docs/internals/performance.md). For each manifest (default: the
 two of `overhead.py`) this compiles `sim.run(..., record=False)` of the manifest as is
 (**full**) and of a copy without components (**physics**, as `overhead.py` makes it), runs
 each once under `jax.profiler` with XLA's per-thunk trace events on, and counts the thunks
