@@ -69,11 +69,16 @@ def concat_states(states: list, share: bool) -> SimState:
 
 def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
           qvel_offset=None, model_fields=(), share=False, latency=None, commands=None,
-          impl='jax') -> SimState:
+          impl='jax', tick0=True) -> SimState:
   """`pipeline.init` of a batch of worlds (vmapped): tick 0's application, forward and
   acquisitions. `model_fields` are the fields of `mx` with a leading world axis; `latency` as
-  from `pipeline.latency_inputs`; `commands` those issued at tick 0 `(nworld, ...)`."""
+  from `pipeline.latency_inputs`; `commands` those issued at tick 0 `(nworld, ...)`. With
+  `tick0` False, the worlds before tick 0 (`pipeline.before_tick0`, for `run(integrate=None)`;
+  `commands` unused)."""
   def one(m, p, key, cmd, qo, vo, lat):
+    if not tick0:
+      return pipeline.before_tick0(built, p, key, data0=data0, qpos_offset=qo, qvel_offset=vo,
+                                   latency=lat, mx=m)
     return pipeline.init(built, p, key, commands=cmd, data0=data0, qpos_offset=qo,
                          qvel_offset=vo, latency=lat, mx=m, impl=impl)
   return jax.vmap(one, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, 0, 0, 0, 0),
@@ -82,11 +87,12 @@ def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
 
 
 def step(built: Built, mx, params, state: SimState, commands=None, *, model_fields=(),
-         impl='jax') -> tuple[SimState, dict]:
+         impl='jax', integrate=True) -> tuple[SimState, dict]:
   """`pipeline.step` of a batch (vmapped): tick k → k + 1 with the `commands` `(nworld, ...)`
-  issued at tick k + 1; returns `(state, outputs of tick k + 1)`."""
+  issued at tick k + 1; returns `(state, outputs of tick k + 1)`. `integrate` as in
+  `pipeline.step` (the tick is unbatched, so its `lax.cond` stays a branch)."""
   axes = state_axes(is_shared(state))
-  one = functools.partial(pipeline.step, built, impl=impl)
+  one = functools.partial(pipeline.step, built, impl=impl, integrate=integrate)
   return jax.vmap(lambda m, p, s, c: one(p, s, c, mx=m),
                   in_axes=(worlds.model_in_axes(mx, model_fields), 0, axes, 0),
                   out_axes=(axes, 0))(mx, params, state, commands)
@@ -109,10 +115,12 @@ def refresh(built: Built, mx, params, state: SimState, *, model_fields=(),
 
 def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: bool,
         controller: Callable | None = None, observe_truth=False, *, model_fields=(),
-        impl='jax'):
+        impl='jax', integrate=True):
   """`n_ticks` batched steps in one `lax.scan`; commands time-major `(n_ticks, nworld, ...)`
-  (or None), or from a single-world `controller(obs, carry)` vmapped over the worlds.
-  Returns `((state, carry), outputs (n_ticks, nworld, ...) or None)`."""
+  (or None), or from a single-world `controller(obs, carry)` vmapped over the worlds. With
+  `integrate=None` and no controller, `state` is `before_tick0`'s and the first step runs
+  tick 0 (`pipeline.step`). Returns `((state, carry), outputs (n_ticks, nworld, ...) or
+  None)`."""
   def observe(out):
     # Only a controller needs last tick's outputs in the carry; otherwise they stay out of it
     # so that unrecorded outputs (e.g. truth) are not computed at all.
@@ -124,9 +132,10 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
     st, ctl, obs = c
     if controller is not None:
       cmd, ctl = jax.vmap(controller)(obs, ctl)
-    st, out = step(built, mx, params, st, cmd, model_fields=model_fields, impl=impl)
+    st, out = step(built, mx, params, st, cmd, model_fields=model_fields, impl=impl,
+                   integrate=integrate)
     return (st, ctl, observe(out)), (out if record else None)
-  obs0 = observe(outputs(built, state))
+  obs0 = observe(outputs(built, state)) if controller is not None else ()
   (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands, length=n_ticks)
   return (state, carry), outs
 

@@ -170,22 +170,20 @@ def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.nda
 def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, latency):
   """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)`: pass 3 on the recorded
   ones, pass 1 on placeholders (only its controls kept). Returns `(final state, outputs
-  (n_worlds, n_ticks + 1, ...) or None, controls)`. Traceable; `device_program` is its
-  `jax.jit`."""
+  (n_worlds, n_ticks + 1, ...) or None, controls)`, tick 0's first: one scan of
+  `pipeline.step_frame` from before tick 0, so each tick's code is compiled once. Traceable;
+  `device_program` is its `jax.jit`."""
   def one(p, key, fr, c0, cs, lat):
-    first = jax.tree.map(lambda x: x[0], fr)
-    rest = jax.tree.map(lambda x: x[1:], fr)
-    st = pipeline.init_frame(built, p, key, first, commands=c0, latency=lat)
-    out0 = pipeline.outputs(built, st)
+    st = pipeline.before_frame0(built, p, key, jax.tree.map(lambda x: x[0], fr), latency=lat)
+    if c0 is not None:   # tick 0's commands first
+      cs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), c0, cs)
 
     def body(s, xs):
       frame, c = xs
       s, out = pipeline.step_frame(built, p, s, frame, c)
       return s, ((out if record else None), s.ctrl)
-    st, (outs, ctrl) = jax.lax.scan(body, st, (rest, cs))
-    if record:
-      outs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), out0, outs)
-    return st, outs, jnp.concatenate([first.ctrl[None], ctrl])
+    st, (outs, ctrl) = jax.lax.scan(body, st, (fr, cs))
+    return st, outs, ctrl
   return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
 
 

@@ -123,24 +123,25 @@ class Simulation:
   # ---------------------------------------------------------------- the batched pipeline
 
   def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
-                   model_fields=(), share=False, latency=None, commands=None, data0=None):
+                   model_fields=(), share=False, latency=None, commands=None, data0=None,
+                   tick0=True):
     """`batched.reset` with this simulation's model, initial data and impl (traceable)."""
     return batched.reset(self.built, self.mx if mx is None else mx, params, world_keys,
                          data0=self.data0 if data0 is None else data0,
                          qpos_offset=qpos_offset, qvel_offset=qvel_offset,
                          model_fields=model_fields, share=share, latency=latency,
-                         commands=commands, impl=self.impl)
+                         commands=commands, impl=self.impl, tick0=tick0)
 
   def _step_batch(self, mx, params, state: SimState, commands=None, model_fields=()):
     return batched.step(self.built, self.mx if mx is None else mx, params, state, commands,
                         model_fields=model_fields, impl=self.impl)
 
   def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
-                 controller=None, observe_truth=False, model_fields=()):
+                 controller=None, observe_truth=False, model_fields=(), integrate=True):
     """`batched.run` with this simulation's model and impl (traceable)."""
     return batched.run(self.built, self.mx if mx is None else mx, params, state, carry,
                        commands, n_ticks, record, controller, observe_truth,
-                       model_fields=model_fields, impl=self.impl)
+                       model_fields=model_fields, impl=self.impl, integrate=integrate)
 
   # ---------------------------------------------------------------- the world axis
 
@@ -200,11 +201,11 @@ class Simulation:
       prog = self._programs[(key, lay)] = jax.jit(fn)
     return prog
 
-  def _reset_block(self, shared, world, *, model_fields, share, data0=False):
+  def _reset_block(self, shared, world, *, model_fields, share, data0=False, tick0=True):
     mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
                            model_fields, share, world['latency'], world['commands'],
-                           shared['data0'] if data0 else None)
+                           shared['data0'] if data0 else None, tick0)
     return batched.split_state(st, share)
 
   def _step_block(self, shared, world, *, model_fields, share):
@@ -215,24 +216,37 @@ class Simulation:
     return sh, {'state': wo, 'outs': out}
 
   def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
-                 observe_truth):
+                 observe_truth, integrate=True):
     mx = batched.join_model(self.mx, shared['model'], world['model'])
     st = batched.join_state(shared['state'], world['state'])
     cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
     (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
-                                        record, controller, observe_truth, model_fields)
+                                        record, controller, observe_truth, model_fields,
+                                        integrate)
     sh, wo = batched.split_state(st, share)
     outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
     return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
 
   def _rollout_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
                      observe_truth):
-    """`rollout`'s program (one per host chunk): reset, run, tick 0's outputs first."""
+    """`rollout`'s program (one per host chunk): ticks 0 … n_ticks. Open loop, one scan from
+    before tick 0 (`pipeline.before_tick0`), so each tick's code is compiled once; a controller
+    first sees tick 0's outputs, so there tick 0 runs before the scan (`reset`)."""
     reset = {k: world[k] for k in ('params', 'keys', 'model', 'qpos', 'qvel', 'latency')}
+    run = {k: world[k] for k in ('params', 'carry', 'commands', 'model')}
+    if controller is None:
+      sh, wo = self._reset_block(shared, reset | {'commands': None}, model_fields=model_fields,
+                                 share=share, tick0=False)
+      if world['commands0'] is not None:   # tick 0's commands first
+        run['commands'] = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1),
+                                       world['commands0'], world['commands'])
+      return self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
+                             model_fields=model_fields, share=share, n_ticks=n_ticks + 1,
+                             record=record, controller=None, observe_truth=observe_truth,
+                             integrate=None)
     sh, wo = self._reset_block(shared, reset | {'commands': world['commands0']},
                                model_fields=model_fields, share=share)
     out0 = batched.outputs(self.built, batched.join_state(sh, wo)) if record else None
-    run = {k: world[k] for k in ('params', 'carry', 'commands', 'model')}
     sh, out = self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
                               model_fields=model_fields, share=share, n_ticks=n_ticks,
                               record=record, controller=controller, observe_truth=observe_truth)

@@ -8,7 +8,10 @@ with those controls (positions, velocities, accelerations, `sensordata`), and th
 feedback and estimators acquire and deliver the tick's samples from it; the next tick starts by
 integrating `x_k` to `x_{k+1}` (`mjx.step` = forward + integrate, split in two). So a sample
 stamped tick k describes `x_k` — what MuJoCo C's `mj_forward` gives at that state — and each
-tick costs one forward. `init` runs tick 0; `step` integrates and runs one more tick.
+tick costs one forward. `init` runs tick 0; `step` integrates and runs one more tick. A loop
+over ticks 0 … n starts from `before_tick0` (tick −1) and steps with `integrate=None`, so tick
+0 is the loop body's code, not a second copy of every component traced and compiled beside it
+(`Simulation.rollout`'s program: about half the compile time of the IMU + EKF example's).
 
 The tick counter and the schedules depend on static config only, so a batch wrapper keeps them
 unbatched (`vmap` with `in_axes=None` on `SimState.tick` and `SimState.clocks`) and an
@@ -385,24 +388,37 @@ def init(built: Built, params: dict, key: jax.Array, *, commands: dict | None = 
     mx: the `mjx.Model` (default `built.mx`); pass it as an argument to trace or vary it.
     impl: physics implementation, `'jax'` (MJX-JAX) or `'warp'` (with a Warp `mx` / `data0`).
   """
+  state = before_tick0(built, params, key, data0=data0, qpos_offset=qpos_offset,
+                       qvel_offset=qvel_offset, latency=latency, mx=mx)
+  return step(built, params, state, commands, mx=mx, impl=impl, integrate=False)[0]
+
+
+def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos_offset=None,
+                 qvel_offset=None, latency: dict | None = None, mx=None) -> SimState:
+  """One world before its tick 0 (`tick` −1): the initial physics state, components and
+  clocks, nothing applied or acquired. `step(..., integrate=False)` from it runs tick 0 (that
+  is `init`); a loop over ticks 0 … n that starts here (`integrate=None`) holds each tick's
+  code once. Arguments as in `init`.
+
+  The initial state is forwarded here only when an actuator reads it before tick 0's forward
+  (its held command): tick 0's own forward recomputes every derived field from `qpos`,
+  `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held as
+  the `Pending` an integration would leave (`step` takes its `state` at tick 0)."""
   mx = built.mx if mx is None else mx
-  tick = jnp.int32(0)
-  clocks, commands, pre, post = tick_inputs(built, _clocks0(built), commands, tick)
   data = built.data0 if data0 is None else data0
   if qpos_offset is not None:   # per-world initial state (added before the first forward)
     data = data.replace(qpos=data.qpos + qpos_offset)
   if qvel_offset is not None:
     data = data.replace(qvel=data.qvel + qvel_offset)
-  data = mjx.forward(mx, data)   # what actuators and dcmotors start from
+  if actuators(built):
+    data = mjx.forward(mx, data)   # what the actuators start from
   comps = _init_components(built, params, key, latency)
   dc = ()
   if built.dcmotor is not None:
-    dc = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+    s = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
+    dc = dcmotor.Pending(state=s, act_dot=s, dfdv=s.current, current=s)
   ctrl, comps = _reset_ctrl(built, params, comps, data)
-  data, ctrl, dc, comps = _tick(built, mx, params, data, ctrl, dc, comps, commands, tick, pre,
-                                post, impl_fns(impl)[0])
-  diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
-  return SimState(tick, clocks, data, ctrl, dc, comps, diverged)
+  return SimState(jnp.int32(-1), _clocks0(built), data, ctrl, dc, comps, jnp.int32(-1))
 
 
 def _init_components(built: Built, params, key, latency) -> dict:
@@ -429,14 +445,18 @@ def init_frame(built: Built, params: dict, key: jax.Array, frame: Frame, *,
   """`init` with the physics of tick 0 given as a `Frame` (an open-loop backend: MuJoCo C, a
   recorded trajectory) instead of computed by MJX. Same clocks, streams, transports and
   components as `init`."""
-  tick = jnp.int32(0)
-  clocks, commands, pre, post = tick_inputs(built, _clocks0(built), commands, tick)
+  state = before_frame0(built, params, key, frame, latency=latency)
+  return step_frame(built, params, state, frame, commands)[0]
+
+
+def before_frame0(built: Built, params: dict, key: jax.Array, frame: Frame, *,
+                  latency: dict | None = None) -> SimState:
+  """`before_tick0` with tick 0's physics given as a `Frame` (what the actuators start from):
+  `step_frame` from it runs tick 0 (that is `init_frame`), so a scan of `step_frame` over
+  every frame, tick 0's included, holds each tick's code once."""
   comps = _init_components(built, params, key, latency)
   ctrl, comps = _reset_ctrl(built, params, comps, frame)
-  data, ctrl, dc, comps = _tick(built, None, params, frame, ctrl, (), comps, commands, tick,
-                                pre, post, None)
-  diverged = jnp.where(finite(data, comps), -1, 0).astype(jnp.int32)
-  return SimState(tick, clocks, data, ctrl, (), comps, diverged)
+  return SimState(jnp.int32(-1), _clocks0(built), frame, ctrl, (), comps, jnp.int32(-1))
 
 
 def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
@@ -454,7 +474,7 @@ def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
 
 
 def step(built: Built, params: dict, state: SimState, commands: dict | None = None, *,
-         mx=None, impl: str = 'jax') -> tuple[SimState, dict]:
+         mx=None, impl: str = 'jax', integrate: bool | None = True) -> tuple[SimState, dict]:
   """Tick `state.tick` → `state.tick + 1` of one world: integrates `x_tick` (whose forward the
   last tick computed) to `x_{tick+1}`, then runs that tick (application, forward,
   acquisitions).
@@ -463,19 +483,29 @@ def step(built: Built, params: dict, state: SimState, commands: dict | None = No
     commands: `{actuator component id: command}` issued at the new tick; a missing component
       gets its scripted command, else its null command (as in `init`).
     mx, impl: as in `init`.
+    integrate: False runs tick 0 from `before_tick0` (nothing to integrate); None decides by
+      the tick, for a loop over ticks 0 … n (a `lax.cond` on the unbatched tick: tick 0's code
+      is the other ticks' code, traced and compiled once).
 
   Returns:
     `(state, outputs(built, state))`.
   """
   mx = built.mx if mx is None else mx
-  forward, integrate = impl_fns(impl)
+  forward, integrate_fn = impl_fns(impl)
   tick = state.tick + 1
   clocks, commands, pre, post = tick_inputs(built, state.clocks, commands, tick)
-  data, dc = state.data, state.dcmotor
-  if built.dcmotor is None:
-    data = integrate(mx, data)
+
+  def integrated(st):
+    if built.dcmotor is None:
+      return integrate_fn(mx, st.data), st.dcmotor
+    return dcmotor.integrate(built.dcmotor, mx, st.data, st.dcmotor)
+
+  def held(st):   # tick 0: the initial state (dcmotors: the activations `before_tick0` set)
+    return st.data, (() if built.dcmotor is None else st.dcmotor.state)
+  if integrate is None:
+    data, dc = jax.lax.cond(tick > 0, integrated, held, state)
   else:
-    data, dc = dcmotor.integrate(built.dcmotor, mx, data, dc)
+    data, dc = (integrated if integrate else held)(state)
   data, ctrl, dc, comps = _tick(built, mx, params, data, state.ctrl, dc, state.components,
                                 commands, tick, pre, post, forward)
   diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)

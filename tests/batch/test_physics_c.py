@@ -295,3 +295,34 @@ def test_a_model_mjx_cannot_step_is_refused_by_mjx_and_runs_on_mujoco_c(tmp_path
   ref = np.array(ref)
   assert np.abs(ref).max() > 0.5   # it swings
   np.testing.assert_allclose(got, ref, atol=2e-5 * np.abs(ref).max())
+
+
+def test_an_actuators_tick_0_control_reaches_mujoco_c(tmp_path):
+  """A motor whose command arrives at tick 0 (ideal transport, applied every tick) writes a
+  non-zero `ctrl_0`: MuJoCo C's first step must run with it. Reference: a MuJoCo C `mj_step`
+  loop written here, driven by the controls the in-loop (MJX) pipeline applied at each tick;
+  the gyro truth agrees to float32 rounding. (Pass 1 once returned the placeholder frame's
+  zero for tick 0: the yaw rate of tick 1 was then 0.1 rad/s short.)"""
+  from conftest import ahrs_entry, write_rig
+  motor = {'id': 'mot', 'type': 'fibril_sim/motor',
+           'config': {'actuator': 'yaw_motor', 'application_period_s': 0.002,
+                      'feedback_period_s': 0.002}}
+  script = [{'component': 'mot', 'kind': 'velocity', 'offset': 0.4, 'amplitude': 0.1,
+             'frequency_hz': 2.0, 'period_s': 0.002}]
+  path = write_rig(tmp_path, [motor, ahrs_entry(period_s=0.002)], script=[],
+                   extra={'command_script': script})
+  c, mj = fm.load(path, physics='c'), fm.load(path)
+  p, keys, ticks = c.default_params(2), fm.world_keys(0, 2), 6
+  _, tr = c.rollout(p, keys, ticks)
+  st = mj.reset(p, keys)
+  ctrl = [np.asarray(st.ctrl)[0]]
+  for _ in range(ticks):
+    st, _ = mj.step(p, st)
+    ctrl.append(np.asarray(st.ctrl)[0])
+  ctrl = np.asarray(ctrl, np.float64)
+  assert np.abs(ctrl[0]).max() > 0.1   # the case under test: a control at tick 0
+  m = c.mj_model
+  ref = _c_gyro(m, ctrl, c.components['ahrs'].sensors[1].adr)
+  got = np.asarray(tr['truth']['ahrs']['angular_velocity'])
+  for w in range(2):
+    np.testing.assert_allclose(got[w], ref, atol=2e-5 * max(1.0, np.abs(ref).max()))

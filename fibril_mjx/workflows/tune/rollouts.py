@@ -129,9 +129,10 @@ class RolloutProblem(Problem):
       """Per term `(L, D)` delivered samples of ticks 1..L, and `(new_data, sample_tick)`."""
       _, params = self._apply(u)
       params = jax.tree.map(lambda x: x[0], params)
-      first = jax.tree.map(lambda x: x[0], fr)
-      rest = jax.tree.map(lambda x: x[1:], fr)
-      st = pipeline.init_frame(built, params, self._keys[0], first, commands=c0, latency=lat)
+      st = pipeline.before_frame0(built, params, self._keys[0], jax.tree.map(lambda x: x[0], fr),
+                                  latency=lat)
+      if c0 is not None:   # tick 0's commands first: one scan over ticks 0..L
+        cs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), c0, cs)
 
       def body(s, xs):
         frame, c = xs
@@ -142,8 +143,8 @@ class RolloutProblem(Problem):
           vals.append(getattr(d.sample, t.field).reshape(-1).astype(jnp.float32))
           tim.append((d.new_data, d.sample_tick))
         return s, (tuple(vals), tuple(tim))
-      _, (vals, tim) = jax.lax.scan(body, st, (rest, cs))
-      return vals, tim
+      _, (vals, tim) = jax.lax.scan(body, st, (fr, cs))
+      return jax.tree.map(lambda x: x[1:], (vals, tim))   # tick 0 is no sample of the loss
 
     fields = jax.jit(fields)   # traced once for both programs
 
