@@ -71,16 +71,13 @@ def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
           qvel_offset=None, model_fields=(), share=False, latency=None, commands=None,
           impl='jax', tick0=True) -> SimState:
   """`pipeline.init` of a batch of worlds (vmapped): tick 0's application, forward and
-  acquisitions. `model_fields` are the fields of `mx` with a leading world axis; `latency` as
-  from `pipeline.latency_inputs`; `commands` those issued at tick 0 `(nworld, ...)`. With
-  `tick0` False, the worlds before tick 0 (`pipeline.before_tick0`, for `run(integrate=None)`;
-  `commands` unused)."""
+  acquisitions, or with `tick0` False the worlds before it (`pipeline.before_tick0`).
+  `model_fields` are the fields of `mx` with a leading world axis; `latency` as from
+  `latencies.latency_inputs`; `commands` those issued at tick 0 `(nworld, ...)`."""
   def one(m, p, key, cmd, qo, vo, lat):
-    if not tick0:
-      return pipeline.before_tick0(built, p, key, data0=data0, qpos_offset=qo, qvel_offset=vo,
-                                   latency=lat, mx=m)
-    return pipeline.init(built, p, key, commands=cmd, data0=data0, qpos_offset=qo,
-                         qvel_offset=vo, latency=lat, mx=m, impl=impl)
+    kw = dict(data0=data0, qpos_offset=qo, qvel_offset=vo, latency=lat, mx=m)
+    return (pipeline.init(built, p, key, commands=cmd, impl=impl, **kw) if tick0
+            else pipeline.before_tick0(built, p, key, **kw))
   return jax.vmap(one, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, 0, 0, 0, 0),
                   out_axes=state_axes(share))(mx, params, world_keys, commands, qpos_offset,
                                               qvel_offset, latency)
@@ -88,9 +85,8 @@ def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
 
 def step(built: Built, mx, params, state: SimState, commands=None, *, model_fields=(),
          impl='jax', integrate=True) -> tuple[SimState, dict]:
-  """`pipeline.step` of a batch (vmapped): tick k → k + 1 with the `commands` `(nworld, ...)`
-  issued at tick k + 1; returns `(state, outputs of tick k + 1)`. `integrate` as in
-  `pipeline.step` (the tick is unbatched, so its `lax.cond` stays a branch)."""
+  """`pipeline.step` of a batch (vmapped; `integrate` as there): tick k → k + 1 with the
+  `commands` `(nworld, ...)` issued at tick k + 1; returns `(state, outputs of tick k + 1)`."""
   axes = state_axes(is_shared(state))
   one = functools.partial(pipeline.step, built, impl=impl, integrate=integrate)
   return jax.vmap(lambda m, p, s, c: one(p, s, c, mx=m),
@@ -118,9 +114,10 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
         impl='jax', integrate=True):
   """`n_ticks` batched steps in one `lax.scan`; commands time-major `(n_ticks, nworld, ...)`
   (or None), or from a single-world `controller(obs, carry)` vmapped over the worlds. With
-  `integrate=None` and no controller, `state` is `before_tick0`'s and the first step runs
-  tick 0 (`pipeline.step`). Returns `((state, carry), outputs (n_ticks, nworld, ...) or
-  None)`."""
+  `integrate=None`, `state` is `before_tick0`'s and the first step runs tick 0
+  (`pipeline.step`) with the trace's (else scripted, else null) commands: a controller acts
+  from tick 1, on tick 0's outputs. Returns `((state, carry), outputs (n_ticks, nworld, ...)
+  or None)`."""
   def observe(out):
     # Only a controller needs last tick's outputs in the carry; otherwise they stay out of it
     # so that unrecorded outputs (e.g. truth) are not computed at all.
@@ -130,14 +127,26 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
 
   def body(c, cmd):
     st, ctl, obs = c
-    if controller is not None:
-      cmd, ctl = jax.vmap(controller)(obs, ctl)
+    if controller is not None:   # before tick 0 nothing has been observed: no controller call
+      act = lambda: jax.vmap(controller)(obs, ctl)   # noqa: E731
+      first = lambda: (tick0_commands(built, st, cmd, jax.eval_shape(act)[0]), ctl)  # noqa
+      cmd, ctl = act() if integrate is not None else jax.lax.cond(st.tick < 0, first, act)
     st, out = step(built, mx, params, st, cmd, model_fields=model_fields, impl=impl,
                    integrate=integrate)
     return (st, ctl, observe(out)), (out if record else None)
-  obs0 = observe(outputs(built, state)) if controller is not None else ()
+  obs0 = observe(outputs(built, state))   # before tick 0 (integrate None): never read
   (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands, length=n_ticks)
   return (state, carry), outs
+
+
+def tick0_commands(built: Built, state: SimState, commands, like: dict) -> dict:
+  """A batch's tick-0 commands (`state` before tick 0) in a controller's layout `like` (its
+  output's shapes): the trace's `commands`, else scripted, else null, as `pipeline.step`
+  fills them."""
+  fill = lambda cmd: pipeline.tick_inputs(built, state.clocks, cmd, state.tick + 1)[1]  # noqa
+  full = fill(None) if commands is None else jax.vmap(fill)(commands)   # None: every world's
+  return {cid: jax.tree.map(lambda x, s: jnp.broadcast_to(x, s.shape).astype(s.dtype),
+                            full[cid], like[cid]) for cid in like}
 
 
 def physics_sharing(built: Built, *, commands=None, controller=None, model_fields=(),
@@ -233,18 +242,13 @@ def model_rows(model, fields: tuple, lo: int, hi: int):
   return model
 
 
-def split_trace(commands, null: dict, lo: int, hi: int):
-  """A rollout's open-loop trace `{id: (n_ticks, nworld, ...)}` for worlds `lo:hi`, as the
-  tick-0 commands for a reset `(k, ...)` and the world-major commands of ticks 1 … n_ticks
-  for a run `(k, n_ticks, ...)` (tick n_ticks issues nothing: the `null` command)."""
+def world_trace(commands, null: dict, lo: int, hi: int):
+  """A rollout's open-loop trace `{id: (n_ticks, nworld, ...)}` for worlds `lo:hi`,
+  world-major over ticks 0 … n_ticks `(k, n_ticks + 1, ...)`: entry k issued at tick k,
+  tick n_ticks issuing nothing (the `null` command); None without a trace."""
   if not commands:
-    return None, None
-  first, rest = {}, {}
-  for cid, cmd in commands.items():
-    first[cid] = jax.tree.map(lambda x: x[0, lo:hi], cmd)
-    rest[cid] = jax.tree.map(
-        lambda x, z: jnp.swapaxes(jnp.concatenate(
-            [x[1:, lo:hi], jnp.broadcast_to(jnp.asarray(z, x.dtype),
-                                            (1, hi - lo) + x.shape[2:])]), 0, 1),
-        cmd, null[cid])
-  return first, rest
+    return None
+  return {cid: jax.tree.map(
+      lambda x, z: jnp.swapaxes(jnp.concatenate(
+          [x[:, lo:hi], jnp.broadcast_to(jnp.asarray(z, x.dtype), (1, hi - lo) + x.shape[2:])]),
+          0, 1), cmd, null[cid]) for cid, cmd in commands.items()}

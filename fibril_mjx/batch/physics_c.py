@@ -43,7 +43,7 @@ from mujoco import rollout as mj_rollout
 
 from fibril_mjx.batch import batched
 from fibril_mjx.batch import worlds
-from fibril_mjx.core import pipeline
+from fibril_mjx.core import latencies, pipeline
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.core.pipeline import Frame
@@ -167,16 +167,14 @@ def frames_from_states(m: mujoco.MjModel, states: np.ndarray, sensordata: np.nda
 
 # ---------------------------------------------------------------- the JAX passes
 
-def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, latency):
-  """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)`: pass 3 on the recorded
-  ones, pass 1 on placeholders (only its controls kept). Returns `(final state, outputs
-  (n_worlds, n_ticks + 1, ...) or None, controls)`, tick 0's first: one scan of
-  `pipeline.step_frame` from before tick 0, so each tick's code is compiled once. Traceable;
-  `device_program` is its `jax.jit`."""
-  def one(p, key, fr, c0, cs, lat):
+def device_pass(built: Built, record: bool, params, keys, frames, cmds, latency):
+  """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)` and commands of the same
+  ticks (`batched.world_trace`, or None): pass 3 on the recorded frames, pass 1 on
+  placeholders (only its controls kept). Returns `(final state, outputs (n_worlds, n_ticks +
+  1, ...) or None, controls)`: one scan of `pipeline.step_frame` from before tick 0, so each
+  tick's code is compiled once. Traceable; `device_program` is its `jax.jit`."""
+  def one(p, key, fr, cs, lat):
     st = pipeline.before_frame0(built, p, key, jax.tree.map(lambda x: x[0], fr), latency=lat)
-    if c0 is not None:   # tick 0's commands first
-      cs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), c0, cs)
 
     def body(s, xs):
       frame, c = xs
@@ -184,7 +182,7 @@ def device_pass(built: Built, record: bool, params, keys, frames, cmd0, cmds, la
       return s, ((out if record else None), s.ctrl)
     st, (outs, ctrl) = jax.lax.scan(body, st, (fr, cs))
     return st, outs, ctrl
-  return jax.vmap(one)(params, keys, frames, cmd0, cmds, latency)
+  return jax.vmap(one)(params, keys, frames, cmds, latency)
 
 
 # `device_pass` under `jax.jit`: one compiled program per built model and `record`
@@ -295,7 +293,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
            zip(jax.tree.leaves(params[DCMOTOR_PARAMS]), jax.tree.leaves(default))):
       raise FibrilError(f"physics {physics!r}: per-world dcmotor parameters are MJX's "
                         "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
-  lat_in = pipeline.latency_inputs(built, latency, n)
+  lat_in = latencies.latency_inputs(built, latency, n)
   # Shared physics, as MJX's `physics_sharing`: when nothing per world reaches the physics
   # (no actuator component, dcmotor, command trace, per-world MJCF field or initial state),
   # MuJoCo C steps one world and every world's devices read its frames — the same numbers a
@@ -325,9 +323,8 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       return t if whole else _pad(jax.tree.map(lambda x: x[lo:hi], t), lanes)
     p, keys = sl(params), sl(jnp.asarray(world_keys))
     lat = sl(lat_in) if lat_in else None
-    # tick-0 commands (k, ...) and world-major ticks 1..n (k, n, ...), or None
-    cmd0, cmds = batched.split_trace(commands, pipeline.null_commands(built), lo, hi)
-    cmd0, cmds = (sl(cmd0), sl(cmds)) if cmds is not None else (None, None)
+    cmds = batched.world_trace(commands, pipeline.null_commands(built), lo, hi)
+    cmds = sl(cmds) if cmds is not None else None   # (k, n + 1, ...)
     s0 = states0[lo:hi]
     if trajectory is not None and 'ctrl' in log:
       ctrl = np.broadcast_to(log['ctrl'], (k,) + log['ctrl'].shape)
@@ -337,7 +334,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       held = frames_from_states(m, np.repeat(s0[:, None], n_ticks + 1, axis=1),
                                 np.zeros((k, n_ticks + 1, m.nsensordata)),
                                 np.zeros((k, n_ticks + 1, m.nu)))
-      ctrl = np.asarray(device(p, keys, _pad(held, lanes), cmd0, cmds, lat)[2], np.float64)[:k]
+      ctrl = np.asarray(device(p, keys, _pad(held, lanes), cmds, lat)[2], np.float64)[:k]
     if trajectory is None and share:   # one world's physics serves all (see `rollout`)
       st, sd = runner(m, s0[:1], ctrl[:1])
       one = frames_from_states(m, np.concatenate([s0[:1, None], st[:, :-1]], axis=1), sd,
@@ -351,7 +348,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
       one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
                             trajectory.get('accelerations', 'dynamics'))
       frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
-    final, outs, used = device(p, keys, _pad(frames, lanes), cmd0, cmds, lat)
+    final, outs, used = device(p, keys, _pad(frames, lanes), cmds, lat)
     if pipeline.actuators(built) and (trajectory is None or 'ctrl' not in log):
       _check_controls(np.asarray(used)[:k], ctrl, physics)   # only an actuator can close one
     finals.append(final if whole else _cut(final, k))

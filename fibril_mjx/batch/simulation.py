@@ -26,7 +26,7 @@ from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
-from fibril_mjx.core import pipeline
+from fibril_mjx.core import latencies, pipeline
 from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics.mjx import warp_model_and_data
@@ -92,13 +92,13 @@ class Simulation:
   def latency_fields(self) -> dict:
     """`{component id: (latency field, ...)}`: the transport latencies that `reset` and
     `rollout` take per world (`latency=`), e.g. `{'ahrs': ('latency_s',)}`."""
-    return pipeline.latency_fields(self.built)
+    return latencies.latency_fields(self.built)
 
   def latency_inputs(self, latency: dict | None, n_worlds: int) -> dict | None:
     """Validates per-world latencies and rounds them to whole ticks on the host
-    (`pipeline.latency_inputs`: `{component id: {field: (latency_s (nworld,), delay_ticks
+    (`latencies.latency_inputs`: `{component id: {field: (latency_s (nworld,), delay_ticks
     (nworld,))}}`, or None)."""
-    return pipeline.latency_inputs(self.built, latency, n_worlds)
+    return latencies.latency_inputs(self.built, latency, n_worlds)
 
   def refresh(self, mx, params, state: SimState, model_fields=()) -> SimState:
     """`state` with its tick's forward recomputed under `mx` / `params` (traced; no acquisition,
@@ -229,31 +229,16 @@ class Simulation:
 
   def _rollout_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
                      observe_truth):
-    """`rollout`'s program (one per host chunk): ticks 0 … n_ticks. Open loop, one scan from
-    before tick 0 (`pipeline.before_tick0`), so each tick's code is compiled once; a controller
-    first sees tick 0's outputs, so there tick 0 runs before the scan (`reset`)."""
+    """`rollout`'s program (one per host chunk): ticks 0 … n_ticks in one scan from before
+    tick 0 (`pipeline.before_tick0`), so each tick's code is compiled once."""
     reset = {k: world[k] for k in ('params', 'keys', 'model', 'qpos', 'qvel', 'latency')}
+    sh, wo = self._reset_block(shared, reset | {'commands': None}, model_fields=model_fields,
+                               share=share, tick0=False)
     run = {k: world[k] for k in ('params', 'carry', 'commands', 'model')}
-    if controller is None:
-      sh, wo = self._reset_block(shared, reset | {'commands': None}, model_fields=model_fields,
-                                 share=share, tick0=False)
-      if world['commands0'] is not None:   # tick 0's commands first
-        run['commands'] = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1),
-                                       world['commands0'], world['commands'])
-      return self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
-                             model_fields=model_fields, share=share, n_ticks=n_ticks + 1,
-                             record=record, controller=None, observe_truth=observe_truth,
-                             integrate=None)
-    sh, wo = self._reset_block(shared, reset | {'commands': world['commands0']},
-                               model_fields=model_fields, share=share)
-    out0 = batched.outputs(self.built, batched.join_state(sh, wo)) if record else None
-    sh, out = self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
-                              model_fields=model_fields, share=share, n_ticks=n_ticks,
-                              record=record, controller=controller, observe_truth=observe_truth)
-    if record:   # tick 0's outputs first
-      out['outs'] = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], b], axis=1), out0,
-                                 out['outs'])
-    return sh, out
+    return self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
+                           model_fields=model_fields, share=share, n_ticks=n_ticks + 1,
+                           record=record, controller=controller, observe_truth=observe_truth,
+                           integrate=None)
 
   # ---------------------------------------------------------------- public API
 
@@ -463,7 +448,6 @@ class Simulation:
       sl = lambda t: t if whole else jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
       p, keys = sl(params), sl(world_keys)
       m = model if whole else batched.model_rows(model, fields, lo, hi)
-      cmds0, cmds = batched.split_trace(commands, self.null_commands(), lo, hi)
       carry = None
       if controller is not None:
         carry = sl(controller_init) if controller_per_world else jax.tree.map(
@@ -473,7 +457,8 @@ class Simulation:
                           {'params': p, 'keys': keys, 'model': world_model,
                            'qpos': sl(qpos_offset), 'qvel': sl(qvel_offset),
                            'latency': self.latency_inputs(sl(lat) or None, hi - lo),
-                           'commands0': cmds0, 'carry': carry, 'commands': cmds},
+                           'carry': carry, 'commands': batched.world_trace(
+                               commands, self.null_commands(), lo, hi)},
                           model_fields=fields, share=share, n_ticks=n_ticks, record=record,
                           controller=controller, observe_truth=observe_truth)
       st, carry, outs = batched.join_state(sh, wo['state']), wo['carry'], wo['outs']

@@ -192,7 +192,8 @@ class FibrilEnv:
     return self
 
   def reset(self, rng: jax.Array, params: dict | None = None) -> State:
-    """Starts an episode of one world: `pipeline.init`, then ticks 1 … `control_ticks − 1`.
+    """Starts an episode of one world: ticks 0 … `control_ticks − 1` (`pipeline.before_tick0`,
+    then `pipeline.step`).
 
     Args:
       rng: `(2,)` key; the world key, goal and randomization are drawn from it.
@@ -210,10 +211,11 @@ class FibrilEnv:
       params, model, qoff, voff, latency = self.randomization.apply(params, draws)
       init = {'qpos_offset': qoff, 'qvel_offset': voff, 'latency': latency}
     mx = self._model(model)
-    ps = pipeline.init(self.sim.built, params, k_world, data0=self.sim.data0, mx=mx,
-                       impl=self.sim.impl, **init)
-    if self.task.control_ticks > 1:   # observe the last tick before the first step (see above)
-      ps = self._advance(params, mx, ps, None, self.task.control_ticks - 1)
+    # ticks 0 … control_ticks − 1: observe the last tick before the first step (see above),
+    # in one scan from before tick 0 (tick 0 is the loop body's code: `pipeline.step`)
+    ps = pipeline.before_tick0(self.sim.built, params, k_world, data0=self.sim.data0, mx=mx,
+                               **init)
+    ps = self._advance(params, mx, ps, None, self.task.control_ticks, integrate=None)
     out = pipeline.outputs(self.sim.built, ps)
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()
     obs, truth = self._observe(out, goal)
@@ -247,11 +249,12 @@ class FibrilEnv:
     """The `mjx.Model` of an episode: the built one with its varied fields."""
     return self.sim.mx.replace(**fields) if fields else self.sim.mx
 
-  def _advance(self, params, mx, ps, trace, n_ticks: int):
+  def _advance(self, params, mx, ps, trace, n_ticks: int, integrate: bool | None = True):
     """`n_ticks` one-world steps in a `lax.scan`; `trace` `{id: (n_ticks, ...)}` or None
-    (scripted / null commands)."""
+    (scripted / null commands); `integrate` as in `pipeline.step`."""
     def body(st, cmd):
-      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=mx, impl=self.sim.impl)
+      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=mx, impl=self.sim.impl,
+                            integrate=integrate)
       return st, None
     return jax.lax.scan(body, ps, trace, length=n_ticks)[0]
 

@@ -198,7 +198,7 @@ class DeviceRandomization:
 
 
 def latency_ticks(latency_s, dt: float) -> jax.Array:
-  """A traced latency in whole ticks, rounded up as `pipeline.latency_ticks` rounds it; a
+  """A traced latency in whole ticks, rounded up as `latencies.latency_ticks` rounds it; a
   value within `TICK_SNAP` ticks above a whole number (float32 rounding of e.g. 3 ms at 1 ms)
   is that number."""
   r = jnp.asarray(latency_s, jnp.float32) / jnp.float32(dt)

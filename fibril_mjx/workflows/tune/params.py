@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
-from fibril_mjx.core.pipeline import LATENCY_FIELDS
+from fibril_mjx.core.latencies import LATENCY_FIELDS
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
@@ -69,7 +69,7 @@ def stochastic_overrides(sim, fitted: set) -> list:
 
 def latency_overrides(spec: TuneSpec, nominal=None) -> list:
   """Fitted transport latencies built at their upper bound (it sizes the delivery queue;
-  each evaluation then sets its own latency per world, `pipeline.latency_inputs`). A
+  each evaluation then sets its own latency per world, `latencies.latency_inputs`). A
   continuous latency (a per-world parameter of `nominal`'s component: `latency_mode:
   continuous`) keeps its value and gets its `<name>_max_s` at the upper bound instead."""
   out = []

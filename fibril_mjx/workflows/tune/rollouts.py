@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.batch import physics_c
-from fibril_mjx.core import pipeline
+from fibril_mjx.core import latencies, pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf_fields
@@ -118,7 +118,7 @@ class RolloutProblem(Problem):
       v = np.broadcast_to(self.latency[q.target], (n,)) if not latency or \
           q.target not in latency else np.asarray(latency[q.target], np.float64)[starts]
       out.setdefault(cid, {})[field] = np.array(v, np.float64)
-    return pipeline.latency_inputs(self.sim.built, out, n)
+    return latencies.latency_inputs(self.sim.built, out, n)
 
   # ----------------------------------------------------------------- traced programs
 
@@ -293,9 +293,11 @@ class RolloutProblem(Problem):
       p = self._world_params(us)
       keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
+      cmds = None if c0 is None else jax.tree.map(   # ticks 0..L
+          lambda a, b: np.concatenate([a[:, None], b], axis=1), c0, cs)
       ctrl = np.asarray(physics_c.device_program(built, False,
-          pad(p, lanes), pad(keys, lanes), pad(held, lanes), pad(c0, lanes),
-          pad(cs, lanes), pad(lat, lanes))[2], np.float64)[:n]
+          pad(p, lanes), pad(keys, lanes), pad(held, lanes), pad(cmds, lanes),
+          pad(lat, lanes))[2], np.float64)[:n]
     else:
       if self._script is None:   # the actuator script's controls: the same every rollout
         self._script = physics_c.script_ctrl(built, L)
