@@ -298,8 +298,8 @@ def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos
 
   The initial state is forwarded here only when an actuator reads it before tick 0's forward
   (its held command): tick 0's own forward recomputes every derived field from `qpos`,
-  `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held as
-  the `Pending` an integration would leave (`step` takes its `state` at tick 0)."""
+  `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held in a
+  `Pending` whose `state` `step` takes at tick 0 (its other fields: zeros of their shapes)."""
   mx = built.mx if mx is None else mx
   data = built.data0 if data0 is None else data0
   if qpos_offset is not None:   # per-world initial state (added before the first forward)
