@@ -114,10 +114,8 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
         impl='jax', integrate=True):
   """`n_ticks` batched steps in one `lax.scan`; commands time-major `(n_ticks, nworld, ...)`
   (or None), or from a single-world `controller(obs, carry)` vmapped over the worlds. With
-  `integrate=None`, `state` is `before_tick0`'s and the first step runs tick 0
-  (`pipeline.step`) with the trace's (else scripted, else null) commands: a controller acts
-  from tick 1, on tick 0's outputs. Returns `((state, carry), outputs (n_ticks, nworld, ...)
-  or None)`."""
+  `integrate=None`, `state` is `before_tick0`'s and tick 0 runs first (a controller acts from
+  tick 1, on its outputs). Returns `((state, carry), outputs (n_ticks, nworld, ...) | None)`."""
   def observe(out):
     # Only a controller needs last tick's outputs in the carry; otherwise they stay out of it
     # so that unrecorded outputs (e.g. truth) are not computed at all.
@@ -141,10 +139,11 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
 
 def tick0_commands(built: Built, state: SimState, commands, like: dict) -> dict:
   """A batch's tick-0 commands (`state` before tick 0) in a controller's layout `like` (its
-  output's shapes): the trace's `commands`, else scripted, else null, as `pipeline.step`
-  fills them."""
-  fill = lambda cmd: pipeline.tick_inputs(built, state.clocks, cmd, state.tick + 1)[1]  # noqa
-  full = fill(None) if commands is None else jax.vmap(fill)(commands)   # None: every world's
+  output's shapes): scripted, else null, as `pipeline.step` fills them."""
+  if commands is not None:
+    raise FibrilError('commands= and controller= together: the controller issues the commands '
+                      'of ticks 1 … n and tick 0 the scripted or null ones; pass one of them')
+  full = pipeline.tick_inputs(built, state.clocks, None, state.tick + 1)[1]   # every world's
   return {cid: jax.tree.map(lambda x, s: jnp.broadcast_to(x, s.shape).astype(s.dtype),
                             full[cid], like[cid]) for cid in like}
 

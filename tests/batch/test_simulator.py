@@ -264,3 +264,21 @@ def test_every_program_of_a_model_reuses_one_trace_of_its_physics(tmp_path, monk
   sim.rollout(p, keys, 2)
   sim.step(p, sim.reset(p, keys))
   assert len(calls) == 1
+
+
+def test_a_command_trace_and_a_controller_together_are_refused(tmp_path):
+  """A rollout's controller issues the commands of ticks 1 … n and tick 0 gets the scripted or
+  null ones (the loop holds tick 0's code once: `batched.run`), so a command trace beside it
+  would be dropped: refused in one line, before anything runs."""
+  motor = {'id': 'mot', 'type': 'fibril_sim/motor',
+           'config': {'actuator': 'yaw_motor', 'application_period_s': 0.002,
+                      'feedback_period_s': 0.002}}
+  sim = fibril_mjx.load(write_rig(tmp_path, [motor], script=[]))
+  null = sim.null_commands()['mot']
+  trace = {'mot': jax.tree.map(lambda z: jnp.zeros((3, 2) + jnp.shape(z), z.dtype), null)}
+  ctl = lambda obs, c: ({'mot': null}, c)   # noqa: E731
+  with pytest.raises(fibril_mjx.FibrilError, match=r'commands= and controller= together: the '
+                     r'controller issues the commands of ticks 1 … n and tick 0 the scripted '
+                     r'or null ones; pass one of them'):
+    sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 3, commands=trace,
+                controller=ctl, controller_init=jnp.float32(0))
