@@ -127,7 +127,7 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
     st, ctl, obs = c
     if controller is not None:   # before tick 0 nothing has been observed: no controller call
       act = lambda: jax.vmap(controller)(obs, ctl)   # noqa: E731
-      first = lambda: (tick0_commands(built, st, cmd, jax.eval_shape(act)[0]), ctl)  # noqa
+      first = lambda: (tick0_commands(built, st, jax.eval_shape(act)[0]), ctl)  # noqa
       cmd, ctl = act() if integrate is not None else jax.lax.cond(st.tick < 0, first, act)
     st, out = step(built, mx, params, st, cmd, model_fields=model_fields, impl=impl,
                    integrate=integrate)
@@ -137,12 +137,10 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
   return (state, carry), outs
 
 
-def tick0_commands(built: Built, state: SimState, commands, like: dict) -> dict:
+def tick0_commands(built: Built, state: SimState, like: dict) -> dict:
   """A batch's tick-0 commands (`state` before tick 0) in a controller's layout `like` (its
-  output's shapes): scripted, else null, as `pipeline.step` fills them."""
-  if commands is not None:
-    raise FibrilError('commands= and controller= together: the controller issues the commands '
-                      'of ticks 1 … n and tick 0 the scripted or null ones; pass one of them')
+  output's shapes): scripted, else null, as `pipeline.step` fills them (a rollout with a
+  controller takes no command trace)."""
   full = pipeline.tick_inputs(built, state.clocks, None, state.tick + 1)[1]   # every world's
   return {cid: jax.tree.map(lambda x, s: jnp.broadcast_to(x, s.shape).astype(s.dtype),
                             full[cid], like[cid]) for cid in like}

@@ -28,6 +28,7 @@ from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
 from fibril_mjx.core import latencies, pipeline
 from fibril_mjx.core.pipeline import SimState
+from fibril_mjx.errors import FibrilError
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics.mjx import warp_model_and_data
 
@@ -401,19 +402,16 @@ class Simulation:
       params: `{id: Params}` with a leading `(nworld,)` axis.
       world_keys: `(nworld, 2)`.
       commands: open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, entry k
-        issued at tick k (tick `n_ticks` issues nothing), or
+        issued at tick k (tick `n_ticks` issues nothing), or (never both)
       controller: a single-world controller with a single-world `controller_init` carry
         (see `run`): it sees the outputs of tick k and issues the commands of tick k + 1
         (tick 0 gets the scripted or null commands). With `controller_per_world`,
         `controller_init`'s leaves have a leading `(nworld,)` axis (a carry per world, e.g.
         each world's goal) instead of being broadcast.
-      model, model_axes: a per-world `mjx.Model`, e.g.
-        `rollout(params, keys, T, model=sim.mx.replace(dof_damping=d), model_axes={'dof_damping':
-        0})` with `d` of shape `(nworld, nv)`, or `model={'dof_damping': d}` with the rest of
-        the model compiled in (see `reset`).
+      model, model_axes: a per-world model as in `reset`, e.g. `model={'dof_damping': d}`
+        with `d` of shape `(nworld, nv)` (the rest of the model compiled in).
       qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` per-world initial state.
-      latency: per-world transport latencies `{component id: {field: seconds}}` (see
-        `reset`).
+      latency: per-world transport latencies `{component id: {field: seconds}}` (`reset`).
       share_physics: when `physics_sharing` allows it (sensor-only Monte Carlo), run the
         physics once and broadcast its data to every world's components; False forces one
         physics rollout per world. Shared and per-world sensor outputs agree to float
@@ -427,6 +425,9 @@ class Simulation:
       trace, final controller carry (nworld, ...))`.
     """
     n = world_keys.shape[0]
+    if commands and controller is not None:   # tick 0 is the loop's code (`batched.run`)
+      raise FibrilError('commands= and controller= together: the controller issues the commands '
+                        'of ticks 1 … n and tick 0 the scripted or null ones; pass one of them')
     if self.physics == 'c':   # MuJoCo C, open loop: refuses a controller (physics_c)
       return physics_c.simulation_rollout(
           self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
