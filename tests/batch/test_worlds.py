@@ -288,7 +288,10 @@ def two_devices(rig, base, shared, damped, tmp_path_factory):
   np.savez(tmp / 'rig.npz', **ref)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
-  worlds.cpu_flags(2, environ=env)   # 2 devices, as this process's code generation and loops
+  # 2 devices, this process's ISA cap and loops, but LLVM's default optimization level (this
+  # process compiles at level 0, tests/conftest.py): the first test below, comparing with this
+  # process's traces, also checks that the level changes no bit
+  worlds.cpu_flags(2, environ=env)
   r = subprocess.run([sys.executable, '-c', TWO_DEVICES, str(path), str(tmp / 'rig.npz'),
                       str(REPO / 'manifests' / 'imu_ekf.yaml'), str(TICKS), str(DAMPED_TICKS)],
                      capture_output=True, text=True, env=env, timeout=900, cwd=str(tmp))

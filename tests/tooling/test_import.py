@@ -77,3 +77,14 @@ def test_the_suite_compiles_and_threads_as_cpu_flags_asks():
   assert conftest.CPU_FLAGS == (worlds.EMITTER_FLAG, worlds.EIGEN_FLAG)
   for flag in conftest.CPU_FLAGS:
     assert flag.split('=')[0] in os.environ['XLA_FLAGS']   # ours, or a value of the user's
+
+
+def test_only_the_suite_compiles_at_llvm_level_0():
+  """tests/conftest.py compiles the suite at LLVM's level 0; `cpu_flags` (the CLI's, and the
+  two-device subprocess of tests/batch/test_worlds.py that compares the two levels) leaves
+  LLVM at its default."""
+  assert conftest.TEST_FLAGS == ('--xla_backend_optimization_level=0',)
+  assert 'xla_backend_optimization_level' in os.environ['XLA_FLAGS']
+  env = {}
+  worlds.cpu_flags(2, environ=env)
+  assert 'optimization_level' not in env['XLA_FLAGS']
