@@ -18,9 +18,19 @@ Prints per manifest `kernels_per_tick_physics_<stem>=`, `kernels_per_tick_full_<
 `component_kernels_per_tick_<stem>=` (their difference). Counts, not times: the same on a busy
 machine.
 
+`--by-source N` also says where the full run's kernel time goes: it times every kernel of the
+full run (three profiled runs, averaged), reads XLA's dump of the compiled program to find the
+line of fibril_mjx that each kernel's instruction came from (the innermost fibril_mjx frame of
+its stack; `physics/mjx.py` is MuJoCo MJX's step, `no-metadata` instructions XLA added (the
+loop's copies), `unmapped` events that name no instruction, such as the steps of a library
+transpose), and lists the N lines with the most
+microseconds per tick, then the total per fibril_mjx module. Times of one machine and load, so
+compare lines within one run.
+
 Usage:
   .venv/bin/python bench/kernels.py                      # both manifests, 256 worlds, 20 ticks
   .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 1024
+  .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 2048 --by-source 30
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import sys
 import tempfile
 
@@ -51,19 +62,95 @@ def parse_args(argv=None):
   ap.add_argument('--worlds', type=int, default=256)
   ap.add_argument('--ticks', type=int, default=20)
   ap.add_argument('--top', type=int, default=0, help='also list the N most launched kernels')
+  ap.add_argument('--by-source', type=int, default=0, metavar='N',
+                  help="also time the full run's kernels and list the N source lines that cost "
+                       'the most per tick')
   return ap.parse_args(argv)
+
+
+def trace_events(trace_dir: str) -> list:
+  path = glob.glob(f'{trace_dir}/**/*.trace.json.gz', recursive=True)[0]
+  return json.load(gzip.open(path))['traceEvents']
 
 
 def thunks(trace_dir: str) -> collections.Counter:
   """`{kernel name without its number: launches}` of the profiler trace in `trace_dir`."""
-  path = glob.glob(f'{trace_dir}/**/*.trace.json.gz', recursive=True)[0]
-  events = json.load(gzip.open(path))['traceEvents']
   out = collections.Counter()
-  for e in events:
+  for e in trace_events(trace_dir):
     if e.get('ph') == 'X' and not e['name'].startswith(NOT_THUNKS):
       out[e['name'].rsplit('.', 1)[0] if e['name'].rsplit('.', 1)[-1].isdigit()
           else e['name']] += 1
   return out
+
+
+def instruction_sources(hlo_text: str) -> dict:
+  """`{instruction name: 'file:function:line'}` of an XLA HLO dump, the innermost frame of
+  each instruction's stack that lies in fibril_mjx (the dump's FileNames, FunctionNames,
+  FileLocations and StackFrames tables; a frame's `parent_frame_id` is printed one above the
+  parent's id, 1 meaning none)."""
+  tables = {'FileNames': {}, 'FunctionNames': {}, 'FileLocations': {}, 'StackFrames': {}}
+  table, out = None, {}
+  for line in hlo_text.splitlines():
+    if line in tables:
+      table = tables[line]
+      continue
+    m = re.match(r'(\d+) (.*)', line) if table is not None else None
+    if m is None:
+      table = None
+      ins = re.match(r'\s+(?:ROOT )?%(\S+) = ', line)
+      if ins:
+        frame = re.search(r'stack_frame_id=(\d+)', line)
+        out[ins.group(1)] = int(frame.group(1)) if frame else None
+      continue
+    if table is tables['FileNames'] or table is tables['FunctionNames']:
+      table[int(m.group(1))] = m.group(2).strip('"')
+    else:
+      table[int(m.group(1))] = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', m.group(2))}
+
+  def where(frame):
+    if frame is None:
+      return 'no-metadata'
+    for _ in range(500):   # the innermost fibril_mjx frame, walking out
+      f = tables['StackFrames'].get(frame)
+      if f is None:
+        return '?'
+      loc = tables['FileLocations'][f['file_location_id']]
+      file = tables['FileNames'][loc['file_name_id']]
+      if '/fibril_mjx/' in file:
+        fn = tables['FunctionNames'][loc['function_name_id']]
+        return f"{file.split('/fibril_mjx/')[-1]}:{fn}:{loc['line']}"
+      frame = f.get('parent_frame_id', 1) - 1
+    return '?'
+  return {name: where(frame) for name, frame in out.items()}
+
+
+def by_source(sim, n, ticks, fm, jax, dump_dir: str) -> tuple[collections.Counter, collections.Counter]:
+  """`(microseconds, launches)` per tick of the full run's kernels, keyed by source line."""
+  p = sim.default_params(n)
+  st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
+  jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])   # compile (dumped)
+  names = collections.Counter()
+  launches = collections.Counter()
+  for _ in range(3):
+    with tempfile.TemporaryDirectory(prefix='fibril_kernels_') as d:
+      jax.profiler.start_trace(d)
+      jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])
+      jax.profiler.stop_trace()
+      for e in trace_events(d):
+        if e.get('ph') == 'X' and not e['name'].startswith(NOT_THUNKS):
+          names[e['name']] += e['dur'] / 3 / ticks
+          launches[e['name']] += 1 / 3 / ticks
+  # every `run` program compiled so far is in the dump: the full run's is the one whose
+  # instructions the profiled kernels name
+  sources = max((instruction_sources(pathlib.Path(path).read_text()) for path in
+                 glob.glob(f'{dump_dir}/*jit_run*.cpu_after_optimizations.txt')),
+                key=lambda src: sum(1 for name in names if name in src))
+  us, count = collections.Counter(), collections.Counter()
+  for name, t in names.items():
+    src = sources.get(name, 'unmapped')
+    us[src] += t
+    count[src] += launches[name]
+  return us, count
 
 
 def count(sim, n, ticks, fm, jax) -> collections.Counter:
@@ -85,6 +172,10 @@ def main(argv=None):
   from fibril_mjx.batch.worlds import cpu_flags
   cpu_flags(1)   # the CLI's code generation on one device, before JAX starts
   os.environ['XLA_FLAGS'] += ' --xla_cpu_enable_xprof_traceme=true'   # per-thunk events
+  dump = tempfile.TemporaryDirectory(prefix='fibril_hlo_')
+  if args.by_source:   # the compiled programs as text, with their source tables
+    os.environ['XLA_FLAGS'] += (f' --xla_dump_to={dump.name} --xla_dump_hlo_as_text'
+                                ' --xla_dump_hlo_module_re=.*jit_run.*')
   import jax
   import fibril_mjx as fm
   from overhead import physics_only_manifest
@@ -101,6 +192,16 @@ def main(argv=None):
       print(f'{src.name}: {name:8s} {per[name]:8.1f} kernels per tick')
       for k, v in c.most_common(args.top):
         print(f'    {v / args.ticks:7.1f}  {k}')
+    if args.by_source:
+      us, launches = by_source(sims['full'], args.worlds, args.ticks, fm, jax, dump.name)
+      print(f'{src.name}: full run, {sum(us.values()):.0f} us and '
+            f'{sum(launches.values()):.1f} kernels per tick; the costliest source lines:')
+      for k, v in us.most_common(args.by_source):
+        print(f'  {v:9.1f} us {launches[k]:6.1f}x  {k}')
+      modules = collections.Counter()
+      for k, v in us.items():
+        modules[k.split(':')[0]] += v
+      print('  per module: ' + ', '.join(f'{k} {v:.0f} us' for k, v in modules.most_common()))
     stem = src.stem
     lines += [f'kernels_per_tick_physics_{stem}={per["physics"]:.1f}',
               f'kernels_per_tick_full_{stem}={per["full"]:.1f}',
