@@ -172,7 +172,7 @@ def main(argv=None):
   from fibril_mjx.batch.worlds import cpu_flags
   cpu_flags(1)   # the CLI's code generation on one device, before JAX starts
   os.environ['XLA_FLAGS'] += ' --xla_cpu_enable_xprof_traceme=true'   # per-thunk events
-  dump = tempfile.TemporaryDirectory(prefix='fibril_hlo_')
+  dump = tempfile.TemporaryDirectory(prefix='fibril_hlo_') if args.by_source else None
   if args.by_source:   # the compiled programs as text, with their source tables
     os.environ['XLA_FLAGS'] += (f' --xla_dump_to={dump.name} --xla_dump_hlo_as_text'
                                 ' --xla_dump_hlo_module_re=.*jit_run.*')

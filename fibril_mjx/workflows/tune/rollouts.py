@@ -125,14 +125,13 @@ class RolloutProblem(Problem):
   def _compile(self):
     built, loss = self.sim.built, self.spec.loss
 
-    def fields(u, fr, c0, cs, lat):
-      """Per term `(L, D)` delivered samples of ticks 1..L, and `(new_data, sample_tick)`."""
+    def fields(u, fr, cs, lat):
+      """Per term `(L, D)` delivered samples of ticks 1..L, and `(new_data, sample_tick)`:
+      one scan over ticks 0..L (frames and commands `cs` of every tick, or None)."""
       _, params = self._apply(u)
       params = jax.tree.map(lambda x: x[0], params)
       st = pipeline.before_frame0(built, params, self._keys[0], jax.tree.map(lambda x: x[0], fr),
                                   latency=lat)
-      if c0 is not None:   # tick 0's commands first: one scan over ticks 0..L
-        cs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), c0, cs)
 
       def body(s, xs):
         frame, c = xs
@@ -148,22 +147,22 @@ class RolloutProblem(Problem):
 
     fields = jax.jit(fields)   # traced once for both programs
 
-    def resid(u, fr, c0, cs, lat, maps):
-      vals, _ = fields(u, fr, c0, cs, lat)
+    def resid(u, fr, cs, lat, maps):
+      vals, _ = fields(u, fr, cs, lat)
       out = []
       for i in range(len(loss)):
         idx, y, w = maps[i]
         out.append(((vals[i][idx] - y) * w).reshape(-1))
       return jnp.concatenate(out)
 
-    def jac(u, fr, c0, cs, lat, maps, du_phys, dfr, du_dev):
+    def jac(u, fr, cs, lat, maps, du_phys, dfr, du_dev):
       """`(residual (R,), J (R, P_phys + P_dev))`: a physical column is the jvp along
       `(e_i, ∂F/∂θ_i)`, a device column the jvp along `(e_j, 0)` (the frames held). One
       batch of tangents, so the pipeline is traced once: a vmap per kind made a program
       half as large again (measured on bench problem (c): 460 against 307 kB compiled, the
       cold fit 4.3–4.5 against 3.4 s, loading the executable ~55 against ~26 ms; the same
       fit)."""
-      f = lambda uu, ff: resid(uu, ff, c0, cs, lat, maps)   # noqa: E731
+      f = lambda uu, ff: resid(uu, ff, cs, lat, maps)   # noqa: E731
       held = jax.tree.map(lambda x: jnp.zeros((du_dev.shape[0],) + x.shape[1:], x.dtype), dfr)
       dfr = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), dfr, held)
       # the residual is the jvp's primal (unbatched: computed once), no second trace
@@ -171,7 +170,7 @@ class RolloutProblem(Problem):
           jnp.concatenate([du_phys, du_dev]), dfr)
       return r[0], c.T
 
-    world = (0, 0, 0, 0, 0)
+    world = (0, 0, 0, 0)
     self._fields = jax.jit(jax.vmap(fields, in_axes=world))
     self._jacobian = jax.jit(jax.vmap(jac, in_axes=world + (0, None, 0, None)))
 
@@ -237,12 +236,13 @@ class RolloutProblem(Problem):
     return s
 
   def _commands(self, ds: DataSet, recs):
-    """Per world the tick-0 commands and those of ticks 1..L (world-major), or None."""
+    """Per world the commands of ticks 0..L `(n, L + 1, ...)` (tick 0's, then the run's), or
+    None."""
     if ds.commands0[0] is None:
-      return None, None
-    c0 = _stack([jax.tree.map(lambda x: x[0], ds.commands0[r]) for r in recs])
-    cs = _stack([jax.tree.map(lambda x: x[:, 0], ds.commands[r]) for r in recs])
-    return c0, cs
+      return None
+    return _stack([jax.tree.map(lambda a, b: np.concatenate([np.asarray(a)[:1],
+                                                             np.asarray(b)[:, 0]]),
+                                ds.commands0[r], ds.commands[r]) for r in recs])
 
   def _frames(self, U, ds: DataSet, cols, recs, latency=None):
     """MuJoCo C frames `(n, L + 1, ...)` (float64 NumPy leaves) of worlds `(start, column)`
@@ -282,7 +282,7 @@ class RolloutProblem(Problem):
     m, L = self.sim.mj_model, self.L
     models, us = self._models(U, cols)
     s0 = np.stack([self._state0(ds, r) for r in recs])
-    c0, cs = self._commands(ds, recs)
+    cmds = self._commands(ds, recs)
     built = self.sim.built
     if pipeline.actuators(built):   # pass 1: the controls, on placeholder frames
       held = physics_c.frames_from_states(m, np.repeat(s0[:, None], L + 1, axis=1),
@@ -293,8 +293,6 @@ class RolloutProblem(Problem):
       p = self._world_params(us)
       keys = np.repeat(np.asarray(self._keys), n, axis=0)
       lat = self._lat([s for s, _ in cols], latency)
-      cmds = None if c0 is None else jax.tree.map(   # ticks 0..L
-          lambda a, b: np.concatenate([a[:, None], b], axis=1), c0, cs)
       ctrl = np.asarray(physics_c.device_program(built, False,
           pad(p, lanes), pad(keys, lanes), pad(held, lanes), pad(cmds, lanes),
           pad(lat, lanes))[2], np.float64)[:n]
@@ -330,12 +328,11 @@ class RolloutProblem(Problem):
     """The device pass over frames of worlds `sr` on the recordings of `ds`: per term
     `(n, L, D)` samples and `(new_data, sample_tick)` `(n, L)` (NumPy)."""
     n = len(sr)
-    c0, cs = self._commands(ds, [r for _, r in sr])
+    cmds = self._commands(ds, [r for _, r in sr])
     lanes = max(self.lanes, n)
     with sig.straight_through():
       vals, tim = self._fields(pad(us, lanes, np.float32), pad(fr, lanes, np.float32),
-                               pad(c0, lanes), pad(cs, lanes),
-                               pad(self._lat([s for s, _ in sr], latency), lanes))
+                               pad(cmds, lanes), pad(self._lat([s for s, _ in sr], latency), lanes))
     return ([np.asarray(v)[:n] for v in vals],
             [(np.asarray(a)[:n], np.asarray(b)[:n]) for a, b in tim])
 
@@ -412,12 +409,11 @@ class RolloutProblem(Problem):
     dfr = jax.tree.map(lambda *xs: np.stack(xs).astype(np.float32), *dfr)
     eye = np.eye(P, dtype=np.float32)
     maps = self._maps(ds, recs[:n])
-    c0, cs = self._commands(ds, recs[:n])
+    cmds = self._commands(ds, recs[:n])
     lanes = max(n, self.jlanes)   # every subset of starts in the batch shape of all of them
     with sig.straight_through():
       _, J = self._jacobian(pad(us[:n], lanes, np.float32), pad(base, lanes, np.float32),
-                            pad(c0, lanes), pad(cs, lanes),
-                            pad(self._lat([s for s, _ in sr], latency), lanes),
+                            pad(cmds, lanes), pad(self._lat([s for s, _ in sr], latency), lanes),
                             pad(maps, lanes), eye[phys], pad(dfr, lanes), eye[dev])
     J = np.asarray(J, np.float64)[:n][..., np.argsort(phys + dev)]
     if not self.paired:

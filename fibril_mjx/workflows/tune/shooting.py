@@ -207,7 +207,7 @@ class ShootingProblem(RolloutProblem):
     maps = self._maps(ds, [r for _, r in sr])
     with sig.straight_through():
       _, Jw = self._jacobian(pad(np.repeat(U[:, :P], self.R, 0), lanes, np.float32),
-                             pad(base, lanes, np.float32), None, None,
+                             pad(base, lanes, np.float32), None,
                              pad(self._lat([s for s, _ in sr], latency), lanes),
                              pad(maps, lanes), du, pad(dfr, lanes), eye[dev])
     Jw = np.asarray(Jw, np.float64)[:n]      # (n, R_w, Pp + nz_r + Pd)
