@@ -25,6 +25,8 @@ the components cost time; the target is <= 1.10), the worse (largest) over the r
 
 Usage:
   .venv/bin/python bench/overhead.py                     # 1024 and 4096 worlds, 200 ticks
+  .venv/bin/python bench/overhead.py --one-core --manifest bench/four_motor_rig.yaml --repeats 16
+      # one device pinned to one core, 2048 worlds (what each device of a full run does)
   .venv/bin/python bench/overhead.py --quick             # smoke test (seconds)
   FIBRIL_BENCH_COMPILE_CACHE=/tmp/jaxcache .venv/bin/python bench/overhead.py
       # enables JAX's persistent compilation cache (compile times then measure cache hits)
@@ -65,11 +67,15 @@ def parse_args(argv=None):
                   help='worlds per host chunk (default: none, one program per world count)')
   ap.add_argument('--seed', type=int, default=0)
   ap.add_argument('--quick', action='store_true', help='small sizes, for a smoke test')
+  ap.add_argument('--one-core', action='store_true',
+                  help='one XLA device, the process pinned to one core: what each device of a '
+                       'run over every core does, with less noise from the other cores (for '
+                       'comparing two versions of the code; default worlds then 2048)')
   ap.add_argument('--watchdog-s', type=float, default=1200.0,
                   help='abort with a traceback if the whole run takes longer (0: off)')
   a = ap.parse_args(argv)
   q = a.quick
-  a.worlds = a.worlds or ([128, 512] if q else [1024, 4096])
+  a.worlds = a.worlds or ([128, 512] if q else [2048] if a.one_core else [1024, 4096])
   a.ticks = a.ticks or (20 if q else 200)
   a.repeats = a.repeats or (2 if q else 5)
   if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1:
@@ -172,7 +178,9 @@ def main(argv=None):
     faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
   sys.path.insert(0, str(REPO))
   from fibril_mjx.batch.worlds import cpu_flags
-  cpu_flags()   # one XLA CPU device per core, as fibril-mjx does (before JAX starts)
+  if args.one_core:   # before JAX starts its threads: they inherit the affinity
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+  cpu_flags(1 if args.one_core else None)   # else one XLA CPU device per core, as fibril-mjx
 
   import jax
   cache = os.environ.get(CACHE_ENV)
