@@ -78,6 +78,9 @@ def parse_args(argv=None):
   a.worlds = a.worlds or ([128, 512] if q else [2048] if a.one_core else [1024, 4096])
   a.ticks = a.ticks or (20 if q else 200)
   a.repeats = a.repeats or (2 if q else 5)
+  if a.one_core and not hasattr(os, 'sched_setaffinity'):
+    ap.error('--one-core pins the process with os.sched_setaffinity, which this OS lacks '
+             '(Linux only)')
   if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1:
     ap.error('--worlds, --ticks and --repeats must be positive')
   return a
