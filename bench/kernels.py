@@ -24,8 +24,10 @@ line of fibril_mjx that each kernel's instruction came from (the innermost fibri
 its stack; `physics/mjx.py` is MuJoCo MJX's step, `no-metadata` instructions XLA added (the
 loop's copies), `unmapped` events that name no instruction, such as the steps of a library
 transpose), and lists the N lines with the most
-microseconds per tick, then the total per fibril_mjx module. Times of one machine and load, so
-compare lines within one run.
+microseconds per tick, then the total per fibril_mjx module, and how the component kernels'
+time splits by size (how many launches per tick, the median launch, the time in launches under
+10 us — what a component costs when each of its kernels does little work). Times of one machine
+and load, so compare lines within one run.
 
 Usage:
   .venv/bin/python bench/kernels.py                      # both manifests, 256 worlds, 20 ticks
@@ -124,8 +126,11 @@ def instruction_sources(hlo_text: str) -> dict:
   return {name: where(frame) for name, frame in out.items()}
 
 
-def by_source(sim, n, ticks, fm, jax, dump_dir: str) -> tuple[collections.Counter, collections.Counter]:
-  """`(microseconds, launches)` per tick of the full run's kernels, keyed by source line."""
+def by_source(sim, n, ticks, fm, jax, dump_dir: str
+              ) -> tuple[collections.Counter, collections.Counter, list]:
+  """`(microseconds, launches)` per tick of the full run's kernels, keyed by source line, and
+  the component kernels as `[(microseconds per launch, launches per tick)]` (those whose
+  source is a fibril_mjx line outside physics/mjx.py)."""
   p = sim.default_params(n)
   st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
   jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])   # compile (dumped)
@@ -145,12 +150,31 @@ def by_source(sim, n, ticks, fm, jax, dump_dir: str) -> tuple[collections.Counte
   sources = max((instruction_sources(pathlib.Path(path).read_text()) for path in
                  glob.glob(f'{dump_dir}/*jit_run*.cpu_after_optimizations.txt')),
                 key=lambda src: sum(1 for name in names if name in src))
-  us, count = collections.Counter(), collections.Counter()
+  us, count, component = collections.Counter(), collections.Counter(), []
   for name, t in names.items():
     src = sources.get(name, 'unmapped')
     us[src] += t
     count[src] += launches[name]
-  return us, count
+    if ':' in src and not src.startswith('physics/mjx.py'):
+      component.append((t / launches[name], launches[name]))
+  return us, count, component
+
+
+def size_summary(component: list) -> str:
+  """One line on the component kernels' sizes: how many per tick, the median launch, and how
+  much of their time is in launches under 10 us (where a launch's fixed cost dominates)."""
+  per_tick = sum(c for _, c in component)
+  small = [(d, c) for d, c in component if d < 10]
+  half, acc, median = per_tick / 2, 0.0, 0.0
+  for d, c in sorted(component):   # the launch-weighted median
+    acc += c
+    if acc >= half:
+      median = d
+      break
+  return (f'component kernels (fibril_mjx lines outside physics/mjx.py): {per_tick:.0f} per tick, '
+          f'{sum(d * c for d, c in component):.0f} us; median launch {median:.1f} us; '
+          f'{sum(c for _, c in small):.0f} launches under 10 us take '
+          f'{sum(d * c for d, c in small):.0f} us per tick')
 
 
 def count(sim, n, ticks, fm, jax) -> collections.Counter:
@@ -193,7 +217,8 @@ def main(argv=None):
       for k, v in c.most_common(args.top):
         print(f'    {v / args.ticks:7.1f}  {k}')
     if args.by_source:
-      us, launches = by_source(sims['full'], args.worlds, args.ticks, fm, jax, dump.name)
+      us, launches, component = by_source(sims['full'], args.worlds, args.ticks, fm, jax,
+                                          dump.name)
       print(f'{src.name}: full run, {sum(us.values()):.0f} us and '
             f'{sum(launches.values()):.1f} kernels per tick; the costliest source lines:')
       for k, v in us.most_common(args.by_source):
@@ -202,6 +227,7 @@ def main(argv=None):
       for k, v in us.items():
         modules[k.split(':')[0]] += v
       print('  per module: ' + ', '.join(f'{k} {v:.0f} us' for k, v in modules.most_common()))
+      print('  ' + size_summary(component))
     stem = src.stem
     lines += [f'kernels_per_tick_physics_{stem}={per["physics"]:.1f}',
               f'kernels_per_tick_full_{stem}={per["full"]:.1f}',
