@@ -48,6 +48,8 @@ import re
 import sys
 import tempfile
 
+import numpy as np
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # events of the profiler that are not thunks: the Python API, the executor, the client, the
 # thread pool, the buffer holds of a call, and each thunk's own `end:` marker
@@ -163,14 +165,12 @@ def by_source(sim, n, ticks, fm, jax, dump_dir: str
 def size_summary(component: list) -> str:
   """One line on the component kernels' sizes: how many per tick, the median launch, and how
   much of their time is in launches under 10 us (where a launch's fixed cost dominates)."""
+  if not component:
+    return 'component kernels (fibril_mjx lines outside physics/mjx.py): none'
   per_tick = sum(c for _, c in component)
   small = [(d, c) for d, c in component if d < 10]
-  half, acc, median = per_tick / 2, 0.0, 0.0
-  for d, c in sorted(component):   # the launch-weighted median
-    acc += c
-    if acc >= half:
-      median = d
-      break
+  durations, launches = zip(*component)
+  median = np.quantile(durations, 0.5, weights=launches, method='inverted_cdf')
   return (f'component kernels (fibril_mjx lines outside physics/mjx.py): {per_tick:.0f} per tick, '
           f'{sum(d * c for d, c in component):.0f} us; median launch {median:.1f} us; '
           f'{sum(c for _, c in small):.0f} launches under 10 us take '

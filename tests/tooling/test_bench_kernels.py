@@ -29,3 +29,7 @@ def test_size_summary_median_at_an_even_split():
   # two kernels with as many launches each: the first whose running count reaches half
   line = kernels.size_summary([(5.0, 3.0), (50.0, 3.0)])
   assert numbers(line)[2] == 5.0
+
+
+def test_size_summary_without_component_kernels():
+  assert kernels.size_summary([]).endswith(': none')
