@@ -8,10 +8,33 @@ from fibril_mjx.analysis import common, plotting, stats
 from fibril_mjx.core import registry
 
 
+# An integrating IMU's (`integration: average | delta`) truth of its rate fields: the window
+# means of the MuJoCo signal (`delta_imu.TRUTH_FIELDS`), not the point values.
+WINDOW_MEANS = {'angular_velocity': 'angular_velocity_window_mean',
+                'linear_acceleration': 'linear_acceleration_window_mean'}
+# Per-world RMS metrics of the increments (`integration: delta`) against the ideal ones.
+DELTA_METRICS = {'delta_angle': 'delta_angle_error_rms_rad',
+                 'delta_velocity': 'delta_velocity_error_rms_m_s'}
+
+
+def rate_truth(truth: dict) -> dict:
+  """The truth the delivered rate fields are compared with: the window means for an
+  integrating IMU, else the point values (like with like)."""
+  return truth | {f: truth[m] for f, m in WINDOW_MEANS.items() if m in truth}
+
+
 def host_metrics(sensor: dict, truth: dict) -> dict:
   """Per world: RMS angular-velocity and specific-force errors of delivered samples vs truth
-  at their sample tick, and the delivered count (`common.rate_error_metrics`)."""
-  return common.rate_error_metrics(sensor, truth)
+  at their sample tick (`rate_truth`), the delivered count (`common.rate_error_metrics`), and
+  with `integration: delta` the RMS errors (per axis) of `delta_angle` (rad) and
+  `delta_velocity` (m/s) vs the ideal increments of their windows."""
+  out = common.rate_error_metrics(sensor, rate_truth(truth))
+  for f, name in DELTA_METRICS.items():
+    if f in sensor and f in truth:
+      x = sensor[f].astype(np.float64)
+      e = np.sum((x - common.at_sample_tick(sensor, truth[f])) ** 2, axis=-1) / 3
+      out[name] = common.masked_rms(e, common.usable(sensor, x))
+  return out
 
 
 def plot(path, cid, time_s, sensor, truth, world, metrics, title):
@@ -19,6 +42,7 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
   error distribution across worlds."""
   plt = plotting.pyplot()
 
+  truth = rate_truth(truth)
   new = sensor['new_data'][world].astype(bool)
   st = np.clip(sensor['sample_tick'][world], 0, None)[new]
   t_s = time_s[st]

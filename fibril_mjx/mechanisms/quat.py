@@ -102,6 +102,18 @@ def to_matrix(q):
   ], axis=-2)
 
 
+def to_rotvec(q):
+  """Rotation vector `θ·u` `(..., 3)` of a unit quaternion (the representative with `w >= 0`,
+  so `|θ| <= π`): `2·atan2(|v|, w)·v/|v|`, `2v/w` in the limit `|v| → 0`."""
+  q = canonical(q)
+  v = q[..., 1:]
+  s2 = jnp.sum(v * v, axis=-1, keepdims=True)
+  small = s2 == 0.0
+  s = jnp.sqrt(jnp.where(small, 1.0, s2))          # finite gradients at zero rotation
+  f = jnp.where(small, 2.0 / q[..., :1], 2.0 * jnp.arctan2(s, q[..., :1]) / s)
+  return f * v
+
+
 def rotate(q, v):
   """`R(q) v` for vectors `v` `(..., 3)`."""
   return smallmat.matvec(to_matrix(q), v)

@@ -23,10 +23,12 @@ from a rotor (`components/vibration.py`: lines at orders of a hinge joint's rota
 with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input, before
 the gain and the filter, when `vibration_joint` is set.
 
-`integration: average | delta` (`components/sensors/delta_imu.py`) integrates the physics-rate
-signal over each output window: the rate fields become window means, and `delta` adds
-coning-compensated `delta_angle` and sculling-compensated `delta_velocity`; the error chain runs
-on the window means and its rate error is integrated over the window.
+`integration: average | delta` (`components/sensors/delta_imu.py`): the rate fields become the
+means of the physics-rate signal over each output window, and `delta` adds the window's
+`delta_angle` and `delta_velocity`, ideal from the site's attitude and velocity at the window's
+ends (`log(q₀*⊗q₁)`, `R(q₀)ᵀ(v₁ − v₀ − gT)`), plus the rate errors of the chains (run on the
+window means) integrated over the window. The truth carries the ideal increments and the window
+means.
 
 Every term whose manifest value is the default is absent from the traced graph (unless the
 field is named for per-world variation); every random term has its own named stream (SPEC §4).
@@ -181,6 +183,8 @@ class Imu(inertial.RateSensor, base.SensorBase):
   Attributes:
     channels: the two `inertial.Channel`s (angular velocity, linear acceleration).
     orientation: probe of the sensors' site orientation (`framequat`), for the true attitude.
+    velocity: probe of the site's world-frame linear velocity (`framelinvel`) with
+      `integration: delta` (the ideal Δv), else None.
     thermal: the static `thermal.Thermal`, or None (off).
     vibration: the static `vibration.Vibration`, or None (off).
     integrator: the static `delta_imu.Integrator`, or None (`integration: none`).
@@ -189,6 +193,7 @@ class Imu(inertial.RateSensor, base.SensorBase):
   sensors: tuple[SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
   orientation: Probe
+  velocity: Any = None
   thermal: Any = None
   vibration: Any = None
   integrator: Any = None
@@ -244,14 +249,20 @@ class Imu(inertial.RateSensor, base.SensorBase):
     g_b, a_b = self.sensors
     return sensordata[g_b.adr:g_b.adr + 3], sensordata[a_b.adr:a_b.adr + 3]
 
-  def _input(self, p: Params, s: State, data, tick):
-    """The MuJoCo gyro and accelerometer, plus the vibration term when it is on."""
-    gyro, accel = self._read(data.sensordata)
-    if self.vibration is not None:
-      v = self.vibration.term(p.vibration, data, s.streams, tick)
-      gyro = gyro + v['angular_velocity'] if 'angular_velocity' in v else gyro
-      accel = accel + v['linear_acceleration'] if 'linear_acceleration' in v else accel
-    return gyro, accel
+  def _inputs(self, p: Params, s: State, data, tick):
+    """`(raw, inputs)`: the MuJoCo `(gyro, accel)`, and the same plus the vibration term when
+    it is on (else `raw` itself)."""
+    raw = self._read(data.sensordata)
+    if self.vibration is None:
+      return raw, raw
+    v = self.vibration.term(p.vibration, data, s.streams, tick)
+    return raw, tuple(x + v[ch] if ch in v else x for x, ch in zip(raw, CHANNELS))
+
+  def _pose(self, data):
+    """The site's `delta_imu.Pose` of `data` with `integration: delta`, else None."""
+    if self.velocity is None:
+      return None
+    return delta_imu.Pose(self.orientation.read(data), self.velocity.read(data))
 
   def track(self, p: Params, s: State, data, tick) -> State:
     """Every physics tick: the integrated outputs' sums, the physics-rate bandwidth filters
@@ -259,9 +270,10 @@ class Imu(inertial.RateSensor, base.SensorBase):
     filters = any(c.filters_every_tick for c in self.channels)
     if not filters and self.integrator is None:
       return s
-    gyro, accel = self._input(p, s, data, tick)
+    raw, (gyro, accel) = self._inputs(p, s, data, tick)
     if self.integrator is not None:
-      s = s._replace(delta=self.integrator.accumulate(s.delta, gyro, accel))
+      s = s._replace(delta=self.integrator.accumulate(s.delta, raw, (gyro, accel),
+                                                      self._pose(data)))
     if not filters:
       return s
     w_c, a_c = self.channels
@@ -276,25 +288,27 @@ class Imu(inertial.RateSensor, base.SensorBase):
       tick: int32 tick of that state (unused by the model; kept for a uniform signature).
       n: int32 acquisition index (the RNG index; `n == 0` starts filters and processes).
     """
-    gyro, accel = self._input(p, s, data, tick)
+    raw, (gyro, accel) = self._inputs(p, s, data, tick)
+    window = pose = None
     if self.integrator is not None:   # the chains run on the window means (`delta_imu`)
-      window = self.integrator.window(s.delta, gyro, accel)
-      gyro, accel = window.mean_rate, window.mean_accel
+      pose = self._pose(data)
+      window = self.integrator.window(s.delta, raw, (gyro, accel), pose)
+      gyro, accel = window.input_rate, window.input_accel
     if self.thermal is None:
       fields, s = self.step_rates(p, s, gyro, accel, n)
-      return self._finish(s, fields, window if self.integrator is not None else None)
+      return self._finish(s, fields, window, pose)
     th, terms, delivered = self.thermal.step(p.thermal, s.thermal, s.streams, tick, n)
     (wb, wg), (ab, ag) = terms['angular_velocity'], terms['linear_acceleration']
     fields, s = self.step_rates(p, s, gyro, accel, n, extra=wb, accel_extra=ab, gains=(wg, ag))
     if delivered is not None:
       fields['temperature_c'] = delivered
-    return self._finish(s._replace(thermal=th), fields,
-                        window if self.integrator is not None else None)
+    return self._finish(s._replace(thermal=th), fields, window, pose)
 
-  def _finish(self, s: State, fields: dict, window) -> tuple[State, Sample]:
-    """The sample of `fields`, with the integrated outputs of `window` when on."""
+  def _finish(self, s: State, fields: dict, window, pose) -> tuple[State, Sample]:
+    """The sample of `fields`, with the integrated outputs of `window` (ending at `pose`) when
+    on."""
     if window is not None:
-      fields, delta = self.integrator.finish(fields, s.delta, window)
+      fields, delta = self.integrator.finish(fields, s.delta, window, pose)
       s = s._replace(delta=delta)
     return s, self._sample(**fields)
 
@@ -305,7 +319,8 @@ class Imu(inertial.RateSensor, base.SensorBase):
   def truth(self, s: State, data) -> dict:
     """Ideal outputs of this tick for `truth/<id>/...`: the MuJoCo gyro and accelerometer,
     the site's attitude, and the additive bias of the error model (fixed + turn-on +
-    Gauss–Markov + random walk, as of the latest acquisition)."""
+    Gauss–Markov + random walk, as of the latest acquisition); with `integration:`, the
+    latest window's ideal increments and means (`delta_imu.TRUTH_FIELDS`)."""
     gyro, accel = self._read(data.sensordata)
     out = {'angular_velocity': gyro, 'linear_acceleration': accel,
            'orientation': self.site_orientation(data),
@@ -317,6 +332,8 @@ class Imu(inertial.RateSensor, base.SensorBase):
       out['linear_acceleration_bias'] = (out['linear_acceleration_bias']
                                          + s.thermal.linear_acceleration_bias)
       out['temperature_c'] = s.thermal.sensor_c
+    if self.integrator is not None:
+      out |= self.integrator.truth(s.delta)
     return out
 
   def describe(self) -> list[str]:
@@ -354,12 +371,14 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   neutral = (SampleWithTemperature(host.zeros(), *rates)
              if th is not None and th.output else Sample(*rates))
   delta_imu.check(cfg, origin)
-  integ = delta_imu.Integrator.build(cfg, ctx.dt)
+  integ = delta_imu.Integrator.build(cfg, ctx.dt, m.opt.gravity)
   if integ is not None and integ.delivers:
     neutral = delta_imu.with_deltas(type(neutral))(*neutral, host.zeros(3), host.zeros(3),
                                                    host.zeros())
   return sb.make(Imu, neutral, sensors=sensors, channels=channels,
-                 orientation=ctx.site_quat(sid), thermal=th,
+                 orientation=ctx.site_quat(sid),
+                 velocity=ctx.site_velocity(sid)[0] if integ is not None and integ.delivers
+                 else None, thermal=th,
                  vibration=vib, integrator=integ)
 
 
