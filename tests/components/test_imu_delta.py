@@ -206,15 +206,15 @@ def test_coning_against_the_closed_form(tmp_path, dt):
                              atol=n * tol)
 
 
-def test_sculling_against_the_specific_force_integral(tmp_path):
-  """Sculling (roll 0.1 rad in phase with a 2 cm sway at 8 Hz) under gravity, 0.5 ms ticks:
-  each window's Δv is the integral of the accelerometer's specific force in the start axes
-  (the sign convention: `+|g|` up at rest), to float32 rounding; the plain sum of specific
-  forces misses rotation and sculling by far more; the rectified z increment has the closed
-  form's mean."""
-  dt, a, b, hz, g = 0.0005, 0.1, 0.02, 8.0, (0.0, 0.0, -9.81)
-  omega, L = 2 * math.pi * hz, round(PERIOD / dt)
-  t = np.arange(round(0.5 / dt) + 1) * dt
+SCULL = dict(a=0.1, b=0.02, omega=2 * math.pi * 8.0, g=(0.0, 0.0, -9.81))
+
+
+def sculling_errors(tmp_path, dt, duration=0.5):
+  """The sculling run at timestep `dt`: `(delivered − reference, plain sum of specific forces −
+  reference)` `(nwin, 3)` per window, the delivered Δv, and the largest velocity (m/s)."""
+  a, b, omega, g = SCULL['a'], SCULL['b'], SCULL['omega'], SCULL['g']
+  L = round(PERIOD / dt)
+  t = np.arange(round(duration / dt) + 1) * dt
   phi, dphi, y, dy, f = sculling(a, b, omega, g, t)
   z0 = np.zeros_like(t)
   qpos = np.stack([z0, y, z0, np.cos(phi / 2), np.sin(phi / 2), z0, z0], -1)
@@ -223,28 +223,38 @@ def test_sculling_against_the_specific_force_integral(tmp_path):
   ticks = z['sensor/imu/sample_tick'][new]
   ref = sculling_windows(a, b, omega, g, t[ticks - L], PERIOD)
   got = z['sensor/imu/delta_velocity'][new].astype(np.float64)
-  vmax = np.abs(qvel[:, :3]).max() + 9.81 * PERIOD
-  tol = 8 * EPS32 * vmax
-  assert np.abs(got - ref).max() < tol, (np.abs(got - ref).max(), tol)
   idx = ticks[:, None] + np.arange(-L, 1)[None]
   naive = 0.5 * (f[idx][:, 1:] + f[idx][:, :-1]).sum(1) * dt
-  assert np.abs(naive - ref).max() > 10 * tol
+  return got - ref, naive - ref, got, np.abs(dy).max()
+
+
+@pytest.mark.parametrize('dt', [0.002, 0.0005])
+def test_sculling_against_the_specific_force_integral(tmp_path, dt):
+  """Sculling (roll 0.1 rad in phase with a 2 cm sway at 8 Hz) under gravity, at 2 ms and
+  0.5 ms: each window's Δv is the integral of the accelerometer's specific force in the start
+  axes (the sign convention: `+|g|` up at rest), to float32 rounding; the plain sum of specific
+  forces misses rotation and sculling by far more; the rectified z increment has the closed
+  form's mean."""
+  err, naive, got, vmax = sculling_errors(tmp_path, dt)
+  tol = 8 * EPS32 * (vmax + 9.81 * PERIOD)
+  assert np.abs(err).max() < tol, (np.abs(err).max(), tol)
+  assert np.abs(naive).max() > 10 * tol
   # over whole periods the body-z specific force averages to gravity's `+|g|·<cos φ>` (up, the
   # accelerometer's sign) plus the sculling rectification `A·B·Ω²/2`
+  a, b, omega = SCULL['a'], SCULL['b'], SCULL['omega']
   np.testing.assert_allclose(np.mean(got[:, 2]) / PERIOD,
                              9.81 * (1 - a ** 2 / 4) + a * b * omega ** 2 / 2, rtol=2e-3)
 
 
-def test_tumble_composes_to_mujoco_c_quaternions(tmp_path):
-  """A torque-free tumble near the intermediate axis, stepped by MuJoCo C (`mj_step`, 2 ms,
-  2 s): the delivered Δθ composed from the first attitude reproduce MuJoCo's own quaternions at
-  every window end, to float32 rounding."""
-  dt = 0.002
+def tumble_errors(tmp_path, dt=0.002, duration=2.0):
+  """A torque-free tumble stepped by MuJoCo C: the angle (rad) between the delivered Δθ
+  composed from the first attitude and MuJoCo's quaternion at every window end `(nwin,)`, the
+  delivered Δθ, and the tumble's total rotation."""
   m = mujoco.MjModel.from_xml_string(FREE_BODY.format(dt=dt, g=(0, 0, 0)))
   d = mujoco.MjData(m)
   d.qvel[3:] = (0.2, 6.0, 0.3)
   qpos, qvel = [], []
-  for _ in range(1001):
+  for _ in range(round(duration / dt) + 1):
     qpos.append(d.qpos.copy())
     qvel.append(d.qvel.copy())
     mujoco.mj_step(m, d)
@@ -252,13 +262,19 @@ def test_tumble_composes_to_mujoco_c_quaternions(tmp_path):
   z, new = _replay(tmp_path, dt, (0, 0, 0), qpos, qvel)
   ticks = z['sensor/imu/sample_tick'][new]
   got = z['sensor/imu/delta_angle'][new].astype(np.float64)
-  composed = _compose(qpos[ticks[0] - 2, 3:], got)
-  err = _angle(composed, qpos[ticks, 3:])
-  n = ticks.size
+  composed = _compose(qpos[ticks[0] - round(PERIOD / dt), 3:], got)
+  return _angle(composed, qpos[ticks, 3:]), got, _angle(qpos[0, 3:], qpos[-1, 3:])
+
+
+def test_tumble_composes_to_mujoco_c_quaternions(tmp_path):
+  """A torque-free tumble near the intermediate axis, stepped by MuJoCo C (`mj_step`, 2 ms,
+  2 s): the delivered Δθ composed from the first attitude reproduce MuJoCo's own quaternions at
+  every window end, to float32 rounding."""
+  err, got, turned = tumble_errors(tmp_path)
   # a priori: the final quaternion's float32 rounding, and each window's arithmetic on |Δθ|
-  tol = 4 * EPS32 + n * 8 * EPS32 * np.abs(got).max()
+  tol = 4 * EPS32 + err.size * 8 * EPS32 * np.abs(got).max()
   assert err.max() < tol, (err.max(), tol)
-  assert _angle(qpos[0, 3:], qpos[-1, 3:]) > 1.0    # it tumbles
+  assert turned > 1.0    # it tumbles
 
 
 # ------------------------------------------------------------------------------ pure functions
@@ -422,18 +438,29 @@ def test_example_manifest_plan_and_errors(tmp_path):
 
 
 def main():
-  """Prints the coning errors per window (RMS, max) at 2 ms and 0.5 ms: delivered and the plain
-  sum of rates against the closed form, and the composed attitudes' error after 1 s:
-  `python tests/components/test_imu_delta.py`."""
+  """Prints, at 2 ms and 0.5 ms physics with 4 ms windows, the per-window errors (RMS, max) of
+  the delivered Δθ on the coning motion and Δv on the sculling motion against their references,
+  next to the plain sums of rates / specific forces, the composed coning attitude's error after
+  1 s, and the tumble's composed error against MuJoCo C: `python
+  tests/components/test_imu_delta.py`."""
   import tempfile
+  rms = lambda e: math.sqrt(np.mean(e ** 2))   # noqa: E731
   for dt in (0.002, 0.0005):
     with tempfile.TemporaryDirectory() as d:
       err, naive, composed, naive_composed, _ = coning_errors(pathlib.Path(d), dt)
-    rms = lambda e: math.sqrt(np.mean(e ** 2))   # noqa: E731
     print(f'dt {dt * 1e3:g} ms, coning 0.05 rad at 10 Hz, 4 ms windows: Δθ error per window '
           f'RMS {rms(err):.3g} max {np.abs(err).max():.3g} rad; plain sum of rates RMS '
           f'{rms(naive):.3g} max {np.abs(naive).max():.3g} rad (ratio {rms(naive) / rms(err):.0f}); '
           f'composed over 1 s: {composed[-1]:.3g} rad vs {naive_composed[-1]:.3g} rad')
+    with tempfile.TemporaryDirectory() as d:
+      err, naive, _, _ = sculling_errors(pathlib.Path(d), dt)
+    print(f'dt {dt * 1e3:g} ms, sculling 0.1 rad x 2 cm at 8 Hz: Δv error per window RMS '
+          f'{rms(err):.3g} max {np.abs(err).max():.3g} m/s; plain sum of specific forces RMS '
+          f'{rms(naive):.3g} max {np.abs(naive).max():.3g} m/s')
+  with tempfile.TemporaryDirectory() as d:
+    err, _, turned = tumble_errors(pathlib.Path(d))
+  print(f'tumble (MuJoCo C, 2 ms, 2 s, {turned:.2f} rad net): composed Δθ vs MuJoCo quaternions '
+        f'max {err.max():.3g} rad, at 2 s {err[-1]:.3g} rad')
 
 
 if __name__ == '__main__':
