@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.config import paths
-from fibril_mjx.errors import FibrilError
+from fibril_mjx.errors import FibrilError, unreadable
 
 _MAX_DEPTH = 16
 
@@ -53,6 +53,8 @@ def load_spec(model_path: pathlib.Path, packages: dict) -> mujoco.MjSpec:
   try:
     resolved = _materialize(pathlib.Path(model_path), packages, made)
     return mujoco.MjSpec.from_file(str(resolved))
+  except UnicodeDecodeError as e:
+    raise unreadable(model_path, 'MJCF file', e, 'is model: the right file?') from None
   except ValueError as e:
     msg = ' '.join(str(e).split())
     for name in made:

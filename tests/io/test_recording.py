@@ -6,6 +6,8 @@ import pytest
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import FibrilError
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 
 def _rec(n=50):
   t = np.arange(n) * 0.01
