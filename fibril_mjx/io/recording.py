@@ -257,8 +257,12 @@ def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recordi
   try:
     with opener(path, 'rt', newline='', encoding='utf-8') as fh:
       rows = list(csv.reader(fh))
-  except (UnicodeDecodeError, OSError, EOFError, csv.Error) as e:
-    raise unreadable(path, 'CSV file' + (' (gzip)' if opener is gzip.open else ''), e) from None
+  except gzip.BadGzipFile:
+    raise unreadable(path, '.csv.gz file', 'not gzip data: another format?') from None
+  except EOFError:
+    raise unreadable(path, '.csv.gz file', 'the compressed data ends early: truncated') from None
+  except (UnicodeDecodeError, OSError, csv.Error) as e:
+    raise unreadable(path, 'CSV file', e) from None
   if not rows:
     raise unreadable(path, 'CSV file', 'no header row')
   header = [h.strip() for h in rows[0]]

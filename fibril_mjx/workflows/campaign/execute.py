@@ -109,6 +109,23 @@ def output_bytes(plan: engine.Plan, todo: list[int]) -> float:
   return 2 * 8 * n * columns + 2 ** 20
 
 
+def new_meta(plan: engine.Plan, camp: sp.Campaign) -> dict:
+  """`campaign.json` of a run that has completed no chunk yet."""
+  return {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
+          'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
+          'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,
+          'fields': [{'path': f.path, 'kind': f.kind, 'dist': f.dist.dist,
+                      'params': {k: list(v) for k, v in f.dist.params.items()},
+                      'relative': f.dist.relative, 'columns': f.columns}
+                     for f in plan.fields],
+          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
+                       for k, v in (camp.scenario or {}).items()},
+          'metrics': plan.metrics,
+          'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
+                       for c in camp.criteria],
+          'physics_choice': plan.physics_why, 'completed': [], 'parts': {}}
+
+
 def resumed_chunks(out, meta: dict, old: dict) -> list[int]:
   """The chunks of `old` (the directory's `campaign.json`) already written to `out` and intact
   (`parts.check_part`; a missing or damaged part is said on stderr and run again, its record
@@ -181,19 +198,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                       c.controller, c.design)
     if same(plan.campaign) != same(camp):
       raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
-  meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
-          'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
-          'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,
-          'fields': [{'path': f.path, 'kind': f.kind, 'dist': f.dist.dist,
-                      'params': {k: list(v) for k, v in f.dist.params.items()},
-                      'relative': f.dist.relative, 'columns': f.columns}
-                     for f in plan.fields],
-          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
-                       for k, v in (camp.scenario or {}).items()},
-          'metrics': plan.metrics,
-          'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
-                       for c in camp.criteria],
-          'physics_choice': plan.physics_why, 'completed': [], 'parts': {}}
+  meta = new_meta(plan, camp)
   if resume and meta_path.is_file():
     meta['completed'] = resumed_chunks(out, meta, read_meta(meta_path))
   (out / 'parts').mkdir(parents=True, exist_ok=True)
