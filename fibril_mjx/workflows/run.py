@@ -443,10 +443,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     command: the command line that asked for the run (`meta.json`'s `command`; the CLI passes
       its argv), or None.
 
-  `out` is staged and put in place complete (`outdir`): too little free space is an error
-  before the first step; a write error, SIGINT or SIGTERM (`stopping.promptly`) keeps nothing.
+  Checks free space first; a write error or SIGINT / SIGTERM (at a chunk boundary) keeps nothing.
   """
-
   out = outdir.claim(out, overwrite=overwrite)
   t_build = time.perf_counter()
   sim, physics, physics_why, log = _load(manifest_path, impl, physics, trajectory)
@@ -463,7 +461,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
              desc=f'{pathlib.Path(manifest_path).name}', file=sys.stderr, dynamic_ncols=True,
              disable=os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
   kept = f'nothing kept: {out} is written by a complete run only; run it again'
-  with stopping.promptly(kept), outdir.write_errors(out, kept):
+  with stopping.at_boundaries(lambda: kept) as flag, outdir.write_errors(out, kept):
     tmp = outdir.stage(out)
     try:
       traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
@@ -471,6 +469,8 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
         _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
                    stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
+        if hi < worlds:   # a chunk boundary: where SIGINT / SIGTERM end the run
+          flag.check(kept)
       bar.close()
       run_s = time.perf_counter() - t_run
       metrics, status, diverged = res.concatenated()

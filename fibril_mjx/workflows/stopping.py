@@ -1,15 +1,12 @@
-"""Ending a long command on SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) with one line
-saying what was kept, never a traceback.
+"""Ending a long command on SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) at the next
+chunk boundary, with one line saying what was kept, never a traceback.
 
-The handlers are installed only while a command runs (`at_boundaries`, `promptly`), in the
-main thread, and the previous ones are restored afterwards.
-
-- `campaign` checks the flag of `at_boundaries` after each part: the signal ends it at the next
-  chunk boundary with its completed parts kept (resumable with `--resume`); a second signal
-  ends it at once (the chunk in progress is lost, its staged part removed).
-- `run` keeps nothing of an unfinished run (its output is complete or absent), so waiting for a
-  boundary would only delay the end: under `promptly` SIGTERM stops it at once, as SIGINT
-  does, and its staging directory is removed.
+The handlers are installed only while a command runs (`at_boundaries`), in the main thread,
+and the previous ones are restored afterwards. A signal only sets a flag, which the command
+checks between two chunks (a chunk is one device program: raising inside it would leave the
+XLA runtime mid-call): `campaign` keeps its completed parts (resumable with `--resume`), `run`
+keeps nothing (its output is complete or absent) and removes its staging directory. A second
+signal ends the command at once, losing the chunk in progress.
 """
 
 from __future__ import annotations
@@ -42,6 +39,11 @@ class Flag:
   """The first signal received (`signum`), or None."""
   signum: int | None = None
 
+  def check(self, kept: str) -> None:
+    """At a boundary: raises `Stopped` saying `kept` when a signal came."""
+    if self.signum is not None:
+      raise Stopped(self.signum, f'stopped by {name(self.signum)}: {kept}')
+
 
 @contextlib.contextmanager
 def _handlers(handler) -> Iterator[None]:
@@ -69,15 +71,3 @@ def at_boundaries(kept: Callable[[], str]) -> Iterator[Flag]:
 
   with _handlers(handler):
     yield flag
-
-
-@contextlib.contextmanager
-def promptly(message: str) -> Iterator[None]:
-  """Within the block, SIGINT and SIGTERM raise `Stopped(message)` at once (between two Python
-  operations: after the device call in progress)."""
-
-  def handler(signum, frame):
-    raise Stopped(signum, f'stopped by {name(signum)}: {message}')
-
-  with _handlers(handler):
-    yield

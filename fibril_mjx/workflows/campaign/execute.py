@@ -225,8 +225,8 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
     meta['completed'] = sorted(set(meta['completed']) | {i})
     write_atomic(meta_path, json.dumps(meta, indent=2).encode())
     bar.update(plan.chunks[i][1] - plan.chunks[i][0])
-    if flag.signum is not None and len(meta['completed']) < len(plan.chunks):
-      raise stopping.Stopped(flag.signum, f'stopped by {stopping.name(flag.signum)}: {kept()}')
+    if len(meta['completed']) < len(plan.chunks):   # a chunk boundary
+      flag.check(kept())
 
   try:
     with stopping.at_boundaries(kept) as flag:
