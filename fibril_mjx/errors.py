@@ -6,6 +6,7 @@ every layer."""
 from __future__ import annotations
 
 import difflib
+import pathlib
 from typing import Any, Iterable
 
 import pydantic
@@ -35,8 +36,20 @@ class ConfigError(FibrilError):
     super().__init__(f'{where}{shown}: {rule}')
 
 
+def plain(value: Any) -> Any:
+  """`value` with NumPy / JAX scalars and arrays as Python numbers and lists (so a message
+  reads `0.51`, not `np.float64(0.51)`), inside lists, tuples and dicts too."""
+  if isinstance(value, (list, tuple)):
+    return type(value)(plain(v) for v in value)
+  if isinstance(value, dict):
+    return {plain(k): plain(v) for k, v in value.items()}
+  if hasattr(value, 'tolist') and not isinstance(value, (str, bytes)):
+    return value.tolist()
+  return value
+
+
 def _short(value: Any) -> str:
-  text = repr(value)
+  text = repr(plain(value))
   return text if len(text) <= 80 else text[:77] + '...'
 
 
@@ -55,6 +68,37 @@ def join_path(prefix: str, loc: Iterable[Any]) -> str:
     else:
       out = f'{out}.{part}' if out else str(part)
   return out
+
+
+AGAIN = 'copy or export it again (an interrupted copy leaves a truncated file)'
+
+
+def unreadable(file, kind: str, reason: Any, remedy: str = AGAIN) -> FibrilError:
+  """`file: not a readable KIND (REASON); REMEDY`: an empty, truncated, damaged or wrong-format
+  input file, in one line.
+
+  Args:
+    kind: what the file should have been, e.g. `.npz file`, `ROS bag`.
+    reason: a phrase, or the exception the reader raised (its first line, the file's name
+      shortened to `the file`, at most 120 characters). An empty file says so instead.
+    remedy: what to do.
+  """
+  try:
+    empty = pathlib.Path(file).stat().st_size == 0 and pathlib.Path(file).is_file()
+  except OSError:
+    empty = False
+  if empty:
+    text = 'the file is empty (0 bytes)'
+  elif isinstance(reason, str):
+    text = reason
+  elif isinstance(reason, UnicodeDecodeError):
+    text = 'binary data where text was expected: another format?'
+  else:
+    lines = str(reason).strip().splitlines()
+    text = ' '.join(lines[0].split()) if lines else type(reason).__name__
+    text = text.replace(f"'{file}'", 'the file').replace(str(file), 'the file')
+    text = text if len(text) <= 120 else text[:117] + '...'
+  return FibrilError(f'{file}: not a readable {kind} ({text}); {remedy}')
 
 
 class ConfigErrors(FibrilError):

@@ -209,3 +209,22 @@ class SensorData(NamedTuple):
   """Stands in for `mjx.Data` where a sensor's `acquire` is driven with synthetic
   `sensordata` (no physics)."""
   sensordata: Any
+
+
+@pytest.fixture
+def plain_messages(monkeypatch):
+  """Fails the test when a `FibrilError` raised during it (caught or not) prints a NumPy or JAX
+  repr (`np.float64(0.51)`, `array([1, 2])`) instead of plain numbers. Bad-input test modules
+  use it for all their tests: `pytestmark = pytest.mark.usefixtures('plain_messages')`."""
+  from fibril_mjx.errors import FibrilError
+  seen = []
+  init = FibrilError.__init__
+
+  def record(self, *args):
+    seen.append(' '.join(str(a) for a in args))
+    init(self, *args)
+
+  monkeypatch.setattr(FibrilError, '__init__', record)
+  yield seen
+  bad = [m for m in seen if 'np.' in m or 'array(' in m]
+  assert not bad, f'a message prints a NumPy repr instead of plain numbers: {bad[0]!r}'

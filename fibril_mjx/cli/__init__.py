@@ -20,7 +20,7 @@ from fibril_mjx.errors import ConfigError, FibrilError
 from fibril_mjx.io import mavlink_hil, mcap_export, outdir
 from fibril_mjx.workflows import fit_profile, plan, profiles as profiles_cli, replay, schema, tune
 from fibril_mjx.workflows import run as runner
-from fibril_mjx.workflows import validate
+from fibril_mjx.workflows import stopping, validate
 from fibril_mjx.workflows.campaign import execute as campaign_run
 
 
@@ -370,9 +370,17 @@ def main(argv=None) -> int:
     for line in str(e).splitlines():
       print(f'error: {line}', file=sys.stderr)
     return 2
+  except stopping.Stopped as e:   # SIGINT / SIGTERM: what was kept
+    print(e, file=sys.stderr)
+    return 128 + e.signum
   except KeyboardInterrupt:
     print('interrupted; no output written', file=sys.stderr)
     return 130
+  except OSError as e:   # a write error no workflow named (disk full, permission, read-only)
+    if e.errno not in outdir.WRITE_ERRNOS:
+      raise
+    print(f'error: {e.filename or "output"}: cannot write: {e.strerror}', file=sys.stderr)
+    return 2
 
 
 if __name__ == '__main__':

@@ -13,7 +13,8 @@ from typing import Any, Callable, TypeVar
 import pydantic
 import yaml
 
-from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean, join_path
+from fibril_mjx.errors import (ConfigError, ConfigErrors, FibrilError, did_you_mean, join_path,
+                               unreadable)
 from fibril_mjx.errors import Strict  # noqa: F401  (the models of config/ import it here)
 
 M = TypeVar('M', bound=pydantic.BaseModel)
@@ -41,11 +42,16 @@ _LOADER = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)
 
 
 def load_yaml(path: pathlib.Path) -> Any:
-  """Safe-loads a YAML file; a syntax error is a one-line `FibrilError`."""
+  """Safe-loads a YAML file; an empty or binary file or a syntax error is a one-line
+  `FibrilError`."""
   try:
     text = pathlib.Path(path).read_text(encoding='utf-8')
   except OSError as e:
     raise FibrilError(f'{path}: cannot read: {e.strerror}') from None
+  except UnicodeDecodeError as e:
+    raise unreadable(path, 'YAML file', e, 'is it the right file?') from None
+  if not text.strip():
+    raise unreadable(path, 'YAML file', 'the file is empty', 'is it the right file?')
   try:
     return yaml.load(text, Loader=_LOADER)   # noqa: S506 — a safe loader
   except yaml.YAMLError:

@@ -50,7 +50,7 @@ import pathlib
 
 import numpy as np
 
-from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean, unreadable
 from fibril_mjx.io import recording_data as rc
 from fibril_mjx.io.bag_fields import COMMAND, READERS, SENSOR, Ctx, TopicMap, UnitError
 from fibril_mjx.io.mcap_export import TYPESTORE
@@ -128,8 +128,7 @@ def _open(path):
     reader = AnyReader([path], default_typestore=TYPESTORE)
     reader.open()
   except Exception as e:  # noqa: BLE001 — any rosbags failure is an unreadable bag
-    msg = ' '.join(str(a) for a in getattr(e, 'args', ()) or (e,)).splitlines()[0]
-    raise FibrilError(f'{bag}: not a readable ROS bag ({type(e).__name__}: {msg})') from None
+    raise unreadable(bag, 'ROS bag', e) from None
   return reader
 
 

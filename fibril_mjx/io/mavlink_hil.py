@@ -53,6 +53,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.io import mcap_export
 from fibril_mjx.io.mcap_export import read_run
 from fibril_mjx.io import outdir
 from fibril_mjx.mechanisms import fifo
@@ -366,8 +367,9 @@ def export_tlog(run_dir, out, *, world: int | None = None, chosen: Mapping | Non
   """
   out = outdir.claim_file(out, overwrite=overwrite)
   sources, packets = run_packets(run_dir, world=world, chosen=chosen, **encoder_kw)
+  outdir.check_space(out, mcap_export.export_bytes(run_dir, [world]), 'the .tlog file')
   counts = {'HIL_SENSOR': 0, 'HIL_GPS': 0}
-  with outdir.staged_file(out) as tmp, open(tmp, 'wb') as fh:
+  with outdir.write_errors(out), outdir.staged_file(out) as tmp, open(tmp, 'wb') as fh:
     for p in packets:
       fh.write(struct.pack('>Q', p.log_time_us) + p.buf)
       counts[p.message.get_type()] += 1

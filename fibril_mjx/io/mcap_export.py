@@ -76,8 +76,9 @@ import numpy as np
 
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import registry
-from fibril_mjx.errors import FibrilError
+from fibril_mjx.errors import FibrilError, unreadable
 from fibril_mjx.io import outdir
+from fibril_mjx.io.readers import read_npz
 from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.ros_messages import (  # noqa: F401  (the converter API, re-exported)
     TYPES, TYPESTORE, Context, Converter, by_fields, diag_covariance, field_mappable, header,
@@ -128,10 +129,23 @@ def read_run(run_dir) -> tuple[dict, dict]:
     raise FibrilError(f'{run_dir}: no meta.json (not a fibril-mjx run directory)')
   if not trace.is_file():
     raise FibrilError(f'{run_dir}: no trace.npz (the run kept no traces: --trace-worlds 0)')
-  meta = json.loads(meta_path.read_text())
-  with np.load(trace) as z:
-    arrays = {k: z[k] for k in z.files}
-  return arrays, meta
+  again = f'run it again into another --out ({run_dir} was damaged after the run)'
+  try:
+    meta = json.loads(meta_path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise unreadable(meta_path, 'meta.json', e, again) from None
+  return read_npz(trace, again), meta
+
+
+def export_bytes(run_dir, worlds: list[int] | None) -> float:
+  """About the bytes an export of `worlds` (None: every traced one) writes: the share of
+  `trace.npz` of those worlds, twice (a message carries its header and field names), and
+  64 KiB for the file's own records."""
+  run_dir = pathlib.Path(run_dir)
+  with np.load(run_dir / 'trace.npz') as z:
+    traced = len(z['world_index'])
+  share = 1.0 if worlds is None else min(1.0, len(worlds) / max(traced, 1))
+  return 2 * share * (run_dir / 'trace.npz').stat().st_size + 2 ** 16
 
 
 _BOOK = ('new_data', 'valid', 'sequence', 'sample_tick', 'arrival_tick')
@@ -248,8 +262,9 @@ def export_mcap(run_dir, out, *, worlds: list[int] | None = None, overwrite: boo
   out = outdir.claim_file(out, overwrite=overwrite)
   _, meta = read_run(run_dir)
   msgs = messages(run_dir, worlds)
+  outdir.check_space(out, export_bytes(run_dir, worlds), 'the MCAP file')
   counts: dict[str, int] = {}
-  with outdir.staged_file(out) as tmp:
+  with outdir.write_errors(out), outdir.staged_file(out) as tmp:
     with open(tmp, 'wb') as fh:
       writer = Writer(fh)
       writer.start(profile='ros2', library=f'fibril_mjx {__version__} (rosbags)')

@@ -13,11 +13,18 @@ without cleaning up leaves only a hidden `.partial-` entry, never a half-written
     (tmp / 'summary.json').write_text(...)
 
 A single output file is the same with `claim_file` and `staged_file`.
+
+Before the first step a workflow checks the free space for what it will write (`check_space`:
+needed, available, path, in one line), and while it writes, a full disk, a quota, a permission
+or a read-only file system is one line naming the file (`write_errors`), the staging entry
+removed as for any failure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
 import pathlib
 import shutil
@@ -69,8 +76,34 @@ def claim(out, *, overwrite: bool = False, hint: str = OVERWRITE_HINT) -> pathli
   return out
 
 
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:   # another user's process
+    return True
+  return True
+
+
+def remove_stale(out) -> list[pathlib.Path]:
+  """Removes the staging entries of `out` whose process is no longer alive (a run killed by
+  SIGKILL or a power loss leaves one); returns them. Process ids are this host's: on a file
+  system shared between hosts, run one writer per `out` at a time."""
+  out = pathlib.Path(out)
+  gone = []
+  for p in out.parent.glob(f'.{glob.escape(out.name)}.partial-*'):
+    pid = p.name.rsplit('-', 1)[-1]
+    if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+      _remove(p)
+      gone.append(p)
+  return gone
+
+
 def stage(out) -> pathlib.Path:
-  """Creates the (empty) staging directory of `out`, and its parents; returns it."""
+  """Creates the (empty) staging directory of `out`, and its parents; returns it. Staging
+  directories left by dead processes are removed first (`remove_stale`)."""
+  remove_stale(out)
   tmp = staging_path(out)
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
@@ -125,6 +158,7 @@ def staged_file(out, *, fsync: bool = False) -> Iterator[pathlib.Path]:
   `fsync` of its contents where asked: a file another run counts as done, e.g. a campaign
   part), removed when it raises."""
   out = pathlib.Path(out)
+  remove_stale(out)
   tmp = staging_path(out)
   try:
     yield tmp
@@ -142,3 +176,52 @@ def write_file(out, data: bytes, *, fsync: bool = False) -> pathlib.Path:
   with staged_file(out, fsync=fsync) as tmp:
     tmp.write_bytes(data)
   return pathlib.Path(out)
+
+
+# ------------------------------------------------------------------------------- space, errors
+
+# The errors of writing that are the place's, not the program's: disk full, quota, permission,
+# read-only file system.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def mib(n: float) -> str:
+  """A byte count as `12.3 MiB`."""
+  return f'{n / 2 ** 20:.1f} MiB'
+
+
+def check_space(out, needed: float, what: str) -> None:
+  """Refuses to start when the file system that will hold `out` has less than `needed` bytes
+  free (`shutil.disk_usage` of `out`'s nearest existing parent).
+
+  Raises:
+    FibrilError: `out: WHAT needs about N MiB, M MiB free on PATH; ...` (one line).
+  """
+  probe = pathlib.Path(out).absolute()
+  while not probe.exists() and probe != probe.parent:
+    probe = probe.parent
+  free = shutil.disk_usage(probe).free
+  if free < needed:
+    raise FibrilError(f'{out}: {what} needs about {mib(needed)}, {mib(free)} free on {probe}; '
+                      'free some space or write to another file system')
+
+
+def write_error(e: OSError, out, kept: str) -> FibrilError | None:
+  """The one-line error of `e` when it is one of `WRITE_ERRNOS` (writing under `out`): the
+  file, the reason and what was `kept`; None for any other error."""
+  if e.errno not in WRITE_ERRNOS:
+    return None
+  return FibrilError(f'{e.filename or out}: cannot write: {e.strerror or os.strerror(e.errno)}'
+                     f' ({kept})')
+
+
+@contextlib.contextmanager
+def write_errors(out, kept: str = 'nothing was kept') -> Iterator[None]:
+  """`write_error` of an `OSError` raised in the block; any other error passes through."""
+  try:
+    yield
+  except OSError as e:
+    err = write_error(e, out, kept)
+    if err is None:
+      raise
+    raise err from None

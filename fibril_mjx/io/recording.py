@@ -26,14 +26,16 @@ recording (samples where `new_data`, truth kept under `truth/`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 from typing import Any
 
 import numpy as np
 
-from fibril_mjx.errors import FibrilError, did_you_mean
+from fibril_mjx.errors import FibrilError, did_you_mean, unreadable
 from fibril_mjx.io import bags
+from fibril_mjx.io.readers import parquet, read_npz, read_parquet
 from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.recording_data import (ARRIVAL_TIME, COMMAND_TIME, INFINITY_ALLOWED,  # noqa: F401
                                           PREFIXES, SAMPLE_TIME, Recording, recording_error,
@@ -57,18 +59,6 @@ def _from_flat(arrays: dict, meta: dict, file) -> Recording:
 # ------------------------------------------------------------------------ files
 
 
-def _parquet():
-  try:
-    import pyarrow  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
-  except ImportError:
-    raise FibrilError('.parquet recordings need pyarrow (pip install pyarrow); '
-                      'use .npz otherwise') from None
-  import pyarrow as pa
-  import pyarrow.parquet as pq
-  return pa, pq
-
-
 def write_recording(path, rec: Recording) -> pathlib.Path:
   """Writes `rec` to `path` (`.npz` or `.parquet`) after validating it.
 
@@ -89,7 +79,7 @@ def write_recording(path, rec: Recording) -> pathlib.Path:
     with open(path, 'wb') as fh:
       np.savez_compressed(fh, meta=np.array(meta), **arrays)
   elif path.suffix == '.parquet':
-    pa, pq = _parquet()
+    pa, pq = parquet()
     keys = list(arrays)
     table = pa.table({
         'key': pa.array(keys, pa.string()),
@@ -133,19 +123,11 @@ def read_recording(path, *, topics=None, types: dict | None = None) -> Recording
   if not path.is_file():
     raise FibrilError(f'{path}: recording not found')
   if path.suffix == '.npz':
-    try:
-      with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as e:
-      raise recording_error(path, '', f'not a readable .npz file ({e})') from None
+    arrays = read_npz(path)
     meta_raw = arrays.pop('meta', None)
     meta_raw = None if meta_raw is None else str(meta_raw)
   elif path.suffix == '.parquet':
-    pa, pq = _parquet()
-    try:
-      table = pq.read_table(path)
-    except Exception as e:  # noqa: BLE001 — any pyarrow failure is a bad file
-      raise recording_error(path, '', f'not a readable .parquet file ({e})') from None
+    table = read_parquet(path)
     for col in ('key', 'dtype', 'shape', 'data'):
       if col not in table.column_names:
         raise recording_error(path, col, 'missing column of the recording layout')
@@ -232,7 +214,8 @@ def recording_from_trace(trace: dict, world: int, dt: float | None = None, *, si
 
 
 def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recording:
-  """Imports a CSV log (header row, one sample per row) with a column mapping.
+  """Imports a CSV log (header row, one sample per row; `.csv.gz`: gzip-compressed) with a
+  column mapping.
 
   Mapping (a dict, e.g. from YAML):
 
@@ -270,10 +253,18 @@ def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recordi
     raise recording_error(mapping_file, f'columns.{SAMPLE_TIME}',
                           'required: the sample time column')
   scale = mapping.get('scale') or {}
-  with open(path, newline='') as fh:
-    rows = list(csv.reader(fh))
+  opener = gzip.open if path.suffix == '.gz' else open
+  try:
+    with opener(path, 'rt', newline='', encoding='utf-8') as fh:
+      rows = list(csv.reader(fh))
+  except gzip.BadGzipFile:
+    raise unreadable(path, '.csv.gz file', 'not gzip data: another format?') from None
+  except EOFError:
+    raise unreadable(path, '.csv.gz file', 'the compressed data ends early: truncated') from None
+  except (UnicodeDecodeError, OSError, csv.Error) as e:
+    raise unreadable(path, 'CSV file', e) from None
   if not rows:
-    raise recording_error(path, '', 'empty CSV file')
+    raise unreadable(path, 'CSV file', 'no header row')
   header = [h.strip() for h in rows[0]]
   body = rows[1:]
   index = {h: i for i, h in enumerate(header)}

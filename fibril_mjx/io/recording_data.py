@@ -91,7 +91,7 @@ def _check_time(file, key, t, strict):
   if np.any(bad):
     i = int(np.argmax(bad)) + 1
     word = 'strictly increasing' if strict else 'non-decreasing'
-    raise recording_error(file, f'{key}[{i}]', f'must be {word} (previous value {t[i - 1]!r})',
+    raise recording_error(file, f'{key}[{i}]', f'must be {word} (previous value {float(t[i - 1])!r})',
                           float(t[i]))
 
 
@@ -131,7 +131,7 @@ def validate(rec: Recording) -> Recording:
     if np.any(early):
       i = int(np.argmax(early))
       raise recording_error(file, f'sensor/{cid}/{ARRIVAL_TIME}[{i}]',
-                            f'must be >= {SAMPLE_TIME}[{i}] = {ts[i]!r}', float(ta[i]))
+                            f'must be >= {SAMPLE_TIME}[{i}] = {float(ts[i])!r}', float(ta[i]))
     _check_leading(file, f'sensor/{cid}', fields, ts.shape[0], 'sample')
     if len(fields) < 3:
       raise recording_error(file, f'sensor/{cid}',

@@ -34,17 +34,17 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.errors import ConfigError
+from fibril_mjx.io.readers import read_npz, read_parquet
 
 _FIELDS = ('qpos', 'qvel', 'ctrl', 'act')
 
 
 def _read(path: pathlib.Path) -> dict:
   if path.suffix == '.npz':
-    with np.load(path) as z:
-      return {k: np.asarray(z[k], np.float64) for k in z.files if k in _FIELDS + ('time',)}
+    z = read_npz(path)
+    return {k: np.asarray(z[k], np.float64) for k in z if k in _FIELDS + ('time',)}
   if path.suffix in ('.parquet', '.pq'):
-    import pyarrow.parquet as pq   # optional dependency, only for Parquet logs
-    table = pq.read_table(path)
+    table = read_parquet(path)
     cols = {c: np.asarray(table.column(c).to_numpy(), np.float64) for c in table.column_names}
     out = {}
     for f in _FIELDS:

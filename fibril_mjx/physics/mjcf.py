@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.config import paths
-from fibril_mjx.errors import FibrilError
+from fibril_mjx.errors import FibrilError, unreadable
 
 _MAX_DEPTH = 16
 
@@ -50,13 +50,19 @@ def _materialize(path: pathlib.Path, packages: dict, made: list, depth: int = 0
 def load_spec(model_path: pathlib.Path, packages: dict) -> mujoco.MjSpec:
   """Parses an MJCF file whose references may use `package://` URIs."""
   made: list[str] = []
+  if pathlib.Path(model_path).is_file() and pathlib.Path(model_path).stat().st_size == 0:
+    raise unreadable(model_path, 'MJCF file', 'empty', 'is model: the right file?')
   try:
     resolved = _materialize(pathlib.Path(model_path), packages, made)
     return mujoco.MjSpec.from_file(str(resolved))
+  except UnicodeDecodeError as e:
+    raise unreadable(model_path, 'MJCF file', e, 'is model: the right file?') from None
   except ValueError as e:
     msg = ' '.join(str(e).split())
     for name in made:
       msg = msg.replace(name, '<resolved copy>')
+    if msg.startswith('XML parse error'):   # not XML at all, or cut short
+      msg += '; is it a complete MJCF file?'
     raise FibrilError(f'{model_path}: MuJoCo cannot load the model: {msg}') from None
   finally:
     for name in made:

@@ -26,7 +26,9 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   meta_path = campaign_dir / 'campaign.json'
   if not meta_path.is_file():
     raise FibrilError(f'{campaign_dir}: not a campaign directory (no campaign.json)')
-  meta = json.loads(meta_path.read_text())
+  meta = runmod.read_meta(meta_path)
+  # its row, from verified parts (a damaged part is an error naming it, before the run)
+  rows = runmod.read_rows(campaign_dir) if meta['completed'] else None
   o = meta['options']
   if not 0 <= world < o['worlds']:
     raise FibrilError(f'--world {world}: the campaign has worlds 0..{o["worlds"] - 1}')
@@ -43,12 +45,9 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   cols, flat = plan.run_worlds(worlds, samples, trace=True)
   sampled = plan.sampled_columns(samples)
   row = None
-  try:
-    rows = runmod.read_rows(campaign_dir)
+  if rows is not None:
     i = np.nonzero(rows['world'] == world)[0]
     row = {k: v[i[0]] for k, v in rows.items()} if len(i) else None
-  except FibrilError:
-    pass
   metrics = {k: (bool(v[0]) if v.dtype == bool else float(v[0])) for k, v in cols.items()}
   result = {'world': world, 'campaign': str(campaign_dir), 'sampled': {
       k: str(v[0]) if v.dtype.kind in 'UO' else float(v[0]) for k, v in sampled.items()},

@@ -41,6 +41,7 @@ from fibril_mjx.batch.worlds import cpu_isa
 from fibril_mjx.batch import physics_c
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
+from fibril_mjx.workflows import stopping
 from fibril_mjx.io import traces as traces_io
 from fibril_mjx.io import trajectory as traj_io
 
@@ -441,8 +442,9 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       Parquet file, `fibril_mjx.io.trajectory`).
     command: the command line that asked for the run (`meta.json`'s `command`; the CLI passes
       its argv), or None.
-  """
 
+  Checks free space first; a write error or SIGINT / SIGTERM (at a chunk boundary) keeps nothing.
+  """
   out = outdir.claim(out, overwrite=overwrite)
   t_build = time.perf_counter()
   sim, physics, physics_why, log = _load(manifest_path, impl, physics, trajectory)
@@ -451,42 +453,48 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
                segments=segments, devices=devices, share_physics=share_physics,
                chunk_worlds=chunk_worlds, memory_budget_bytes=memory_budget_bytes)
   trace_worlds = max(0, min(trace_worlds, worlds))
+  # the traces twice (.trace/ on disk, then trace.npz), worlds.csv, 1 MiB of summary and plots
+  outdir.check_space(out, 2 * trace_worlds * plan.trace_b + 1024 * worlds + 2 ** 20, 'the run')
   params_all = sim.default_params(worlds)
   res = _Results({cid: {} for cid in sim.components}, {cid: {} for cid in sim.components})
   bar = tqdm(total=worlds * plan.n_seg * plan.seg, unit='world-step', unit_scale=True,
              desc=f'{pathlib.Path(manifest_path).name}', file=sys.stderr, dynamic_ncols=True,
              disable=os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
-  tmp = outdir.stage(out)
-  try:
-    traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
-    t_run = time.perf_counter()
-    for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
-      _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
-                 stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
-    bar.close()
-    run_s = time.perf_counter() - t_run
-    metrics, status, diverged = res.concatenated()
-    keep = diverged < 0
-    time_s = np.arange(plan.n_ticks + 1) * sim.dt
-    summary, lines = _summary(sim, plan, res, metrics, status, diverged,
-                              manifest_path=manifest_path, seed=seed, worlds=worlds,
-                              build_s=build_s, run_s=run_s)
-    meta = _meta(sim, plan, res.layouts[0], manifest_path=manifest_path, seed=seed,
-                 worlds=worlds, trajectory=trajectory, command=command)
-    _write_tables(tmp, lines, summary, meta, metrics, diverged, worlds)
-    plot_failed = []
-    if trace_worlds:
-      traces.save_npz(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds))
-      plot_failed = _plots(tmp, sim, traces.arrays, metrics, keep, time_s,
-                           title=pathlib.Path(manifest_path).name, seed=seed,
-                           trace_worlds=trace_worlds)
-    shutil.rmtree(tmp / '.trace', ignore_errors=True)
-    if plot_failed:
-      (tmp / 'summary.txt').write_text('\n'.join(lines + plot_failed) + '\n')
-    outdir.commit(tmp, out)
-  except BaseException:
-    bar.close()
-    outdir.discard(tmp)
-    raise
+  kept = f'nothing kept: {out} is written by a complete run only; run it again'
+  with stopping.at_boundaries(lambda: kept) as flag, outdir.write_errors(out, kept):
+    tmp = outdir.stage(out)
+    try:
+      traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
+      t_run = time.perf_counter()
+      for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
+        _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
+                   stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
+        if hi < worlds:   # a chunk boundary: where SIGINT / SIGTERM end the run
+          flag.check(kept)
+      bar.close()
+      run_s = time.perf_counter() - t_run
+      metrics, status, diverged = res.concatenated()
+      keep = diverged < 0
+      time_s = np.arange(plan.n_ticks + 1) * sim.dt
+      summary, lines = _summary(sim, plan, res, metrics, status, diverged,
+                                manifest_path=manifest_path, seed=seed, worlds=worlds,
+                                build_s=build_s, run_s=run_s)
+      meta = _meta(sim, plan, res.layouts[0], manifest_path=manifest_path, seed=seed,
+                   worlds=worlds, trajectory=trajectory, command=command)
+      _write_tables(tmp, lines, summary, meta, metrics, diverged, worlds)
+      plot_failed = []
+      if trace_worlds:
+        traces.save_npz(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds))
+        plot_failed = _plots(tmp, sim, traces.arrays, metrics, keep, time_s,
+                             title=pathlib.Path(manifest_path).name, seed=seed,
+                             trace_worlds=trace_worlds)
+      shutil.rmtree(tmp / '.trace', ignore_errors=True)
+      if plot_failed:
+        (tmp / 'summary.txt').write_text('\n'.join(lines + plot_failed) + '\n')
+      outdir.commit(tmp, out)
+    except BaseException:
+      bar.close()
+      outdir.discard(tmp)
+      raise
   _print_report(out, sim, lines, plot_failed, trace_worlds)
   return summary

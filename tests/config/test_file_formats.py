@@ -17,6 +17,8 @@ from fibril_mjx.config.tune import TuneModel
 from fibril_mjx.config.validation import validate
 from fibril_mjx.errors import ConfigErrors
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 F = 'c.yaml'
 

@@ -16,6 +16,8 @@ from fibril_mjx.workflows import plan
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.config.overrides import parse_assignments
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TURNTABLE = REPO / 'manifests' / 'ahrs_turntable.yaml'
 

@@ -18,6 +18,8 @@ import fibril_mjx
 from fibril_mjx.config import paths
 from fibril_mjx.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 PROFILES = sorted(paths.profiles_dir().glob('*.yaml'))
 DOCS = {p.stem: yaml.safe_load(p.read_text()) for p in PROFILES}
 CASES = [(pid, ctype) for pid, doc in DOCS.items() for ctype in doc['component_types']]

@@ -26,6 +26,8 @@ from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError
 from error_helpers import (FINITE, GE0, GT0, NO_VALUE, assert_line, assert_reported, load_error,  # noqa: F401
                            write)
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 TINY_XML = """\

@@ -31,6 +31,8 @@ from fibril_mjx import cli
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import ConfigError, FibrilError
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 TS2 = get_typestore(Stores.ROS2_HUMBLE)   # a different distro's store than the exporter's
 DT, DT_NS = 0.002, 2_000_000
 EPOCH_NS = 1_717_000_000_123_456_789      # header stamps of "real" bags: Unix time

@@ -6,6 +6,8 @@ import pytest
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import FibrilError
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 
 def _rec(n=50):
   t = np.arange(n) * 0.01
@@ -78,3 +80,14 @@ def test_csv_import_with_mapping(tmp_path):
   mapping['columns']['angular_velocity'] = ['gx', 'gy', 'gz']
   with pytest.raises(FibrilError, match="column 'gx' row 4.*finite"):
     rc.read_csv(path, mapping)
+
+
+def test_csv_gz_reads_as_the_csv(tmp_path):
+  import gzip
+  text = 't,gx\n' + ''.join(f'{i * 0.01},{i}\n' for i in range(10))
+  (tmp_path / 'log.csv').write_text(text)
+  (tmp_path / 'log.csv.gz').write_bytes(gzip.compress(text.encode()))
+  mapping = {'component': 'imu', 'columns': {'sample_time_s': 't', 'angular_velocity': ['gx']}}
+  plain, packed = (rc.read_csv(tmp_path / f, mapping) for f in ('log.csv', 'log.csv.gz'))
+  for k, v in plain.sensors['imu'].items():
+    np.testing.assert_array_equal(packed.sensors['imu'][k], v)

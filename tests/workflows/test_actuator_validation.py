@@ -17,6 +17,8 @@ import fibril_mjx
 from fibril_mjx.workflows import plan
 from error_helpers import assert_line, load_error
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 VAL_XML = textwrap.dedent("""\
     <mujoco model="val">
       <compiler angle="radian"/>

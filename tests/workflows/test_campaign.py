@@ -19,7 +19,7 @@ import yaml
 from conftest import SCRIPT, ahrs_entry, write_rig
 from fibril_mjx import cli
 from fibril_mjx.builder import vary as fl
-from fibril_mjx.workflows.campaign import engine, execute, spec
+from fibril_mjx.workflows.campaign import engine, execute, parts, spec
 from fibril_mjx.errors import FibrilError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -370,6 +370,44 @@ def test_resume_runs_only_the_unfinished_chunks(reference, tmp_path, monkeypatch
   ran.clear()
   execute.run(path, out, resume=True, progress=False, report=False)
   assert ran == []
+
+
+def test_damaged_parts_are_named_and_redone_by_resume(reference, tmp_path, monkeypatch, capsys):
+  """Part 0 truncated to half, part 1 deleted (issue 67): campaign.json's record names them;
+  reading the rows and replay say which part and --resume in one line; --resume says which
+  and why and runs those two chunks again, and the rows equal the undamaged run's."""
+  import shutil
+  from fibril_mjx.workflows import replay
+  path, ref_out, rows = reference
+  meta = json.loads((ref_out / 'campaign.json').read_text())
+  for i, (lo, hi) in enumerate(meta['chunks']):
+    p = execute.part_path(ref_out, i)
+    assert meta['parts'][str(i)] == {'rows': hi - lo, 'sha256': parts.sha256(p)}
+  out = tmp_path / 'damaged'
+  shutil.copytree(ref_out, out)
+  part0, part1 = execute.part_path(out, 0), execute.part_path(out, 1)
+  part0.write_bytes(part0.read_bytes()[:part0.stat().st_size // 2])
+  part1.unlink()
+  for read in (lambda: execute.read_rows(out), lambda: replay.replay(out, 5, tmp_path / 'r')):
+    with pytest.raises(FibrilError) as info:
+      read()
+    assert str(info.value) == (f'{part0}: campaign part damaged or replaced: its SHA-256 is not '
+                               'the one campaign.json recorded; run the campaign again with '
+                               f'--resume --out {out} to redo it')
+  ran = []
+  real = engine.Plan.run_chunk
+  monkeypatch.setattr(engine.Plan, 'run_chunk',
+                      lambda self, lo, hi: ran.append((lo, hi)) or real(self, lo, hi))
+  capsys.readouterr()
+  execute.run(path, out, resume=True, progress=False, report=False)
+  assert ran == [(0, 4), (4, 8)]
+  assert capsys.readouterr().err.splitlines() == [
+      f'resume: {part0}: damaged or replaced: its SHA-256 is not the one campaign.json '
+      'recorded; running chunk 0 (worlds 0..3) again',
+      f'resume: {part1}: missing; running chunk 1 (worlds 4..7) again']
+  got = execute.read_rows(out)
+  for k in rows:
+    np.testing.assert_array_equal(got[k], rows[k], err_msg=k)
 
 
 def test_sigkilled_run_resumed_yields_the_uninterrupted_rows(reference, rig, tmp_path):

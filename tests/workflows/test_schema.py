@@ -18,6 +18,8 @@ import fibril_mjx
 from fibril_mjx import cli
 from fibril_mjx.workflows import schema
 
+pytestmark = pytest.mark.usefixtures('plain_messages')
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -8,7 +8,7 @@ from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.mechanisms.faults.spec import DeviceConfig
 from fibril_mjx.mechanisms.schedule import Schedule
-from fibril_mjx.errors import did_you_mean
+from fibril_mjx.errors import did_you_mean, plain
 
 
 # ----------------------------------------------------------------------- host helpers
@@ -62,6 +62,6 @@ def check_shared_stream(ctx, cid: str, cfg, stream_field: str, same: tuple[str, 
       continue
     for f in same:
       if getattr(ocfg, f) != getattr(cfg, f):
-        raise ConfigError(*origin(f), f'must equal {getattr(ocfg, f)!r} of component '
+        raise ConfigError(*origin(f), f'must equal {plain(getattr(ocfg, f))!r} of component '
                           f'{other_id!r}, which shares {stream_field} {name!r} (a shared '
                           'error process is drawn at the same instants)', getattr(cfg, f))

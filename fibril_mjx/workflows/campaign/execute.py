@@ -6,8 +6,9 @@ Output directory:
 - `parts/part-NNNNN.parquet` — one per chunk of the plan, one row per world (written to a
   temporary name and renamed, so a part is complete or absent);
 - `campaign.json` — hashes (campaign file, manifest, MJCF model, profiles, package
-  versions), options, the chunk plan and the completed chunks (rewritten atomically after
-  each part);
+  versions), options, the chunk plan, the completed chunks and each part's row count and
+  SHA-256 (`parts`; rewritten atomically after each part; `--resume` and every reader verify
+  the parts against it);
 - `summary.txt`, `summary.json`, `*.png` — the report (`report.py`).
 
 A paired campaign (`designs:`) writes one such directory per design under `designs/NAME/` (all
@@ -33,8 +34,9 @@ from fibril_mjx.workflows.campaign import engine
 from fibril_mjx.workflows.campaign import paired
 from fibril_mjx.workflows.campaign import report as rp
 from fibril_mjx.workflows.campaign import spec as sp
+from fibril_mjx.workflows import stopping
 from fibril_mjx.workflows.campaign.parts import (  # noqa: F401
-    part_path, read_rows, write_atomic, write_part)
+    check_part, part_path, read_meta, read_rows, write_atomic, write_part)
 from fibril_mjx.io import outdir
 
 FORMAT = 'fibril_campaign_output/1'
@@ -99,9 +101,36 @@ def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
   return plans[key].run_chunk(lo, hi)
 
 
+def output_bytes(plan: engine.Plan, todo: list[int]) -> float:
+  """About the bytes the chunks `todo` write: twice their raw columns (a Parquet part of
+  float64 columns is at most that) and 1 MiB for campaign.json, the report and its plots."""
+  n = sum(plan.chunks[i][1] - plan.chunks[i][0] for i in todo)
+  columns = 1 + len(plan.metrics) + sum(len(f.columns) for f in plan.fields)
+  return 2 * 8 * n * columns + 2 ** 20
+
+
+def new_meta(plan: engine.Plan, camp: sp.Campaign) -> dict:
+  """`campaign.json` of a run that has completed no chunk yet."""
+  return {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
+          'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
+          'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,
+          'fields': [{'path': f.path, 'kind': f.kind, 'dist': f.dist.dist,
+                      'params': {k: list(v) for k, v in f.dist.params.items()},
+                      'relative': f.dist.relative, 'columns': f.columns}
+                     for f in plan.fields],
+          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
+                       for k, v in (camp.scenario or {}).items()},
+          'metrics': plan.metrics,
+          'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
+                       for c in camp.criteria],
+          'physics_choice': plan.physics_why, 'completed': [], 'parts': {}}
+
+
 def resumed_chunks(out, meta: dict, old: dict) -> list[int]:
-  """The chunks of `old` (the directory's `campaign.json`) already written to `out`; refuses
-  when the run there differs from `meta` in anything that decides its rows."""
+  """The chunks of `old` (the directory's `campaign.json`) already written to `out` and intact
+  (`parts.check_part`; a missing or damaged part is said on stderr and run again, its record
+  is copied to `meta['parts']` otherwise); refuses when the run there differs from `meta` in
+  anything that decides its rows."""
   diffs = [k for k in ('hashes', 'options', 'chunks', 'fields', 'metrics', 'criteria')
            if old.get(k) != meta[k]]
   if diffs:
@@ -114,7 +143,18 @@ def resumed_chunks(out, meta: dict, old: dict) -> list[int]:
     raise FibrilError(f'{out}: cannot resume: {", ".join(detail)} differ from the run in '
                       'this directory (same campaign file, manifest, profiles, packages and '
                       'options are required; use another --out)')
-  return sorted(i for i in old.get('completed', []) if part_path(out, i).is_file())
+  kept = []
+  for i in sorted(old['completed']):
+    why = check_part(out, i, old)
+    if why is None:
+      kept.append(i)
+      if str(i) in old.get('parts', {}):
+        meta['parts'][str(i)] = old['parts'][str(i)]
+    else:
+      lo, hi = old['chunks'][i]
+      print(f'resume: {part_path(out, i)}: {why}; running chunk {i} (worlds {lo}..{hi - 1}) '
+            'again', file=sys.stderr)
+  return kept
 
 
 def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
@@ -158,27 +198,16 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
                       c.controller, c.design)
     if same(plan.campaign) != same(camp):
       raise FibrilError(f'{campaign_path}: plan= was built for another campaign or options')
-  meta = {'format': FORMAT, 'campaign_file': str(camp.file.resolve()),
-          'manifest': str(camp.manifest), 'hashes': hashes(plan), 'options': options(plan),
-          'chunks': [list(c) for c in plan.chunks], 'latency_capacity_s': plan.latency_max,
-          'fields': [{'path': f.path, 'kind': f.kind, 'dist': f.dist.dist,
-                      'params': {k: list(v) for k, v in f.dist.params.items()},
-                      'relative': f.dist.relative, 'columns': f.columns}
-                     for f in plan.fields],
-          'scenario': {k: [e.model_dump(exclude_unset=True) for e in v]
-                       for k, v in (camp.scenario or {}).items()},
-          'metrics': plan.metrics,
-          'criteria': [{'name': c.name, 'metric': c.metric, 'min': c.min, 'max': c.max}
-                       for c in camp.criteria],
-          'physics_choice': plan.physics_why, 'completed': []}
+  meta = new_meta(plan, camp)
   if resume and meta_path.is_file():
-    meta['completed'] = resumed_chunks(out, meta, json.loads(meta_path.read_text()))
+    meta['completed'] = resumed_chunks(out, meta, read_meta(meta_path))
   (out / 'parts').mkdir(parents=True, exist_ok=True)
   for stale in [*(out / 'parts').glob('.part-*.partial-*'),
                 *out.glob('.campaign.json.partial-*')]:
     stale.unlink(missing_ok=True)   # left by a killed run: never renamed, never counted
-  write_atomic(meta_path, json.dumps(meta, indent=2).encode())
   todo = [i for i in range(len(plan.chunks)) if i not in set(meta['completed'])]
+  outdir.check_space(out, output_bytes(plan, todo), 'the campaign')
+  write_atomic(meta_path, json.dumps(meta, indent=2).encode())
 
   from tqdm import tqdm
   done_worlds = sum(plan.chunks[i][1] - plan.chunks[i][0] for i in meta['completed'])
@@ -187,18 +216,30 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
              disable=(progress is False) or os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
   t0 = time.perf_counter()
 
+  def kept():
+    return (f'{len(meta["completed"])} of {len(plan.chunks)} parts kept in {out}; continue '
+            'with --resume')
+
   def finish(i, cols):
-    write_part(part_path(out, i), cols)
+    meta['parts'][str(i)] = write_part(part_path(out, i), cols)
     meta['completed'] = sorted(set(meta['completed']) | {i})
     write_atomic(meta_path, json.dumps(meta, indent=2).encode())
     bar.update(plan.chunks[i][1] - plan.chunks[i][0])
+    if len(meta['completed']) < len(plan.chunks):   # a chunk boundary
+      flag.check(kept())
 
   try:
-    if backend == 'local':
-      for i in todo:
-        finish(i, plan.run_chunk(*plan.chunks[i]))
-    else:
-      _run_ray(plan, camp, opts, todo, ray_address, finish)
+    with stopping.at_boundaries(kept) as flag:
+      if backend == 'local':
+        for i in todo:
+          finish(i, plan.run_chunk(*plan.chunks[i]))
+      else:
+        _run_ray(plan, camp, opts, todo, ray_address, finish)
+  except OSError as e:
+    err = outdir.write_error(e, out, kept())
+    if err is None:
+      raise
+    raise err from None
   finally:
     bar.close()
   meta['run_s'] = time.perf_counter() - t0

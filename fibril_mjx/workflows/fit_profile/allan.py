@@ -27,8 +27,8 @@ REL_RESOLVED = 0.25
 
 
 def load(path, csv_map=None, topics=None, component_type=None, component=None):
-  """A recording from `.npz` / `.parquet`, `.csv` with a column mapping (dict), or a ROS bag
-  with a topic mapping (`fibril_mjx.io.bags`)."""
+  """A recording from `.npz` / `.parquet`, `.csv` / `.csv.gz` with a column mapping (dict), or
+  a ROS bag with a topic mapping (`fibril_mjx.io.bags`)."""
   path = pathlib.Path(path)
   if bags.is_bag(path):
     if topics is None:
@@ -36,7 +36,7 @@ def load(path, csv_map=None, topics=None, component_type=None, component=None):
                         'imu=/imu/data)')
     types = {component: component_type} if component else None
     return rc.read_recording(path, topics=topics, types=types)
-  if path.suffix == '.csv':
+  if path.suffix == '.csv' or path.name.endswith('.csv.gz'):
     if csv_map is None:
       raise FibrilError(f'{path}: a CSV recording needs --csv-map (column mapping YAML)')
     return rc.read_csv(path, csv_map[0], mapping_file=csv_map[1])

@@ -228,8 +228,15 @@ def _plots(res: TuneResult, d: pathlib.Path):
 
 
 def run_cli(tune_file, out, *, overwrite=False) -> TuneResult:
-  """`fibril-mjx tune TUNE.yaml --out DIR` (`DIR` is refused before the fit, not after it)."""
+  """`fibril-mjx tune TUNE.yaml --out DIR` (`DIR` is refused before the fit, not after it, as
+  is a file system without `REPORT_BYTES` free; a write error is one line, nothing kept)."""
   outdir.claim(out, overwrite=overwrite)
+  outdir.check_space(out, REPORT_BYTES, 'the tune report')
   res = tune(tune_file)
-  write_outputs(res, out, overwrite=overwrite)
+  with outdir.write_errors(out, f'nothing kept: {out} is written complete or not at all'):
+    write_outputs(res, out, overwrite=overwrite)
   return res
+
+
+# About the bytes of a tune's report: overlay.yaml, report.txt / .json and a few plots.
+REPORT_BYTES = 8 * 2 ** 20
