@@ -5,6 +5,7 @@ latencies, initial state, devices and batch layout) and the same metrics, on the
 robustness example.
 
 Usage: .venv/bin/python bench/campaign.py [WORLDS] [DURATION_S]   (defaults 4096, 0.5)
+       .venv/bin/python bench/campaign.py --quick   # 16 worlds x 0.02 s, chunks of 8, one pass
 
 Prints both rates, a profile of the campaign (where its time goes, per stage, summed over
 chunks), the nominal rollout for reference (the manifest without `vary`, default params, no
@@ -17,6 +18,7 @@ like `fibril-mjx`, one XLA CPU device per core.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import pathlib
@@ -51,7 +53,7 @@ def prepared(plan, worlds):
   for lo, hi in plan.chunks:
     w = np.arange(lo, hi)
     samples = plan.sample(w)
-    sim = plan._group_sim(plan.group_key(samples))
+    sim = plan.group_sim(plan.group_key(samples))
     inp = plan.inputs(sim, w, samples)
     out.append((sim, inp, plan.sub_batch(sim)))
   return out
@@ -61,7 +63,7 @@ def plain_same(plan, inputs):
   """The same worlds, values and metrics through `rollout` directly (no campaign)."""
   for sim, inp, sub in inputs:
     _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=sub)
-    plan._metrics(sim, common.flatten(jax.tree.map(np.asarray, tr)))
+    plan.metric_columns(sim, common.flatten(jax.tree.map(np.asarray, tr)))
 
 
 def sensor_only(plan, inputs):
@@ -70,7 +72,7 @@ def sensor_only(plan, inputs):
   for sim, inp, _ in inputs:
     inp = dataclasses.replace(inp, model=None, qpos_offset=None, qvel_offset=None)
     _, tr = inp.rollout(sim, plan.n_ticks)
-    plan._metrics(sim, common.flatten(jax.tree.map(np.asarray, tr)))
+    plan.metric_columns(sim, common.flatten(jax.tree.map(np.asarray, tr)))
 
 
 def plain_nominal(sim, worlds, n_ticks, share=True):
@@ -97,7 +99,7 @@ def profile(plan, out):
     t0 = time.perf_counter()
     samples = plan.sample(w)
     t1 = time.perf_counter()
-    sim = plan._group_sim(plan.group_key(samples))
+    sim = plan.group_sim(plan.group_key(samples))
     inp = plan.inputs(sim, w, samples)
     t2 = time.perf_counter()
     _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=plan.sub_batch(sim))
@@ -105,7 +107,7 @@ def profile(plan, out):
     t3 = time.perf_counter()
     host = jax.tree.map(np.asarray, tr)
     t4 = time.perf_counter()
-    cols = plan._metrics(sim, common.flatten(host))
+    cols = plan.metric_columns(sim, common.flatten(host))
     t5 = time.perf_counter()
     sampled = plan.sampled_columns(samples)
     t6 = time.perf_counter()
@@ -117,9 +119,19 @@ def profile(plan, out):
   return t
 
 
-def main():
-  worlds = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
-  duration = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
+def main(argv=None):
+  global CHUNK, REPEAT
+  ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  ap.add_argument('worlds', type=int, nargs='?', default=None, help='default 4096 (--quick 16)')
+  ap.add_argument('duration', type=float, nargs='?', default=None,
+                  help='seconds per world (default 0.5; --quick 0.02)')
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: 16 worlds x 0.02 s in chunks of 8, one timed pass each')
+  a = ap.parse_args(argv)
+  if a.quick:
+    CHUNK, REPEAT = 8, 1
+  worlds = a.worlds or (16 if a.quick else 4096)
+  duration = a.duration or (0.02 if a.quick else 0.5)
   camp = spec.read(CAMPAIGN, worlds=worlds, duration_s=duration, chunk_worlds=CHUNK)
   plan = engine.Plan(camp)
   n_ticks = plan.n_ticks
@@ -180,4 +192,4 @@ def main():
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

@@ -10,6 +10,7 @@ sample's tick, samples after `--skip-s`; RMS per world, then the mean over world
 
   pip install imufusion ahrs                # peers, for this bench only
   .venv/bin/python bench/ekf_vs_peers.py    # both cases, 16 worlds, 10 s (~3 min on 2 cores)
+  .venv/bin/python bench/ekf_vs_peers.py --quick --no-peers   # smoke: first case, 2 worlds, 2 s
 
 Prints `case=<manifest stem>` then one `tilt_rms_deg_<filter>=<deg>` line per filter.
 """
@@ -110,13 +111,20 @@ def score(per_world, skip_s):
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument('manifests', nargs='*', default=list(CASES))
-  ap.add_argument('--worlds', type=int, default=16)
-  ap.add_argument('--duration', type=float, default=10.0)
+  ap.add_argument('manifests', nargs='*', default=None, help='default: both cases')
+  ap.add_argument('--worlds', type=int, default=None, help='default 16 (--quick 2)')
+  ap.add_argument('--duration', type=float, default=None, help='default 10 s (--quick 2 s)')
   ap.add_argument('--seed', type=int, default=0)
-  ap.add_argument('--skip-s', type=float, default=1.0)
+  ap.add_argument('--skip-s', type=float, default=None, help='default 1 s (--quick 0.5 s)')
   ap.add_argument('--no-peers', action='store_true', help='only the EKF components')
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: the first case, 2 worlds, 2 s, scored after 0.5 s')
   args = ap.parse_args(argv)
+  q = args.quick
+  args.manifests = args.manifests or list(CASES[:1] if q else CASES)
+  args.worlds = args.worlds or (2 if q else 16)
+  args.duration = args.duration or (2.0 if q else 10.0)
+  args.skip_s = args.skip_s if args.skip_s is not None else (0.5 if q else 1.0)
   import fibril_mjx
   # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
   fibril_mjx.cpu_flags(1, bitwise=False)

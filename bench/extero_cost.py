@@ -73,12 +73,20 @@ def flow():
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  ap.add_argument('--worlds', type=int, default=1024)
-  ap.add_argument('--ticks', type=int, default=50)
-  ap.add_argument('--repeats', type=int, default=3)
-  ap.add_argument('--beams', type=int, nargs='+', default=[64, 256])
-  ap.add_argument('--landmarks', type=int, nargs='+', default=[8, 32])
+  ap.add_argument('--worlds', type=int, default=None, help='default 1024 (--quick 16)')
+  ap.add_argument('--ticks', type=int, default=None, help='default 50 (--quick 5)')
+  ap.add_argument('--repeats', type=int, default=None, help='default 3 (--quick 1)')
+  ap.add_argument('--beams', type=int, nargs='+', default=None, help='default 64 256 (--quick 8)')
+  ap.add_argument('--landmarks', type=int, nargs='+', default=None,
+                  help='default 8 32 (--quick 8)')
+  ap.add_argument('--quick', action='store_true', help='smoke test: the small sizes above')
   args = ap.parse_args(argv)
+  q = args.quick
+  args.worlds = args.worlds or (16 if q else 1024)
+  args.ticks = args.ticks or (5 if q else 50)
+  args.repeats = args.repeats or (1 if q else 3)
+  args.beams = args.beams or ([8] if q else [64, 256])
+  args.landmarks = args.landmarks or ([8] if q else [8, 32])
   sys.path.insert(0, str(REPO))
   import jax
 

@@ -31,6 +31,7 @@ and load, so compare lines within one run.
 
 Usage:
   .venv/bin/python bench/kernels.py                      # both manifests, 256 worlds, 20 ticks
+  .venv/bin/python bench/kernels.py --quick              # the first manifest, 16 worlds, 3 ticks
   .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 1024
   .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 2048 --by-source 30
 """
@@ -63,13 +64,18 @@ def parse_args(argv=None):
   ap.add_argument('--manifest', nargs='+',
                   default=[str(REPO / 'manifests' / 'ahrs_turntable.yaml'),
                            str(REPO / 'bench' / 'four_motor_rig.yaml')])
-  ap.add_argument('--worlds', type=int, default=256)
-  ap.add_argument('--ticks', type=int, default=20)
+  ap.add_argument('--worlds', type=int, default=None, help='default 256 (--quick 16)')
+  ap.add_argument('--ticks', type=int, default=None, help='default 20 (--quick 3)')
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: the first manifest only, 16 worlds, 3 ticks')
   ap.add_argument('--top', type=int, default=0, help='also list the N most launched kernels')
   ap.add_argument('--by-source', type=int, default=0, metavar='N',
                   help="also time the full run's kernels and list the N source lines that cost "
                        'the most per tick')
-  return ap.parse_args(argv)
+  a = ap.parse_args(argv)
+  a.manifest = a.manifest[:1] if a.quick else a.manifest
+  a.worlds, a.ticks = a.worlds or (16 if a.quick else 256), a.ticks or (3 if a.quick else 20)
+  return a
 
 
 def trace_events(trace_dir: str) -> list:

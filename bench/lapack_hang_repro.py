@@ -11,6 +11,7 @@ pool when `batch * n**3 / 3 >= 200 000` FLOP (`GetLapackBatchChunkSize`) and wai
   python bench/lapack_hang_repro.py --worlds 1024          # hangs (watchdog exits after 120 s)
   python bench/lapack_hang_repro.py --worlds 1024 --safe   # lax.map over sub-batches of 512
   python bench/lapack_hang_repro.py --worlds 512           # below the split: runs
+  python bench/lapack_hang_repro.py --quick                # smoke test: 16 worlds, 2 steps, --safe
 
 With `--safe` the worlds are reshaped to (W/k, k) with k * 333 < 200 000 and `lax.map` runs
 the vmapped step over the sub-batches: every Cholesky runs inline, no hang.
@@ -52,21 +53,28 @@ XML = """
 """
 
 
-def main():
+def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  ap.add_argument('--worlds', type=int, default=1024)
-  ap.add_argument('--steps', type=int, default=10)
+  ap.add_argument('--worlds', type=int, default=None, help='default 1024 (--quick 16)')
+  ap.add_argument('--steps', type=int, default=None, help='default 10 (--quick 2)')
   ap.add_argument('--safe', action='store_true', help='lax.map over LAPACK-safe sub-batches')
   ap.add_argument('--timeout-s', type=float, default=120.0)
-  a = ap.parse_args()
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: 16 worlds, 2 steps, with --safe (sub-batches of 8)')
+  a = ap.parse_args(argv)
+  a.worlds = a.worlds or (16 if a.quick else 1024)
+  a.steps = a.steps or (2 if a.quick else 10)
+  a.safe = a.safe or a.quick
   m = mujoco.MjModel.from_xml_string(XML)
   mx, dx = mjx.put_model(m), mjx.put_data(m, mujoco.MjData(m))
   cost = m.nv ** 3 // 3
   k = 1 << (max(2, 199_999 // cost).bit_length() - 1)   # a power of two below the split
+  if a.worlds < k:   # fewer worlds than one sub-batch (--quick): two sub-batches
+    k = 1 << (max(2, a.worlds // 2).bit_length() - 1)
   print(f'jax {jax.__version__} mujoco {mujoco.__version__} devices {jax.devices()}; nv {m.nv}: '
         f'Cholesky cost {cost} FLOP, split at {200_000 // cost + 1} matrices; '
         f'worlds {a.worlds}, safe={a.safe} (sub-batch {k})', flush=True)
-  batch = jax.vmap(lambda d: d, axis_size=a.worlds)(dx)
+  batch = jax.tree.map(lambda x: jnp.broadcast_to(x, (a.worlds,) + x.shape), dx)
   batch = batch.replace(qpos=batch.qpos.at[:, 2].add(jnp.linspace(0, 0.1, a.worlds)))
 
   def rollout(d):
@@ -84,9 +92,10 @@ def main():
   out = jax.jit(safe if a.safe else rollout)(batch)
   jax.block_until_ready(out)
   faulthandler.cancel_dump_traceback_later()
-  print(f'finished in {time.perf_counter() - t0:.1f} s (incl. compile); qpos finite: '
-        f'{bool(jnp.isfinite(out.qpos).all())}')
-  return 0
+  wall, finite = time.perf_counter() - t0, bool(jnp.isfinite(out.qpos).all())
+  print(f'finished in {wall:.1f} s (incl. compile); qpos finite: {finite}')
+  print(f'repro_finished_s={wall:.2f}')
+  return 0 if finite else 1
 
 
 if __name__ == '__main__':

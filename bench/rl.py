@@ -28,7 +28,8 @@ layer's cost per env step (fibril − bare wall time, in µs per env step and as
 fibril step). The last line is `env_steps_ratio=` of the largest env count.
 
     nice .venv/bin/python bench/rl.py                       # 1024 and 4096 envs, 300 steps
-    nice .venv/bin/python bench/rl.py --envs 256 --steps 50 --repeats 1   # smoke
+    nice .venv/bin/python bench/rl.py --envs 256 --steps 50 --repeats 1   # a short run
+    .venv/bin/python bench/rl.py --quick   # smoke test: 8 envs x 5 steps, Playground at 4 envs
 
 **Playground** (`--playground-envs`, default 1 64 1024; `--playground-only` skips the above):
 Playground's `CartpoleBalance` (MJX-JAX) bare and under `fibril_mjx.rl.playground.DeviceEnv`
@@ -142,7 +143,12 @@ def main(argv=None):
   ap.add_argument('--playground-envs', type=int, nargs='*', default=[1, 64, 1024])
   ap.add_argument('--playground-steps', type=int, default=200)
   ap.add_argument('--playground-only', action='store_true')
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: 8 envs x 5 steps, one repeat; Playground 4 envs x 5 steps')
   args = ap.parse_args(argv)
+  if args.quick:
+    args.envs, args.steps, args.repeats = [8], 5, 1
+    args.playground_envs, args.playground_steps = [4] if args.playground_envs else [], 5
   # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
   fibril_mjx.cpu_flags(1, bitwise=False)
   train_ppo.brax_jax_compat()

@@ -32,6 +32,7 @@ only roughly: compare within one run.
   .venv/bin/python bench/scaling.py --quick      # small sizes (smoke test)
   .venv/bin/python bench/scaling.py --only c     # the physics='c' ratios only
   .venv/bin/python bench/scaling.py --only campaign
+  .venv/bin/python bench/scaling.py --only mjx       # devices, shared physics, MJX C ratios
 """
 
 import argparse
@@ -113,8 +114,8 @@ def driven_ctrl(sim, n_ticks):
   held = physics_c.frames_from_states(m, np.repeat(s0[:, None], n_ticks, axis=1),
                                       np.zeros((1, n_ticks, m.nsensordata)),
                                       np.zeros((1, n_ticks, m.nu)))
-  ctrl = physics_c._devices(sim.built, False, sim.default_params(1), fm.world_keys(0, 1),
-                            held, None, None, None)[2]
+  ctrl = physics_c.device_program(sim.built, False, sim.default_params(1),
+                                  fm.world_keys(0, 1), held, None, None)[2]
   return np.asarray(jnp.asarray(ctrl)[0], np.float64)
 
 
@@ -214,7 +215,7 @@ def main(argv=None):
     physics_c_ratios(out, turn, n1, ticks, reps, cores)
   if a.only in ('all', 'campaign'):
     campaign_speedup(out, 64 if q else 256, 0.1 if q else 0.5)
-  if a.only != 'all':
+  if a.only not in ('all', 'mjx'):
     for k, v in out.items():
       print(f'{k}={v:.3f}')
     return 0

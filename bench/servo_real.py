@@ -2,6 +2,7 @@
 an actuator-identification project, excerpted in tests/data/servo_xl330/, README there).
 
     .venv/bin/python bench/servo_real.py [--tune FILE] [--no-published]
+    .venv/bin/python bench/servo_real.py --quick   # smoke test: one log each way, 1 iteration
 
 Trains `manifests/tuning/servo_xl330_tune.yaml` (firmware P gains 100, 400, 800; four
 trajectories each) with `fibril_sim/position_servo`, then prints the held-out error on gain 200:
@@ -23,9 +24,11 @@ import argparse
 import json
 import pathlib
 import sys
+import tempfile
 import time
 
 import numpy as np
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,11 +87,15 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument('--tune', default=str(TUNE))
   ap.add_argument('--no-published', action='store_true')
+  ap.add_argument('--quick', action='store_true',
+                  help='smoke test: the tune file cut to its first training and held-out log '
+                       'and one iteration')
   a = ap.parse_args(argv)
 
   from fibril_mjx.io.recording import read_recording
   from fibril_mjx.workflows.tune import read_tune_file, tune
-  spec = read_tune_file(a.tune)
+  tmp = tempfile.TemporaryDirectory(prefix='fibril_servo_real_')   # the --quick tune file
+  spec = read_tune_file(quick_tune_file(a.tune, pathlib.Path(tmp.name)) if a.quick else a.tune)
   t0 = time.perf_counter()
   res = tune(spec, progress=False)
   wall = time.perf_counter() - t0
@@ -107,7 +114,23 @@ def main(argv=None) -> int:
       errs = [np.degrees(np.mean(np.abs(published_rollout(p, r)
                                         - r.sensors['servo']['position']))) for r in recs]
       print(f'published {name}: held-out MAE {np.mean(errs):.3f} deg')
+  print(f'servo_heldout_mae_deg={np.mean(maes):.4f}')
+  print(f'servo_tune_wall_s={wall:.2f}')
   return 0
+
+
+def quick_tune_file(path, tmp: pathlib.Path) -> pathlib.Path:
+  """A copy of tune file `path` in `tmp` with its first training and held-out recordings and
+  one iteration (paths made absolute)."""
+  path = pathlib.Path(path).resolve()
+  doc = yaml.safe_load(path.read_text())
+  doc['manifest'] = str(path.parent / doc['manifest'])
+  for key in ('train', 'heldout'):
+    doc[key] = [str(path.parent / r) for r in doc[key][:1]]
+  doc['optimizer'] = {**doc['optimizer'], 'iterations': 1}
+  out = tmp / path.name
+  out.write_text(yaml.safe_dump(doc, sort_keys=False))
+  return out
 
 
 if __name__ == '__main__':

@@ -12,9 +12,14 @@ from fibril_mjx.batch.worlds import cpu_flags
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import pipeline
 from fibril_mjx.core.registry import register
+from fibril_mjx import errors
 from fibril_mjx.errors import ConfigError, FibrilError
 from fibril_mjx.mechanisms import estimators
 from fibril_mjx.mechanisms.rng import world_keys
 
 __all__ = ['estimators', 'stats', 'ConfigError', 'FibrilError', 'SimState', 'Simulation', 'load',
            'cpu_flags', 'pipeline', 'register', 'world_keys', '__version__']
+
+
+def __getattr__(name):   # PEP 562: modules moved off the root, with a warning (errors.MOVED)
+  return errors.moved_attribute(__name__, name)

@@ -1,13 +1,16 @@
-"""User-facing errors: one line naming the file, the field path, the value and the rule; and
+"""User-facing errors: one line naming the file, the field path, the value and the rule;
 `Strict`, the pydantic base of every validated document (file formats in `config/`, the
 config fields a mechanism declares in `mechanisms/`), so a bad value fails the same way at
-every layer."""
+every layer; and the deprecation path of moved public names (`MOVED`)."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import pathlib
+import sys
 from typing import Any, Iterable
+import warnings
 
 import pydantic
 
@@ -118,3 +121,80 @@ class Strict(pydantic.BaseModel):
   """Base of every validated document: unknown keys forbidden, numbers finite, frozen."""
   model_config = pydantic.ConfigDict(extra='forbid', frozen=True, allow_inf_nan=False,
                                      strict=False)
+
+
+# ---------------------------------------------------------------- moved public names
+
+REMOVAL = 'fibril_mjx 0.3 (not before 2027-01-07)'
+# Public names that moved, old dotted path -> new: each still works, with a DeprecationWarning
+# naming the new place, until REMOVAL (docs/reference/api.md, "Deprecations"). An old module
+# inside a package is a shim file at its old path (`components/motion_motor.py`); a name of an
+# existing module (and an old module at the package root, where only `__init__` and `errors`
+# live) comes from that module's `__getattr__` (PEP 562), which calls `moved_attribute`.
+MOVED = {
+    # modules (the layering of 2026-12-01)
+    'fibril_mjx.components.motion_motor': 'fibril_mjx.components.actuators.motion_motor',
+    'fibril_mjx.components.motor': 'fibril_mjx.components.actuators.motor',
+    'fibril_mjx.campaign': 'fibril_mjx.workflows.campaign',
+    'fibril_mjx.dcmotor': 'fibril_mjx.physics.dcmotor',
+    'fibril_mjx.envs': 'fibril_mjx.rl.env',
+    'fibril_mjx.geodesy': 'fibril_mjx.mechanisms.geodesy',
+    'fibril_mjx.icm42688p': 'fibril_mjx.io.icm42688p',
+    'fibril_mjx.mavlink_hil': 'fibril_mjx.io.mavlink_hil',
+    'fibril_mjx.mcap_export': 'fibril_mjx.io.mcap_export',
+    'fibril_mjx.recording': 'fibril_mjx.io.recording',
+    'fibril_mjx.signal': 'fibril_mjx.mechanisms.signal',
+    'fibril_mjx.smallmat': 'fibril_mjx.mechanisms.smallmat',
+    'fibril_mjx.tune': 'fibril_mjx.workflows.tune',
+    'fibril_mjx.worlds': 'fibril_mjx.batch.worlds',
+    # names (2026-12-04: a sensor's common fields declared on SensorBase; 2026-12-05: the
+    # LAPACK-safe sub-batch in batch/lapack.py)
+    'fibril_mjx.components.base.SensorFields': 'fibril_mjx.components.base.SensorBase',
+    'fibril_mjx.components.base.FaultySensorFields': 'fibril_mjx.components.base.SensorBase',
+    'fibril_mjx.batch.worlds.lapack_safe_sub_batch':
+        'fibril_mjx.batch.lapack.lapack_safe_sub_batch',
+}
+
+
+def resolve(dotted: str) -> Any:
+  """The module or object at a dotted path (its longest importable module, then attributes)."""
+  parts = dotted.split('.')
+  for i in range(len(parts), 0, -1):
+    try:
+      obj = importlib.import_module('.'.join(parts[:i]))
+    except ModuleNotFoundError:
+      continue
+    for name in parts[i:]:
+      obj = getattr(obj, name)
+    return obj
+  raise ModuleNotFoundError(dotted)
+
+
+def moved(old: str, stacklevel: int) -> Any:
+  """Warns that `old` moved (`MOVED`), naming its new place, and returns the new object;
+  `stacklevel` points the warning at the user's line."""
+  new = MOVED[old]
+  warnings.warn(f'{old} moved to {new}; the old name is removed in {REMOVAL}',
+                DeprecationWarning, stacklevel=stacklevel + 1)
+  return resolve(new)
+
+
+def moved_attribute(module: str, name: str) -> Any:
+  """The body of an old module's `__getattr__` (PEP 562): the moved name, with its warning,
+  or the usual AttributeError."""
+  if f'{module}.{name}' not in MOVED:
+    raise AttributeError(f'module {module!r} has no attribute {name!r}')
+  return moved(f'{module}.{name}', stacklevel=3)   # the user's line, past the hook
+
+
+def moved_module(old: str) -> Any:
+  """The body of a shim file at a moved module's old path: the new module (the same object,
+  so `isinstance` and monkeypatching agree; the caller puts it in `sys.modules[old]`), with
+  its warning. Submodules of a moved package that are loaded already get their old names
+  too, so that importing one by its old path finds it rather than loading it twice."""
+  new = moved(old, stacklevel=3)   # past the shim module (the import system's frames are
+  # skipped by `warnings`)
+  for name, mod in list(sys.modules.items()):
+    if name.startswith(new.__name__ + '.'):
+      sys.modules.setdefault(old + name[len(new.__name__):], mod)
+  return new

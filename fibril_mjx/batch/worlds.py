@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.mechanisms import jax_compat
-from fibril_mjx.errors import FibrilError
+from fibril_mjx.errors import FibrilError, moved_attribute
 
 AXIS = 'worlds'
 DEFAULT_STALL_S = 120.0     # no process CPU progress for this long while waiting = stalled
@@ -459,3 +459,6 @@ def fmt_bytes(n: float) -> str:
     n /= 1024
   return str(n)
 
+
+def __getattr__(name):   # PEP 562: names moved away, with a warning (fibril_mjx.errors.MOVED)
+  return moved_attribute(__name__, name)

@@ -19,7 +19,7 @@ from fibril_mjx.mechanisms import faults, fifo, sensing
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core import protocol
 from fibril_mjx.core.context import SitePose
-from fibril_mjx.errors import ConfigError, ConfigErrors
+from fibril_mjx.errors import ConfigError, ConfigErrors, moved_attribute
 from fibril_mjx.config.manifest import Catalog, FieldValue, layer_config, overlay_fields
 from fibril_mjx.mechanisms.schedule import Schedule
 from fibril_mjx.config.validation import Strict, validate
@@ -414,3 +414,7 @@ class SensorBuild:
                                             origin=self.origin, weak=weak)
     return cls(id=self.cid, cfg=self.cfg, schedule=schedule, transport=transport,
                dt=self.ctx.dt, fields=tuple(self.fields.items()), vary=self.vary, **own)
+
+
+def __getattr__(name):   # PEP 562: names moved away, with a warning (fibril_mjx.errors.MOVED)
+  return moved_attribute(__name__, name)

@@ -32,6 +32,8 @@ import pkgutil
 import types as _types
 from typing import Callable, Mapping
 
+from fibril_mjx.errors import MOVED
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -138,7 +140,8 @@ def types(part: str = 'build') -> list[str]:
 
 def discover(*packages: _types.ModuleType) -> None:
   """Imports every module under each package (recursively), so that the modules register
-  their parts; modules already imported are not imported again.
+  their parts; modules already imported are not imported again, nor the shims left at moved
+  modules' old paths (`fibril_mjx.errors.MOVED`: importing one warns).
 
   Args:
     packages: imported packages, e.g. `fibril_mjx.components.sensors` (passed by the layer
@@ -146,4 +149,5 @@ def discover(*packages: _types.ModuleType) -> None:
   """
   for pkg in packages:
     for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):
-      importlib.import_module(info.name)
+      if info.name not in MOVED:
+        importlib.import_module(info.name)

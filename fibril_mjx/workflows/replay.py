@@ -55,7 +55,7 @@ def replay(campaign_dir, world: int, out, *, overwrite: bool = False) -> dict:
   if row is not None:
     result['equal_to_campaign_row'] = all(
         np.array_equal(np.asarray(row[k]), np.asarray(v[0])) for k, v in cols.items())
-  sim = plan._group_sim(tuple(int(samples[f.path][1][0]) for f in plan.static))
+  sim = plan.group_sim(tuple(int(samples[f.path][1][0]) for f in plan.static))
   time_s = np.arange(plan.n_ticks + 1) * sim.dt
   with outdir.staged(out) as tmp:
     (tmp / 'metrics.json').write_text(json.dumps(result, indent=2))

@@ -257,7 +257,7 @@ def test_criteria_compare_the_metric_values(reference, traced, rig):
           'band': {'metric': m, 'min': float(a.min()), 'max': float(a.min())},
           'nowhere': {'metric': m, 'min': float(a.max()), 'max': float(a.min())}}
   other = engine.Plan(spec.read(write_campaign(rig, 'criteria.yaml', criteria=crit)))
-  got = other._metrics(plan.sim, flat)
+  got = other.metric_columns(plan.sim, flat)
   np.testing.assert_array_equal(got['pass.below'], a <= mid)
   np.testing.assert_array_equal(got['pass.above'], a >= mid)
   np.testing.assert_array_equal(got['pass.band'], a == a.min())
@@ -269,7 +269,7 @@ def test_criteria_compare_the_metric_values(reference, traced, rig):
               and np.issubdtype(v.dtype, np.floating) else v)
          for k, v in flat.items()}
   with np.errstate(all='ignore'):
-    got = other._metrics(plan.sim, nan)
+    got = other.metric_columns(plan.sim, nan)
   assert np.isnan(got[m]).all()
   assert not got['pass.below'].any() and not got['pass.above'].any()
 

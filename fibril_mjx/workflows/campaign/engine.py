@@ -207,9 +207,9 @@ class Plan:
     for f in self.latency_fields:
       v, _ = fl.sample(f, c.seed, all_worlds)
       self.latency_max[f.path] = float(np.max(v))
-    self.sim = self._group_sim(tuple(0 for _ in self.static)) if self.static else None
+    self.sim = self.group_sim(tuple(0 for _ in self.static)) if self.static else None
     if self.sim is None:
-      self.sim = self._group_sim(())
+      self.sim = self.group_sim(())
     self.n_ticks = max(1, int(math.ceil(c.duration_s / self.sim.dt - 1e-9)))
     self.controller(self.sim)   # the controller's errors (shapes, modes) before anything runs
     self.chunks = [(lo, min(c.worlds, lo + c.chunk_worlds))
@@ -232,7 +232,8 @@ class Plan:
     except ConfigError as e:
       raise _scenario_error(e, man, c.file) from None
 
-  def _group_sim(self, key: tuple):
+  def group_sim(self, key: tuple):
+    """The `Simulation` of a static group (`group_key` of its samples), built once."""
     if key in self.group_sims:
       return self.group_sims[key]
     comps, mjcf, profiles = [], [], {}
@@ -404,7 +405,7 @@ class Plan:
     """
     worlds = np.asarray(worlds, np.int64)
     samples = samples if samples is not None else self.sample(worlds)
-    sim = self._group_sim(self.group_key(samples))
+    sim = self.group_sim(self.group_key(samples))
     n = len(worlds)
     devs = worlds_axis.resolve_devices(devices)
     k = self.sub_batch(sim)
@@ -422,10 +423,11 @@ class Plan:
           observe_truth=True, return_carry=True)
       extra = ctl.metrics(jax.tree.map(lambda x: np.asarray(x)[:n], carry))
     flat = common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
-    cols = self._metrics(sim, flat, extra)
+    cols = self.metric_columns(sim, flat, extra)
     return cols, (flat if trace else None)
 
-  def _metrics(self, sim, flat, extra=None) -> dict:
+  def metric_columns(self, sim, flat, extra=None) -> dict:
+    """Metric columns and `pass.<criterion>` / `pass` of a flat trace (+ `extra` metrics)."""
     values = dict(extra or {})
     for cid, c in sim.components.items():
       fn = analysis.for_type(c.type).metrics
