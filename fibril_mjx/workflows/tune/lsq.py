@@ -58,7 +58,10 @@ _ADVICE = {
        'quantized output, an event); try another init or optimizer.starts > 1',
     4: 'the start already satisfies the tolerances: if it is not the optimum, check that the '
        'loss terms see the parameters',
+    5: 'the start is already within a standard error of where the data put the parameters: '
+       'if that is not expected, check the recordings and the loss weights',
 }
+RESOLVED = 5       # `Run.status` of a start ended by the `STEP_SIGMA` rule (not a SciPy status)
 
 
 def transform(r: np.ndarray, J: np.ndarray | None, norm: str):
@@ -144,8 +147,8 @@ class _Batch:
 @dataclasses.dataclass
 class Run:
   """One start's `least_squares` run: its final point, the raw residuals and Jacobian there,
-  the loss (`loss_sum`) at each accepted point, SciPy's status and message, and whether it
-  moved from its start."""
+  the loss (`loss_sum`) at each accepted point, SciPy's status and message (or `RESOLVED`:
+  ended by the `STEP_SIGMA` rule), and whether it moved from its start."""
   u: np.ndarray
   r: np.ndarray
   J: np.ndarray
@@ -214,8 +217,8 @@ def _one(s: int, batch: _Batch, start, bounds, settings: Settings) -> Run:
     if not np.array_equal(res.x, at['u']):
       jac(res.x)
   except Resolved:
-    status, message = 2, (f'stopped at a rejected step: the Gauss–Newton step is within '
-                          f'{step_sigma:g} standard error(s) of every parameter')
+    status, message = RESOLVED, (f'stopped at a rejected step: the Gauss–Newton step is '
+                                 f'within {step_sigma:g} standard error(s) of every parameter')
   finally:
     batch.leave(s)
   moved = not np.array_equal(at['u'], z0)
