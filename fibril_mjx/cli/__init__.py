@@ -287,6 +287,10 @@ def _cmd_tune(args) -> int:
   print(tune.render_report(res), end='')
   print(f'wrote {args.out} (overlay.yaml, report.txt, report.json, loss_curve.png, '
         'heldout_traces.png)')
+  if not res.moved:   # a failed run (exit 1, as a failed check): the start is no fit
+    print(f'error: the fit did not move from its start ({res.stop}); try: {res.advice}',
+          file=sys.stderr)
+    return 1
   return 0
 
 

@@ -372,7 +372,9 @@ def test_tune_from_bags(tmp_path):
       'parameters': [{'component': 'imu', 'field': 'angular_velocity_bias', 'index': 1,
                       'bounds': [-0.1, 0.1], 'init': 0.03}],
       'loss': [{'component': 'imu', 'field': 'angular_velocity', 'weight': 100.0}],
-      'optimizer': {'method': 'gauss_newton', 'iterations': 3, 'starts': 1}}))
+      # 8: SciPy's trust-region reflective least squares takes ~5 steps on this bounded linear
+      # problem (its interior scaling near the bounds), where a plain Gauss–Newton step took 1
+      'optimizer': {'method': 'gauss_newton', 'iterations': 8, 'starts': 1}}))
   out = tmp_path / 'out'
   assert cli.main(['tune', str(tmp_path / 'tune.yaml'), '--out', str(out)]) == 0
   overlay = yaml.safe_load((out / 'overlay.yaml').read_text())

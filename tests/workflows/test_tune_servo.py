@@ -99,7 +99,7 @@ def test_l1_norm_residuals_square_to_the_absolute_loss():
     def evaluate(self, U, ds, jacobian=False):
       return r, None, (J if jacobian else None)
   t, Jt = optimise.fit_residuals(Fake(), None, True)
-  eps = optimise.L1_EPSILON
+  eps = optimise.lsq.L1_SCALE
   np.testing.assert_allclose(np.sum(t ** 2, axis=1), np.sum(np.abs(r) + eps, axis=1))
   h = 1e-7
   num = (np.sign(r + h) * np.sqrt(np.abs(r + h) + eps) - t) / h       # d t / d r

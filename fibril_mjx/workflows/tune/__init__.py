@@ -62,23 +62,29 @@ How the fit works:
   samples (window padding excluded).
 - **Sensitivity check** at the start: a parameter whose Jacobian column is zero is reported
   by name as unidentifiable (error); near-collinear combinations are listed in the report.
-- **Norm**: `l2` minimises the mean squared weighted residual; `l1` the mean absolute one
-  (`optimise.fit_residuals`: Gauss–Newton on sign(r)·√(|r| + ε), iteratively reweighted least
-  squares) — for closed loops with stick–slip friction, where a few stretches far off would
-  dominate a squared loss (`manifests/tuning/servo_xl330_tune.yaml`). The reported loss is
-  then the mean of |r| + ε, and the ± come from the transformed residuals (approximate).
+- **Norm**: `l2` minimises the mean squared weighted residual (SciPy `loss='linear'`); `l1`
+  the mean absolute one (SciPy `loss='soft_l1'`, scale ε = 0.05 weighted units: |r| beyond ε,
+  smooth within it; `lsq`) — for closed loops with stick–slip friction, where a few stretches
+  far off would dominate a squared loss (`manifests/tuning/servo_xl330_tune.yaml`). The
+  reported loss is then the mean of |r| + ε, and the ± come from the residuals transformed to
+  sign(r)·√(|r| + ε) (`lsq.transform`; approximate).
 - **Joint zero**: `mjcf: joint:NAME.ref` fits a hinge or slide's `ref` (`qpos0`: the body is at
   qpos − ref), the offset between a measured angle and the physical one.
 - **Multi-start**: `starts` initial guesses (the first is the given start, the others drawn
-  uniformly within ±`start_spread` of it in the fitted coordinate) run as one vmapped batch;
+  uniformly within ±`start_spread` of it in the fitted coordinate), each its own
+  `least_squares` run, their evaluations in one vmapped batch;
   the best is reported with the spread of the others.
 - **Uncertainty**: Gauss–Newton covariance `σ̂²·c·(JᵀJ)⁻¹` at the optimum, `σ̂² = rᵀr/(N−P)`,
   `c = (1+ρ)/(1−ρ)` with ρ the lag-1 autocorrelation of the residuals (correlated sensor noise
   would otherwise make the ± too small). The report's ± is 2σ.
 
-Optimizers: `gauss_newton` (Levenberg–Marquardt with exact forward-mode Jacobians; default),
-`adam` (optax), `lbfgs` (optax L-BFGS direction with a backtracking step). Bounds are kept by
-projection; `log: true` fits `log(x)` (positive quantities).
+Optimizers: `gauss_newton` (default: SciPy's `least_squares`, trust-region reflective with the
+bounds, `x_scale='jac'`, on the exact forward-mode Jacobians — one run per start, their
+evaluations batched, `lsq`), `adam` (optax), `lbfgs` (optax L-BFGS direction with a
+backtracking step; both keep the bounds by projection). `log: true` fits `log(x)` (positive
+quantities); a parameter starting at its bound moves off it. A fit whose best start ends where
+it started says so with SciPy's reason and what to try (`TuneResult.moved`, `stop`, `advice`),
+and `fibril-mjx tune` exits 1.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ fitted in one batch (`tune_fleet`).
 
 Unit k is start k paired with training recording k (`RolloutProblem(paired=True)`): one
 `mujoco.rollout` call steps every unit (and every unit's finite-difference copies) on the
-thread pool, one device program serves all of them, and Levenberg–Marquardt runs per unit
-(its own damping, its own accepted steps) in the same loop. Each unit's ± is its own
+thread pool, one device program serves all of them, and SciPy's `least_squares` runs per unit
+(its own trust region, its own accepted steps; `lsq.solve` gathers the units' evaluations
+into those batched calls). Each unit's ± is its own
 Gauss–Newton covariance, as `tune` gives one unit's.
 """
 
@@ -20,8 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fibril_mjx.io import outdir
-from fibril_mjx.workflows.tune import identifiability
-from fibril_mjx.workflows.tune.optimise import correlation_inflation, gauss_newton
+from fibril_mjx.workflows.tune import identifiability, lsq
+from fibril_mjx.workflows.tune.optimise import correlation_inflation
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
 
@@ -64,14 +65,17 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
   r, _, J = prob.evaluate(U, prob.train, jacobian=True)
   collinear = identifiability.sensitivity(prob, J[0])[0]
   N = np.array([sum(np.count_nonzero(mp[t][2]) for t in spec.loss) for mp in prob.train.maps])
-  bar = tqdm(range(spec.iterations), desc=f'tune fleet ({K} units)', disable=not prob.progress,
+  bar = tqdm(total=spec.iterations, desc=f'tune fleet ({K} units)', disable=not prob.progress,
              leave=False)
 
   def evaluate(Uc, jacobian, rows):
     rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian, units=rows)
     return rr, JJ
-  U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
+  runs = lsq.solve(evaluate, (U, r, J), (lo, hi), lsq.Settings(N, spec.iterations + 1),
+                   speculate=prob.speculate, bar=bar)
   bar.close()
+  U, r, J = (np.stack([getattr(x, k) for x in runs]) for k in 'urJ')
+  cost = np.sum(r ** 2, axis=1)
   P = U.shape[1]
   logm = np.array([p.log for p in prob.params])
   x = prob.natural(U)
@@ -85,7 +89,7 @@ def tune_fleet(spec_or_path, *, progress: bool | None = None,
       names=[p.name for p in prob.params], units=[getattr(rc, 'path', str(i)) for i, rc in
                                                    enumerate(prob.train.recordings)],
       estimate=x, sigma=sigma, start=prob.natural(prob.u0()), losses=cost / N,
-      iterations=len(curve), wall_s=time.perf_counter() - t0, collinear=collinear,
+      iterations=max(len(x.curve) for x in runs) - 1, wall_s=time.perf_counter() - t0, collinear=collinear,
       problem=prob)
 
 

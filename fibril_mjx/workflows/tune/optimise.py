@@ -1,5 +1,6 @@
-"""The fit: multi-start Gauss–Newton / Adam / L-BFGS, the sensitivity check and the
-uncertainty at the optimum (`tune`, `TuneResult`)."""
+"""The fit: multi-start bounded least squares (SciPy's trust-region reflective
+`least_squares`, `lsq`; the `gauss_newton` method) / Adam / L-BFGS, the sensitivity check and
+the uncertainty at the optimum (`tune`, `TuneResult`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
-from fibril_mjx.workflows.tune import identifiability, timing
+from fibril_mjx.workflows.tune import identifiability, lsq, timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 from fibril_mjx.workflows.tune.choose import make_problem
 from fibril_mjx.workflows.tune.spec import TuneSpec, read_tune_file
@@ -36,6 +38,8 @@ class TuneResult:
       (`identifiability.fixed_combinations`).
     timing: per fitted latency the search stage's evidence (`timing.search`, at the
       optimum).
+    moved: whether the best start moved from its start; stop: why its run ended (SciPy's
+      message); advice: what to try where it did not move.
   """
   names: list
   estimate: np.ndarray
@@ -64,6 +68,9 @@ class TuneResult:
   problem: Any = None
   timing: list = dataclasses.field(default_factory=list)
   fixed: list = dataclasses.field(default_factory=list)
+  moved: bool = True
+  stop: str = ''
+  advice: str = ''
 
 
 def _rms(per):
@@ -75,34 +82,16 @@ def _rms(per):
   return out
 
 
-CONVERGED = 1e-6   # predicted decrease of rᵀr, relative, below which a start has converged
-# A step is rejected although the linear model predicts a decrease: where the undamped
-# Gauss–Newton step is within this many standard errors of every parameter (covariance
-# H⁻¹·rᵀr/(N − P)), the start has converged to within what the data resolve — the loss
-# is not smooth at that scale (quantized outputs, schedules, float32 device pipeline), and
-# raising the damping would only chase its roughness. 1 σ rather than 0.5 σ: on quantized
-# linear fits with a Jacobian 60 % off (`tests/workflows/test_tune_fd.py`) the mean squared
-# error against the truth is within 3 % of never stopping early, with half the evaluations;
-# at 2 σ it is 3–8 % worse.
-STEP_SIGMA = 1.0
-
-
-# `norm: l1`: the fit minimises Σ(|r| + ε) through residuals sign(r)·√(|r| + ε) (whose squares
-# sum to it; Gauss–Newton on them is iteratively reweighted least squares). ε in weighted-
-# residual units — loss weights are meant as 1 / noise σ, so 0.05 σ: small against a typical
-# residual, large enough to keep the Jacobian J / (2√(|r| + ε)) bounded at r = 0.
-L1_EPSILON = 0.05
-
-
 def fit_residuals(prob: Problem, U, jacobian: bool):
-  """The training residuals `(S, N)` (and Jacobians `(S, N, P)`, or None) the fit minimises
-  the sum of squares of: the weighted residuals (`norm: l2`), or their `L1_EPSILON` square-root
-  transform (`norm: l1`)."""
+  """The training residuals `(S, N)` (and Jacobians `(S, N, P)`, or None) whose squares sum to
+  the reported loss: the weighted residuals (`norm: l2`), or their √(|r| + ε) transform
+  (`norm: l1`, `lsq.transform`)."""
   r, _, J = prob.evaluate(U, prob.train, jacobian=jacobian)
-  if getattr(prob.spec, 'norm', 'l2') == 'l2':
-    return r, J
-  root = np.sqrt(np.abs(r) + L1_EPSILON)
-  return np.sign(r) * root, None if J is None else J / (2.0 * root)[..., None]
+  return lsq.transform(r, J, _norm(prob))
+
+
+def _norm(prob: Problem) -> str:
+  return getattr(prob.spec, 'norm', 'l2')
 
 
 def _pick(d, s):
@@ -137,69 +126,6 @@ def correlation_inflation(prob: Problem, ds: DataSet, r: np.ndarray) -> float:
   return float(np.mean(factors)) if factors else 1.0
 
 
-def gauss_newton(evaluate, U, r, J, lo, hi, bar, N, speculate=None):
-  """Levenberg–Marquardt of independent problems in one batch (one per row of `U (S, P)`):
-  each has its own damping, a step is kept where its problem's cost decreased, and a problem
-  that has converged (no decrease left to gain: `CONVERGED` of its cost; or a rejected step
-  where the Gauss–Newton step is within `STEP_SIGMA` standard errors) or whose damping ran
-  away is no longer evaluated while the others go on.
-
-  A trial step is evaluated without its Jacobian, which is computed where the step is
-  accepted — unless `speculate(k)` says that `k` trial rows cost no more with it (MuJoCo C
-  rollouts whose perturbed copies fill idle threads: `RolloutProblem.speculate`); the
-  result is the same either way.
-
-  Args:
-    evaluate: `(U_rows, jacobian, rows) -> (r (k, R), J (k, R, P) or None)` for the problems
-      `rows` (indices into the batch) at their coordinates `U_rows (k, P)`.
-    r, J: at `U`; lo, hi: bounds of the fitted coordinates; bar: the iterations (a tqdm);
-    N: residual count(s) that normalize the reported loss (a scalar or `(S,)`).
-
-  Returns:
-    `(U, r, J, cost (S,), [cost / N after each iteration])`.
-  """
-  U, r, J = U.copy(), r.copy(), J.copy()
-  S = U.shape[0]
-  cost = np.sum(r ** 2, axis=1)
-  curve = []
-  lam = np.full(S, 1e-3)
-  active = np.ones(S, bool)
-  for _ in bar:
-    g = np.einsum('snp,sn->sp', J, r)
-    H = np.einsum('snp,snq->spq', J, J)
-    D = np.einsum('spp->sp', H) + 1e-12
-    Hi = np.linalg.pinv(H)
-    sigma = np.sqrt(np.maximum(np.einsum('spp->sp', Hi), 0.0)
-                    * (cost / np.maximum(N - U.shape[1], 1))[:, None])
-    resolved = np.all(np.abs(np.einsum('spq,sq->sp', Hi, g)) <= STEP_SIGMA * sigma, axis=1)
-    step = np.stack([-np.linalg.solve(H[s] + lam[s] * np.diag(D[s]), g[s]) for s in range(S)])
-    Un = np.clip(U + step, lo, hi)
-    du = Un - U
-    # decrease of rᵀr the linear model predicts for the (projected) step
-    pred = -(2 * np.einsum('sp,sp->s', g, du) + np.einsum('sp,spq,sq->s', du, H, du))
-    active &= pred > CONVERGED * cost
-    if not active.any():
-      break                     # converged: no problem can decrease its loss any more
-    idx = np.flatnonzero(active)
-    # residuals first; the Jacobian only where a step is accepted (or with them: speculate)
-    ahead = bool(speculate and speculate(len(idx)))
-    rn, Jn = evaluate(Un[idx], ahead, idx)
-    cn = np.sum(rn ** 2, axis=1)
-    ok = cn < cost[idx]
-    if ok.any():
-      acc = idx[ok]
-      ra, Ja = (rn[ok], Jn[ok]) if ahead else evaluate(Un[acc], True, acc)
-      U[acc], r[acc], J[acc], cost[acc] = Un[acc], ra, Ja, cn[ok]
-    lam[idx] = np.where(ok, np.maximum(lam[idx] / 3, 1e-9), np.minimum(lam[idx] * 4, 1e9))
-    active[idx[~ok & resolved[idx]]] = False
-    active &= lam < 1e9
-    curve.append(cost / N)
-    bar.set_postfix(loss=f'{np.min(cost / N):.4g}')
-    if not active.any():
-      break
-  return U, r, J, cost, curve
-
-
 def _starts(prob: Problem, spec: TuneSpec, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
   """`(S, P)` starting points in the fitted coordinates: the tune file's start (clipped to the
   bounds `lo`, `hi`), then `starts − 1` drawn uniformly within `start_spread` of it."""
@@ -214,35 +140,45 @@ def _starts(prob: Problem, spec: TuneSpec, lo: np.ndarray, hi: np.ndarray) -> np
   return U
 
 
-def _fit_gauss_newton(prob: Problem, U, r, J, lo, hi, bar, N: int, found: list):
-  """Levenberg–Marquardt from every start (`gauss_newton`); with fitted latencies the timing
-  search again at the optimum, and a refit when a latency moved.
+def _fit_least_squares(prob: Problem, U, r, J, lo, hi, bar, N: int, found: list):
+  """`lsq.solve` from every start on the raw weighted residuals; with fitted latencies the
+  timing search again at the optimum, and a refit when a latency moved.
 
   Returns:
-    `(U, r, J, cost, curve, found)`: the final rows, residuals, Jacobians and costs `(S,)`,
-    the training loss per iteration (a list of `(S,)`) and the latencies' search evidence.
+    `(U, r, J, runs, found)`: the final rows, raw residuals and Jacobians, the `lsq.Run` of
+    each start (of the refit, where there was one; its curve continues the first's) and the
+    latencies' search evidence.
   """
   S = U.shape[0]
 
-  def evaluate(Uc, jacobian, rows=None):
-    if rows is not None and prob.gradients != 'fd' and len(rows) != S:
+  def evaluate(Uc, jacobian, rows):
+    if prob.gradients != 'fd' and len(rows) != S:
       # MJX's programs are compiled for the whole batch of starts: fill the other rows
       full = np.repeat(Uc[:1], S, axis=0)
       full[rows] = Uc
-      rr, JJ = fit_residuals(prob, full, jacobian)
+      rr, _, JJ = prob.evaluate(full, prob.train, jacobian=jacobian)
       return rr[rows], None if JJ is None else JJ[rows]
-    rr, JJ = fit_residuals(prob, Uc, jacobian)   # starts are independent
+    rr, _, JJ = prob.evaluate(Uc, prob.train, jacobian=jacobian)   # starts are independent
     return rr, JJ
 
-  U, r, J, cost, curve = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
+  settings = lsq.Settings(N=N, max_nfev=prob.spec.iterations + 1, norm=_norm(prob))
+
+  def run(U, r, J):
+    return lsq.solve(evaluate, (U, r, J), (lo, hi), settings, speculate=prob.speculate, bar=bar)
+
+  runs = run(U, r, J)
   if prob.timing:   # the search again at the optimum; a moved latency refits the rest
-    again = timing.search(prob, U[int(np.argmin(cost))])
+    best = int(np.argmin([lsq.loss_sum(x.r, _norm(prob)) for x in runs]))
+    again = timing.search(prob, runs[best].u)
     if any(a['best_s'] != b['best_s'] for a, b in zip(found, again)):
-      r, J = evaluate(U, True)
-      U, r, J, cost, more = gauss_newton(evaluate, U, r, J, lo, hi, bar, N, prob.speculate)
-      curve += more
+      U2 = np.stack([x.u for x in runs])
+      r2, _, J2 = prob.evaluate(U2, prob.train, jacobian=True)
+      more = run(U2, r2, J2)
+      runs = [dataclasses.replace(m, curve=x.curve + m.curve[1:], moved=x.moved or m.moved)
+              for x, m in zip(runs, more)]
     found = again
-  return U, r, J, cost, curve, found
+  return (np.stack([x.u for x in runs]), np.stack([x.r for x in runs]),
+          np.stack([x.J for x in runs]), runs, found)
 
 
 def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, lo, hi, bar,
@@ -290,6 +226,39 @@ def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, 
     curve.append(cost / N)
     bar.set_postfix(loss=f'{cost.min() / N:.4g}')
   return U, r, J, cost, curve
+
+
+def _fit(prob: Problem, U, r, J, lo, hi, N: int, found: list):
+  """The fit from the starts `U` (raw residuals `r` and Jacobians `J` there) by the tune
+  file's method: `least_squares` (`gauss_newton`) or optax.
+
+  Returns:
+    `(U, r, J, cost, curve, runs, found)`: the final rows, the transformed residuals and
+    Jacobians (`fit_residuals`), their costs `(S,)`, the training loss after each iteration
+    (a list of `(S,)`), an `lsq.Run` per start and the latencies' search evidence.
+  """
+  spec, S = prob.spec, U.shape[0]
+  if spec.method == 'gauss_newton':
+    bar = tqdm(total=spec.iterations, desc=f'tune (least squares, {S} start(s))',
+               disable=not prob.progress, leave=False)
+    U, r, J, runs, found = _fit_least_squares(prob, U, r, J, lo, hi, bar, N, found)
+    r, J = lsq.transform(r, J, _norm(prob))
+    length = max(len(x.curve) for x in runs)
+    curve = [np.array([x.curve[min(i, len(x.curve) - 1)] for x in runs]) / N
+             for i in range(1, length)]
+  else:
+    bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
+               disable=not prob.progress, leave=False)
+    U0 = U
+    r, J = lsq.transform(r, J, _norm(prob))
+    U, r, J, _, curve = _fit_optax(prob, spec.method, spec.learning_rate, U, r, J,
+                                   np.sum(r ** 2, axis=1), lo, hi, bar, N)
+    moved = np.any(U != U0, axis=1)
+    runs = [lsq.Run(U[s], r[s], J[s], [], 0 if moved[s] else 2,
+                    f'{spec.method}: {spec.iterations} iterations', bool(moved[s]))
+            for s in range(S)]
+  bar.close()
+  return U, r, J, np.sum(r ** 2, axis=1), curve, runs, found
 
 
 def _uncertainty(prob: Problem, rb: np.ndarray, Jb: np.ndarray, ub: np.ndarray, N: int,
@@ -361,23 +330,13 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
   if NZ:
     U = np.concatenate([U, prob.nuisance0(U)], axis=1)
     lo, hi = np.concatenate([lo, np.full(NZ, -np.inf)]), np.concatenate([hi, np.full(NZ, np.inf)])
-  r, J = fit_residuals(prob, U, True)
+  r_raw, _, J_raw = prob.evaluate(U, prob.train, jacobian=True)
+  J = lsq.transform(r_raw, J_raw, _norm(prob))[1]
   collinear, groups = identifiability.sensitivity(prob, J[0][:, :P])
   N = prob.n_residuals(prob.train)     # recorded samples × axes (window padding excluded)
-  cost = np.sum(r ** 2, axis=1)
-  curve = [cost / N]
-
-  from tqdm import tqdm
-  bar = tqdm(range(spec.iterations), desc=f'tune ({spec.method}, {S} start(s))',
-             disable=not prob.progress, leave=False)
-  if spec.method == 'gauss_newton':
-    U, r, J, cost, more, found = _fit_gauss_newton(prob, U, r, J, lo, hi, bar, N, found)
-  else:
-    U, r, J, cost, more = _fit_optax(prob, spec.method, spec.learning_rate, U, r, J, cost, lo,
-                                     hi, bar, N)
-  bar.close()
+  curve = [lsq.loss_sum(r_raw, _norm(prob)) / N]
+  U, r, J, cost, more, runs, found = _fit(prob, U, r_raw, J_raw, lo, hi, N, found)
   curve += more
-
   best = int(np.argmin(cost))
   x, sigma, corr, fixed = _uncertainty(prob, r[best], J[best], U[best], N, groups)
   U = U[:, :P]
@@ -394,4 +353,5 @@ def tune(spec_or_path, *, progress: bool | None = None, problem: Problem | None 
       heldout_rms_after=_pick(rms_h, 1), train_loss=float(cost[best] / N), heldout_loss=h_loss,
       correlation=corr, collinear=collinear, method=spec.method,
       wall_s=time.perf_counter() - t_start, iterations=len(curve) - 1, traces=traces,
-      problem=prob, timing=found, fixed=fixed)
+      problem=prob, timing=found, fixed=fixed, moved=runs[best].moved,
+      stop=runs[best].message, advice='' if runs[best].moved else lsq.advice(runs[best]))

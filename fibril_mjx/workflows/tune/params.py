@@ -14,8 +14,18 @@ from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import mjcf_fields
 from fibril_mjx.workflows.tune.spec import TuneSpec
 
-# MJCF physical fields that can be fitted (`physics.mjcf_fields` says where each lives).
+# MJCF physical fields that can be fitted (`physics.mjcf_fields` says where each lives): per
+# element, the attributes `mjcf: ELEMENT:NAME.ATTRIBUTE` takes (`[k]`: one entry, k required);
+# a `dcmotor` actuator's by their short names. The tuning guide lists exactly these
+# (tests/workflows/test_tune_docs.py).
 _JOINT_ATTRIBUTES = [a for e, a in mjcf_fields.MODEL_FIELDS if e == 'joint'] + ['ref']
+FITTABLE_MJCF = {'joint': tuple(_JOINT_ATTRIBUTES), 'body': ('mass',), 'geom': ('friction',),
+                 'actuator': ('gainprm[k]', 'biasprm[k]'),
+                 'dcmotor': tuple(mjcf_fields.DCMOTOR_ATTRIBUTES)}
+
+
+def _fittable(element: str) -> str:
+  return ', '.join(FITTABLE_MJCF[element])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,8 +203,8 @@ def _mjcf_param(f, where, p, sim, base, lo, hi, log) -> Param:
       # a hinge / slide's zero: the body is at qpos - ref (MJX kinematics read qpos0)
       located = ('qpos0', (int(m.jnt_qposadr[jid]),))
     if located is None:
-      raise ConfigError(f, f'{where}.mjcf', 'fittable joint attributes: '
-                        + ', '.join(_JOINT_ATTRIBUTES), key)
+      raise ConfigError(f, f'{where}.mjcf', 'fittable joint attributes: ' + _fittable('joint'),
+                        key)
     return Param(key, 'mjx', located, (), lo, hi, log,
                  float(init if init is not None else _current(m, *located)),
                  ('mjcf', 'joint', ename, attr, None))
@@ -236,7 +246,7 @@ def _mjcf_param(f, where, p, sim, base, lo, hi, log) -> Param:
       return Param(key, 'mjx', located, (), lo, hi, log,
                    float(init if init is not None else _current(m, *located)),
                    ('mjcf', 'actuator', ename, attr, k))
-    raise ConfigError(f, f'{where}.mjcf', 'fittable actuator attributes: gainprm[k], '
-                      'biasprm[k]; for a dcmotor: resistance, motorconst', key)
-  raise ConfigError(f, f'{where}.mjcf', 'fittable elements: joint (damping, armature, '
-                    'frictionloss, stiffness), body (mass), geom (friction), actuator', key)
+    raise ConfigError(f, f'{where}.mjcf', f'fittable actuator attributes: '
+                      f'{_fittable("actuator")}; for a dcmotor: {_fittable("dcmotor")}', key)
+  raise ConfigError(f, f'{where}.mjcf', 'fittable elements: ' + ', '.join(
+      f'{e} ({_fittable(e)})' for e in ('joint', 'body', 'geom', 'actuator')), key)

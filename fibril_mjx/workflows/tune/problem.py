@@ -420,7 +420,7 @@ class Problem:
     return int(sum(np.count_nonzero(mp[t][2]) for mp in ds.maps for t in self.spec.loss))
 
   def speculate(self, rows: int) -> bool:
-    """Whether `optimise.gauss_newton` evaluates `rows` trial steps with their Jacobians:
+    """Whether the fit (`lsq.solve`) evaluates `rows` trial steps with their Jacobians:
     never through MJX (a Jacobian costs P tangents there; `RolloutProblem` overrides)."""
     return False
 

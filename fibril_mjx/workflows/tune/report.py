@@ -112,8 +112,10 @@ def _gradients(prob) -> str:
              else 'single shooting')
     return ('MuJoCo C rollouts (forward differences of the physics, float64) with exact '
             f'forward-mode derivatives of the device model, {shots}')
-  return (f'forward-mode Jacobians through MJX, multiple shooting {prob.L * prob.dt:g} s '
-          'windows')
+  if prob.spec.window_s:
+    return (f'forward-mode Jacobians through MJX, multiple shooting {prob.L * prob.dt:g} s '
+            'windows (each starts from the end state of the one before)')
+  return 'forward-mode Jacobians through MJX, single shooting (one window per recording)'
 
 
 def render_report(res: TuneResult) -> str:
@@ -142,6 +144,9 @@ def render_report(res: TuneResult) -> str:
     if res.heldout_rms_before is not None:
       b, a = res.heldout_rms_before[k], res.heldout_rms_after[k]
       lines.append(f'  heldout {k:28s} {_fmt(b)} → {_fmt(a)}')
+  if not res.moved:
+    lines += ['', f'THE FIT DID NOT MOVE: the best start ended where it started ({res.stop}); '
+              f'try: {res.advice}']
   lines += ['', 'multi-start: final loss per start: '
             + ', '.join(f'{x:.4g}' for x in res.final_losses) + f' (best: {res.best})']
   if res.collinear:
@@ -181,7 +186,7 @@ def write_outputs(res: TuneResult, out, *, overwrite: bool = False) -> pathlib.P
           'train_rms_after': res.train_rms_after, 'heldout_rms_before': res.heldout_rms_before,
           'heldout_rms_after': res.heldout_rms_after, 'method': res.method,
           'iterations': res.iterations, 'wall_s': res.wall_s, 'collinear': res.collinear,
-          'fixed_combinations': res.fixed,
+          'fixed_combinations': res.fixed, 'moved': res.moved, 'stop': res.stop,
           'gradients': res.problem.gradients, 'latency_search': res.timing}
     (tmp / 'report.json').write_text(json.dumps(js, indent=2))
     _plots(res, tmp)

@@ -97,7 +97,7 @@ class RolloutProblem(Problem):
 
   def speculate(self, rows: int) -> bool:
     """Whether `rows` trial steps are best rolled out with their Jacobians' perturbed copies
-    (`optimise.gauss_newton`): where the worlds and their copies fill fewer rounds of the
+    (`lsq.solve`): where the worlds and their copies fill fewer rounds of the
     rollout threads together than apart (e.g. 1 + 3 worlds on 2 threads: 2 rounds, against
     1 + 2). A step that is then rejected has cost its device Jacobian for nothing."""
     n = rows * (1 if self.paired else len(self.train.recordings))

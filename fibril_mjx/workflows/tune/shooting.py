@@ -13,7 +13,7 @@ filters, queues, schedules — is continuous by construction): only the physics 
 
 The window starts are nuisance coordinates: they are appended to the fitted parameters'
 coordinates (`n_nuisance` of them, unbounded, initialised from single shooting at the start
-guess), fitted with them by the same Levenberg–Marquardt, and left out of the report; the
+guess), fitted with them by the same least squares (`lsq`), and left out of the report; the
 parameters' ± is their block of the full covariance (the window starts' freedom included).
 Held-out recordings and the report's before/after residuals are single shooting.
 
