@@ -26,6 +26,7 @@ recording (samples where `new_data`, truth kept under `truth/`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 from typing import Any
@@ -232,7 +233,8 @@ def recording_from_trace(trace: dict, world: int, dt: float | None = None, *, si
 
 
 def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recording:
-  """Imports a CSV log (header row, one sample per row) with a column mapping.
+  """Imports a CSV log (header row, one sample per row; `.csv`, or `.csv.gz` gzip-compressed)
+  with a column mapping.
 
   Mapping (a dict, e.g. from YAML):
 
@@ -270,8 +272,12 @@ def read_csv(path, mapping: dict, *, mapping_file: str = '<mapping>') -> Recordi
     raise recording_error(mapping_file, f'columns.{SAMPLE_TIME}',
                           'required: the sample time column')
   scale = mapping.get('scale') or {}
-  with open(path, newline='') as fh:
-    rows = list(csv.reader(fh))
+  opener = gzip.open if path.suffix == '.gz' else open      # a .csv.gz is read as is
+  try:
+    with opener(path, 'rt', newline='') as fh:
+      rows = list(csv.reader(fh))
+  except (OSError, EOFError, UnicodeDecodeError) as e:
+    raise recording_error(path, '', f'not a readable CSV file ({e})') from None
   if not rows:
     raise recording_error(path, '', 'empty CSV file')
   header = [h.strip() for h in rows[0]]
