@@ -155,3 +155,15 @@ def test_a_recording_in_an_unread_format_names_the_formats(tmp_path, capsys):
   assert code == 2 and len(err) == 1
   assert err[0] == (f'error: {bad}: fit-profile reads .npz and .parquet recordings, .csv and '
                     '.csv.gz logs (with --csv-map) and ROS bags (with --topics), not ".txt.xz"')
+
+
+def test_a_damaged_csv_gz_is_one_line_naming_the_file(tmp_path, capsys):
+  bad = tmp_path / 'log.csv.gz'
+  bad.write_bytes(b'not gzip at all')
+  mp = tmp_path / 'map.yaml'
+  mp.write_text(yaml.safe_dump(MAP))
+  code = cli.main(['fit-profile', '--type', 'fibril_sim/imu', '--component', 'imu', '--static',
+                   str(bad), '--csv-map', str(mp), '--out', str(tmp_path / 'p.yaml')])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(err) == 1
+  assert err[0].startswith(f'error: {bad}: not a readable CSV file (')
