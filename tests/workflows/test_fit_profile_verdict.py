@@ -143,7 +143,13 @@ def test_a_csv_gz_session_log_is_read_and_the_hold_out_rule_is_printed(tmp_path,
   assert ('held-out agreement (the fit uses the first 70 % (in time) of each record — each '
           'rest stretch with --find-rest, each gap-free segment — and the last 30 % is held '
           'out to check it):') in out
-  assert 'Held out: the fit uses the first 70 %' in (tmp_path / 'p_evidence.md').read_text()
+  ev = (tmp_path / 'p_evidence.md').read_text()
+  assert 'Held out: the fit uses the first 70 %' in ev
+  verdicts = [ln for ln in ev.splitlines() if ln.startswith('- angular_velocity ')]
+  assert len(verdicts) == 3
+  for ln in verdicts:      # pass or fail in words on every held-out line of the evidence
+    assert ln.endswith(('— agrees (pass: within 4 standard errors)',
+                        '— DISAGREES (fail: beyond 4 standard errors)')), ln
 
 
 def test_a_recording_in_an_unread_format_names_the_formats(tmp_path, capsys):
