@@ -236,18 +236,20 @@ def default_chunk(m: mujoco.MjModel, n_worlds: int, n_ticks: int) -> int:
 
 
 def frames_from_log(m: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
-                    act: np.ndarray | None = None, accelerations: str = 'dynamics') -> Frame:
-  """The frames `(T, ...)` of a recorded state log on the ticks: `mj_forward` at each frame
+                    act: np.ndarray | None = None, accelerations: str = 'dynamics',
+                    qacc: np.ndarray | None = None) -> Frame:
+  """The frames `(T, ...)` of a recorded state log on the ticks: `mj_inverse` with the log's
+  own accelerations `qacc (T, nv)` when it has them (a prescribed motion: the accelerometer
+  reads its exact specific force), else `mj_forward` at each frame
   (`accelerations='dynamics'`: the model's forward dynamics under the log's controls give the
-  accelerations the accelerometer and force sensors see), or `mj_inverse` with the log's own
-  accelerations (`'differentiate'`: `qacc_k = (qvel_{k+1} − qvel_k) / dt`, the forward
-  difference that MuJoCo's semi-implicit Euler integrates exactly; the last frame repeats the
-  one before it)."""
+  accelerations the accelerometer and force sensors see) or `mj_inverse` with accelerations
+  differenced from the velocities (`'differentiate'`: `qacc_k = (qvel_{k+1} − qvel_k) / dt`, the
+  forward difference that MuJoCo's semi-implicit Euler integrates exactly; the last frame
+  repeats the one before it)."""
   d = mujoco.MjData(m)
   t = qpos.shape[0]
   sd = np.zeros((t, m.nsensordata))
-  qacc = None
-  if accelerations == 'differentiate':
+  if qacc is None and accelerations == 'differentiate':
     qacc = np.diff(qvel, axis=0) / m.opt.timestep
     qacc = np.concatenate([qacc, qacc[-1:]]) if t > 1 else np.zeros_like(qvel)
   for k in range(t):
@@ -346,7 +348,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
                                   ctrl)
     else:
       one = frames_from_log(m, log['qpos'], log['qvel'], ctrl[0], log.get('act'),
-                            trajectory.get('accelerations', 'dynamics'))
+                            trajectory.get('accelerations', 'dynamics'), log.get('qacc'))
       frames = jax.tree.map(lambda x: jnp.broadcast_to(x, (k,) + x.shape), one)
     final, outs, used = device(p, keys, _pad(frames, lanes), cmds, lat)
     if pipeline.actuators(built) and (trajectory is None or 'ctrl' not in log):

@@ -347,13 +347,15 @@ def main(argv=None) -> int:
                  help='one physics rollout per world even when all worlds could share one')
   r.add_argument('--impl', choices=('jax', 'warp'), default='jax',
                  help='physics implementation: MJX-JAX (default) or MJX-Warp (NVIDIA GPU)')
-  r.add_argument('--physics', choices=('auto', 'mjx', 'c'), default='auto',
+  r.add_argument('--physics', choices=('auto', 'mjx', 'c', 'trajectory'), default='auto',
                  help='physics backend: mjx (MJX in the loop), c (MuJoCo C through '
-                 'mujoco.rollout, open loop), auto (default: c on a CPU when nothing closes a '
-                 'loop on physics, else mjx; the summary says which and why)')
+                 'mujoco.rollout, open loop), trajectory (a recorded state log: needs '
+                 '--trajectory LOG, which implies it), auto (default: c on a CPU when nothing '
+                 'closes a loop on physics, else mjx; the summary says which and why)')
   r.add_argument('--trajectory', default=None, metavar='LOG',
-                 help='replay a recorded state log (NPZ / Parquet: qpos[, qvel, ctrl, act, '
-                 'time]) under the device models instead of simulating the physics')
+                 help='replay a recorded state log (NPZ / Parquet: qpos[, qvel, qacc, ctrl, '
+                 'act, time]) under the device models instead of simulating the physics; with '
+                 'qacc the accelerometer reads the logged accelerations')
   r.add_argument('--stall-s', type=float, default=None,
                  help='watchdog: error out when a program makes no CPU progress for this '
                  'long (default 120 s; 0: off)')

@@ -1,10 +1,12 @@
-"""Recorded state logs for `--physics trajectory` (`fibril-mjx run MANIFEST --trajectory LOG`):
+"""Recorded state logs for `--physics trajectory` (`fibril-mjx run MANIFEST --trajectory LOG`;
+`--physics trajectory` is implied by `--trajectory` and needs it):
 the motion of a robot — from MuJoCo C, a motion-capture system, a real robot's state estimate —
 under the device models.
 
 A log is an NPZ file or a Parquet table with `qpos` `(T, nq)` and optionally `qvel` `(T, nv)`,
-`ctrl` `(T, nu)`, `act` `(T, na)` and `time` `(T,)` seconds (NPZ: arrays by those names;
-Parquet: columns `qpos_0 … qpos_{nq-1}`, `qvel_0 …`, `ctrl_0 …`, `act_0 …`, `time`).
+`qacc` `(T, nv)`, `ctrl` `(T, nu)`, `act` `(T, na)` and `time` `(T,)` seconds (NPZ: arrays by
+those names; Parquet: columns `qpos_0 … qpos_{nq-1}`, `qvel_0 …`, `qacc_0 …`, `ctrl_0 …`,
+`act_0 …`, `time`).
 
 - Without `time` the frames are the ticks (frame k is tick k); with `time` every coordinate is
   interpolated linearly onto the ticks `k·dt` (quaternion blocks of free and ball joints are
@@ -19,11 +21,20 @@ Parquet: columns `qpos_0 … qpos_{nq-1}`, `qvel_0 …`, `ctrl_0 …`, `act_0 �
 
 What it reproduces: positions, orientations and velocities exactly as logged, and every
 position- and velocity-stage sensor (gyro, magnetometer, framepos, velocimeter, jointpos ...).
-Accelerations (accelerometer, force sensors, `actuatorfrc`) come from MuJoCo's forward dynamics
-of each logged state under the controls (`mj_forward`): exact for a log that MuJoCo itself
-produced with the same model and controls, a model of the forces otherwise. A log of a real
-robot whose forces the model does not know (contact with unmodelled objects, a human pushing)
-gives the accelerations of the modelled forces, not of the recorded motion.
+Accelerations (accelerometer, force sensors, `actuatorfrc`):
+
+- With `qacc`, they are the log's: `mj_inverse` at each frame with the logged accelerations,
+  so a prescribed motion (a coning or sculling test, a motion-capture trajectory with its
+  second derivative) has the exact specific force at the accelerometer — `qacc` is the
+  derivative of `qvel` in MuJoCo's coordinates (for a free joint: the linear acceleration of
+  the body origin in the world frame, then the angular acceleration in the body frame).
+- Without it, they come from MuJoCo's forward dynamics of each logged state under the controls
+  (`mj_forward`): exact for a log that MuJoCo itself produced with the same model and
+  controls, a model of the forces otherwise. A log of a real robot whose forces the model does
+  not know (contact with unmodelled objects, a human pushing) gives the accelerations of the
+  modelled forces, not of the recorded motion: give `qacc` (e.g. the analytic or smoothed
+  second derivative of the motion) to replay that motion's own accelerations. No
+  acceleration is differenced from the log here.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ import numpy as np
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io.readers import read_npz, read_parquet
 
-_FIELDS = ('qpos', 'qvel', 'ctrl', 'act')
+_FIELDS = ('qpos', 'qvel', 'qacc', 'ctrl', 'act')
 
 
 def _read(path: pathlib.Path) -> dict:
@@ -71,7 +82,8 @@ def _quat_blocks(m: mujoco.MjModel) -> list[slice]:
 
 
 def load(path, m: mujoco.MjModel, n_ticks: int | None = None) -> dict:
-  """The log at `path` on the model's ticks: `{'qpos', 'qvel'[, 'ctrl'][, 'act']}` float64.
+  """The log at `path` on the model's ticks: `{'qpos', 'qvel'[, 'qacc'][, 'ctrl'][, 'act']}`
+  float64.
 
   Raises:
     ConfigError: naming the file, the field and the rule (missing `qpos`, a width that is not
@@ -81,7 +93,7 @@ def load(path, m: mujoco.MjModel, n_ticks: int | None = None) -> dict:
   if not path.exists():
     raise ConfigError(str(path), 'trajectory', 'no such file', str(path))
   log = _read(path)
-  want = {'qpos': m.nq, 'qvel': m.nv, 'ctrl': m.nu, 'act': m.na}
+  want = {'qpos': m.nq, 'qvel': m.nv, 'qacc': m.nv, 'ctrl': m.nu, 'act': m.na}
   if 'qpos' not in log:
     raise ConfigError(str(path), 'qpos', 'a state log needs qpos (T, nq)', sorted(log))
   t = log['qpos'].shape[0]

@@ -77,7 +77,7 @@ def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
       raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
                         f'with --physics {physics}')
     physics_c.check_open_loop(sim.built, 'trajectory')
-    return 'trajectory', f'recorded state log {trajectory}, sensordata by mj_forward'
+    return 'trajectory', f'recorded state log {trajectory}'
   if physics == 'trajectory':
     raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
   return physics_c.choose(sim.built, physics, impl=sim.impl)
@@ -125,6 +125,8 @@ def _load(manifest_path, impl, physics, trajectory):
     sim = simulator.Simulation(sim.built, impl=impl, physics='c')
     if trajectory is not None:
       log = traj_io.load(trajectory, sim.mj_model)
+      physics_why += (', sensordata by mj_inverse with its qacc' if 'qacc' in log else
+                      ', sensordata by mj_forward (accelerations of the modelled forces)')
   return sim, physics, physics_why, log
 
 

@@ -132,6 +132,44 @@ def test_a_log_recorded_from_mujoco_c_replays_to_the_samples_of_the_c_run(sims, 
   assert np.abs(g_p - g_c).max() < 1e-5 * np.abs(g_c).max()
 
 
+def test_a_log_with_qacc_replays_its_own_accelerations(sims, runs, tmp_path):
+  """`qacc` in the log reaches the frames (`mj_inverse`): the accelerations MuJoCo C computed
+  at each state of its own rollout (`d.qacc` of each `mj_step`) give the `c` run's truth to
+  float32 rounding; zero accelerations give another accelerometer (the servos' angular
+  accelerations are gone) and the same gyro; the run says which gave `sensordata`."""
+  from fibril_mjx.workflows import run as runmod
+  _, c = sims
+  m = c.mj_model
+  times = np.arange(T + 1) * c.dt
+  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), t))(jnp.asarray(times, jnp.float32)), np.float64)
+  d = mujoco.MjData(m)
+  log = {'qpos': [], 'qvel': [], 'ctrl': ctrl}
+  qacc = []
+  for k in range(T + 1):
+    log['qpos'].append(d.qpos.copy())
+    log['qvel'].append(d.qvel.copy())
+    d.ctrl[:] = ctrl[k]
+    mujoco.mj_step(m, d)           # forward (qacc of this state), then integrate
+    qacc.append(d.qacc.copy())
+  log = {k: np.asarray(v) for k, v in log.items()}
+  qacc = np.asarray(qacc)
+  p, keys = c.default_params(N), fm.world_keys(0, N)
+  _, own = physics_c.simulation_rollout(c, p, keys, T, trajectory={**log, 'qacc': qacc})
+  for a, b in zip(jax.tree.leaves(runs[1]['truth']), jax.tree.leaves(own['truth'])):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert np.all(np.abs(a - b) <= 2e-5 * np.maximum(1, np.abs(a)))
+  _, still = physics_c.simulation_rollout(c, p, keys, T,
+                                          trajectory={**log, 'qacc': np.zeros_like(qacc)})
+  acc = lambda r: np.asarray(r['truth']['ahrs']['linear_acceleration'])   # noqa: E731
+  gyro = lambda r: np.asarray(r['truth']['ahrs']['angular_velocity'])     # noqa: E731
+  assert np.abs(acc(still) - acc(own)).max() > 1e-3
+  np.testing.assert_array_equal(gyro(still), gyro(own))
+  np.savez(tmp_path / 'qacc.npz', **log, qacc=qacc)
+  assert runmod._load(TURNTABLE, 'jax', 'auto', tmp_path / 'qacc.npz')[2].endswith(
+      'sensordata by mj_inverse with its qacc')
+
+
 def test_a_timed_log_is_resampled_onto_the_ticks_and_bad_logs_name_the_rule(sims, tmp_path):
   _, c = sims
   m = c.mj_model
@@ -239,6 +277,8 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   t = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 't',
                  trajectory=tmp_path / 'log.npz')
   assert t['physics'] == 'trajectory'
+  assert ('sensordata by mj_forward (accelerations of the modelled forces)'
+          in (tmp_path / 't' / 'summary.txt').read_text())
   a, b = np.load(tmp_path / 'c' / 'trace.npz'), np.load(tmp_path / 't' / 'trace.npz')
   sensors = [k for k in a.files if k.startswith('sensor/')]
   assert sensors

@@ -20,6 +20,8 @@ G = 9.80665
 TYPES = ('fibril_sim/imu', 'fibril_sim/ahrs')
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 HELDOUT = 0.3
+#: CSV logs (`--csv-map`), plain or gzip-compressed
+CSV_SUFFIXES = ('.csv', '.csv.gz')
 K_SIGMA = 4.0
 #: the relative Allan-deviation agreement reported beside the statistical verdict, over the
 #: τ where the estimator's relative std is at most a third of it (`heldout_allan`)
@@ -27,8 +29,9 @@ REL_RESOLVED = 0.25
 
 
 def load(path, csv_map=None, topics=None, component_type=None, component=None):
-  """A recording from `.npz` / `.parquet`, `.csv` / `.csv.gz` with a column mapping (dict), or
-  a ROS bag with a topic mapping (`fibril_mjx.io.bags`)."""
+  """A recording from `.npz` / `.parquet`, `.csv` / `.csv.gz` with a column mapping (dict),
+  or a ROS bag with a topic mapping (`fibril_mjx.io.bags`); any other file is a one-line error
+  naming the formats read."""
   path = pathlib.Path(path)
   if bags.is_bag(path):
     if topics is None:
@@ -36,10 +39,14 @@ def load(path, csv_map=None, topics=None, component_type=None, component=None):
                         'imu=/imu/data)')
     types = {component: component_type} if component else None
     return rc.read_recording(path, topics=topics, types=types)
-  if path.suffix == '.csv' or path.name.endswith('.csv.gz'):
+  if path.name.endswith(CSV_SUFFIXES):
     if csv_map is None:
       raise FibrilError(f'{path}: a CSV recording needs --csv-map (column mapping YAML)')
     return rc.read_csv(path, csv_map[0], mapping_file=csv_map[1])
+  if path.suffix not in ('.npz', '.parquet'):
+    raise FibrilError(f'{path}: fit-profile reads .npz and .parquet recordings, .csv and '
+                      '.csv.gz logs (with --csv-map) and ROS bags (with --topics), not '
+                      f'"{"".join(path.suffixes) or path.name}"')
   return rc.read_recording(path)
 
 
@@ -164,10 +171,11 @@ def model_avar(fit, m, rate):
 
 
 def heldout_allan(held, rate, fit):
-  """The held-out records' pooled Allan deviation against the `fit` model: the largest
-  deviation in σ of the estimator, whether all are within `K_SIGMA`, the largest relative
-  deviation over τ from 2 samples to a tenth of the longest held-out record (`rel_max`; that
-  end is on the grid), the same over the τ where the estimator's relative std is at most
+  """The held-out records' pooled Allan deviation against the `fit` model over the band τ from
+  2 samples to a tenth of the longest held-out record (that end is on the grid; the band the
+  verdict line quotes): the largest deviation in σ of the estimator there (`max_dev_sigma`, at
+  `tau_max_dev_s`), whether all are within `K_SIGMA` (`within`), the largest relative
+  deviation (`rel_max`), the same over the τ where the estimator's relative std is at most
   `REL_RESOLVED / 3` (`rel_max_resolved`, up to `tau_resolved_s`), the largest deviation in σ
   beyond them (`beyond_sigma`), and the curves.
 
@@ -191,7 +199,9 @@ def heldout_allan(held, rate, fit):
   # (toward a tenth of the record only ~10 clusters remain, a ~20 % scatter whatever the
   # record's length, so a fixed percentage there is a coin toss, not a test of the model)
   resolved = band & (rel <= REL_RESOLVED / 3)
-  return {'max_dev_sigma': float(np.abs(z).max()), 'within': bool(np.all(np.abs(z) < K_SIGMA)),
+  zb = np.where(band, np.abs(z), 0.0)
+  return {'max_dev_sigma': float(zb.max()), 'within': bool(np.all(zb < K_SIGMA)),
+          'tau_max_dev_s': float(taus[int(np.argmax(zb))]), 'band': band,
           'rel_max': float(r[band].max()) if np.any(band) else float('nan'),
           'rel_max_resolved': float(r[resolved].max()) if np.any(resolved) else float('nan'),
           'tau_resolved_s': float(taus[resolved].max()) if np.any(resolved) else float('nan'),

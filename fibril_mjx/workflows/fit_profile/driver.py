@@ -144,6 +144,7 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
     rows = list(rows) + t_rows
   six_fit = fit_six(component, recs['six']) if recs['six'] else None
   tim = fit_timing(component, recs['timing']) if recs['timing'] else None
+  result['heldout_rule'] = how
   result['fields'] = {k: _round(v) for k, v in values.items()}
   result['uncertainty'] = [{'field': f, 'value': v, 'se': se, 'method': m}
                            for f, v, se, m in rows]
@@ -258,8 +259,9 @@ def _evidence(result, recs, how, six_fit, tim, plots, cid) -> str:
       L.append(f"- gyro bias [rad/s]: {_round(six_fit['angular_velocity_bias'])}")
   L += ['', '## Held-out agreement', '']
   for h in result['heldout']:
-    L.append(f"- {h['what']}: {h['result']} — {'agrees' if h['agrees'] else 'DISAGREES'} "
-             f"(within {K_SIGMA:g} standard errors)")
+    L.append(f"- {h['what']}: {h['result']} — "
+             + (f"agrees (pass: within {K_SIGMA:g} standard errors)" if h['agrees'] else
+                f"DISAGREES (fail: beyond {K_SIGMA:g} standard errors)"))
   if six_fit:
     L.append(f"- six-orientation: held-out pose means predicted by the fitted gain and bias "
              f"with RMS error {six_fit['heldout_pose_error_rms_m_s2']:.4g} m/s²")
@@ -289,7 +291,7 @@ def report(result) -> int:
             + (', '.join(f'{a:.2f}–{b:.2f} s' for a, b in st) or 'none'))
   axes = result.get('verdict', ())
   if axes:
-    print('held-out agreement (fit on the first part, checked on the held-out part):')
+    print(f"held-out agreement ({result.get('heldout_rule') or 'fit on the first part'}):")
     for a in axes:
       print('  ' + a['console'])
   bad = [a['name'] for a in axes if not a['agrees']]

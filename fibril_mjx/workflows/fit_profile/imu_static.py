@@ -84,7 +84,9 @@ def split(recs_, n_logs, whole_logs):
     cut = int(round((1 - HELDOUT) * r.t.size))
     fit.append(Record(r.log, r.stretch, r.t[:cut], {c: x[:cut] for c, x in r.data.items()}))
     held.append(Record(r.log, r.stretch, r.t[cut:], {c: x[cut:] for c, x in r.data.items()}))
-  return fit, held, f'last {int(HELDOUT * 100)} % (in time) of each record held out'
+  return fit, held, (f'the fit uses the first {100 - int(HELDOUT * 100)} % (in time) of each '
+                     'record — each rest stretch with --find-rest, each gap-free segment — and '
+                     f'the last {int(HELDOUT * 100)} % is held out to check it')
 
 
 def turn_on_dispersion(recs_, ch, n_logs, noise_density, random_walk, rate, rows) -> list:

@@ -129,27 +129,43 @@ def find_rest(t, gyro, accel):
                'trim_s': REST_TRIM_S}
 
 
-def motion_left(x, rate, t0=0.0, lines=()):
-  """Windows of one axis whose std exceeds `MOTION_FACTOR` × the record's median window std
-  (a stationary noise keeps every 0.5 s window std within ≈ 1 ± 3/√(2w) of it), after notching
-  out the model's `lines` (`f0`, `bandwidth_hz`; a narrowband process's amplitude wanders on
-  its own).
+def window_stds(x, rate, lines=()):
+  """`(stds, w)`: the std of each `REST_WINDOW_S` window (`w` samples, at least 8; a record
+  shorter than one window is one window) of one axis `x (n,)`, after notching out the model's
+  `lines` (`f0`, `bandwidth_hz`; a narrowband process's amplitude wanders on its own)."""
+  x = np.asarray(x, np.float64)
+  w = min(max(8, int(round(REST_WINDOW_S * rate))), x.shape[0])
+  for ln in lines:
+    width = max(4 * ln['bandwidth_hz'], 4 * rate / w, 0.2)
+    lo, hi = max(ln['f0'] - width, 0.01), min(ln['f0'] + width, 0.499 * rate)
+    if hi > lo and x.shape[0] > 15:          # sosfiltfilt pads 3·(2·sections + 1) samples
+      sos = signal.butter(2, (lo, hi), btype='bandstop', fs=rate, output='sos')
+      x = signal.sosfiltfilt(sos, x - x.mean())
+  return _window_std(x[:, None], w)[:, 0], w
+
+
+def motion_left(x, rate, t0=0.0, lines=(), floor=None):
+  """Windows of one axis whose std exceeds `MOTION_FACTOR` × the median window std (a
+  stationary noise keeps every 0.5 s window std within ≈ 1 ± 3/√(2w) of it), after notching
+  out the model's `lines` (`window_stds`).
+
+  Args:
+    x: `(n,)` samples of one axis; `rate`: Hz; `t0`: the time of its first sample (s).
+    floor: the median window std to compare with — the one of every record of a session
+      (`motion_floor`), so a held-out piece shorter than 4 windows is checked too; default
+      this record's own, which needs 4 windows (else nothing is reported).
 
   Returns:
     `[(t_start, t_end), ...]` seconds (from `t0`) of runs of such windows.
   """
-  x = np.asarray(x, np.float64)
-  w = max(8, int(round(REST_WINDOW_S * rate)))
-  if x.shape[0] < 4 * w:
+  if np.asarray(x).shape[0] < 8:
     return []
-  for ln in lines:
-    width = max(4 * ln['bandwidth_hz'], 4 * rate / w, 0.2)
-    lo, hi = max(ln['f0'] - width, 0.01), min(ln['f0'] + width, 0.499 * rate)
-    if hi > lo:
-      sos = signal.butter(2, (lo, hi), btype='bandstop', fs=rate, output='sos')
-      x = signal.sosfiltfilt(sos, x - x.mean())
-  s = _window_std(x[:, None], w)[:, 0]
-  lim = max(MOTION_FACTOR, 1 + 5 / math.sqrt(2 * w)) * float(np.median(s))
+  s, w = window_stds(x, rate, lines)
+  if floor is None:
+    if s.size < 4:
+      return []
+    floor = float(np.median(s))
+  lim = max(MOTION_FACTOR, 1 + 5 / math.sqrt(2 * w)) * floor
   bad = np.flatnonzero(s > lim)
   runs = []
   for b in bad:
@@ -158,3 +174,10 @@ def motion_left(x, rate, t0=0.0, lines=()):
     else:
       runs.append([b, b + 1])
   return [(t0 + a * w / rate, t0 + b * w / rate) for a, b in runs]
+
+
+def motion_floor(records, rate, lines=()):
+  """The median window std over all `records` (`window_stds`): the floor `motion_left`
+  compares each record with (None when no record has 8 samples)."""
+  s = [window_stds(r, rate, lines)[0] for r in records if np.asarray(r).shape[0] >= 8]
+  return float(np.median(np.concatenate(s))) if s else None

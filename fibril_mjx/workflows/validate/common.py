@@ -17,6 +17,7 @@ import jax
 import mujoco
 import numpy as np
 import yaml
+from scipy import stats as sps
 
 from fibril_mjx.batch import physics_c
 from fibril_mjx.batch.simulation import Simulation
@@ -28,6 +29,25 @@ from fibril_mjx.mechanisms import fifo
 
 G = 9.80665
 K_SIGMA = 4.0
+#: the two-sided false-failure level of one check: that of `K_SIGMA` standard errors of a
+#: normal statistic whose σ is known (6.3e-5)
+LEVEL = 2.0 * float(sps.norm.sf(K_SIGMA))
+
+
+def k_student(n: int) -> float:
+  """The multiplier of a standard error estimated from `n` independent units (the sample std,
+  n − 1 degrees of freedom) that keeps the level `LEVEL` of `K_SIGMA` known-σ standard errors:
+  the Student-t quantile t_{n−1}(1 − LEVEL/2) (32.6 at 4 units, 8.47 at 8, 5.48 at 16, → 4).
+  `K_SIGMA` below 2 units (no std to estimate)."""
+  return K_SIGMA if n < 2 else float(sps.t.isf(LEVEL / 2, n - 1))
+
+
+def k_complex(n: int) -> float:
+  """The radius multiplier of the mean of `n` complex units (circular Gaussian scatter) about
+  its expected value, in units of its RMS standard error √(Σ|h_i − h̄|² / (n − 1) / n), at the
+  level `LEVEL`: n·|h̄ − h|² / s² is F(2, 2n − 2) distributed, so √F⁻¹(1 − LEVEL) (3.11 as
+  n → ∞, 4.57 at 8 units). `K_SIGMA` below 2 units."""
+  return K_SIGMA if n < 2 else math.sqrt(float(sps.f.isf(LEVEL, 2, 2 * n - 2)))
 
 
 # ------------------------------------------------------------------------------- checks
@@ -318,7 +338,8 @@ def render(summary: dict) -> str:
   """The human-readable summary: one block per check, measured vs configured."""
   lines = [f"validate {summary['component']} ({summary['type']}) from {summary['manifest']}",
            f"static records {summary['static_duration_s']:g} s, {summary['worlds']} worlds per "
-           f"rig, seed {summary['seed']}, tolerances {summary['k_sigma']:g} standard errors "
+           f"rig, seed {summary['seed']}, tolerances at the level of {summary['k_sigma']:g} "
+           f"standard errors (Student-t quantiles where a std is estimated from the worlds) "
            f"+ stated allowances; {summary['wall_s']:g} s"]
   if summary['perturb']:
     lines.append(f"PERTURBED device (checks use the configured values): {summary['perturb']}")

@@ -16,7 +16,7 @@ import numpy as np
 
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, by_sequence, collect,
                                                   finish, fmt, staged_output, write_rig,
-                                                  bench_xml, Check)
+                                                  bench_xml, Check, k_student)
 from fibril_mjx.components.sensors import airspeed, barometer, magnetometer, rangefinder
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -193,7 +193,7 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
     mu = per_world.mean(axis=0)
     se = per_world.std(axis=0, ddof=1) / math.sqrt(per_world.shape[0])
     e = 2 * white + sum(2 * s2 * (1 - math.exp(-L * period / t)) for s2, t in var_terms)
-    t_ = K_SIGMA * se
+    t_ = k_student(per_world.shape[0]) * se
     ok &= bool(np.all(np.abs(mu - e) <= t_))
     meas.append(mu), exp_.append(e), tol.append(t_)
   terms = ', '.join(f'{sf} {fmt(np.asarray(cfg[sf]))} τ {cfg[tf]:g} s' for sf, tf, _ in gm)
@@ -202,8 +202,9 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
                f'(L·Δ = {fmt(np.asarray(lags) * period)} s)',
                {f'L={L}': m for L, m in zip(lags, meas)},
                {f'L={L}': e for L, e in zip(lags, exp_)}, {f'L={L}': t for L, t in zip(lags, tol)},
-               f'2(σ² + q²/12) + Σ 2σ_gm²(1 − exp(−LΔ/τ)) for {terms}; {K_SIGMA:g}× std error '
-               f'of the mean over {z.shape[0]} worlds', ok)
+               f'2(σ² + q²/12) + Σ 2σ_gm²(1 − exp(−LΔ/τ)) for {terms}; {k_student(z.shape[0]):.3g}× '
+               f'std error of the mean over {z.shape[0]} worlds (Student t, the level of '
+               f'{K_SIGMA:g} σ)', ok)
 
 
 # The rig of these types (validate finds this module by walking its package).

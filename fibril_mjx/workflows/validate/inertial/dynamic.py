@@ -8,7 +8,8 @@ import math
 import numpy as np
 
 from fibril_mjx.workflows.validate import fifo_timing
-from fibril_mjx.workflows.validate.common import K_SIGMA, Check, axis_name, fmt, timing_checks
+from fibril_mjx.workflows.validate.common import (K_SIGMA, Check, axis_name, fmt, k_complex,
+                                                  k_student, timing_checks)
 from fibril_mjx.workflows.validate.inertial.device import (Device, RATE_SITES, SKIP, SUBSTEPS,
                                                            UNITS, WINDOW)
 from fibril_mjx.workflows.validate.inertial.plots import plot_bode
@@ -70,13 +71,15 @@ def _rate_table(dev, plan, sens, truth, fig_dir):
   g_se = est.std(0, ddof=1) / math.sqrt(est.shape[0])
   amp = 0.9 * min(plan.rate_amplitude, lim if np.isfinite(lim) else plan.rate_amplitude)
   n_s = WINDOW * 0.6
-  tol = K_SIGMA * g_se + q / (math.sqrt(12) * amp / math.sqrt(2) * math.sqrt(n_s)) + 1e-5 \
+  k = k_student(est.shape[0])
+  tol = k * g_se + q / (math.sqrt(12) * amp / math.sqrt(2) * math.sqrt(n_s)) + 1e-5 \
       + abs(1 - h)
   ok = bool(np.all(np.abs(g_mean - exp) <= tol))
   return [Check('rate_table.angular_velocity.gain', 'gyro gain matrix (column a: reading per '
                 'rad/s about axis a) — scale and cross-axis', g_mean, ch.gain, tol,
                 f'regression on |rate| < 0.9·limit, sine ±{plan.rate_amplitude:.4g} rad/s at '
-                f'{plan.rate_hz:.4g} Hz; {K_SIGMA:g}× std error over worlds + LSB + filter '
+                f'{plan.rate_hz:.4g} Hz; {k:.3g}× std error over {est.shape[0]} worlds (Student t, the '
+                f'level of {K_SIGMA:g} σ) + LSB + filter '
                 f'gain at that frequency ({h:.6f})', ok)]
 
 
@@ -171,13 +174,15 @@ def _bode(dev, plan, sens, truth, fig_dir):
       h_meas.append(y / u_s)
     h_meas = np.asarray(h_meas)
     h = h_meas.mean(0)
-    se = np.abs(h_meas - h).std(0, ddof=1) / math.sqrt(h_meas.shape[0]) if \
-        h_meas.shape[0] > 1 else np.zeros(len(tones))
+    w_ = h_meas.shape[0]
+    # RMS standard error of the complex mean (√(Σ|h_i − h̄|²/(n − 1)/n)), radius by F(2, 2n − 2)
+    se = np.sqrt(np.sum(np.abs(h_meas - h) ** 2, 0) / (w_ - 1) / w_) if w_ > 1 else \
+        np.zeros(len(tones))
     amp = np.abs(u_s)
     h_exp = ch.gain[a, a] * h_expected(dev, ch, tones, plan.dt)
     # LSB: the quantization error (≤ q/2 a sample) moves a fitted phasor by at most q/(2A)
     # relative (deterministic bound: noiseless inputs quantize the same way in every world).
-    tol = K_SIGMA * se + ch.resolution / (2 * amp) + 1e-4
+    tol = k_complex(w_) * se + ch.resolution / (2 * amp) + 1e-4
     err = np.abs(h - h_exp)
     ok = bool(np.all(err <= tol))
     plot = plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, ch.bandwidth_hz,
@@ -188,7 +193,8 @@ def _bode(dev, plan, sens, truth, fig_dir):
         {'gain': np.abs(h), 'phase_deg': np.degrees(np.angle(h))},
         {'bandwidth_hz': ch.bandwidth_hz, 'gain': np.abs(h_exp),
          'phase_deg': np.degrees(np.angle(h_exp))}, tol,
-        f'complex |H − H_expected| ≤ {K_SIGMA:g}× std error over {h_meas.shape[0]} worlds + LSB '
+        f'complex |H − H_expected| ≤ {k_complex(w_):.3g}× RMS std error of the complex mean '
+        f'over {w_} worlds (F(2, {2 * w_ - 2}) radius, the level of {K_SIGMA:g} σ) + LSB '
         f'bound q/(2A) + 1e-4; H_expected = scale · first-order filter ' + (
             f'run every physics tick (filter_rate: physics, dt {plan.dt:g} s) at the tone '
             f'frequency, then sampled' if dev.filter_rate == 'physics' else
