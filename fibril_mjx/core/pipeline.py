@@ -323,7 +323,12 @@ def _init_components(built: Built, params, key, latency) -> dict:
 
 
 def _reset_ctrl(built: Built, params, comps, data):
-  ctrl = jnp.zeros(built.mj_model.nu, jnp.float32)
+  """`ctrl` before tick 0: the keyframe's (zeros without one), each actuator's channels
+  overwritten by what it holds before its first application."""
+  if built.keyframe < 0:
+    ctrl = jnp.zeros(built.mj_model.nu, jnp.float32)
+  else:
+    ctrl = jnp.asarray(built.mj_model.key_ctrl[built.keyframe], jnp.float32)
   comps = dict(comps)
   for cid, c in actuators(built):   # what an actuator holds before its first application
     comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)

@@ -26,6 +26,9 @@ def render(sim) -> str:
          f'manifest sha256 {man.sha256[:16]}',
          f'model {man.model_path}',
          f'  dt {sim.dt:g} s; nq {m.nq}, nv {m.nv}, nu {m.nu} controls, {m.nsensor} sensors',
+         '  initial state: ' + (f'keyframe {man.model.keyframe!r} (#{sim.built.keyframe}: qpos, '
+                                'qvel, act, ctrl, mocap as mj_resetDataKeyframe)'
+                                if sim.built.keyframe >= 0 else 'qpos0 (mj_resetData)'),
          ]
   out.extend(world_axis_lines(sim))
   if sim.actuator_script.ctrl_index:
