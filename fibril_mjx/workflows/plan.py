@@ -110,10 +110,13 @@ def world_axis_lines(sim) -> list[str]:
   cap, cap_why = sim.sub_batch_cap()
   backend, backend_why = physics_c.choose(sim.built, 'auto', impl=sim.impl)
   probes = sim.built.probes.describe() if sim.built.probes is not None else []
+  added = sim.built.probes.describe_added() if sim.built.probes is not None else []
   lines = [f'physics: {worlds.describe_impl(sim.impl)}',
            f'physics backend of a run / campaign: {backend} ({backend_why})',
            'probe sensors (hidden, appended to the MjSpec; what components read physics '
            'through): ' + ('; '.join(probes) if probes else 'none'),
+           'sensors added to the model for components that name a site (the robot\'s file is '
+           'unchanged): ' + ('; '.join(added) if added else 'none'),
            f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
                                         '--no-share-physics to disable)' if share else ''),
            'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'
