@@ -613,6 +613,17 @@ def test_period_below_dt_from_profile(tmp_path):
   err = load_error(profile_manifest(tmp_path, '{device: fast_dev}'))
   assert_reported(err, prof.resolve(), 'fields.period_s', '0.001',
                   'must be >= the physics timestep dt = 0.002 s')
+  # the way out: the instance config overrides the profile, or a smaller timestep keeps the rate
+  assert ("must be >= the physics timestep dt = 0.002 s: set it in the component's config (it "
+          "overrides the profile) to 0.002 s or a multiple, or run the model at a timestep <= "
+          "0.001 s (MJCF <option timestep>) to keep this rate") in str(err), str(err)
+
+
+def test_period_below_dt_in_the_config_names_the_way_out(tmp_path):
+  err = load_error(ahrs_manifest(tmp_path, '      period_s: 0.001\n'))
+  assert ("config.period_s = 0.001: must be >= the physics timestep dt = 0.002 s: set it to "
+          "0.002 s or a multiple, or run the model at a timestep <= 0.001 s (MJCF <option "
+          "timestep>) to keep this rate") in str(err), str(err)
 
 
 def test_strict_latency_from_profile_is_reported_against_the_profile(tmp_path):
