@@ -198,7 +198,7 @@ def script_ctrl_program(built: Built, n_ticks: int):
   # a scan of scalar ticks, as the pipeline's: a vmap over ticks would vectorize the
   # waveforms' sin, whose last bits differ from the scalar one (`_check_controls` sees it)
   def one(_, tick):
-    return None, built.actuator_script.ctrl(jnp.zeros(built.mj_model.nu, jnp.float32),
+    return None, built.actuator_script.ctrl(pipeline.initial_ctrl(built),
                                             tick.astype(jnp.float32) * built.dt)
   return jax.lax.scan(one, None, jnp.arange(n_ticks + 1, dtype=jnp.int32))[1]
 

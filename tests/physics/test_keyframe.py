@@ -58,15 +58,26 @@ def test_every_world_starts_from_the_keyframe_as_mujoco_c_resets_it(tmp_path):
 
 
 def test_mujoco_c_rollout_starts_at_the_keyframe(tmp_path):
-  """The C backend's tick 0: every joint (encoders' truth) at the key's qpos."""
+  """The C backend: every joint (encoders' truth) at the key's qpos at tick 0, then as a
+  MuJoCo C `mj_step` loop from `mj_resetDataKeyframe` with the key's ctrl held (no component
+  drives an actuator: each keeps the key's control, as in the MJX loop)."""
   enc = [{'id': f'{n}_enc', 'type': 'fibril_sim/encoder',
           'config': {'joint': f'{n}_hip', 'period_s': DT}} for n in LEGS]
   c = fm.load(_manifest(tmp_path, 'tilted', components=enc), physics='c')
   ref = _c_keyframe(c.mj_model, 'tilted')
-  _, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), 3)
+  ticks = 20
+  _, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), ticks)
+  want = []
+  for _ in range(ticks + 1):
+    want.append(ref.qpos[7:11].copy())
+    mujoco.mj_step(c.mj_model, ref)
+  want = np.asarray(want)
+  assert np.abs(want[-1] - want[0]).max() > 0.05   # the tilted table moves
   for i, n in enumerate(LEGS):
-    got = np.asarray(tr['truth'][f'{n}_enc']['position'])[:, 0]
-    np.testing.assert_allclose(got, ref.qpos[7 + i], atol=1e-6)
+    got = np.asarray(tr['truth'][f'{n}_enc']['position'])
+    np.testing.assert_allclose(got[:, 0], want[0, i], atol=1e-6)
+    np.testing.assert_allclose(got, np.broadcast_to(want[:, i], got.shape), atol=1e-5,
+                               err_msg=n)
 
 
 def test_a_table_started_at_its_keyframe_stands_and_its_accelerometer_reads_g(table):
