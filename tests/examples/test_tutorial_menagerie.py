@@ -26,9 +26,11 @@ def test_menagerie_go2_from_its_keyframe(tmp_path):
   res = example('tutorial_menagerie').main(['--small', '--out', str(tmp_path)])
   # tick 0 is MuJoCo C's keyframe state (float32 MJX data)
   assert res['tick0_max_dev'] < 1e-6, res
-  # standing at the keyframe: the IMU reads g within its noise and the contacts' settling
-  # (ICM-42688-P sigma ~0.008 m/s^2 at 500 Hz; from qpos0 the robot drops: 10-50 m/s^2 off)
-  assert res['keyframe_max_dev'] < 0.5, res
+  # standing at the keyframe: the feet settle 1.6 cm in the first 0.1 s (MuJoCo C alone: up
+  # to 5.2 m/s^2 off g), then the IMU reads g within 0.5 m/s^2 (C alone: 0.31); from qpos0
+  # the robot drops 0.2 m onto straight legs: 52 m/s^2 off (MuJoCo C, measured by hand)
+  assert res['keyframe_max_dev'] < 8.0, res
+  assert res['keyframe_settled_max_dev'] < 0.5, res
   assert res['campaign_tick0_max_dev'] < 1e-3, res   # encoder resolution 3.8e-4 rad
   assert res['rl_reset_max_dev'] < 1e-6, res
   for name, sha in UPSTREAM_SHA256.items():   # the run did not rewrite the robot's file
