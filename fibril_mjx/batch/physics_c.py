@@ -48,6 +48,7 @@ from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.physics import mjcf
 
 FRAME_BUDGET_BYTES = 512 * 2**20   # recorded float64 sensordata + states of one world chunk
 _STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -114,11 +115,12 @@ def check_open_loop(built: Built, physics: str, *, controller=None) -> None:
 
 # ---------------------------------------------------------------- MuJoCo C
 
-def initial_states(m: mujoco.MjModel, n: int, qpos_offset=None, qvel_offset=None) -> np.ndarray:
-  """`(n, nstate)` FULLPHYSICS states: the model's initial state after `mj_forward`, plus the
-  per-world offsets (as `pipeline.init` adds them)."""
-  d = mujoco.MjData(m)
-  mujoco.mj_forward(m, d)
+def initial_states(m: mujoco.MjModel, n: int, qpos_offset=None, qvel_offset=None,
+                   keyframe: int = -1) -> np.ndarray:
+  """`(n, nstate)` FULLPHYSICS states: the model's initial state (at `keyframe` when >= 0,
+  `mjcf.initial_data`) after `mj_forward`, plus the per-world offsets (as `pipeline.init` adds
+  them)."""
+  d = mjcf.initial_data(m, keyframe)
   s0 = np.zeros(mujoco.mj_stateSize(m, _STATE))
   mujoco.mj_getState(m, d, s0, _STATE)
   s = np.tile(s0, (n, 1))
@@ -196,7 +198,7 @@ def script_ctrl_program(built: Built, n_ticks: int):
   # a scan of scalar ticks, as the pipeline's: a vmap over ticks would vectorize the
   # waveforms' sin, whose last bits differ from the scalar one (`_check_controls` sees it)
   def one(_, tick):
-    return None, built.actuator_script.ctrl(jnp.zeros(built.mj_model.nu, jnp.float32),
+    return None, built.actuator_script.ctrl(pipeline.initial_ctrl(built),
                                             tick.astype(jnp.float32) * built.dt)
   return jax.lax.scan(one, None, jnp.arange(n_ticks + 1, dtype=jnp.int32))[1]
 
@@ -307,7 +309,7 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
   lanes = max(2, chunk)   # XLA compiles one lane to other scalar code: pad to two or more
   if trajectory is None:
     runner = runner or Rollout(m, threads)
-    states0 = initial_states(m, n, qpos_offset, qvel_offset)
+    states0 = initial_states(m, n, qpos_offset, qvel_offset, built.keyframe)
   else:
     log = {k: np.asarray(v, np.float64) for k, v in trajectory.items() if k != 'accelerations'}
     if log['qpos'].shape[0] < n_ticks + 1:

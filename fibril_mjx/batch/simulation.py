@@ -58,7 +58,7 @@ class Simulation:
       setattr(self, name, getattr(built, name))   # shortcuts into `built`
     _ = built.mx if physics == 'mjx' else None   # a model MJX cannot step: refused here
     if impl == 'warp':   # pragma: no cover — needs an NVIDIA GPU
-      self._mx, self._data0 = warp_model_and_data(built.physics_model)
+      self._mx, self._data0 = warp_model_and_data(built.physics_model, built.keyframe)
     self._programs, self._caps = {}, {}   # jitted programs; their LAPACK-safe sub-batches
     self._sub_batch: tuple | None = None   # sub_batch_cap, once asked for
     self.last_layout: worlds.Layout | None = None   # the layout of the last program run

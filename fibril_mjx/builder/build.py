@@ -11,7 +11,7 @@ from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS, BuildContext, ProbeSet, SensorBinding  # noqa: F401
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.physics import assemblies, dcmotor
-from fibril_mjx.physics.mjcf import compile_spec, load_spec, reject_mjx_ignored  # noqa: F401
+from fibril_mjx.physics.mjcf import compile_spec, keyframe_id, load_spec, reject_mjx_ignored  # noqa: F401
 
 # Every built-in component type: each module under components/ registers itself when imported.
 registry.discover(components)
@@ -92,8 +92,14 @@ def build(manifest, vary: dict | None = None) -> Built:
   cmd_script = command_script.build(manifest, components, dt)
   # MJX cannot step dcmotor: step a twin model and evaluate dcmotor in JAX (fibril_mjx.physics.dcmotor).
   physics_model, dc = dcmotor.prepare(mj_model, spec)
+  keyframe = keyframe_id(mj_model, manifest.model.keyframe, file)
+  if keyframe >= 0 and dc is not None:
+    raise ConfigError(file, 'keyframe', 'a keyframe start is not supported on a model with '
+                      'dcmotor actuators (their state starts at mj_resetData\'s zeros); remove '
+                      'keyframe, or start from qpos0 with campaign initial: offsets',
+                      manifest.model.keyframe)
   return Built(manifest, mj_model, physics_model, dt, components, actuator_script,
-               cmd_script, dc, resolved_assemblies, tuple(overlays), vary, probes)
+               cmd_script, dc, resolved_assemblies, tuple(overlays), vary, probes, keyframe)
 
 
 def _check_one_driver_per_actuator(manifest, components: dict) -> None:

@@ -25,7 +25,10 @@ Field paths:
   the dcmotor parameters of a `dcmotor` actuator (`resistance_ohm`, `motorconst`, ...) vary
   per world through the MJX model (or the dcmotor Params); any other numeric attribute is
   static (`choice`, applied before compile).
-- `initial:qpos.JOINT`, `initial:qvel.JOINT` — offsets of a hinge/slide joint's initial state.
+- `initial:qpos.JOINT`, `initial:qvel.JOINT` — offsets of a hinge/slide joint's initial state;
+  `initial:qpos`, `initial:qvel` — of every hinge and slide joint at once (the whole pose: one
+  value, or a per-joint list in model order). Offsets add to the manifest's `keyframe` (else
+  to `qpos0` and zero velocity).
 
 Sampling: world `w`'s value of a field is a function of (seed, w, field path) only: the
 uniform variates come from the named stream `stream_key(fold_in(PRNGKey(seed), w),
@@ -306,27 +309,45 @@ def choice_column(f: Field, choice: np.ndarray) -> np.ndarray:
   return np.asarray(choice, np.int64)
 
 
+_HINGE_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+_EXPECTED_INITIAL = 'expected initial:qpos.JOINT, initial:qvel.JOINT, initial:qpos or initial:qvel'
+
+
+def _resolve_initial(m, d, rest: str, file) -> Field:
+  """`initial:qpos.JOINT` / `initial:qvel.JOINT` (one hinge or slide joint) or the whole pose
+  `initial:qpos` / `initial:qvel` (every hinge and slide joint in model order, one value or a
+  per-joint list): offsets added to the initial state (the manifest's keyframe, else qpos0)."""
+  which, dot, joint = rest.partition('.')
+  if which not in ('qpos', 'qvel'):
+    raise _err(file, d, _EXPECTED_INITIAL + did_you_mean(which, ('qpos', 'qvel')))
+  adr = m.jnt_qposadr if which == 'qpos' else m.jnt_dofadr
+  if not dot:
+    ids = [j for j in range(m.njnt) if int(m.jnt_type[j]) in _HINGE_SLIDE]
+    if not ids:
+      raise _err(file, d, 'the model has no hinge or slide joint to offset')
+    index = np.asarray([int(adr[j]) for j in ids], np.int64)
+    if d.dist != 'choice' and dist_len(d) not in (1, len(ids)):
+      names = ', '.join(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, j) or f'#{j}'
+                        for j in ids)
+      raise _err(file, d, f'one value or a per-joint list of {len(ids)} (the hinge and slide '
+                 f'joints in model order: {names})', dist_len(d))
+    return Field(d.path, 'initial', d, _shape_for(file, d, (len(ids),)),
+                 np.zeros(len(ids)), None, None, which, index)
+  jid = mjcf_fields.object_id(m, 'joint', joint)
+  if jid < 0:
+    raise _err(file, d, 'no joint of that name'
+               + did_you_mean(joint, mjcf_fields.object_names(m, 'joint')))
+  if int(m.jnt_type[jid]) not in _HINGE_SLIDE:
+    raise _err(file, d, 'initial-state offsets are for hinge and slide joints')
+  return Field(d.path, 'initial', d, _shape_for(file, d, ()), np.zeros(()), None, None,
+               which, int(adr[jid]))
+
+
 def _resolve_mjcf(sim, params, d, element, rest, file) -> Field:
   m = sim.physics_model
   name, dot, attr = rest.rpartition('.')
   if element == 'initial':
-    if not dot or attr not in ('qpos', 'qvel') and name not in ('qpos', 'qvel'):
-      raise _err(file, d, 'expected initial:qpos.JOINT or initial:qvel.JOINT')
-    which, joint = rest.split('.', 1)
-    if which not in ('qpos', 'qvel'):
-      raise _err(file, d, 'expected initial:qpos.JOINT or initial:qvel.JOINT'
-                 + did_you_mean(which, ('qpos', 'qvel')))
-    jid = mjcf_fields.object_id(m, 'joint', joint)
-    names = mjcf_fields.object_names(m, 'joint')
-    if jid < 0:
-      raise _err(file, d, 'no joint of that name' + did_you_mean(joint, names))
-    if int(m.jnt_type[jid]) not in (int(mujoco.mjtJoint.mjJNT_HINGE),
-                                   int(mujoco.mjtJoint.mjJNT_SLIDE)):
-      raise _err(file, d, 'initial-state offsets are for hinge and slide joints')
-    adr = int(m.jnt_qposadr[jid] if which == 'qpos' else m.jnt_dofadr[jid])
-    nominal = np.asarray((m.qpos0 if which == 'qpos' else np.zeros(m.nv))[adr], np.float64)
-    return Field(d.path, 'initial', d, _shape_for(file, d, ()), nominal * 0.0, None, None,
-                 which, adr)
+    return _resolve_initial(m, d, rest, file)
   objects = list(mjcf_fields.OBJECTS)
   if element not in objects or not dot:
     raise _err(file, d, 'expected ELEMENT:NAME.ATTRIBUTE with ELEMENT one of '

@@ -81,8 +81,12 @@ class CommandScriptEntry(Strict):
 
 
 class ManifestModel(Strict):
+  """A SimulationManifest (SPEC §3.1). `keyframe`: the name of one of the model's `<key>`s;
+  every world starts from it (qpos, qvel, act, ctrl, mocap, as `mj_resetDataKeyframe`) instead
+  of from `qpos0`."""
   fibril_manifest: Literal[1]
   model: str
+  keyframe: Optional[str] = pydantic.Field(None, min_length=1)
   packages: dict[str, str] = {}
   profile_paths: list[str] = []
   assemblies: list[AssemblyModel] = []

@@ -16,6 +16,7 @@ import jax
 import mujoco
 
 from fibril_mjx.errors import ConfigError
+from fibril_mjx.physics.mjcf import initial_data
 from fibril_mjx.physics.mjx import mjx
 
 
@@ -41,6 +42,7 @@ class Built:
     vary: `{component id: frozenset of fields}` compiled in for per-world variation.
     probes: the hidden sensors the components read physics through
       (`fibril_mjx.core.context.ProbeSet`).
+    keyframe: the id of the manifest's `keyframe` every world starts from, or -1 (`qpos0`).
   """
   manifest: Any
   mj_model: mujoco.MjModel
@@ -54,6 +56,7 @@ class Built:
   overlays: tuple
   vary: dict
   probes: Any = None
+  keyframe: int = -1
 
   # made outside any trace even when first read inside one (a cached tracer would leak)
   @functools.cached_property
@@ -67,14 +70,13 @@ class Built:
 
   @functools.cached_property
   def data0(self):
-    d = mujoco.MjData(self.physics_model)
-    mujoco.mj_forward(self.physics_model, d)
+    d = initial_data(self.physics_model, self.keyframe)
     with jax.ensure_compile_time_eval():
       return mjx.put_data(self.physics_model, d)
 
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,
-            self.command_script, self.dcmotor, tuple(sorted(self.vary.items())))
+            self.command_script, self.dcmotor, tuple(sorted(self.vary.items())), self.keyframe)
 
   def __hash__(self):
     return hash(self._key())

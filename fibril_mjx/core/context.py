@@ -14,6 +14,11 @@ that it never meets a user's name. A probe's `sensordata` address is known when 
 recompile. `framexaxis` / `frameyaxis` / `framezaxis` copy the columns of `site_xmat` and
 `framepos` copies `site_xpos`, so a pose probe reads exactly what MJX computed.
 
+A component that binds MuJoCo sensors by name may instead name a site (`site: imu`): the
+sensors it needs are added the same way, but visibly, named `fibril_<component id>_<what>`
+(`fibril_imu_gyro`), so that a robot's file is used as it comes (`BuildContext.site_sensors`;
+`plan` lists them).
+
 The one read that is not a sensor is an actuator's look at the joint *before* the tick's
 forward (`actuate`: hold the current position, a PD law on the measured state): that closes a
 loop on physics, and is what keeps such a component on a backend that steps in the loop."""
@@ -100,11 +105,13 @@ class JointProbe:
 
 _MJ_SENSOR = {k: getattr(mujoco.mjtSensor, f'mjSENS_{k.upper()}') for k in (
     'framepos', 'framequat', 'framexaxis', 'frameyaxis', 'framezaxis', 'framelinvel', 'frameangvel',
-    'jointpos', 'jointvel', 'actuatorfrc', 'jointactfrc')}
+    'jointpos', 'jointvel', 'actuatorfrc', 'jointactfrc', 'gyro', 'accelerometer',
+    'magnetometer', 'velocimeter', 'rangefinder')}
 _MJ_OBJ = {k: getattr(mujoco.mjtObj, f'mjOBJ_{k.upper()}') for k in (
     'site', 'joint', 'actuator', 'geom')}
 _DIM = {'framepos': 3, 'framequat': 4, 'framexaxis': 3, 'frameyaxis': 3, 'framezaxis': 3, 'framelinvel': 3,
-        'frameangvel': 3, 'jointpos': 1, 'jointvel': 1, 'actuatorfrc': 1, 'jointactfrc': 1}
+        'frameangvel': 3, 'jointpos': 1, 'jointvel': 1, 'actuatorfrc': 1, 'jointactfrc': 1,
+        'gyro': 3, 'accelerometer': 3, 'magnetometer': 3, 'velocimeter': 3, 'rangefinder': 1}
 
 
 class ProbeSet:
@@ -113,15 +120,24 @@ class ProbeSet:
   def __init__(self, model: mujoco.MjModel):
     self.base = int(model.nsensordata)
     self.probes: dict[tuple, Probe] = {}
+    self.names: dict[tuple, str] = {}   # the visible names of sensors added for a site
     self.size = 0
 
-  def request(self, kind: str, objtype: str, obj: str, objid: int = -1) -> Probe:
-    key = (kind, objtype, obj)
+  def request(self, kind: str, objtype: str, obj: str, objid: int = -1,
+              name: str | None = None) -> Probe:
+    """The probe of `kind` on `obj` (one per kind and object), or with `name` a sensor of
+    that name (`BuildContext.site_sensors`)."""
+    key = (kind, objtype, obj) if name is None else (kind, objtype, obj, name)
     if key not in self.probes:
       dim = _DIM[kind]
       self.probes[key] = Probe(kind, objtype, obj, self.base + self.size, dim, int(objid))
       self.size += dim
+      if name is not None:
+        self.names[key] = name
     return self.probes[key]
+
+  def _names(self) -> list[str]:
+    return [self.names.get(key, f'{PROBE_PREFIX}{i}') for i, key in enumerate(self.probes)]
 
   def add_to_spec(self, spec) -> None:
     """Appends the probes to `spec` as sensors `fibril_probe:<i>` (after the user's). An
@@ -131,14 +147,14 @@ class ProbeSet:
       if p.obj.startswith(PROBE_PREFIX):
         element = next(e for e in getattr(spec, f'{p.objtype}s') if e.id == p.objid)
         element.name = p.obj
-    for i, p in enumerate(self.probes.values()):
-      spec.add_sensor(name=f'{PROBE_PREFIX}{i}', type=_MJ_SENSOR[p.kind],
-                      objtype=_MJ_OBJ[p.objtype], objname=p.obj)
+    for name, p in zip(self._names(), self.probes.values()):
+      spec.add_sensor(name=name, type=_MJ_SENSOR[p.kind], objtype=_MJ_OBJ[p.objtype],
+                      objname=p.obj)
 
   def check(self, model: mujoco.MjModel) -> None:
     """The compiled probes sit where their components read them (an internal invariant)."""
-    for i, p in enumerate(self.probes.values()):
-      sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, f'{PROBE_PREFIX}{i}')
+    for name, p in zip(self._names(), self.probes.values()):
+      sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
       if sid < 0 or int(model.sensor_adr[sid]) != p.adr or int(model.sensor_dim[sid]) != p.dim:
         raise AssertionError(f'probe {p} compiled at sensordata[{model.sensor_adr[sid]}]')
 
@@ -151,10 +167,17 @@ class ProbeSet:
     self.check(model)
     return model
 
+  def describe_added(self) -> list[str]:
+    """Plan lines: the named sensors added for components that name a site."""
+    return [f'{self.names[key]} ({p.kind} at {p.objtype} {p.obj!r})'
+            for key, p in self.probes.items() if key in self.names]
+
   def describe(self) -> list[str]:
     """Plan lines: the hidden sensors, grouped by kind."""
     by = {}
-    for p in self.probes.values():
+    for key, p in self.probes.items():
+      if key in self.names:
+        continue
       by.setdefault(f'{p.kind} of {p.objtype}', []).append(p.obj)
     return [f'{k}: {", ".join(dict.fromkeys(v))}' for k, v in by.items()]
 
@@ -240,6 +263,53 @@ class BuildContext:
   def joint_actuator_force(self, joint_id: int) -> Probe:
     """Probe of the actuator force on a joint (`jointactfrc` = `qfrc_actuator` at its dof)."""
     return self._probes('joint', joint_id, 'jointactfrc')[0]
+
+  def site_sensors(self, cid: str, site: str | None, wanted) -> tuple[SensorBinding, ...]:
+    """Binds a component's MuJoCo sensors: by name (`site` None), or added at `site`.
+
+    Args:
+      cid: the component id (added sensors are named `fibril_<cid>_<suffix>`).
+      site: the config's `site`, or None.
+      wanted: `((field, name or None, mjtSensor kind, dim, suffix), ...)`, the config's
+        sensor-name fields.
+
+    Raises:
+      ConfigError: a sensor-name field missing without `site`, or set beside it; no site of
+        that name (did-you-mean); an added name the model already uses.
+    """
+    if site is None:
+      for field, name, kind, _, suffix in wanted:
+        if name is None:
+          raise ConfigError(self.file, f'{self.path}.{field}', 'required: the name of a MuJoCo '
+                            f'{_SENSOR_NAMES[kind]} sensor; or set site: SITE instead, and the '
+                            f'sensors are added (as fibril_{cid}_{suffix}, ...) without editing '
+                            'the robot\'s file')
+      return tuple(self.sensor(f, n, k, d) for f, n, k, d, _ in wanted)
+    given = [(f, n) for f, n, *_ in wanted if n is not None]
+    if given:
+      raise ConfigError(self.file, f'{self.path}.{given[0][0]}', f'set beside site {site!r}: '
+                        'name the MuJoCo sensors or the site, not both (with site the sensors '
+                        'are added)', given[0][1])
+    m = self.model
+    sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
+    if sid < 0:
+      names = [m.site(i).name for i in range(m.nsite) if m.site(i).name]
+      raise ConfigError(self.file, f'{self.path}.site', 'no MuJoCo site of that name in the '
+                        'compiled model' + did_you_mean(site, names)
+                        + f'; the model\'s sites: {", ".join(names) or "(none)"}', site)
+    if self.probes is None:
+      self.probes = ProbeSet(m)
+    out = []
+    for field, _, kind, dim, suffix in wanted:
+      name = f'fibril_{cid}_{suffix}'
+      if mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, name) >= 0:
+        raise ConfigError(self.file, f'{self.path}.site', f'the model already has a sensor named '
+                          f'{name!r}, the name of the sensor site adds for {field}: bind the '
+                          f'sensors by name ({field}: {name}, ...) instead', site)
+      want = _SENSOR_NAMES[kind]
+      p = self.probes.request(want, 'site', site, sid, name=name)
+      out.append(SensorBinding(field, name, want, p.adr, dim, site))
+    return tuple(out)
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

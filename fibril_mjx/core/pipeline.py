@@ -322,8 +322,17 @@ def _init_components(built: Built, params, key, latency) -> dict:
   return latencies.apply(comps, latency)   # this world's latencies, before anything is sent
 
 
+def initial_ctrl(built: Built) -> jax.Array:
+  """`(nu,)` the controls before any actuator writes: the keyframe's, zeros without one."""
+  if built.keyframe < 0:
+    return jnp.zeros(built.mj_model.nu, jnp.float32)
+  return jnp.asarray(built.mj_model.key_ctrl[built.keyframe], jnp.float32)
+
+
 def _reset_ctrl(built: Built, params, comps, data):
-  ctrl = jnp.zeros(built.mj_model.nu, jnp.float32)
+  """`ctrl` before tick 0: `initial_ctrl`, each actuator's channels overwritten by what it
+  holds before its first application."""
+  ctrl = initial_ctrl(built)
   comps = dict(comps)
   for cid, c in actuators(built):   # what an actuator holds before its first application
     comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)

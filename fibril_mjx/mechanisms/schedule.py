@@ -65,8 +65,13 @@ class Schedule:
       ConfigError: period < dt, or `strict` with instants off the tick grid.
     """
     if period_s < dt * (1 - _REL_TOL):
-      raise ConfigError(*origin(period_field),
-                        f'must be >= the physics timestep dt = {dt:g} s', period_s)
+      file, path = origin(period_field)
+      override = ("set it in the component's config (it overrides the profile)"
+                  if path.startswith('fields.') else 'set it')
+      raise ConfigError(file, path, f'must be >= the physics timestep dt = {dt:g} s: '
+                        f'{override} to {dt:g} s or a multiple, or run the model at a timestep '
+                        f'<= {period_s:g} s (MJCF <option timestep>) to keep this rate',
+                        period_s)
     p, ph = ticks_fraction(period_s, dt), ticks_fraction(phase_s, dt)
     if quantization == 'strict':
       for name, secs, frac in ((period_field, period_s, p), (phase_field, phase_s, ph)):

@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.config import paths
-from fibril_mjx.errors import FibrilError, unreadable
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean, unreadable
 
 _MAX_DEPTH = 16
 
@@ -78,6 +78,41 @@ def compile_spec(spec: mujoco.MjSpec, model_path) -> mujoco.MjModel:
   except ValueError as e:
     raise FibrilError(f'{model_path}: MuJoCo cannot compile the model: '
                       f'{" ".join(str(e).split())}') from None
+
+
+def keyframe_id(m: mujoco.MjModel, name: str | None, file: str) -> int:
+  """The id of keyframe `name` (the manifest's `keyframe`), or -1 for None (start at `qpos0`).
+
+  Raises:
+    ConfigError: no keyframe of that name (did-you-mean, the model's keyframes listed).
+  """
+  if name is None:
+    return -1
+  kid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, name)
+  if kid < 0:
+    names = [m.key(i).name for i in range(m.nkey)]
+    listed = ', '.join(repr(n) if n else f'#{i} (unnamed)' for i, n in enumerate(names))
+    raise ConfigError(file, 'keyframe', 'no keyframe of that name in the model'
+                      + did_you_mean(name, [n for n in names if n])
+                      + f'; the model\'s keyframes: {listed or "(none)"}', name)
+  return kid
+
+
+def initial_data(m: mujoco.MjModel, keyframe: int = -1, qpos=None, qvel=None
+                 ) -> mujoco.MjData:
+  """The state every world starts from, forwarded: `mj_resetDataKeyframe` at `keyframe`
+  (qpos, qvel, act, ctrl, mocap and time of the `<key>`), or the model's reset state (`qpos0`)
+  for -1; `qpos` `(nq,)` / `qvel` `(nv,)` replace the positions / velocities where given (a
+  recording's initial state)."""
+  d = mujoco.MjData(m)
+  if keyframe >= 0:
+    mujoco.mj_resetDataKeyframe(m, d, keyframe)
+  if qpos is not None:
+    d.qpos[:] = qpos
+  if qvel is not None:
+    d.qvel[:] = qvel
+  mujoco.mj_forward(m, d)
+  return d
 
 
 def reject_mjx_ignored(m: mujoco.MjModel, model_path) -> None:

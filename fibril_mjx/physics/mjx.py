@@ -24,6 +24,8 @@ import io
 import jax
 import mujoco
 
+from fibril_mjx.physics.mjcf import initial_data
+
 with contextlib.redirect_stdout(io.StringIO()):
   from mujoco import mjx as _mjx
   from mujoco.mjx._src import forward as _forward
@@ -87,8 +89,8 @@ class _Mjx:
 mjx = _Mjx()
 
 
-def warp_model_and_data(mj_model):   # pragma: no cover — needs an NVIDIA GPU
-  """`(mjx.Model, mjx.Data)` of MJX-Warp (`impl='warp'`), the data after `mj_forward`."""
-  d = mujoco.MjData(mj_model)
-  mujoco.mj_forward(mj_model, d)
+def warp_model_and_data(mj_model, keyframe: int = -1):   # pragma: no cover — needs an NVIDIA GPU
+  """`(mjx.Model, mjx.Data)` of MJX-Warp (`impl='warp'`), the data after `mj_forward` of the
+  initial state (`mjcf.initial_data`: at `keyframe` when >= 0)."""
+  d = initial_data(mj_model, keyframe)
   return _mjx.put_model(mj_model, impl='warp'), _mjx.put_data(mj_model, d, impl='warp')

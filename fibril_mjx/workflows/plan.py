@@ -26,6 +26,9 @@ def render(sim) -> str:
          f'manifest sha256 {man.sha256[:16]}',
          f'model {man.model_path}',
          f'  dt {sim.dt:g} s; nq {m.nq}, nv {m.nv}, nu {m.nu} controls, {m.nsensor} sensors',
+         '  initial state: ' + (f'keyframe {man.model.keyframe!r} (#{sim.built.keyframe}: qpos, '
+                                'qvel, act, ctrl, mocap as mj_resetDataKeyframe)'
+                                if sim.built.keyframe >= 0 else 'qpos0 (mj_resetData)'),
          ]
   out.extend(world_axis_lines(sim))
   if sim.actuator_script.ctrl_index:
@@ -107,10 +110,13 @@ def world_axis_lines(sim) -> list[str]:
   cap, cap_why = sim.sub_batch_cap()
   backend, backend_why = physics_c.choose(sim.built, 'auto', impl=sim.impl)
   probes = sim.built.probes.describe() if sim.built.probes is not None else []
+  added = sim.built.probes.describe_added() if sim.built.probes is not None else []
   lines = [f'physics: {worlds.describe_impl(sim.impl)}',
            f'physics backend of a run / campaign: {backend} ({backend_why})',
            'probe sensors (hidden, appended to the MjSpec; what components read physics '
            'through): ' + ('; '.join(probes) if probes else 'none'),
+           'sensors added to the model for components that name a site (the robot\'s file is '
+           'unchanged): ' + ('; '.join(added) if added else 'none'),
            f'physics sharing: {why}' + (' (a run uses 1 shared trajectory for all worlds; '
                                         '--no-share-physics to disable)' if share else ''),
            'world axis: ' + (f'sub-batches of at most {cap} worlds per vmapped call ({cap_why})'

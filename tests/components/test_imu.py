@@ -690,8 +690,13 @@ def test_imu_config_rule(tmp_path, case):
 def test_imu_required_field_missing(tmp_path, field):
   manifest = imu_manifest(tmp_path, {'period_s': 0.01, field: None})
   err = load_error(manifest)
-  assert_reported(err, manifest, f'components[0].config.{field}', NO_VALUE,
-                  'required field is missing')
+  kind, suffix = {'gyroscope_sensor': ('gyro', 'gyro'),
+                  'accelerometer_sensor': ('accelerometer', 'accel')}.get(field, (None, None))
+  # a sensor name is required unless the IMU names a site instead (the way out, said)
+  rule = ('required field is missing' if kind is None else
+          f'required: the name of a MuJoCo {kind} sensor; or set site: SITE instead, and the '
+          f'sensors are added (as fibril_imu_{suffix}, ...) without editing the robot\'s file')
+  assert_reported(err, manifest, f'components[0].config.{field}', NO_VALUE, rule)
 
 
 def test_imu_value_from_profile_is_reported_against_the_profile(tmp_path):

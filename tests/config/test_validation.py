@@ -259,8 +259,13 @@ def test_ahrs_required_field_missing(tmp_path, field):
   manifest = ahrs_manifest(tmp_path, '' if field == 'period_s' else '      period_s: 0.01\n',
                            base_config=_base_without(field))
   err = load_error(manifest)
-  assert_reported(err, manifest, f'components[0].config.{field}', NO_VALUE,
-                  'required field is missing')
+  kind, suffix = {'orientation_sensor': ('framequat', 'quat'), 'gyroscope_sensor': ('gyro', 'gyro'),
+                  'accelerometer_sensor': ('accelerometer', 'accel')}.get(field, (None, None))
+  # a sensor name is required unless the AHRS names a site instead (the way out, said)
+  rule = ('required field is missing' if kind is None else
+          f'required: the name of a MuJoCo {kind} sensor; or set site: SITE instead, and the '
+          f'sensors are added (as fibril_ahrs_{suffix}, ...) without editing the robot\'s file')
+  assert_reported(err, manifest, f'components[0].config.{field}', NO_VALUE, rule)
 
 
 def test_period_s_not_required_when_a_profile_sets_it(tmp_path):
@@ -615,6 +620,17 @@ def test_period_below_dt_from_profile(tmp_path):
   err = load_error(profile_manifest(tmp_path, '{device: fast_dev}'))
   assert_reported(err, prof.resolve(), 'fields.period_s', '0.001',
                   'must be >= the physics timestep dt = 0.002 s')
+  # the way out: the instance config overrides the profile, or a smaller timestep keeps the rate
+  assert ("must be >= the physics timestep dt = 0.002 s: set it in the component's config (it "
+          "overrides the profile) to 0.002 s or a multiple, or run the model at a timestep <= "
+          "0.001 s (MJCF <option timestep>) to keep this rate") in str(err), str(err)
+
+
+def test_period_below_dt_in_the_config_names_the_way_out(tmp_path):
+  err = load_error(ahrs_manifest(tmp_path, '      period_s: 0.001\n'))
+  assert ("config.period_s = 0.001: must be >= the physics timestep dt = 0.002 s: set it to "
+          "0.002 s or a multiple, or run the model at a timestep <= 0.001 s (MJCF <option "
+          "timestep>) to keep this rate") in str(err), str(err)
 
 
 def test_strict_latency_from_profile_is_reported_against_the_profile(tmp_path):
@@ -807,7 +823,8 @@ def test_cli_component_errors(tmp_path, capsys):
   assert 'Traceback' not in r.stderr
   assert r.stderr.splitlines() == [
       f'error: {manifest}: components[0].config.period_s = 0.001: must be >= the physics '
-      'timestep dt = 0.002 s']
+      'timestep dt = 0.002 s: set it to 0.002 s or a multiple, or run the model at a timestep '
+      '<= 0.001 s (MJCF <option timestep>) to keep this rate']
 
 
 @pytest.mark.parametrize('kind', ['missing_file', 'invalid_yaml', 'mjcf_delay'])

@@ -128,13 +128,15 @@ def test_required_fields(validator):
   """A required config field no shipped profile supplies stays required; one a profile of the
   type supplies (so the profile layer may provide it) does not."""
   defs = validator.schema['$defs']
-  ahrs = defs['fibril_sim_ahrs_config']
-  assert 'orientation_sensor' in ahrs['required']
-  assert 'period_s' not in ahrs.get('required', [])
+  enc = defs['fibril_sim_encoder_config']
+  assert 'joint' in enc['required']
+  assert 'period_s' not in defs['fibril_sim_ahrs_config'].get('required', [])
   bad = {'fibril_manifest': 1, 'model': 'm.xml',
-         'components': [{'id': 'a', 'type': 'fibril_sim/ahrs', 'config': {}}]}
-  assert "'orientation_sensor' is a required property" in all_messages(
-      validator.iter_errors(bad))
+         'components': [{'id': 'a', 'type': 'fibril_sim/encoder', 'config': {}}]}
+  assert "'joint' is a required property" in all_messages(validator.iter_errors(bad))
+  # an AHRS names its MuJoCo sensors or a site: neither is required alone
+  assert 'orientation_sensor' not in defs['fibril_sim_ahrs_config'].get('required', [])
+  assert 'site' in defs['fibril_sim_ahrs_config']['properties']
 
 
 def all_messages(errors) -> list[str]:

@@ -16,7 +16,7 @@ are read off them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -54,9 +54,10 @@ ORIENTATION = em.chain(ORIENTATION_FILTER, ORIENTATION_NOISE, YAW_RATE_BIAS, ORI
 
 class AhrsConfigModel(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig):
   """Validated manifest config of `fibril_sim/ahrs` (field table of SPEC §5.1)."""
-  orientation_sensor: str
-  gyroscope_sensor: str
-  accelerometer_sensor: str
+  orientation_sensor: Optional[str] = None   # or `site`: the three added there as
+  gyroscope_sensor: Optional[str] = None     # fibril_<id>_quat, fibril_<id>_gyro,
+  accelerometer_sensor: Optional[str] = None   # fibril_<id>_accel
+  site: Optional[str] = None
   yaw_reference: Literal['initial', 'world'] = 'initial'
   orientation_bandwidth_hz: NonNeg = 0.0
   angular_velocity_bandwidth_hz: NonNeg = 0.0
@@ -285,12 +286,11 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   """Validates the config (profiles layered) and binds the MuJoCo sensors."""
   sb = base.SensorBuild(AhrsConfigModel, TYPE, cid, raw, ctx, catalog)
   cfg = sb.cfg
-  sensors = (
-      ctx.sensor('orientation_sensor', cfg.orientation_sensor, mujoco.mjtSensor.mjSENS_FRAMEQUAT, 4),
-      ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3),
-      ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
-                 mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
-  )
+  sensors = ctx.site_sensors(cid, cfg.site, (
+      ('orientation_sensor', cfg.orientation_sensor, mujoco.mjtSensor.mjSENS_FRAMEQUAT, 4, 'quat'),
+      ('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
+      ('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER,
+       3, 'accel')))
   ERRORS.check(sb)
   schedule, _ = sb.timing()
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on,

@@ -40,7 +40,7 @@ variances (white noise, times the filter gain when added before it, plus q²/12)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -98,9 +98,12 @@ CHANNEL_FIELDS = tuple(CHANNEL_SPEC)
 
 class _OwnConfig(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
                  vibration.VibrationConfig, fifo.FifoConfig, delta_imu.DeltaConfig):
-  """The IMU's fields but its channels' (`CHANNEL_SPEC` adds those)."""
-  gyroscope_sensor: str
-  accelerometer_sensor: str
+  """The IMU's fields but its channels' (`CHANNEL_SPEC` adds those). The MuJoCo gyro and
+  accelerometer are named (`gyroscope_sensor`, `accelerometer_sensor`), or added at `site`
+  (`fibril_<id>_gyro`, `fibril_<id>_accel`)."""
+  gyroscope_sensor: Optional[str] = None
+  accelerometer_sensor: Optional[str] = None
+  site: Optional[str] = None
   noise_before_filter: bool = False
   filter_rate: Literal['physics', 'output'] = 'physics'
 
@@ -347,11 +350,10 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   sb = base.SensorBuild(ImuConfigModel, TYPE, cid, raw, ctx, catalog)
   cfg, origin = sb.cfg, sb.origin
   ERRORS.check(sb)
-  sensors = (
-      ctx.sensor('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3),
-      ctx.sensor('accelerometer_sensor', cfg.accelerometer_sensor,
-                 mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3),
-  )
+  sensors = ctx.site_sensors(cid, cfg.site, (
+      ('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
+      ('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER,
+       3, 'accel')))
   if sensors[0].site != sensors[1].site:
     raise ConfigError(*origin('accelerometer_sensor'),
                       f'must be on the same site as gyroscope_sensor {cfg.gyroscope_sensor!r} '

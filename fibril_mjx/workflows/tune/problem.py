@@ -13,6 +13,7 @@ import numpy as np
 
 from fibril_mjx.io import recording as rec_mod
 from fibril_mjx.mechanisms import host
+from fibril_mjx.physics import mjcf
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
 from fibril_mjx.batch.simulation import load as load_simulation
@@ -129,9 +130,10 @@ class Problem:
       n = int(math.ceil((end / self.dt + 2) / L))
       windows.append(n)
       qpos, qvel = None, None   # the model's initial state
-      if r.initial:
-        qpos = np.asarray(r.initial.get('qpos', m.qpos0), np.float64)
-        qvel = np.asarray(r.initial.get('qvel', np.zeros(m.nv)), np.float64)
+      if r.initial:   # a recording's initial state; what it leaves out is the model's
+        start = mjcf.initial_data(m, self.sim.built.keyframe)   # its keyframe, else qpos0
+        qpos = np.asarray(r.initial.get('qpos', start.qpos), np.float64)
+        qvel = np.asarray(r.initial.get('qvel', start.qvel), np.float64)
         if qpos.shape != (m.nq,) or qvel.shape != (m.nv,):
           raise ConfigError(r.path, 'initial/qpos', f'shapes must be ({m.nq},), ({m.nv},)',
                             f'{qpos.shape}, {qvel.shape}')

@@ -41,7 +41,7 @@ from fibril_mjx.batch import physics_c
 from fibril_mjx.core import latencies, pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
-from fibril_mjx.physics import mjcf_fields
+from fibril_mjx.physics import mjcf, mjcf_fields
 from fibril_mjx.workflows.tune import timing
 from fibril_mjx.workflows.tune.problem import DataSet, Problem
 
@@ -226,11 +226,8 @@ class RolloutProblem(Problem):
 
   def _initial_state(self, ds: DataSet, r: int) -> np.ndarray:
     m = self.sim.mj_model
-    d = mujoco.MjData(m)
     qpos, qvel = ds.data0[r]
-    if qpos is not None:
-      d.qpos[:], d.qvel[:] = qpos, qvel
-    mujoco.mj_forward(m, d)
+    d = mjcf.initial_data(m, self.sim.built.keyframe, qpos, qvel)
     s = np.zeros(mujoco.mj_stateSize(m, physics_c._STATE))
     mujoco.mj_getState(m, d, s, physics_c._STATE)
     return s
