@@ -17,6 +17,7 @@ failed run never leaves a directory that looks finished):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -463,40 +464,34 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
              desc=f'{pathlib.Path(manifest_path).name}', file=sys.stderr, dynamic_ncols=True,
              disable=os.environ.get('FIBRIL_MJX_NO_PROGRESS') == '1')
   kept = f'nothing kept: {out} is written by a complete run only; run it again'
-  with stopping.at_boundaries(lambda: kept) as flag, outdir.write_errors(out, kept):
-    tmp = outdir.stage(out)
-    try:
-      traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
-      t_run = time.perf_counter()
-      for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
-        _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
-                   stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
-        if hi < worlds:   # a chunk boundary: where SIGINT / SIGTERM end the run
-          flag.check(kept)
-      bar.close()
-      run_s = time.perf_counter() - t_run
-      metrics, status, diverged = res.concatenated()
-      keep = diverged < 0
-      time_s = np.arange(plan.n_ticks + 1) * sim.dt
-      summary, lines = _summary(sim, plan, res, metrics, status, diverged,
-                                manifest_path=manifest_path, seed=seed, worlds=worlds,
-                                build_s=build_s, run_s=run_s)
-      meta = _meta(sim, plan, res.layouts[0], manifest_path=manifest_path, seed=seed,
-                   worlds=worlds, trajectory=trajectory, command=command)
-      _write_tables(tmp, lines, summary, meta, metrics, diverged, worlds)
-      plot_failed = []
-      if trace_worlds:
-        traces.save_npz(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds))
-        plot_failed = _plots(tmp, sim, traces.arrays, metrics, keep, time_s,
-                             title=pathlib.Path(manifest_path).name, seed=seed,
-                             trace_worlds=trace_worlds)
-      shutil.rmtree(tmp / '.trace', ignore_errors=True)
-      if plot_failed:
-        (tmp / 'summary.txt').write_text('\n'.join(lines + plot_failed) + '\n')
-      outdir.commit(tmp, out)
-    except BaseException:
-      bar.close()
-      outdir.discard(tmp)
-      raise
+  with (stopping.at_boundaries(lambda: kept) as flag, outdir.write_errors(out, kept),
+        outdir.staged(out) as tmp, contextlib.closing(bar)):
+    traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
+    t_run = time.perf_counter()
+    for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
+      _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
+                 stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
+      if hi < worlds:   # a chunk boundary: where SIGINT / SIGTERM end the run
+        flag.check(kept)
+    bar.close()
+    run_s = time.perf_counter() - t_run
+    metrics, status, diverged = res.concatenated()
+    keep = diverged < 0
+    time_s = np.arange(plan.n_ticks + 1) * sim.dt
+    summary, lines = _summary(sim, plan, res, metrics, status, diverged,
+                              manifest_path=manifest_path, seed=seed, worlds=worlds,
+                              build_s=build_s, run_s=run_s)
+    meta = _meta(sim, plan, res.layouts[0], manifest_path=manifest_path, seed=seed,
+                 worlds=worlds, trajectory=trajectory, command=command)
+    _write_tables(tmp, lines, summary, meta, metrics, diverged, worlds)
+    plot_failed = []
+    if trace_worlds:
+      traces.save_npz(tmp / 'trace.npz', time_s=time_s, world_index=np.arange(trace_worlds))
+      plot_failed = _plots(tmp, sim, traces.arrays, metrics, keep, time_s,
+                           title=pathlib.Path(manifest_path).name, seed=seed,
+                           trace_worlds=trace_worlds)
+    shutil.rmtree(tmp / '.trace', ignore_errors=True)
+    if plot_failed:
+      (tmp / 'summary.txt').write_text('\n'.join(lines + plot_failed) + '\n')
   _print_report(out, sim, lines, plot_failed, trace_worlds)
   return summary
