@@ -12,8 +12,11 @@ streaming function.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -314,3 +317,21 @@ def test_push_from_step_outputs():
   assert p.log_time_us == 12000 and m.time_usec == 10000 and m.fields_updated == BITS_IMU
   np.testing.assert_allclose([m.xgyro, m.ygyro, m.zgyro], [1.0, -2.0, -3.0], rtol=1e-7)
   np.testing.assert_allclose([m.xacc, m.yacc, m.zacc], [0.5, 0.5, -9.0], rtol=1e-7)
+
+
+def test_space_and_write_errors_are_one_line_and_leave_no_file(tmp_path, monkeypatch):
+  run = synthetic_run(tmp_path)
+  out = tmp_path / 'full.tlog'
+  usage = shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage._replace(free=10))
+  with pytest.raises(FibrilError, match=r'full.tlog: the .tlog file needs about [\d.]+ MiB, '
+                     r'0.0 MiB free on .*; free some space'):
+    mavlink_hil.export_tlog(run, out)
+  monkeypatch.undo()
+
+  def full(*a, **k):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(out))
+  monkeypatch.setattr(mavlink_hil, 'open', full, raising=False)
+  with pytest.raises(FibrilError, match=r'full.tlog: cannot write: Read-only file system'):
+    mavlink_hil.export_tlog(run, out)
+  assert not out.exists() and not list(tmp_path.glob('.*partial*'))

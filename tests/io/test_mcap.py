@@ -10,8 +10,11 @@ non-contiguous world indices; one real `fibril-mjx run` checks the whole path.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -280,3 +283,23 @@ def test_real_run_round_trip(tmp_path, capsys):
           '/world_0003/ekf_rpy/truth/orientation'} <= set(got)
   # the raw IMU has no orientation estimate
   assert got['/world_0000/imu/imu'][0][4].orientation_covariance[0] == -1.0
+
+
+def test_space_and_write_errors_are_one_line_and_leave_no_file(synthetic_run, tmp_path,
+                                                              monkeypatch):
+  d, _ = synthetic_run
+  out = tmp_path / 'full.mcap'
+  usage = shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage._replace(free=1000))
+  with pytest.raises(FibrilError, match=r'full.mcap: the MCAP file needs about [\d.]+ MiB, '
+                     r'0.0 MiB free on .*; free some space or write to another file system'):
+    mcap_export.export_mcap(d, out)
+  monkeypatch.undo()
+
+  def full(*a, **k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
+  monkeypatch.setattr(mcap_export.TYPESTORE, 'serialize_cdr', full)
+  with pytest.raises(FibrilError, match=r'full.mcap: cannot write: No space left on device'):
+    with pytest.warns(mcap_export.UnmappedComponentWarning):
+      mcap_export.export_mcap(d, out)
+  assert not out.exists() and not list(tmp_path.glob('.*partial*'))
