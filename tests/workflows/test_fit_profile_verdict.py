@@ -172,4 +172,5 @@ def test_a_damaged_csv_gz_is_one_line_naming_the_file(tmp_path, capsys):
                    str(bad), '--csv-map', str(mp), '--out', str(tmp_path / 'p.yaml')])
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and len(err) == 1
-  assert err[0].startswith(f'error: {bad}: not a readable CSV file (')
+  assert err[0].startswith(f'error: {bad}: not a readable .csv.gz file (not gzip data: another '
+                           'format?)')
