@@ -115,6 +115,12 @@ class Group:
   writes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
 
   @property
+  def key(self) -> str:
+    """The key of the group's stacked state in a packed `components` dict
+    (`pipeline.pack`): its ids joined by '|' (never a component id)."""
+    return '|'.join(self.ids)
+
+  @property
   def stacked(self) -> bool:
     """Stepped under a `vmap` over members (more than one member)."""
     return len(self.ids) > 1

@@ -221,9 +221,14 @@ def sense(built: Built, params, comps, data, tick, dues):
   for g in built.sensing_groups:
     comps.update(_on_group(g, params, comps, lambda c, p, s: (c.sense(
         p, s, data, tick, dues[g.ids[0]], env),))[0])
+    states = _members(g, comps[g.key]) if g.key in comps and g.stacked else comps
     for cid in g.ids:
-      env[cid] = built.components[cid].output(comps[cid])
+      env[cid] = built.components[cid].output(states[cid])
   return comps
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
 
 
 def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
@@ -234,18 +239,45 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
   A group of one calls `fn` on its component; a larger group calls it once, under `jax.vmap`
   over the members, on the group's skeleton with each member's bindings (`groups.member`),
   its Params, State and `per_member` inputs stacked along the member axis. A member's result
-  is the one `fn` gives it alone (the members share everything else `fn` reads)."""
+  is the one `fn` gives it alone (the members share everything else `fn` reads). Where
+  `comps` holds the group's state stacked (`pack`), it is read and returned as
+  `{g.key: stacked state}`."""
   if not g.stacked:
     cid = g.ids[0]
     state, *rest = fn(g.skeleton, params[cid], comps[cid], *(x[cid] for x in per_member))
     return ({cid: state}, *rest)
-  stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # noqa: E731
+  packed = g.key in comps
   state, *rest = jax.vmap(lambda numbers, p, s, *more: fn(
       groups_lib.member(g.skeleton, numbers), p, s, *more))(
-          g.numbers, stack([params[cid] for cid in g.ids]), stack([comps[cid] for cid in g.ids]),
-          *(stack([x[cid] for cid in g.ids]) for x in per_member))
-  return ({cid: jax.tree.map(lambda x, i=i: x[i], state) for i, cid in enumerate(g.ids)},
-          *rest)
+          g.numbers, _stack([params[cid] for cid in g.ids]),
+          comps[g.key] if packed else _stack([comps[cid] for cid in g.ids]),
+          *(_stack([x[cid] for cid in g.ids]) for x in per_member))
+  return ({g.key: state} if packed else _members(g, state), *rest)
+
+
+def _members(g: groups_lib.Group, stacked) -> dict:
+  return {cid: jax.tree.map(lambda x, i=i: x[i], stacked) for i, cid in enumerate(g.ids)}
+
+
+def pack(built: Built, comps: dict) -> dict:
+  """One world's `{id: state}` with the state of each group of several actuators stacked
+  under its `Group.key` instead (what a loop over ticks carries: `step` then reads and
+  writes each group's state in place, with no stacking and slicing per tick). `unpack`
+  reverses it; `step` takes and returns either layout."""
+  out = dict(comps)
+  for g in built.actuator_groups:
+    if g.stacked and g.ids[0] in out:
+      out[g.key] = _stack([out.pop(cid) for cid in g.ids])
+  return out
+
+
+def unpack(built: Built, comps: dict) -> dict:
+  """`pack` reversed: one world's `{id: state}`."""
+  out = dict(comps)
+  for g in built.actuator_groups:
+    if g.stacked and g.key in out:
+      out.update(_members(g, out.pop(g.key)))
+  return {cid: out[cid] for cid in built.components}
 
 
 def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
@@ -291,7 +323,7 @@ def finite(data, comps) -> jax.Array:
 
 def outputs(built: Built, state: SimState) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
-  comps, items = state.components, built.components.items()
+  comps, items = unpack(built, state.components), built.components.items()
   return {'sensor': {cid: c.output(comps[cid]) for cid, c in items},
           'truth': {cid: c.truth(comps[cid], state.data) for cid, c in items}}
 
