@@ -101,3 +101,12 @@ def test_a_loop_carries_the_group_stacked(tmp_path):
   for a, b in zip(jax.tree.leaves(by_id.components),
                   jax.tree.leaves(pipeline.unpack(built, stacked.components))):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_loop_without_components_runs(tmp_path):
+  """No group to pack: the loop carries the empty `components` as it is."""
+  sim = fibril_mjx.load(write(tmp_path, [], xml=XML))
+  p = sim.default_params(2)
+  st = sim.reset(p, fibril_mjx.world_keys(0, 2))
+  st, _ = sim.run(p, st, 3, record=False)
+  assert int(st.tick) == 3
