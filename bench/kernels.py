@@ -8,7 +8,7 @@ it costs per world-step (`bench/overhead.py`), not all of it: what each kernel t
 what the other devices' threads do meanwhile, count too (XLA's classic emitters launch 986
 kernels per tick for the turntable's physics where its MLIR emitters launch 362, and at 4096
 worlds both run it as fast; docs/internals/performance.md). For each manifest (default: the
-two of `overhead.py`) this compiles `sim.run(..., record=False)` of the manifest as is
+three of `overhead.py`) this compiles `sim.run(..., record=False)` of the manifest as is
 (**full**) and of a copy without components (**physics**, as `overhead.py` makes it), runs
 each once under `jax.profiler` with XLA's per-thunk trace events on, and counts the thunks
 executed per tick. One XLA CPU device (the count does not depend on the device count; the
@@ -30,7 +30,7 @@ time splits by size (how many launches per tick, the median launch, the time in 
 and load, so compare lines within one run.
 
 Usage:
-  .venv/bin/python bench/kernels.py                      # both manifests, 256 worlds, 20 ticks
+  .venv/bin/python bench/kernels.py                      # the three manifests, 256 worlds, 20 ticks
   .venv/bin/python bench/kernels.py --quick              # the first manifest, 16 worlds, 3 ticks
   .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 1024
   .venv/bin/python bench/kernels.py --manifest bench/four_motor_rig.yaml --worlds 2048 --by-source 30
@@ -63,7 +63,8 @@ def parse_args(argv=None):
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument('--manifest', nargs='+',
                   default=[str(REPO / 'manifests' / 'ahrs_turntable.yaml'),
-                           str(REPO / 'bench' / 'four_motor_rig.yaml')])
+                           str(REPO / 'bench' / 'four_motor_rig.yaml'),
+                           str(REPO / 'bench' / 'humanoid_motors.yaml')])
   ap.add_argument('--worlds', type=int, default=None, help='default 256 (--quick 16)')
   ap.add_argument('--ticks', type=int, default=None, help='default 20 (--quick 3)')
   ap.add_argument('--quick', action='store_true',

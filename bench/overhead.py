@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Cost of the device components over bare physics: world-steps/s with and without them.
 
-For each robot manifest (default: the AHRS turntable, and a four-motor + AHRS rig driven by
-its command_script) builds two simulations:
+For each robot manifest (default: the AHRS turntable, a four-motor + AHRS rig driven by its
+command_script, and the MJX test humanoid with a motor on each of its 21 actuators and an AHRS,
+`bench/humanoid_motors.yaml`) builds two simulations:
   * `full`     — the manifest as is (physics + components, e.g. the AHRS, the motors);
   * `physics`  — the same model and `actuator_script` with `components: []` and without the
                  component-bound sections (`command_script`, `assemblies`,
@@ -55,8 +56,10 @@ def parse_args(argv=None):
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument('--manifest', nargs='+',
                   default=[str(REPO / 'manifests' / 'ahrs_turntable.yaml'),
-                           str(REPO / 'bench' / 'four_motor_rig.yaml')],
-                  help='robot manifests (default: the AHRS turntable and the four-motor rig)')
+                           str(REPO / 'bench' / 'four_motor_rig.yaml'),
+                           str(REPO / 'bench' / 'humanoid_motors.yaml')],
+                  help='robot manifests (default: the AHRS turntable, the four-motor rig and the '
+                       'humanoid with 21 motors)')
   ap.add_argument('--worlds', type=int, nargs='+', default=None,
                   help='world counts (default 1024 4096; --quick: 128 512)')
   ap.add_argument('--ticks', type=int, default=None,

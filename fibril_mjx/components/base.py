@@ -150,6 +150,12 @@ class ComponentBase:
   reads_sensors_only: bool = False
   params_type = None               # its Params NamedTuple, where Params are flat
   fault_plan = None                # its static fault plan (a dataclass field where it has one)
+  # grouping (`core/groups.py`): the fields whose numbers are per-member bindings (none: the
+  # component is a group of one), the fields that only name it, its config fields naming
+  # bindings
+  per_member: tuple = ()
+  labels: tuple = ()
+  member_config: tuple = ()
 
   def closes_loop(self) -> str:
     """Why this component's controls depend on the physics state it acts on (a hold at the

@@ -2,8 +2,8 @@
 (`fibril_mjx.core.pipeline`) runs.
 
 It sits in core/ (below builder/, which constructs it) so that the pipeline can name the type it
-takes, and its `Attributes` are the contract the pipeline reads; it depends on MuJoCo and MJX
-alone.
+takes, and its `Attributes` are the contract the pipeline reads; it depends on MuJoCo, MJX and
+the grouping of components (`core/groups.py`) alone.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import mujoco
 
+from fibril_mjx.core import groups, protocol
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.physics.mjcf import initial_data
 from fibril_mjx.physics.mjx import mjx
@@ -73,6 +74,18 @@ class Built:
     d = initial_data(self.physics_model, self.keyframe)
     with jax.ensure_compile_time_eval():
       return mjx.put_data(self.physics_model, d)
+
+  @functools.cached_property
+  def actuator_groups(self) -> tuple:
+    """The actuator components as `groups.Group`s (what steps as one before physics)."""
+    return groups.form(self.components, lambda c: protocol.ACTUATOR in c.roles)
+
+  @functools.cached_property
+  def sensing_groups(self) -> tuple:
+    """The sensing components (sensors, estimators, actuators' feedback) as `groups.Group`s,
+    in manifest order of their first member."""
+    return groups.form(self.components, lambda c: bool(
+        {protocol.SENSOR, protocol.ESTIMATOR} & c.roles))
 
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,

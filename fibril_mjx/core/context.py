@@ -65,9 +65,12 @@ class Probe:
   dim: int
   objid: int = -1
 
+  shaping = ('kind', 'objtype', 'dim')   # what shapes the trace (`core/groups.py`)
+
   def read(self, data):
-    """The probe's value in `data` (anything with `sensordata`): `()` for dim 1, else `(dim,)`."""
-    if data.sensordata.shape[-1] < self.adr + self.dim:   # static: a model without its probes
+    """The probe's value in `data` (anything with `sensordata`): `()` for dim 1, else `(dim,)`;
+    `adr` may be traced (a member of a group, `core/groups.py`) where `dim` is 1."""
+    if isinstance(self.adr, int) and data.sensordata.shape[-1] < self.adr + self.dim:
       raise ValueError(f'probe {self.kind} of {self.objtype} {self.obj!r} reads '
                        f'sensordata[{self.adr}:{self.adr + self.dim}] but the data has '
                        f'{data.sensordata.shape[-1]}: run on the model the builder compiled '
@@ -98,6 +101,7 @@ class JointProbe:
   joint: str
   position: Probe
   velocity: Probe
+  shaping = ()   # nothing of its own shapes the trace (`core/groups.py`)
 
   def state(self, data):
     return self.position.read(data), self.velocity.read(data)

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.core import command_script
+from fibril_mjx.core import groups as groups_lib
 from fibril_mjx.core import latencies
 from fibril_mjx.core import protocol
 from fibril_mjx.core.built import Built
@@ -166,7 +167,12 @@ def _clocks0(built: Built) -> dict:
 def _advance_clocks(built: Built, clocks, tick, pre_physics: bool):
   """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
   dues, new = {}, dict(clocks)
+  leader = {cid: g.ids[0] for g in built.actuator_groups + built.sensing_groups
+            for cid in g.ids}
   for cid, c in built.components.items():
+    if leader.get(cid, cid) != cid:   # a group's members share their schedules: one advance
+      dues[cid], new[cid] = dues[leader[cid]], new[leader[cid]]
+      continue
     dues[cid], new[cid] = {}, dict(clocks[cid])
     for name, s in c.schedules.items():
       if (name in protocol.PRE_PHYSICS) == pre_physics:
@@ -212,10 +218,66 @@ def sense(built: Built, params, comps, data, tick, dues):
   `data` (state `x_tick`), in build order (a consumer sees its sources' outputs of the tick);
   `dues` from `tick_inputs`."""
   comps, env = dict(comps), {}
-  for cid, c in _sensing(built):
-    comps[cid] = c.sense(params[cid], comps[cid], data, tick, dues[cid], env)
-    env[cid] = c.output(comps[cid])
+  for g in built.sensing_groups:
+    comps.update(_on_group(g, params, comps, lambda c, p, s: (c.sense(
+        p, s, data, tick, dues[g.ids[0]], env),))[0])
+    states = _members(g, comps[g.key]) if g.key in comps and g.stacked else comps
+    for cid in g.ids:
+      env[cid] = built.components[cid].output(states[cid])
   return comps
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
+  """`fn(component, params, state, *per_member) -> (state, *rest)` of every member of group
+  `g`, returned as `({id: state}, *rest)` (`rest` stacked along the member axis when the group
+  has several members).
+
+  A group of one calls `fn` on its component; a larger group calls it once, under `jax.vmap`
+  over the members, on the group's skeleton with each member's bindings (`groups.member`),
+  its Params, State and `per_member` inputs stacked along the member axis. A member's result
+  is the one `fn` gives it alone (the members share everything else `fn` reads). Where
+  `comps` holds the group's state stacked (`pack`), it is read and returned as
+  `{g.key: stacked state}`."""
+  if not g.stacked:
+    cid = g.ids[0]
+    state, *rest = fn(g.skeleton, params[cid], comps[cid], *(x[cid] for x in per_member))
+    return ({cid: state}, *rest)
+  packed = g.key in comps
+  state, *rest = jax.vmap(lambda numbers, p, s, *more: fn(
+      groups_lib.member(g.skeleton, numbers), p, s, *more))(
+          g.numbers, _stack([params[cid] for cid in g.ids]),
+          comps[g.key] if packed else _stack([comps[cid] for cid in g.ids]),
+          *(_stack([x[cid] for cid in g.ids]) for x in per_member))
+  return ({g.key: state} if packed else _members(g, state), *rest)
+
+
+def _members(g: groups_lib.Group, stacked) -> dict:
+  return {cid: jax.tree.map(lambda x, i=i: x[i], stacked) for i, cid in enumerate(g.ids)}
+
+
+def pack(built: Built, comps: dict) -> dict:
+  """One world's `{id: state}` with the state of each group of several actuators stacked
+  under its `Group.key` instead (what a loop over ticks carries: `step` then reads and
+  writes each group's state in place, with no stacking and slicing per tick). `unpack`
+  reverses it; `step` takes and returns either layout."""
+  out = dict(comps)
+  for g in built.actuator_groups:
+    if g.stacked and g.ids[0] in out:
+      out[g.key] = _stack([out.pop(cid) for cid in g.ids])
+  return out
+
+
+def unpack(built: Built, comps: dict) -> dict:
+  """`pack` reversed: one world's `{id: state}`."""
+  out = dict(comps)
+  for g in built.actuator_groups:
+    if g.stacked and g.key in out:
+      out.update(_members(g, out.pop(g.key)))
+  return {cid: out[cid] for cid in built.components}
 
 
 def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
@@ -226,9 +288,14 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, 
   physics was computed outside (its dcmotors too)."""
   ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
   comps = dict(comps)
-  for cid, c in actuators(built):
-    comps[cid], ctrl = c.actuate(params[cid], comps[cid], data, ctrl, commands[cid], tick,
-                                 pre[cid])
+  for g in built.actuator_groups:
+    states, written = _on_group(g, params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
+        p, s, data, ctrl, cmd, tick, pre[g.ids[0]]), commands)
+    comps.update(states)
+    if g.stacked:   # each member's own controls, from the ctrl it wrote
+      ctrl = ctrl.at[g.writes].set(written[np.arange(len(g.ids))[:, None], g.writes])
+    else:
+      ctrl = written
   if forward is None:
     data = data.replace(ctrl=ctrl)
   elif built.dcmotor is None:
@@ -256,7 +323,7 @@ def finite(data, comps) -> jax.Array:
 
 def outputs(built: Built, state: SimState) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
-  comps, items = state.components, built.components.items()
+  comps, items = unpack(built, state.components), built.components.items()
   return {'sensor': {cid: c.output(comps[cid]) for cid, c in items},
           'truth': {cid: c.truth(comps[cid], state.data) for cid, c in items}}
 

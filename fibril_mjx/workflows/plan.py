@@ -54,6 +54,7 @@ def render(sim) -> str:
   native = {}
   if sim.dcmotor is not None:
     native = {d['actuator_id']: d for d in dcmotor.describe(sim.dcmotor, sim.mj_model)}
+  out.extend(_group_lines(sim.built))
   out.append('components:')
   for cid, c in sim.components.items():
     out.append(f'  {cid} ({c.type})')
@@ -79,6 +80,19 @@ def render(sim) -> str:
         src = f'{fv.layer} profile {fv.source}'
       out.append(f'      {name:<{width}}  {_fmt(fv.value)}  <- {src}')
   return '\n'.join(out)
+
+
+def _group_lines(built) -> list[str]:
+  """How the components step (`core/groups.py`): the groups before physics and after it."""
+  out = []
+  for phase, groups in (('before physics', built.actuator_groups),
+                        ('after physics', built.sensing_groups)):
+    if groups:
+      n = len(groups)
+      out.append(f'component groups {phase} ({n} step{"s" * (n != 1)} for '
+                 f'{sum(len(g.ids) for g in groups)} components):')
+      out.extend(f'  {g.describe()}' for g in groups)
+  return out
 
 
 def _fmt_prov(prov: dict) -> str:

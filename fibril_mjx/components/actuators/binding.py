@@ -42,6 +42,8 @@ class ActuatorBinding:
     ctrlrange: control clamp, or None when not ctrl-limited.
     joint_probe, force_probe, effort_probe: the hidden sensors feedback and truth read after
       the tick's forward (`jointpos` / `jointvel`, `actuatorfrc`, `jointactfrc`).
+
+  In a group of components (`core/groups.py`) the numbers are traced per-member scalars.
   """
   field: str
   name: str
@@ -62,6 +64,10 @@ class ActuatorBinding:
   joint_probe: JointProbe | None = None
   force_probe: Probe | None = None
   effort_probe: Probe | None = None
+
+  # the fields that shape the trace; every other number (addresses, gear, gain, ranges) is a
+  # per-member array in a group of components (`core/groups.py`), every other string a name
+  shaping = ('field', 'kind', 'dc_input', 'joint_type')
 
   @property
   def semantic(self) -> str:

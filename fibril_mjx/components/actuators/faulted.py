@@ -115,8 +115,10 @@ class FaultedActuator:
     return s._replace(faults=fs), ctrl.at[adr].set(out)
 
   @property
-  def _adr(self) -> np.ndarray:
-    return np.asarray([b.ctrladr for b in self.bindings], np.int32)
+  def _adr(self):
+    """The channels' `ctrl` indices `(channels,)`: host ints, or traced ones in a group
+    (`core/groups.py`)."""
+    return _channels([b.ctrladr for b in self.bindings], np.int32)
 
   def _force_faults(self, p, ctrl, data, authority, derating):
     """The controls `(channels,)` that produce the faulted forces at this tick's state."""
@@ -125,7 +127,7 @@ class FaultedActuator:
     lv = [(b.gear * q, b.gear * qd) for b, (q, qd) in zip(bs, states)]
     force = jnp.stack([binding.force_for_ctrl(b, ctrl[j], *lv[j]) for j, b in enumerate(bs)])
     limit = self.fault_effort_range(p) if self.fault_plan.has('derating') else None
-    gear = np.asarray([b.gear for b in bs], np.float32)
+    gear = _channels([b.gear for b in bs], np.float32)
     f = fa.faulted_forces(force, gear, authority, derating, limit)
     return jnp.stack([binding.ctrl_for_force(b, f[j], *lv[j]) for j, b in enumerate(bs)])
 
@@ -160,6 +162,14 @@ class FaultedActuator:
 
   def describe_faults(self) -> list[str]:
     return [] if self.fault_plan is None else [self.fault_plan.describe()]
+
+
+def _channels(values, dtype):
+  """`(channels,)` of per-channel binding numbers: a NumPy array of host numbers, or a stack
+  of the traced ones of a group's member (`core/groups.py`)."""
+  if all(isinstance(v, (int, float)) for v in values):
+    return np.asarray(values, dtype)
+  return jnp.stack([jnp.asarray(v, dtype) for v in values])
 
 
 def _mjcf_range(bs) -> tuple[float, float] | None:

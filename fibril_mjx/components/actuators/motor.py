@@ -191,6 +191,11 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
   accepted: tuple[int, ...]
   scale_source: str
 
+  # in a group (`core/groups.py`): binding and fault limit per member; id, names only label
+  per_member = ('binding', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('actuator',)
+
   # ------------------------------------------------------------------ protocol basics
 
   @property

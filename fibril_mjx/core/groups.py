@@ -1,0 +1,167 @@
+"""Components of one type step as one group (issue #64): a robot's twenty motors are traced,
+compiled and launched as one motor with a member axis, not twenty.
+
+A built component is static: its trace depends on its config (which terms are on, its
+schedules, its transport) and on its bindings (actuator, joint and sensor addresses, gears,
+limits). The bindings differ from member to member but do not shape the trace: an address is
+an index, a gear a factor. A component type says which of its fields are such bindings
+(`per_member`, numbers in them become per-member arrays), which fields only name it
+(`labels`: its id, plan metadata) and which config fields name its bindings
+(`member_config`). Two components whose **skeleton** — the component with the numbers of its
+bindings replaced by slots and its labels blanked — is equal step as one group: the host
+stacks the numbers of each member along a leading member axis once, and the traced step of the
+group is the component's own step under `jax.vmap` over members, with the member's bindings
+read from those arrays. A type that declares no `per_member` field, and every component whose
+skeleton no other shares, is a group of one: its step is its own, traced as before.
+
+Inside a binding, a dataclass keeps the fields it names in `shaping` as they are (a probe's
+`dim`, an actuator's `kind`): they shape the trace, so members differing in one are different
+groups. Every other number is a per-member leaf, every other string a label (names, for
+messages and the plan), `None` and booleans stay structure.
+
+Groups are formed on the host (`form`), in manifest order of their first member, and shown by
+`fibril-mjx plan`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fibril_mjx.core import protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+  """Where a per-member number sat in a skeleton: `dtype` `'i'` (int32) or `'f'` (float32)."""
+  dtype: str
+
+
+def _number(x) -> bool:
+  return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _walk(x, leaf):
+  """A per-member field value with each number (or `Slot`) replaced by `leaf(it)` and each
+  string blanked (a name), keeping what a dataclass names in `shaping`, `None` and booleans."""
+  if isinstance(x, Slot) or _number(x):
+    return leaf(x)
+  if isinstance(x, str):
+    return ''
+  if isinstance(x, tuple):
+    return tuple(_walk(e, leaf) for e in x)
+  if dataclasses.is_dataclass(x):
+    shaping = type(x).shaping
+    return _replaced(x, {f.name: getattr(x, f.name) if f.name in shaping
+                         else _walk(getattr(x, f.name), leaf) for f in dataclasses.fields(x)})
+  return x
+
+
+def _slot(leaves: list):
+  """`leaf` of `_walk` that appends a number to `leaves` and leaves its `Slot`."""
+  def leaf(n):
+    leaves.append(n)
+    return Slot('f' if isinstance(n, (float, np.floating)) else 'i')
+  return leaf
+
+
+def _replaced(obj, values: dict):
+  """A copy of the frozen dataclass `obj` with `values` set, without running its `__init__`
+  checks (a skeleton holds slots, a member traced arrays)."""
+  new = copy.copy(obj)
+  for name, v in values.items():
+    object.__setattr__(new, name, v)
+  return new
+
+
+def split(component) -> tuple[Any, list]:
+  """`(skeleton, numbers)` of a built component: the skeleton compares equal for components
+  that step as one group; the numbers are its per-member bindings, in skeleton order."""
+  cls, leaves, values = type(component), [], {}
+  for name in cls.per_member:
+    values[name] = _walk(getattr(component, name), _slot(leaves))
+  for name in cls.labels:
+    values[name] = type(getattr(component, name))()
+  named = cls.member_config
+  if named:
+    values['cfg'] = component.cfg.model_copy(update={f: None for f in named})
+  return _replaced(component, values), leaves
+
+
+def member(skeleton, numbers) -> Any:
+  """The component of one member of a group: `skeleton` with its per-member numbers (traced
+  scalars under the group's `vmap`)."""
+  leaves = iter(numbers)
+  return _replaced(skeleton, {name: _walk(getattr(skeleton, name), lambda _: next(leaves))
+                              for name in type(skeleton).per_member})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Group:
+  """Components that step as one (static; made on the host by `form`).
+
+  Attributes:
+    ids: the members' component ids, in manifest order (one id: a group of one).
+    skeleton: what the members share (`split`); the component itself for a group of one.
+    numbers: per-member bindings, one `(members,)` int32 / float32 array per slot.
+    writes: `(members, channels)` the `ctrl` indices each member writes (actuators).
+  """
+  ids: tuple
+  skeleton: Any
+  numbers: tuple
+  writes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), np.int32))
+
+  @property
+  def key(self) -> str:
+    """The key of the group's stacked state in a packed `components` dict
+    (`pipeline.pack`): its ids joined by '|' (never a component id)."""
+    return '|'.join(self.ids)
+
+  @property
+  def stacked(self) -> bool:
+    """Stepped under a `vmap` over members (more than one member)."""
+    return len(self.ids) > 1
+
+  def describe(self) -> str:
+    kind = self.skeleton.type
+    if not self.stacked:
+      return f'{self.ids[0]} ({kind}): a group of one'
+    return (f'{kind} x {len(self.ids)} ({", ".join(self.ids)}): one step with a member axis, '
+            f'{len(self.numbers)} per-member binding numbers')
+
+
+def _writes(component) -> tuple:
+  """The `ctrl` indices an actuator component writes (its bindings' `ctrladr`)."""
+  if protocol.ACTUATOR not in component.roles:
+    return ()
+  return tuple(int(b.ctrladr) for b in component.bindings)
+
+
+def form(components: dict, role_filter) -> tuple[Group, ...]:
+  """The groups of the components `role_filter` accepts, in manifest order of their first
+  member. Components group when their type declares `per_member` fields and their skeletons
+  are equal. Members write disjoint `ctrl` indices (the builder refuses two drivers of one
+  actuator), so their controls scatter back in any order."""
+  members: dict = {}   # in manifest order of the first member (dicts keep insertion order)
+  for cid, c in components.items():
+    if not role_filter(c):
+      continue
+    if not type(c).per_member:
+      members[cid] = [(cid, ())]
+      continue
+    skeleton, numbers = split(c)
+    members.setdefault((type(c), skeleton), []).append((cid, numbers))
+  out = []
+  for ms in members.values():
+    ids = tuple(cid for cid, _ in ms)
+    if len(ids) == 1:
+      out.append(Group(ids, components[ids[0]], ()))
+      continue
+    numbers = tuple(np.asarray(col, np.int32 if isinstance(col[0], (int, np.integer))
+                               else np.float32) for col in zip(*(n for _, n in ms)))
+    out.append(Group(ids, split(components[ids[0]])[0], numbers,
+                     np.asarray([_writes(components[cid]) for cid in ids], np.int32)))
+  return tuple(out)

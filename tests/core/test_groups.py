@@ -1,0 +1,112 @@
+"""Components of one type step as one group (`fibril_mjx.core.groups`, issue #64): which
+components group, and a grouped step bitwise equal to the same components stepped one by one."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+import fibril_mjx
+from fibril_mjx.core import groups, pipeline
+from fibril_mjx.workflows import plan
+from actuator_rig import motor, write
+
+# three hinges: two <motor> of different gears, one <velocity>
+XML = """<mujoco model="group_rig"><option timestep="0.002"/>
+  <worldbody>
+    <body><joint name="a" type="hinge" axis="0 0 1" damping="0.05"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5" contype="0"
+            conaffinity="0"/></body>
+    <body pos="1 0 0"><joint name="b" type="hinge" axis="0 0 1" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.4" contype="0"
+            conaffinity="0"/></body>
+    <body pos="2 0 0"><joint name="c" type="hinge" axis="0 0 1" damping="0.05"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.02" mass="0.5" contype="0"
+            conaffinity="0"/></body>
+  </worldbody>
+  <actuator><motor name="ma" joint="a" gear="3"
+    forcerange="-1 1" forcelimited="true"/><motor name="mb" joint="b" gear="7"
+    forcerange="-2 2" forcelimited="true"/><velocity name="vc" joint="c" kv="3"/></actuator>
+</mujoco>"""
+
+NOISY = dict(command_jitter_s=0.003, command_loss_probability=0.2, feedback_period_s=0.004,
+             feedback_latency_s=0.004, feedback_current_per_force=0.5, timeout_s=0.01)
+SCRIPT = {'command_script': [
+    {'component': 'ma', 'kind': 'effort', 'amplitude': 0.5, 'frequency_hz': 3.0},
+    {'component': 'mb', 'kind': 'effort', 'amplitude': 0.8, 'frequency_hz': 2.0},
+    {'component': 'vc', 'kind': 'velocity', 'amplitude': 1.0, 'frequency_hz': 1.0}]}
+
+
+def _load(tmp):
+  comps = [motor('ma', 'ma', **NOISY), motor('mb', 'mb', **NOISY), motor('vc', 'vc', **NOISY)]
+  return fibril_mjx.load(write(tmp, comps, extra=SCRIPT, xml=XML))
+
+
+def _alone(components, role_filter):
+  """Every component a group of one (the step before grouping)."""
+  return tuple(groups.Group((cid,), c, ()) for cid, c in components.items() if role_filter(c))
+
+
+def test_same_type_and_config_group_and_the_plan_says_so(tmp_path):
+  sim = _load(tmp_path)
+  acts = sim.built.actuator_groups
+  assert [g.ids for g in acts] == [('ma', 'mb'), ('vc',)]   # <velocity>: another trace
+  ma = acts[0]
+  assert ma.stacked and ma.writes.tolist() == [[0], [1]]
+  skeleton, _ = groups.split(sim.components['mb'])
+  assert skeleton == ma.skeleton                            # gear, forcerange: per member
+  member = groups.member(ma.skeleton, [n[1] for n in ma.numbers])
+  assert member.binding.gear == 7.0 and member.binding.forcerange == (-2.0, 2.0)
+  assert member.binding.ctrladr == 1 and member.binding.kind == 'motor'
+  text = plan.render(sim)
+  assert 'fibril_sim/motor x 2 (ma, mb): one step with a member axis' in text
+  assert 'vc (fibril_sim/motor): a group of one' in text
+
+
+def test_grouped_step_is_bitwise_the_step_one_by_one(tmp_path, monkeypatch):
+  """Jitter, loss (per-member RNG streams), a per-member gear and forcerange, timeouts:
+  every leaf of the state after each tick equal to the ungrouped pipeline's."""
+  grouped = _load(tmp_path / 'grouped').built
+  monkeypatch.setattr(groups, 'form', _alone)
+  alone = _load(tmp_path / 'alone').built
+  assert all(len(g.ids) == 1 for g in alone.actuator_groups)
+  params, key = pipeline.default_params(grouped), fibril_mjx.world_keys(3, 1)[0]
+
+  def rollout(built):
+    step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
+    states = [pipeline.init(built, params, key)]
+    for _ in range(60):
+      states.append(step(states[-1]))
+    return states
+  for a, b in zip(rollout(grouped), rollout(alone)):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_loop_carries_the_group_stacked(tmp_path):
+  """`pack` / `unpack` round trip; `step` on the packed layout gives the per-id step's state."""
+  built = _load(tmp_path).built
+  params, key = pipeline.default_params(built), fibril_mjx.world_keys(3, 1)[0]
+  state = pipeline.init(built, params, key)
+  packed = pipeline.pack(built, state.components)
+  assert set(packed) == {'ma|mb', 'vc'}
+  for a, b in zip(jax.tree.leaves(pipeline.unpack(built, packed)),
+                  jax.tree.leaves(state.components)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
+  by_id, stacked = state, state._replace(components=packed)
+  for _ in range(20):
+    by_id, stacked = step(by_id), step(stacked)
+  assert set(stacked.components) == {'ma|mb', 'vc'}
+  for a, b in zip(jax.tree.leaves(by_id.components),
+                  jax.tree.leaves(pipeline.unpack(built, stacked.components))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_loop_without_components_runs(tmp_path):
+  """No group to pack: the loop carries the empty `components` as it is."""
+  sim = fibril_mjx.load(write(tmp_path, [], xml=XML))
+  p = sim.default_params(2)
+  st = sim.reset(p, fibril_mjx.world_keys(0, 2))
+  st, _ = sim.run(p, st, 3, record=False)
+  assert int(st.tick) == 3
