@@ -3,7 +3,10 @@ validation tests of every layer."""
 
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -66,3 +69,23 @@ def assert_reported(err: Exception, file, path: str, value=NO_VALUE, rule: str =
     assert any(e.file == str(file) and e.path == path for e in errs), [
         (e.file, e.path) for e in errs]
   return line
+
+
+def assert_space_and_write_errors(export, out: pathlib.Path, what: str, monkeypatch, patch_write,
+                                  code: int = errno.ENOSPC) -> None:
+  """`export()` writing `out` is refused in one line when the disk has 10 bytes free, and a
+  write error (`code`, raised by `patch_write(monkeypatch, raise_it)`) is one line naming `out`;
+  neither leaves `out` or a staging entry beside it."""
+  usage = shutil.disk_usage(out.parent)
+  monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage._replace(free=10))
+  with pytest.raises(FibrilError, match=rf'{out.name}: {what} needs about [\d.]+ MiB, 0.0 MiB '
+                     'free on .*; free some space or write to another file system'):
+    export()
+  monkeypatch.undo()
+
+  def raise_it(*a, **k):
+    raise OSError(code, os.strerror(code), str(out))
+  patch_write(monkeypatch, raise_it)
+  with pytest.raises(FibrilError, match=rf'{out.name}: cannot write: {os.strerror(code)}'):
+    export()
+  assert not out.exists() and not list(out.parent.glob('.*partial*'))

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
@@ -25,6 +23,7 @@ from pymavlink import mavutil
 from fibril_mjx import cli
 from fibril_mjx.io import mavlink_hil
 from fibril_mjx.errors import FibrilError
+from error_helpers import assert_space_and_write_errors
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MANIFEST = REPO / 'manifests' / 'hil_quad.yaml'
@@ -321,17 +320,7 @@ def test_push_from_step_outputs():
 
 def test_space_and_write_errors_are_one_line_and_leave_no_file(tmp_path, monkeypatch):
   run = synthetic_run(tmp_path)
-  out = tmp_path / 'full.tlog'
-  usage = shutil.disk_usage(tmp_path)
-  monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage._replace(free=10))
-  with pytest.raises(FibrilError, match=r'full.tlog: the .tlog file needs about [\d.]+ MiB, '
-                     r'0.0 MiB free on .*; free some space'):
-    mavlink_hil.export_tlog(run, out)
-  monkeypatch.undo()
-
-  def full(*a, **k):
-    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(out))
-  monkeypatch.setattr(mavlink_hil, 'open', full, raising=False)
-  with pytest.raises(FibrilError, match=r'full.tlog: cannot write: Read-only file system'):
-    mavlink_hil.export_tlog(run, out)
-  assert not out.exists() and not list(tmp_path.glob('.*partial*'))
+  assert_space_and_write_errors(
+      lambda: mavlink_hil.export_tlog(run, tmp_path / 'full.tlog'), tmp_path / 'full.tlog',
+      'the .tlog file', monkeypatch,
+      lambda mp, f: mp.setattr(mavlink_hil, 'open', f, raising=False), errno.EROFS)

@@ -10,11 +10,9 @@ non-contiguous world indices; one real `fibril-mjx run` checks the whole path.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import pathlib
-import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ from mcap_ros2.decoder import DecoderFactory
 from fibril_mjx import cli
 from fibril_mjx.io import mcap_export
 from fibril_mjx.errors import FibrilError
+from error_helpers import assert_space_and_write_errors
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DT = 0.002
@@ -288,18 +287,11 @@ def test_real_run_round_trip(tmp_path, capsys):
 def test_space_and_write_errors_are_one_line_and_leave_no_file(synthetic_run, tmp_path,
                                                               monkeypatch):
   d, _ = synthetic_run
-  out = tmp_path / 'full.mcap'
-  usage = shutil.disk_usage(tmp_path)
-  monkeypatch.setattr(shutil, 'disk_usage', lambda p: usage._replace(free=1000))
-  with pytest.raises(FibrilError, match=r'full.mcap: the MCAP file needs about [\d.]+ MiB, '
-                     r'0.0 MiB free on .*; free some space or write to another file system'):
-    mcap_export.export_mcap(d, out)
-  monkeypatch.undo()
 
-  def full(*a, **k):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
-  monkeypatch.setattr(mcap_export.TYPESTORE, 'serialize_cdr', full)
-  with pytest.raises(FibrilError, match=r'full.mcap: cannot write: No space left on device'):
-    with pytest.warns(mcap_export.UnmappedComponentWarning):
-      mcap_export.export_mcap(d, out)
-  assert not out.exists() and not list(tmp_path.glob('.*partial*'))
+  def export():
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', mcap_export.UnmappedComponentWarning)
+      mcap_export.export_mcap(d, tmp_path / 'full.mcap')
+  assert_space_and_write_errors(
+      export, tmp_path / 'full.mcap', 'the MCAP file', monkeypatch,
+      lambda mp, f: mp.setattr(mcap_export.TYPESTORE, 'serialize_cdr', f))
