@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Annotated, Any, Literal
 
 import jax
@@ -261,9 +262,12 @@ class SensorBase(ComponentBase):
   track = None                    # `track(p, s, data, tick) -> state`, every tick
   on_reset = None                 # `on_reset(p, s, index) -> state`, at a reset fault
   condition = None                # `condition(p, sample) -> OK | WEAK`, a weak fault plan
+  state_type = None               # its State NamedTuple, where written as a declaration
 
   def __post_init__(self):
     sensing.check(self.cycle, f'{type(self).__name__} {self.id!r}')
+    if isinstance(self.cfg, pydantic.BaseModel):
+      check_declared(type(self), type(self.cfg))
 
   @property
   def cycle(self) -> sensing.Cycle:
@@ -363,6 +367,43 @@ class SensorBase(ComponentBase):
     out = self.describe_timing() + list(lines) + [f'terms on: {", ".join(on) or "none"}']
     plan = self.fault_plan
     return out + ([plan.describe()] if plan is not None else [])
+
+
+def _field(annotation, default) -> tuple:
+  """`(type, bounds, default)` of a pydantic field declared as `annotation = default`."""
+  info = pydantic.fields.FieldInfo.from_annotated_attribute(annotation, default)
+  return info.annotation, info.metadata, info.default
+
+
+@functools.cache
+def check_declared(sensor: type, config_model: type) -> None:
+  """Checks a sensor's written declarations against its error model (`sensor.errors`): its
+  config model has every field of the chain with the chain's annotation, bounds and default;
+  its `params_type` every Params field the chain reads; its `state_type` (where declared)
+  `streams`, the chain's state, `queue` and `held`.
+
+  Raises:
+    TypeError: one line naming the class, the field and what the error model wants.
+  """
+  errors = sensor.errors
+  if errors is None:
+    return
+  where = f'{sensor.__module__}.{sensor.__name__}'
+  for c in errors.config:
+    have = config_model.model_fields.get(c.name)
+    kind, bounds, default = want = _field(c.annotation, c.default)
+    if have is None or (have.annotation, have.metadata, have.default) != want:
+      raise TypeError(f'{where}: config model {config_model.__name__} must declare '
+                      f'`{c.name}: {kind.__name__ if isinstance(kind, type) else kind}` {bounds or ""} = '
+                      f'{default!r} (a field of its error model)')
+  chain_state = errors.state if isinstance(errors, em.Chain) else ()
+  declared = (('params_type', sensor.params_type, errors.params),
+              ('state_type', sensor.state_type, ('streams', *chain_state, 'queue', 'held')))
+  for what, nt, names in declared:
+    missing = [n for n in names if nt is not None and n not in nt._fields]
+    if missing:
+      raise TypeError(f'{where}: {what} {nt.__name__} lacks field(s) {", ".join(missing)} '
+                      f'(its error model\'s; fields: {", ".join(nt._fields)})')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -23,8 +23,10 @@ import mujoco
 import numpy as np
 
 from fibril_mjx import error_models as em
+from fibril_mjx.error_models.terms import NonNeg
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.mechanisms import host
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, JointProbe
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -36,16 +38,21 @@ ERRORS = em.chain(em.constant_bias('offset_rad'), em.white_noise('noise_stddev_r
                   em.quantization('resolution_rad'))
 
 
-class _OwnConfig(faults.DeviceConfig):
-  """The encoder's own manifest fields (its error model adds the rest)."""
+class EncoderConfigModel(faults.DeviceConfig):
+  """Validated manifest config of `fibril_sim/encoder` (rad, s): its own fields and its error
+  model's."""
   joint: str
+  offset_rad: float = 0.0
+  noise_stddev_rad: NonNeg = 0.0
+  resolution_rad: NonNeg = 0.0
 
 
-EncoderConfigModel = em.config_model(
-    'EncoderConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/encoder` (rad, s): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', (), ERRORS, doc='Per-world parameters (config names), '
-                        'faults.')
+class Params(NamedTuple):
+  """Per-world parameters (config names), faults."""
+  offset_rad: jax.Array
+  noise_stddev_rad: jax.Array
+  resolution_rad: jax.Array
+  faults: tuple
 
 
 class Sample(NamedTuple):
@@ -59,7 +66,12 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+class State(NamedTuple):
+  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +83,7 @@ class Encoder(base.SensorBase):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  state_type = State
   errors = ERRORS
   reads_sensors_only = True
 
