@@ -153,6 +153,13 @@ MOVED = {
     'fibril_mjx.components.base.FaultySensorFields': 'fibril_mjx.components.base.SensorBase',
     'fibril_mjx.batch.worlds.lapack_safe_sub_batch':
         'fibril_mjx.batch.lapack.lapack_safe_sub_batch',
+    # 2026-12-07: one registration call, one registry
+    'fibril_mjx.components.register': 'fibril_mjx.register',
+    'fibril_mjx.components.unregister': 'fibril_mjx.core.registry.unregister',
+    'fibril_mjx.components.TYPES': 'fibril_mjx.core.registry.ENTRIES',
+    'fibril_mjx.components.ComponentType': 'fibril_mjx.core.registry.Entry',
+    'fibril_mjx.core.registry.add': 'fibril_mjx.register',
+    'fibril_mjx.analysis.register': 'fibril_mjx.register',
 }
 
 

@@ -56,4 +56,4 @@ def _plot(path, cid: str, time_s, sensor: dict, truth: dict, world: int,
 
 
 # This type's host-side parts (the workflows find this module by walking analysis/).
-registry.add('fibril_sim/ahrs', metrics=host_metrics, plot=plot)
+registry.register('fibril_sim/ahrs', metrics=host_metrics, plot=plot)

@@ -37,4 +37,4 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
 
 
 # This type's host-side parts (the workflows find this module by walking analysis/).
-registry.add('fibril_sim/magnetometer', metrics=host_metrics, plot=plot)
+registry.register('fibril_sim/magnetometer', metrics=host_metrics, plot=plot)

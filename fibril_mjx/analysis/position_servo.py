@@ -46,4 +46,4 @@ def plot(path, cid, time_s, sensor, truth, world, metrics, title):
 
 
 # This type's host-side parts (the workflows find this module by walking analysis/).
-registry.add('fibril_sim/position_servo', metrics=host_metrics, plot=plot)
+registry.register('fibril_sim/position_servo', metrics=host_metrics, plot=plot)

@@ -8,7 +8,7 @@ A component type is one module that defines, next to each other:
 - the built component: a frozen dataclass (static, hashable) whose methods are the pure
   per-tick functions below, and
 - `build(cid, raw_config, ctx, catalog) -> component`, registered with
-  `fibril_mjx.components.register(TYPE, build, config_model=...)`.
+  `fibril_mjx.register(TYPE, build=build, config_model=...)`.
 
 A built component declares its **roles**; the simulator dispatches on them, never on which
 methods happen to exist:

@@ -1,26 +1,29 @@
 """One registry of component types: manifest `type` → every part the package knows it by.
 
-A component type has up to six parts, each owned by one layer:
+A component type has up to eight parts, each owned by one layer:
 
-| part | owner | signature |
+| part | owner | what |
 | --- | --- | --- |
 | `build` | components | `(cid, raw_config, ctx, catalog) -> component` (host side; the component satisfies `core/protocol.py` for its roles) |
 | `config_model` | components | the pydantic model of its `config` mapping (`fibril-mjx schema`) |
 | `metrics` | analysis | `(sensor, truth) -> {metric: (nworld,)}`: per-world statistics from the flattened trace fields of the component (`{field: (nworld, T, ...)}`) |
 | `plot` | analysis | `(path, cid, time_s, sensor, truth, world, metrics, title)`: one PNG |
-| `validation_rig` | workflows/validate | `(manifest_path, cid, ctype, cfg, out, *, static_duration_s, worlds, seed, perturb, progress, t0) -> summary dict` (`fibril-mjx validate`) |
-| `ros` | io/mcap_export | `(sample, header, ctx) -> [(topic suffix, message)]`: one delivered sample as ROS 2 messages (`fibril-mjx export-mcap`) |
+| `validation_rig` | workflows/validate | `(manifest_path, cid, ctype, cfg, out, *, static_duration_s, worlds, seed, perturb, progress, t0) -> summary dict` (`fibril-mjx validate`); a built-in rig is a small record of what its rig needs of the type (sample field, σ field, bindings, ...), called like a function |
+| `ros` | io/ros_messages | `(sample, header, ctx) -> [(topic suffix, message)]`: one delivered sample as ROS 2 messages (`fibril-mjx export-mcap`) |
+| `bag` | io/bag_fields | `{ROS type: reader}`: how a recorded message becomes this type's sample fields where the shared reader of that ROS type does not fit (`fibril_mjx.io.bags`) |
+| `profile_fit` | workflows/fit_profile | what `fibril-mjx fit-profile` fits for the type (a record: the static-log fit, whether thermal logs apply) |
 
-A new type registers every part in one call, `register(type, build=..., config_model=...,
-metrics=..., plot=..., validation_rig=..., ros=...)` (`fibril_mjx.register`). The built-in
-types are registered part by part, each part by the module that defines it (`add` at the end
-of `components/sensors/imu.py`, of `analysis/imu.py`, of `workflows/validate/inertial.py`,
-...). There is no list of those modules: the layer that reads a part first imports every module
-of the package that provides it (`discover`: the builder walks `components/`, the workflows walk
-`analysis/` and `workflows/validate/`), so a module dropped into the folder is found.
+Every type, built-in or a user's, registers with one call, `register(type, build=...,
+config_model=..., ...)` (`fibril_mjx.register`): it adds the parts it is given to the type's
+entry. A user's module passes every part at once; a built-in type's parts are registered by
+the module that defines each (the end of `components/sensors/imu.py`, of `analysis/imu.py`, of
+`workflows/validate/inertial/driver.py`, ...). There is no list of those modules: the layer that
+reads a part first imports every module of the package that provides it (`discover`: the
+builder walks `components/`, the workflows walk `analysis/` and `workflows/validate/`), so a
+module dropped into the folder is found.
 
 This module sits in `core/`, below the layers whose parts it holds: it stores their callables
-and never imports them.
+and records and never imports them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pkgutil
 import types as _types
 from typing import Callable, Mapping
 
-from fibril_mjx.errors import MOVED
+from fibril_mjx.errors import MOVED, moved_attribute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Entry:
     plot: `(path, cid, time_s, sensor, truth, world, metrics, title)`, one PNG.
     validation_rig: `(manifest_path, cid, ctype, cfg, out, **options) -> summary dict`.
     ros: `(sample, header, ctx) -> [(topic suffix, message)]`, ROS 2 messages of a sample.
+    bag: `{ROS type: reader}`, recorded messages → sample fields (`fibril_mjx.io.bag_fields`).
+    profile_fit: what `fit-profile` fits (`fibril_mjx.workflows.fit_profile.driver.ProfileFit`).
   """
   type: str
   build: Callable | None = None
@@ -55,6 +60,8 @@ class Entry:
   plot: Callable | None = None
   validation_rig: Callable | None = None
   ros: Callable | None = None
+  bag: Mapping | None = None
+  profile_fit: object | None = None
 
 
 PARTS = tuple(f.name for f in dataclasses.fields(Entry) if f.name != 'type')
@@ -64,58 +71,41 @@ ENTRIES: Mapping[str, Entry] = _types.MappingProxyType(_ENTRIES)   # read-only, 
 
 
 def _where(part) -> str:
-  mod = inspect.getmodule(part)
+  mod = inspect.getmodule(part if callable(part) or isinstance(part, type) else type(part))
   return f' (by {mod.__name__})' if mod is not None else ''
 
 
-def register(type_name: str, *, build: Callable, config_model: type | None = None,
-             metrics: Callable | None = None, plot: Callable | None = None,
-             validation_rig: Callable | None = None, ros: Callable | None = None,
-             replace: bool = False) -> Entry:
-  """Makes a new component type available to manifests and to every workflow, in one call.
+def register(type_name: str, build: Callable | None = None, *, replace: bool = False,
+             **parts) -> Entry:
+  """Makes a component type, or more parts of one, available to manifests and workflows: the
+  one registration call (`fibril_mjx.register`).
 
   Args:
-    type_name: the manifest `type` (`vendor/name`).
-    build, config_model, metrics, plot, validation_rig, ros: its parts (module doc); only
-      `build` is required: a type without the others is built, run and traced, just not
-      summarized, validated or exported.
-    replace: replace an existing registration of `type_name` (every part).
+    type_name: the manifest `type` (`vendor/name`); its entry is created by its first call.
+    build: its `build` part (a type with one is a type a manifest may name).
+    replace: replace parts already set (else setting one again is an error).
+    **parts: its other parts by name (`PARTS`: config_model, metrics, plot, validation_rig,
+      ros, bag, profile_fit; module doc; None: not given). A type without them is built, run
+      and traced, just not summarized, validated or exported.
+
+  Returns:
+    The type's entry after the call.
 
   Raises:
-    ValueError: `type_name` is already registered (naming it and who registered it).
-  """
-  if type_name in _ENTRIES and not replace:
-    old = _ENTRIES[type_name]
-    raise ValueError(f'component type {type_name!r} is already registered'
-                     + _where(old.build or next((getattr(old, p) for p in PARTS
-                                                 if getattr(old, p) is not None), None))
-                     + '; pass replace=True to replace it')
-  entry = Entry(type_name, build, config_model, metrics, plot, validation_rig, ros)
-  _ENTRIES[type_name] = entry
-  return entry
-
-
-def add(type_name: str, *, replace: bool = False, **parts) -> Entry:
-  """Adds the parts one layer owns to a type (how the built-in modules register theirs).
-
-  Args:
-    type_name: the manifest `type`; its entry is created when this is its first part.
-    replace: replace parts already set (else setting one is an error).
-    **parts: some of `PARTS` (module doc), e.g. `metrics=host_metrics, plot=plot`.
-
-  Raises:
-    ValueError: an unknown part name, or a part already set (naming the type and the part).
+    ValueError: an unknown part name, or a part given is already set (naming the type, the
+      part and its module).
   """
   unknown = sorted(set(parts) - set(PARTS))
   if unknown:
     raise ValueError(f'component type {type_name!r}: unknown part(s) {", ".join(unknown)} '
                      f'(parts: {", ".join(PARTS)})')
+  parts = {name: value for name, value in dict(parts, build=build).items() if value is not None}
   old = _ENTRIES.get(type_name, Entry(type_name))
   if not replace:
-    for name, value in parts.items():
-      if value is not None and getattr(old, name) is not None:
+    for name in parts:
+      if getattr(old, name) is not None:
         raise ValueError(f'component type {type_name!r} is already registered with a '
-                         f'{name}' + _where(getattr(old, name)))
+                         f'{name}{_where(getattr(old, name))}; pass replace=True to replace it')
   entry = dataclasses.replace(old, **parts)
   _ENTRIES[type_name] = entry
   return entry
@@ -151,3 +141,7 @@ def discover(*packages: _types.ModuleType) -> None:
     for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):
       if info.name not in MOVED:
         importlib.import_module(info.name)
+
+
+def __getattr__(name):   # PEP 562: names moved away, with a warning (fibril_mjx.errors.MOVED)
+  return moved_attribute(__name__, name)

@@ -12,7 +12,7 @@ stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log tim
 time). The MCAP message sequence is the sample's `sequence`.
 
 Which messages a component writes is its type's `ros` part in `fibril_mjx.core.registry` (the
-built-in ones are registered here); a converter turns one delivered sample into `(topic suffix,
+built-in ones are registered in `io/ros_messages.py`); a converter turns one delivered sample into `(topic suffix,
 message)` pairs:
 
 | component type | topic | message |
@@ -33,8 +33,8 @@ A type without a registered converter is exported by its fields when they are th
 above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
 JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
 (`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
-sensor type gives its mapping as the `ros` part of its registration (`@register(type)` sets
-that part alone):
+sensor type gives its mapping as the `ros` part of its registration (`fibril_mjx.register(type,
+ros=...)` adds that part alone):
 
 ```python
 def thermometer_ros(s, header, ctx):     # s: {field: value of this sample}
@@ -82,7 +82,7 @@ from fibril_mjx.io.readers import read_npz
 from fibril_mjx.mechanisms import fifo
 from fibril_mjx.io.ros_messages import (  # noqa: F401  (the converter API, re-exported)
     TYPES, TYPESTORE, Context, Converter, by_fields, diag_covariance, field_mappable, header,
-    imu_messages, joint_messages, orientation_messages, quaternion, register, vector3)
+    imu_messages, joint_messages, orientation_messages, quaternion, vector3)
 
 class UnmappedComponentWarning(UserWarning):
   """A component whose samples map to no ROS 2 message (named, not skipped silently)."""

@@ -1,6 +1,6 @@
-"""ROS 2 messages of the component samples: the message pieces (header, vectors, covariances), one
-converter per component type, and `register`, which adds a converter to the type's `ros` part in
-the registry (the mapping rules are in the docstring of `fibril_mjx/io/mcap_export.py`)."""
+"""ROS 2 messages of the component samples: the message pieces (header, vectors, covariances) and
+one converter per built-in component type, registered at the end as the type's `ros` part
+(`registry.register`; the mapping rules are in the docstring of `fibril_mjx/io/mcap_export.py`)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,6 @@ class Context:
 
 # converter(sample: {field: value}, header: std_msgs/msg/Header, ctx) -> [(suffix, message)]
 Converter = Callable[[dict, object, Context], list]
-
-
-def register(component_type: str) -> Callable[[Converter], Converter]:
-  """Decorator: `converter` writes the messages of every component of `component_type` (the
-  type's `ros` part in the registry, replacing an earlier one)."""
-  def deco(fn: Converter) -> Converter:
-    registry.add(component_type, ros=fn, replace=True)
-    return fn
-  return deco
 
 
 # ----------------------------------------------------------------------- message pieces
@@ -132,21 +123,17 @@ def field_mappable(fields: set) -> bool:
               or {'position', 'velocity', 'applied_effort'} <= fields or 'gyro_bias' in fields)
 
 
-register('fibril_sim/imu')(lambda s, hdr, ctx: imu_messages(s, hdr, ctx))
-register('fibril_sim/ahrs')(lambda s, hdr, ctx: imu_messages(s, hdr, ctx))
-register('fibril_sim/motor')(joint_messages)
-register('fibril_mjx/attitude_ekf')(lambda s, hdr, ctx: orientation_messages(s, hdr, ctx)
-                                    + _gyro_bias(s, hdr, ctx))
+def _attitude_ekf(s, hdr, ctx):
+  return orientation_messages(s, hdr, ctx) + _gyro_bias(s, hdr, ctx)
 
 
-@register('fibril_sim/magnetometer')
+
 def _magnetometer(s, hdr, ctx):
   return [('magnetic_field', TYPES['sensor_msgs/msg/MagneticField'](
       header=hdr, magnetic_field=vector3(np.asarray(s['magnetic_field_ut'], np.float64) * 1e-6),
       magnetic_field_covariance=diag_covariance(s['variance'], scale=1e-12)))]
 
 
-@register('fibril_sim/barometer')
 def _barometer(s, hdr, ctx):
   T = TYPES
   return [('pressure', T['sensor_msgs/msg/FluidPressure'](
@@ -155,14 +142,12 @@ def _barometer(s, hdr, ctx):
               header=hdr, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
 
 
-@register('fibril_sim/airspeed')
 def _airspeed(s, hdr, ctx):
   return [('differential_pressure', TYPES['sensor_msgs/msg/FluidPressure'](
       header=hdr, fluid_pressure=float(s['differential_pressure_pa']),
       variance=float(s['variance'])))]
 
 
-@register('fibril_sim/gnss')
 def _gnss(s, hdr, ctx):
   T = TYPES
   fix = T['sensor_msgs/msg/NavSatFix']
@@ -186,7 +171,6 @@ def _gnss(s, hdr, ctx):
                   covariance=twist_cov)))]
 
 
-@register('fibril_sim/rangefinder')
 def _rangefinder(s, hdr, ctx):
   r = TYPES['sensor_msgs/msg/Range']
   return [('range', r(header=hdr, radiation_type=r.INFRARED, field_of_view=0.0,
@@ -195,7 +179,6 @@ def _rangefinder(s, hdr, ctx):
                       range=float(s['distance_m']), variance=float(s['variance'])))]
 
 
-@register('fibril_sim/lidar')
 def _lidar(s, hdr, ctx):
   """One `sensor_msgs/msg/LaserScan` per elevation ring (`<id>/scan`, or `<id>/scan_<r>` with
   several rings; beams are azimuth-major): ranges as delivered (REP 117: +inf no return /
@@ -220,7 +203,6 @@ def _lidar(s, hdr, ctx):
   return out
 
 
-@register('fibril_sim/camera')
 def _camera(s, hdr, ctx):
   """`<id>/camera_info` (`sensor_msgs/msg/CameraInfo`, plumb_bob: the OpenCV k1 k2 p1 p2 k3)
   and `<id>/landmarks` (`geometry_msgs/msg/PolygonStamped`, one point per configured landmark
@@ -250,7 +232,6 @@ def _camera(s, hdr, ctx):
   return [('camera_info', info), ('landmarks', poly)]
 
 
-@register('fibril_sim/optical_flow')
 def _optical_flow(s, hdr, ctx):
   """ROS 2 has no standard optical-flow message (PX4 and MAVROS each define their own), so the
   sample goes out as standard pieces: `<id>/flow` (`geometry_msgs/msg/Vector3Stamped`: x, y the
@@ -264,3 +245,18 @@ def _optical_flow(s, hdr, ctx):
           ('body_rate', T['geometry_msgs/msg/Vector3Stamped'](
               header=hdr, vector=vector3(s['body_rate_rad']))),
           ('quality', T['std_msgs/msg/UInt8'](data=int(np.clip(s['quality'], 0, 255))))]
+
+
+# The `ros` part of each built-in type (export-mcap imports this module).
+registry.register('fibril_sim/imu', ros=imu_messages)
+registry.register('fibril_sim/ahrs', ros=imu_messages)
+registry.register('fibril_sim/motor', ros=joint_messages)
+registry.register('fibril_mjx/attitude_ekf', ros=_attitude_ekf)
+registry.register('fibril_sim/magnetometer', ros=_magnetometer)
+registry.register('fibril_sim/barometer', ros=_barometer)
+registry.register('fibril_sim/airspeed', ros=_airspeed)
+registry.register('fibril_sim/gnss', ros=_gnss)
+registry.register('fibril_sim/rangefinder', ros=_rangefinder)
+registry.register('fibril_sim/lidar', ros=_lidar)
+registry.register('fibril_sim/camera', ros=_camera)
+registry.register('fibril_sim/optical_flow', ros=_optical_flow)

@@ -278,4 +278,4 @@ CONFIG_MODEL = GnssConfigModel
 
 # The registration: this module is the type (found by the builder walking components/).
 from fibril_mjx.core import registry  # noqa: E402
-registry.add(TYPE, build=build, config_model=CONFIG_MODEL)
+registry.register(TYPE, build=build, config_model=CONFIG_MODEL)

@@ -431,6 +431,6 @@ def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds,
 
 
 # The rigs of these types (validate finds this module by walking its package).
-registry.add(FLOW_TYPE, validation_rig=one_type_rig(run_flow))
-registry.add(LIDAR_TYPE, validation_rig=one_type_rig(run_lidar))
-registry.add(CAMERA_TYPE, validation_rig=one_type_rig(run_camera))
+registry.register(FLOW_TYPE, validation_rig=one_type_rig(run_flow))
+registry.register(LIDAR_TYPE, validation_rig=one_type_rig(run_lidar))
+registry.register(CAMERA_TYPE, validation_rig=one_type_rig(run_camera))

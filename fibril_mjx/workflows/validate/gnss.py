@@ -452,4 +452,4 @@ def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, s
 
 
 # The rig of this type (validate finds this module by walking its package).
-registry.add(GNSS_TYPE, validation_rig=one_type_rig(run_gnss))
+registry.register(GNSS_TYPE, validation_rig=one_type_rig(run_gnss))

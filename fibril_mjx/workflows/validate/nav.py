@@ -209,4 +209,4 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
 
 # The rig of these types (validate finds this module by walking its package).
 for _type in NAV_TYPES:
-  registry.add(_type, validation_rig=run_nav)
+  registry.register(_type, validation_rig=run_nav)

@@ -113,4 +113,4 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
 
 # The rig of these types (validate finds this module by walking its package).
 for _type in SUPPORTED:
-  registry.add(_type, validation_rig=run_inertial)
+  registry.register(_type, validation_rig=run_inertial)
