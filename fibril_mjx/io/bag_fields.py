@@ -1,5 +1,7 @@
 """ROS messages → sample fields: the readers `bags.read_bag` applies, one per ROS type and
-mapping group (`READERS`; the table in `fibril_mjx.io.bags`), with their unit checks."""
+mapping group (`READERS`; the table in `fibril_mjx.io.bags`), with their unit checks, and the
+readers of a type whose fields differ from the shared reader's (the type's `bag` part in the
+registry: `for_type`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from fibril_mjx.components.actuators.motor import KINDS
+from fibril_mjx.core import registry
 from fibril_mjx.errors import did_you_mean
 
 SENSOR, COMMAND = 'sensor', 'command'
@@ -76,11 +79,14 @@ def _magnetic(m, ctx):
           'variance': _diag3(m.magnetic_field_covariance, 1e12)}
 
 
+def _differential_pressure(m, ctx):
+  return {'differential_pressure_pa': float(m.fluid_pressure),
+          'variance': float(m.variance) if m.variance > 0 else None}
+
+
 def _pressure(m, ctx):
   p = float(m.fluid_pressure)
   var = float(m.variance) if m.variance > 0 else None
-  if ctx.ctype == 'fibril_sim/airspeed':
-    return {'differential_pressure_pa': p, 'variance': var}
   if not 3000.0 <= p <= 2.0e5:
     raise UnitError('fluid_pressure', p, 'must be an absolute pressure in Pa (3 kPa … 200 kPa; '
                     'this looks like hPa or kPa)')
@@ -211,3 +217,15 @@ READERS: dict[str, dict[str, Reader]] = {
         'std_msgs/msg/Float64': Reader(_float_command, stamped=False),
     },
 }
+
+
+def for_type(group: str, msgtype: str, reader: Reader, ctype: str | None) -> Reader:
+  """The reader of `msgtype` for a sensor of type `ctype`: the type's own (its `bag` part)
+  where it has one, else `reader` (the shared one of `READERS`)."""
+  own = registry.get(ctype).bag if group == SENSOR and ctype else None
+  return (own or {}).get(msgtype, reader)
+
+
+# The `bag` part of a type whose fields differ from the shared reader's.
+registry.register('fibril_sim/airspeed', bag={
+    'sensor_msgs/msg/FluidPressure': Reader(_differential_pressure)})

@@ -52,6 +52,7 @@ import numpy as np
 
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean, unreadable
 from fibril_mjx.io import recording_data as rc
+from fibril_mjx.io import bag_fields
 from fibril_mjx.io.bag_fields import COMMAND, READERS, SENSOR, Ctx, TopicMap, UnitError
 from fibril_mjx.io.mcap_export import TYPESTORE
 
@@ -257,7 +258,7 @@ def _components(entries, readers, raw, stamps, t0, types, bag) -> dict:
   sample / arrival / command times in s from `t0` added, a component's topics merged."""
   comps: dict[tuple[str, str], dict] = {}
   for e in entries:
-    rd = readers[e][1]
+    rd = bag_fields.for_type(e.group, *readers[e], types.get(e.cid))
     msgs, st = raw[e.topic], stamps[e]
     rx = np.array([t for t, _ in msgs], np.int64)
     _check_stamps(e, st, rx, t0, bag)

@@ -572,15 +572,17 @@ def test_imu_and_ahrs_declare_everything_through_their_error_model():
 def test_validate_zeroes_the_drift_terms_read_off_each_chain():
   """The static noise rig sets to zero what the sensor's chain calls drift (the table this
   replaces listed the same fields by hand), and leaves a per-episode bias and the noise."""
+  from fibril_mjx.core import registry
   from fibril_mjx.workflows.validate import nav
   want = {'fibril_sim/magnetometer': {'bias_instability_stddev_ut', 'common_mode_stddev_ut'},
           'fibril_sim/barometer': {'bias_instability_stddev_pa', 'common_mode_stddev_pa'},
           'fibril_sim/airspeed': set(), 'fibril_sim/rangefinder': set()}
   for ctype, fields in want.items():
-    assert set(nav.NAV_TYPES[ctype][4].drift_fields()) == fields, ctype
+    assert set(registry.get(ctype).validation_rig.errors.drift_fields()) == fields, ctype
   cfg = {'period_s': 0.02, 'site': 'x', 'bias_turn_on_stddev_pa': 3.0, 'noise_stddev_pa': 1.0,
          'bias_instability_stddev_pa': 2.0, 'bias_correlation_time_s': 50.0}
-  _, doc, _ = nav.nav_rig('fibril_sim/barometer', cfg, {})
+  _, doc, _ = nav.nav_rig(registry.get('fibril_sim/barometer').validation_rig,
+                         'fibril_sim/barometer', cfg, {})
   c = doc['components'][0]['config']
   assert c['bias_instability_stddev_pa'] == 0.0
   assert c['bias_turn_on_stddev_pa'] == 3.0 and c['noise_stddev_pa'] == 1.0

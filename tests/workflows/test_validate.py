@@ -12,7 +12,9 @@ import yaml
 
 from fibril_mjx import cli
 from fibril_mjx.config import paths
+from fibril_mjx.core import registry
 from fibril_mjx.workflows import validate
+from fibril_mjx.workflows.validate import inertial
 
 STATIC_S, WORLDS = 10.0, 8
 SENSORS = {'fibril_sim/imu': ('gyroscope_sensor', 'accelerometer_sensor'),
@@ -25,7 +27,8 @@ def _shipped():
   profs = {}
   for f in sorted(pathlib.Path(paths.profiles_dir()).glob('*.yaml')):
     d = yaml.safe_load(f.read_text())
-    types = [t for t in d['component_types'] if t in validate.SUPPORTED]
+    types = [t for t in d['component_types']
+             if isinstance(registry.get(t).validation_rig, inertial.Inertial)]
     if types:
       profs[d['id']] = (d['kind'], types[0])
   out = []

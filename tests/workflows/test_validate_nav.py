@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from fibril_mjx import cli
+from fibril_mjx.core import registry
 from fibril_mjx.workflows import validate
 from fibril_mjx.workflows.validate import gnss as vgnss
 
@@ -56,7 +57,7 @@ def _run(tmp, ctype, **kw):
 def test_shipped_profile_passes_static_noise(tmp_path, ctype):
   s = _run(tmp_path, ctype)
   assert s['passed'], validate.render(s)
-  field = validate.nav.NAV_TYPES[ctype][0]
+  field = registry.get(ctype).validation_rig.field
   names = {c['name']: c for c in s['checks']}
   assert names[f'static_noise.{field}']['passed'] is True
   assert names[f'static_noise_whiteness.{field}']['passed'] is True

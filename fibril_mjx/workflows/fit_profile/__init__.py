@@ -39,7 +39,6 @@ from fibril_mjx.workflows.fit_profile.allan import (  # noqa: F401
     G,
     HELDOUT,
     K_SIGMA,
-    TYPES,
     fit_allan,
     load,
 )
@@ -51,6 +50,7 @@ from fibril_mjx.workflows.fit_profile.geometry import (  # noqa: F401
     fit_timing,
 )
 from fibril_mjx.workflows.fit_profile.driver import (  # noqa: F401
+    ProfileFit,
     fit_profile,
     fit_thermal,
     report,

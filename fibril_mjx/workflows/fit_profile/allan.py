@@ -17,7 +17,6 @@ from fibril_mjx.workflows.fit_profile import spectral
 
 
 G = 9.80665
-TYPES = ('fibril_sim/imu', 'fibril_sim/ahrs')
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 HELDOUT = 0.3
 #: CSV logs (`--csv-map`), plain or gzip-compressed

@@ -2,21 +2,61 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
+from typing import Callable
 
 import numpy as np
 import yaml
 
+from fibril_mjx.core import registry
 from fibril_mjx.io import outdir
 from fibril_mjx.io import recording as rc
 from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, TYPES, load
+from fibril_mjx.workflows.fit_profile.allan import CHANNELS, K_SIGMA, load
 from fibril_mjx.workflows.fit_profile.geometry import fit_six, fit_timing
 from fibril_mjx.workflows.fit_profile.plots import plot_timing
 from fibril_mjx.workflows.fit_profile.static import fit_static
 from fibril_mjx.workflows.fit_profile import imu_static, verdict
+
+
+# ---------------------------------------------------------------------------- per type
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileFit:
+  """What `fit-profile` fits for one type: its `profile_fit` part in the registry.
+
+  Attributes:
+    static: `(cid, recs, fig_dir, find_rest, power_ups, result) -> (values, rows, held_rows,
+      plots, how)`: the fit of the static logs (it may add entries to `result`, fit.json).
+    thermal: thermal logs fit the type's bias temperature coefficients (`fit_thermal`).
+  """
+  static: Callable
+  thermal: bool = False
+
+
+def allan_static(cid, recs, fig_dir, find_rest, power_ups, result):
+  """The IMU's static fit (`imu_static`): Allan N/K/B, lines, the held-out verdict per axis."""
+  pieces, report = imu_static.records(recs, cid, find_rest)
+  values, rows, held_rows, plots, how, axes = imu_static.fit_imu_static(
+      pieces, len(recs), fig_dir, whole_logs=len(recs) >= 3 and not find_rest,
+      power_ups=power_ups)
+  result['verdict'] = axes
+  result['static_logs'] = [{'path': str(r['path']), 'timing': {
+      k: v for k, v in r['timing'].items() if k != 'splits'}, 'gap_splits': len(
+      r['timing']['splits']), 'rest': r['rest']} for r in report]
+  result['records'] = [{'log': p.log, 'stretch': p.stretch, 't0': float(p.t[0]),
+                        't1': float(p.t[-1]), 'samples': int(p.t.size)} for p in pieces]
+  return values, rows, held_rows, plots, how
+
+
+def ar1_static(cid, recs, fig_dir, find_rest, power_ups, result):
+  """The AR(1) static fit of the rates and the orientation (`static.fit_static`)."""
+  del find_rest, power_ups, result
+  return fit_static(cid, recs, fig_dir)
 
 
 # ---------------------------------------------------------------------------- driver
@@ -94,15 +134,18 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
   Returns:
     `fit.json` content.
   """
-  if component_type not in TYPES:
-    raise ConfigError('--type', 'type', f'fit-profile supports {", ".join(TYPES)}',
-                      component_type)
+  fit = registry.get(component_type).profile_fit
+  if fit is None:
+    raise ConfigError('--type', 'type', 'fit-profile supports '
+                      f'{", ".join(registry.types("profile_fit"))}', component_type)
   if not (static or six or timing or thermal):
     raise FibrilError('fit-profile: give at least one of --static, --six-orientation, --timing, '
                       '--thermal')
-  if thermal and component_type != 'fibril_sim/imu':
-    raise ConfigError('--type', 'type', '--thermal logs fit the fibril_sim/imu thermal model',
-                      component_type)
+  if thermal and not fit.thermal:
+    thermal_types = [t for t in registry.types('profile_fit')
+                     if registry.get(t).profile_fit.thermal]
+    raise ConfigError('--type', 'type', '--thermal logs fit the thermal model of '
+                      f'{", ".join(thermal_types)}', component_type)
   out = pathlib.Path(out)
   if out.suffix not in ('.yaml', '.yml'):
     raise ConfigError('--out', 'out', 'must be a .yaml file path', str(out))
@@ -124,20 +167,9 @@ def fit_profile(*, component_type: str, component: str, out, profile_id: str | N
             'recordings': {role: [r.path for r in lst] for role, lst in recs.items()}}
   values, rows, held_rows, plots, how = {}, [], [], [], ''
   result['verdict'], result['static_logs'] = [], []
-  if recs['static'] and component_type == 'fibril_sim/imu':
-    pieces, report = imu_static.records(recs['static'], component, find_rest)
-    values, rows, held_rows, plots, how, axes = imu_static.fit_imu_static(
-        pieces, len(recs['static']), fig_dir,
-        whole_logs=len(recs['static']) >= 3 and not find_rest, power_ups=power_ups)
-    result['verdict'] = axes
-    result['static_logs'] = [{'path': str(r['path']), 'timing': {
-        k: v for k, v in r['timing'].items() if k != 'splits'}, 'gap_splits': len(
-        r['timing']['splits']), 'rest': r['rest']} for r in report]
-    result['records'] = [{'log': p.log, 'stretch': p.stretch, 't0': float(p.t[0]),
-                          't1': float(p.t[-1]), 'samples': int(p.t.size)} for p in pieces]
-  elif recs['static']:
-    values, rows, held_rows, plots, how = fit_static(component_type, component, recs['static'],
-                                                     fig_dir)
+  if recs['static']:
+    values, rows, held_rows, plots, how = fit.static(component, recs['static'], fig_dir,
+                                                     find_rest, power_ups, result)
   if recs['thermal']:
     t_values, t_rows = fit_thermal(component, recs['thermal'], reference_temperature_c)
     values = {**values, **t_values}
@@ -300,3 +332,8 @@ def report(result) -> int:
           f'(exit {verdict.EXIT_DISAGREE})')
     return verdict.EXIT_DISAGREE
   return 0
+
+
+# The `profile_fit` part of each type fit-profile fits.
+registry.register('fibril_sim/imu', profile_fit=ProfileFit(allan_static, thermal=True))
+registry.register('fibril_sim/ahrs', profile_fit=ProfileFit(ar1_static))

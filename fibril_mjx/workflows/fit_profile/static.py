@@ -15,9 +15,9 @@ from fibril_mjx.workflows.fit_profile.allan import (CHANNELS, K_SIGMA, delivered
 # ------------------------------------------------------------------------- static
 
 
-def fit_static(ctype, cid, recs, fig_dir):
-  """The AHRS's static fit (the IMU's is `imu_static.fit_imu_static`): `(values, rows,
-  held_rows, plots, how)`."""
+def fit_static(cid, recs, fig_dir):
+  """The AR(1) static fit of the rates and, where recorded, the orientation (the AHRS's; the
+  IMU's is `imu_static.fit_imu_static`): `(values, rows, held_rows, plots, how)`."""
   values, rows, plots = {}, [], []
   held_rows = []
   for ch in CHANNELS:
@@ -48,31 +48,30 @@ def fit_static(ctype, cid, recs, fig_dir):
         values['yaw_rate_bias_stddev_rad_s'] = s
         rows.append(('yaw_rate_bias_stddev_rad_s', s, se, f'std of {len(arrs)} log means of '
                      'gyro z'))
-  if ctype == 'fibril_sim/ahrs':
-    qs = [delivered_samples(r.sensor(cid), 'orientation')[0] for r in recs
-          if 'orientation' in r.sensor(cid)]
-    if qs:
-      res = []
-      for q in qs:
-        q = q * np.sign(q[:, :1] + 1e-30)
-        qm = q.mean(0)
-        qm = qm / np.linalg.norm(qm)
-        e = _rotvec(q, qm)
-        t = np.arange(e.shape[0], dtype=np.float64)
-        t -= t.mean()
-        e = e - np.outer(t, (e * t[:, None]).sum(0) / (t * t).sum())
-        res.append(e)
-      fit_recs, held_recs, how = split_heldout(res)
-      sig, rho = [], []
-      for i in range(3):
-        s, r_, s_rel, r_se = stats.ar1_fit(np.stack([r[:, i] for r in _trim(fit_recs)]))
-        sig.append(s)
-        rho.append(r_)
-        rows.append((f'orientation_noise_stddev_rad[{i}]', s, s * s_rel,
-                     'std of the detrended right error rotation'))
-        rows.append((f'orientation_noise_correlation[{i}]', r_, r_se, 'lag-1 autocorrelation'))
-      values['orientation_noise_stddev_rad'] = sig
-      values['orientation_noise_correlation'] = rho
+  qs = [delivered_samples(r.sensor(cid), 'orientation')[0] for r in recs
+        if 'orientation' in r.sensor(cid)]
+  if qs:
+    res = []
+    for q in qs:
+      q = q * np.sign(q[:, :1] + 1e-30)
+      qm = q.mean(0)
+      qm = qm / np.linalg.norm(qm)
+      e = _rotvec(q, qm)
+      t = np.arange(e.shape[0], dtype=np.float64)
+      t -= t.mean()
+      e = e - np.outer(t, (e * t[:, None]).sum(0) / (t * t).sum())
+      res.append(e)
+    fit_recs, held_recs, how = split_heldout(res)
+    sig, rho = [], []
+    for i in range(3):
+      s, r_, s_rel, r_se = stats.ar1_fit(np.stack([r[:, i] for r in _trim(fit_recs)]))
+      sig.append(s)
+      rho.append(r_)
+      rows.append((f'orientation_noise_stddev_rad[{i}]', s, s * s_rel,
+                   'std of the detrended right error rotation'))
+      rows.append((f'orientation_noise_correlation[{i}]', r_, r_se, 'lag-1 autocorrelation'))
+    values['orientation_noise_stddev_rad'] = sig
+    values['orientation_noise_correlation'] = rho
   return values, rows, held_rows, plots, how if recs else ''
 
 

@@ -35,11 +35,10 @@ from fibril_mjx.errors import ConfigError, FibrilError
 from fibril_mjx.workflows.validate import common, gnss, inertial, nav
 from fibril_mjx.workflows.validate.common import Check, render
 from fibril_mjx.workflows.validate.gnss import GNSS_TYPE
-from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS, SUPPORTED
-from fibril_mjx.workflows.validate.nav import NAV_TYPES
+from fibril_mjx.workflows.validate.inertial import SENSOR_FIELDS
 from fibril_mjx.io import outdir
 
-__all__ = ['run', 'render', 'resolved_config', 'Check', 'SUPPORTED', 'NAV_TYPES', 'GNSS_TYPE',
+__all__ = ['run', 'render', 'resolved_config', 'Check', 'GNSS_TYPE',
            'common', 'inertial', 'nav', 'gnss']
 
 # Every rig of this folder: each module registers its rigs by type when imported.

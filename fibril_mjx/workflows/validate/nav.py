@@ -10,6 +10,7 @@ the Gauss–Markov rig:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -21,47 +22,53 @@ from fibril_mjx.components.sensors import airspeed, barometer, magnetometer, ran
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
 
-# type -> (sample field, white-noise σ field, resolution field, binding fields -> rig sensor
-# kind ('site' or an MJCF sensor element), the sensor's error model (its drift terms,
-# `drift_fields()`, are set to zero in the rig), terms removed).
-NAV_TYPES = {
-    'fibril_sim/magnetometer': (
-        'magnetic_field_ut', 'noise_stddev_ut', 'resolution_ut', {'site': 'site'},
-        magnetometer.ERRORS,
-        ('current_components', 'current_coefficients_ut_per_a', 'common_mode_stream')),
-    'fibril_sim/barometer': (
-        'pressure_pa', 'noise_stddev_pa', 'resolution_pa', {'site': 'site'}, barometer.ERRORS,
-        ('common_mode_stream', 'throttle_actuator', 'throttle_bias_points', 'throttle_bias_pa',
-         'velocity_sensor', 'airspeed_bias_points_m_s', 'airspeed_bias_pa')),
-    'fibril_sim/airspeed': (
-        'differential_pressure_pa', 'noise_stddev_pa', 'resolution_pa',
-        {'velocity_sensor': 'velocimeter'}, airspeed.ERRORS, ()),
-    'fibril_sim/rangefinder': (
-        'distance_m', 'noise_stddev_m', 'resolution_m', {'rangefinder_sensor': 'rangefinder'},
-        rangefinder.ERRORS, ()),
-}
-# Gauss–Markov terms checked by a second static rig: (σ field, τ field, in the world frame).
-NAV_GM = {
-    'fibril_sim/magnetometer': (('bias_instability_stddev_ut', 'bias_correlation_time_s', False),
-                                ('common_mode_stddev_ut', 'common_mode_correlation_time_s',
-                                 True)),
-    'fibril_sim/barometer': (('bias_instability_stddev_pa', 'bias_correlation_time_s', False),
-                             ('common_mode_stddev_pa', 'common_mode_correlation_time_s', False)),
-}
+
+
+@dataclasses.dataclass(frozen=True)
+class NavRig:
+  """What the static rigs need of one navigation sensor type: its `validation_rig` part in the
+  registry (called like a rig function, `run_nav`).
+
+  Attributes:
+    field: the sample field checked.
+    noise: the config field of the white-noise σ; resolution: of the quantization step.
+    bindings: config field → what binds it in the rig: 'site', or an MJCF sensor element.
+    errors: the sensor's error model (its drift terms, `drift_fields()`, are 0 in the rig).
+    dropped: config fields removed in the rig (couplings to other components, shared streams).
+    gauss_markov: `(σ field, τ field, in the world frame)` of each Gauss–Markov term checked
+      by a second static rig.
+    range: `(min field, max field)` of a ranging sensor: the site is placed inside its range
+      (None: 1 m above the ground).
+    noise_per_range: a config field of σ per metre of range, added at the rig's height.
+  """
+  field: str
+  noise: str
+  resolution: str
+  bindings: dict
+  errors: object
+  dropped: tuple = ()
+  gauss_markov: tuple = ()
+  range: tuple | None = None
+  noise_per_range: str | None = None
+
+  def __call__(self, manifest_path, component, ctype, cfg, out, **options) -> dict:
+    return run_nav(self, manifest_path, component, ctype, cfg, out, **options)
+
+
 NAV_SKIP = 5     # leading samples dropped (filters started at the first value: a margin only)
 
 
-def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str, dict, float]:
+def nav_rig(rig: NavRig, ctype: str, cfg: dict, overrides: dict, keep_gm=False
+            ) -> tuple[str, dict, float]:
   """Static rig for a navigation sensor: one site on a bench (hinge about the vertical through
   its centre of mass, at rest) looking down at a ground plane. Returns (xml, manifest, true
   range of the site above the ground). Slow terms (Gauss–Markov drift, common mode, current /
   throttle couplings) and faults are removed, so the residual about each world's mean is the
   white noise + quantization alone."""
-  _, _, _, binds, errors, drop = NAV_TYPES[ctype]
-  zero = errors.drift_fields()
+  binds, drop, zero = rig.bindings, rig.dropped, rig.errors.drift_fields()
   h = 1.0
-  if ctype == 'fibril_sim/rangefinder':
-    lo, hi = float(cfg.get('min_range_m', 0.0)), float(cfg['max_range_m'])
+  if rig.range is not None:
+    lo, hi = float(cfg.get(rig.range[0], 0.0)), float(cfg[rig.range[1]])
     if not lo < h < hi:
       h = 0.5 * (lo + hi)
   sensors = ''.join(f'    <{kind} name="nav_{k}" site="s_nav"/>\n'
@@ -85,14 +92,13 @@ def nav_rig(ctype: str, cfg: dict, overrides: dict, keep_gm=False) -> tuple[str,
   return xml, doc, h
 
 
-def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
+def _nav_checks(rig: NavRig, cfg, z, h, dur_s) -> list[Check]:
   """White-noise std and lag-1 autocorrelation per axis of the static residual."""
-  field, sig_f, q_f, _, errors, _ = NAV_TYPES[ctype]
-  zero = errors.drift_fields()
-  sig = np.broadcast_to(np.asarray(cfg.get(sig_f, 0.0), np.float64), z.shape[2:]).copy()
-  if ctype == 'fibril_sim/rangefinder':
-    sig = sig + float(cfg.get('noise_fraction', 0.0)) * h   # θ = 0: no incidence term
-  q = float(cfg.get(q_f, 0.0))
+  field, zero = rig.field, rig.errors.drift_fields()
+  sig = np.broadcast_to(np.asarray(cfg.get(rig.noise, 0.0), np.float64), z.shape[2:]).copy()
+  if rig.noise_per_range is not None:
+    sig = sig + float(cfg.get(rig.noise_per_range, 0.0)) * h   # θ = 0: no incidence term
+  q = float(cfg.get(rig.resolution, 0.0))
   expected = np.sqrt(sig ** 2 + q * q / 12.0)
   z = z[:, NAV_SKIP:]
   z = np.where(np.isfinite(z), z, np.nan)
@@ -130,13 +136,14 @@ def _nav_checks(ctype, cfg, z, h, dur_s) -> list[Check]:
   ]
 
 
-def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
-            perturb, progress, t0) -> dict:
-  """`validate` for a navigation sensor: the static noise rig only."""
-  field = NAV_TYPES[ctype][0]
+def run_nav(rig: NavRig, manifest_path, component, ctype, cfg, out, *, static_duration_s,
+            worlds, seed, perturb, progress, t0) -> dict:
+  """`validate` for a navigation sensor: the static noise rig, then (where a Gauss–Markov
+  term of `rig.gauss_markov` is configured) the Gauss–Markov rig."""
+  field = rig.field
   with staged_output(out) as tmp:
     rigs = tmp / 'rigs'
-    xml, doc, h = nav_rig(ctype, cfg, perturb)
+    xml, doc, h = nav_rig(rig, ctype, cfg, perturb)
     sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     n_acq = int(round(static_duration_s / period))
@@ -147,27 +154,27 @@ def run_nav(manifest_path, component, ctype, cfg, out, *, static_duration_s, wor
     data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
                    n_seg * seg, seg, (field,))
     z = by_sequence(data['dut'], field, n_acq)
-    checks = _nav_checks(ctype, cfg, z, h, static_duration_s)
-    gm = [(sf, tf, wf) for sf, tf, wf in NAV_GM.get(ctype, ())
+    checks = _nav_checks(rig, cfg, z, h, static_duration_s)
+    gm = [(sf, tf, wf) for sf, tf, wf in rig.gauss_markov
           if np.any(np.asarray(cfg.get(sf, 0.0)) > 0) and float(cfg.get(tf, 0.0)) > 0]
     if gm:
-      xml, doc, h = nav_rig(ctype, cfg, perturb, keep_gm=True)
+      xml, doc, h = nav_rig(rig, ctype, cfg, perturb, keep_gm=True)
       sim = rig_simulation(write_rig(rigs, 'static_gm', xml, doc))
       progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
       data = collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
                      n_seg * seg, seg, (field,))
       z = by_sequence(data['dut'], field, n_acq)
-      checks.append(_nav_gm_check(ctype, cfg, z, gm, xml, period))
+      checks.append(_nav_gm_check(rig, cfg, z, gm, xml, period))
     return finish(tmp, manifest_path, component, (ctype, cfg), checks, perturb,
                   static_duration_s, worlds, seed, t0)
 
 
-def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
+def _nav_gm_check(rig: NavRig, cfg, z, gm, xml, period) -> Check:
   """Structure function E[(z[t+L] − z[t])²] at a few lags against the configured model
   2(σ_w² + q²/12) + Σ 2σ²(1 − φ^L), φ = exp(−Δ/τ) (constant biases cancel; no mean removed).
   Tolerance: 4 standard errors of the mean across worlds (independent realizations)."""
   import mujoco
-  field, sig_f, q_f = NAV_TYPES[ctype][:3]
+  field, sig_f, q_f = rig.field, rig.noise, rig.resolution
   z = z[:, NAV_SKIP:]
   n = z.shape[1]
   shape = z.shape[2:]
@@ -207,6 +214,24 @@ def _nav_gm_check(ctype, cfg, z, gm, xml, period) -> Check:
                f'{K_SIGMA:g} σ)', ok)
 
 
-# The rig of these types (validate finds this module by walking its package).
-for _type in NAV_TYPES:
-  registry.register(_type, validation_rig=run_nav)
+# The rig of each navigation type, its `validation_rig` part (validate finds this module by
+# walking its package).
+registry.register(magnetometer.TYPE, validation_rig=NavRig(
+    'magnetic_field_ut', 'noise_stddev_ut', 'resolution_ut', {'site': 'site'},
+    magnetometer.ERRORS,
+    dropped=('current_components', 'current_coefficients_ut_per_a', 'common_mode_stream'),
+    gauss_markov=(('bias_instability_stddev_ut', 'bias_correlation_time_s', False),
+                  ('common_mode_stddev_ut', 'common_mode_correlation_time_s', True))))
+registry.register(barometer.TYPE, validation_rig=NavRig(
+    'pressure_pa', 'noise_stddev_pa', 'resolution_pa', {'site': 'site'}, barometer.ERRORS,
+    dropped=('common_mode_stream', 'throttle_actuator', 'throttle_bias_points',
+             'throttle_bias_pa', 'velocity_sensor', 'airspeed_bias_points_m_s',
+             'airspeed_bias_pa'),
+    gauss_markov=(('bias_instability_stddev_pa', 'bias_correlation_time_s', False),
+                  ('common_mode_stddev_pa', 'common_mode_correlation_time_s', False))))
+registry.register(airspeed.TYPE, validation_rig=NavRig(
+    'differential_pressure_pa', 'noise_stddev_pa', 'resolution_pa',
+    {'velocity_sensor': 'velocimeter'}, airspeed.ERRORS))
+registry.register(rangefinder.TYPE, validation_rig=NavRig(
+    'distance_m', 'noise_stddev_m', 'resolution_m', {'rangefinder_sensor': 'rangefinder'},
+    rangefinder.ERRORS, range=('min_range_m', 'max_range_m'), noise_per_range='noise_fraction'))

@@ -26,11 +26,13 @@ from fibril_mjx.workflows.validate.inertial.device import (  # noqa: F401
     SENSOR_FIELDS,
     SKIP,
     SUBSTEPS,
-    SUPPORTED,
     TONES,
     UNITS,
     WINDOW,
+    Inertial,
+    ahrs_channels,
     device_from_config,
+    imu_channels,
 )
 from fibril_mjx.workflows.validate.inertial.rigs import (  # noqa: F401
     DynamicPlan,
@@ -41,6 +43,7 @@ from fibril_mjx.workflows.validate.inertial.rigs import (  # noqa: F401
     static_rig,
 )
 from fibril_mjx.workflows.validate.inertial.driver import (  # noqa: F401
+    InertialRig,
     run_inertial,
     thermal_sweep,
 )

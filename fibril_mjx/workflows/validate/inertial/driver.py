@@ -1,8 +1,9 @@
-"""The driver of the inertial validation (`run_inertial`, registered as the rig of
+"""The driver of the inertial validation (`run_inertial`; `InertialRig`, the rig part of
 `fibril_sim/imu` and `fibril_sim/ahrs`), its thermal sweep and its rotor rig."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -14,8 +15,9 @@ from fibril_mjx.workflows.validate.common import (DUT, by_place, by_sequence, co
                                                   write_rig)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
-from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, SUPPORTED,
-                                                           device_from_config)
+from fibril_mjx.workflows.validate.inertial.device import (CHANNELS, POSES, Inertial,
+                                                           ahrs_channels, device_from_config,
+                                                           imu_channels)
 from fibril_mjx.workflows.validate.inertial.dynamic import dynamic_checks
 from fibril_mjx.workflows.validate.inertial.rigs import dynamic_plan, dynamic_rig, static_rig
 from fibril_mjx.workflows.validate.inertial.signals import h_expected
@@ -59,9 +61,19 @@ def _vibration_rig(dev, cfg, perturb, rigs, worlds, seed, window_s, progress, t0
       dev, dev.channels[ch], f, dev.period_s))
 
 
+@dataclasses.dataclass(frozen=True)
+class InertialRig(Inertial):
+  """An `Inertial` record as a rig (`run_inertial`): a type's `validation_rig` part."""
+
+  def __call__(self, manifest_path, component, ctype, cfg, out, **options) -> dict:
+    return run_inertial(manifest_path, component, ctype, cfg, out, **options)
+
+
 def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s, worlds, seed,
                  perturb, progress, t0) -> dict:
-  """`validate` for `fibril_sim/imu` / `fibril_sim/ahrs`: the static and the dynamic rig."""
+  """`validate` for an inertial type (its `validation_rig` an `InertialRig`): the static and
+  the dynamic rig, then the thermal sweep and the rotor rig where its type has them and they
+  are configured."""
   import jax
 
   dev = device_from_config(component, ctype, cfg)
@@ -76,7 +88,7 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     seg = int(math.ceil((n_acq + 50) / n_seg))
     n_ticks = n_seg * seg
     fields = ('angular_velocity', 'linear_acceleration') + (
-        ('orientation',) if ctype == 'fibril_sim/ahrs' else ())
+        ('orientation',) if dev.rig.orientation else ())
     n_w = len(places) * worlds
     progress(f'static rig: {len(places)} poses x {worlds} worlds x {n_ticks} ticks '
              f'({n_ticks * dev.period_s:g} s)')
@@ -101,16 +113,18 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
     checks += dynamic_checks(dev, plan, trace, fig_dir)
     progress(f'  dynamic checks done ({time.time() - t0:.0f} s)')
-    if ctype == 'fibril_sim/imu' and thermal.has_thermal(cfg):
+    if dev.rig.environment and thermal.has_thermal(cfg):
       checks += thermal_sweep(dev, cfg, perturb, rigs, worlds, seed + 2,
                               static_duration_s / len(thermal.LEVELS_K), progress, t0)
-    if ctype == 'fibril_sim/imu' and vibration.has_vibration(cfg):
+    if dev.rig.environment and vibration.has_vibration(cfg):
       checks += _vibration_rig(dev, cfg, perturb, rigs, worlds, seed + 3,
                                static_duration_s / 5, progress, t0)
     return finish(tmp, manifest_path, component, dev, checks, perturb, static_duration_s,
                   worlds, seed, t0)
 
 
-# The rig of these types (validate finds this module by walking its package).
-for _type in SUPPORTED:
-  registry.register(_type, validation_rig=run_inertial)
+# The rig of each inertial type, its `validation_rig` part (validate finds this module by
+# walking its package).
+registry.register('fibril_sim/imu', validation_rig=InertialRig(
+    imu_channels, random_walk=True, environment=True))
+registry.register('fibril_sim/ahrs', validation_rig=InertialRig(ahrs_channels, orientation=True))

@@ -219,7 +219,7 @@ def _geometry_rotation(dev, plan, sens):
   checks = [Check('geometry.rotation', 'gyro reading per commanded rad/s about the axis '
                   'pointing along +world z', '; '.join(rows), '+1 (rad/s)', '0.5 … 2',
                   'sign and unit (rad/s, not deg/s) per axis under a known rotation', ok)]
-  if dev.type == 'fibril_sim/ahrs':
+  if dev.rig.orientation:
     v, st, new = _samples(sens['rz'], 'orientation')
     slopes = []
     for w in range(v.shape[0]):

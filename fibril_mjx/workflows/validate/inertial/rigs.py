@@ -35,7 +35,7 @@ def device_entry(dev: Device, overrides):
   cfg.update(overrides)
   cfg['gyroscope_sensor'] = f'g_{DUT}'
   cfg['accelerometer_sensor'] = f'a_{DUT}'
-  if dev.type == 'fibril_sim/ahrs':
+  if dev.rig.orientation:
     cfg['orientation_sensor'] = f'q_{DUT}'
   return {'id': DUT, 'type': dev.type, 'config': cfg}
 
@@ -44,7 +44,7 @@ def static_rig(dev: Device, overrides) -> tuple[str, dict, dict]:
   """Six static poses on a bench (hinge about the vertical through its centre of mass, so
   MuJoCo C and MJX agree), timestep = the output period. Returns `(xml, manifest, {pose: site})`:
   the device is placed on each pose's site in turn."""
-  ahrs = dev.type == 'fibril_sim/ahrs'
+  ahrs = dev.rig.orientation
   sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _, _) in POSES.items())
   places = {n: f's_{n}' for n in POSES}
   sensors = _sensor_xml(DUT, next(iter(places.values())), ahrs)
@@ -90,7 +90,7 @@ def dynamic_rig(dev: Device, plan: DynamicPlan, overrides) -> tuple[str, dict, d
   tone. Motors apply `I·A·2πf·cos(2πft + φ)`, so the rate (or the acceleration) is an exact
   sum of sines on a linear system (no servo in the loop). Timestep = output period / 4.
   Returns `(xml, manifest, {place: site})`: the device is placed on each site in turn."""
-  ahrs = dev.type == 'fibril_sim/ahrs'
+  ahrs = dev.rig.orientation
   r = plan.radius_m
   rate_sites = '\n'.join(f'      <site name="s_{n}" xyaxes="{ax}"/>' for n, (ax, _) in
                          RATE_SITES.items())

@@ -57,7 +57,7 @@ def static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
       meas, ref = stats.allan_nbk(taus, adev, rel), stats.allan_nbk(taus, model)
       configured = {'N': None if ch.noise_density is None else ch.noise_density[i],
                     'B': None if ch.gm_sigma is None else ch.gm_sigma[i],
-                    'K': ch.random_walk[i] if dev.type == 'fibril_sim/imu' else None}
+                    'K': ch.random_walk[i] if dev.rig.random_walk else None}
       for term in ('N', 'B', 'K'):
         mv, rv = meas[term]['value'], ref[term]['value']
         if mv is None or rv is None:
@@ -86,14 +86,14 @@ def static_checks(dev: Device, data, n_acq, plots, fig_dir) -> list[Check]:
                         f'max |dev|/σ = {worst:.2f}', 'exact closed-form curve', f'{K_SIGMA:g} σ',
                         f'every τ (9+ clusters): relative σ from the overlapping-estimator edf '
                         f'pooled over {w_ * u_} records of {n_ / fs:g} s', allan_ok, plot))
-    if dev.type == 'fibril_sim/ahrs':
+    if dev.rig.orientation:
       checks += _ar1_checks(f'static_noise.{ch_name}', rec, [c[0] if c else (0.0, 0.0)
                                                              for c in ch.ar1], q, units)
     # --- six orientations: per-unit means.
     means = np.nanmean(x, axis=2)                  # (W, 6, 3)
     checks += _six_orientation(dev, ch, means, n_, fig_dir)
   # --- AHRS orientation residual and yaw-rate bias dispersion.
-  if dev.type == 'fibril_sim/ahrs':
+  if dev.rig.orientation:
     checks += _orientation_static(dev, data, n_acq)
   checks += _geometry_gravity(dev, data, n_acq)
   return checks
