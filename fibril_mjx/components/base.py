@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Annotated, Any, Literal
 
 import jax
@@ -267,7 +266,7 @@ class SensorBase(ComponentBase):
   def __post_init__(self):
     sensing.check(self.cycle, f'{type(self).__name__} {self.id!r}')
     if isinstance(self.cfg, pydantic.BaseModel):
-      check_declared(type(self), type(self.cfg))
+      check_declared(self)
 
   @property
   def cycle(self) -> sensing.Cycle:
@@ -369,41 +368,42 @@ class SensorBase(ComponentBase):
     return out + ([plan.describe()] if plan is not None else [])
 
 
-def _field(annotation, default) -> tuple:
-  """`(type, bounds, default)` of a pydantic field declared as `annotation = default`."""
-  info = pydantic.fields.FieldInfo.from_annotated_attribute(annotation, default)
-  return info.annotation, info.metadata, info.default
+def _declaration(field: em.ConfigField) -> str:
+  """`name: type [bounds] = default`: how a config field of an error model is declared."""
+  info = pydantic.fields.FieldInfo.from_annotated_attribute(field.annotation, field.default)
+  kind = info.annotation.__name__ if isinstance(info.annotation, type) else info.annotation
+  bounds = ' ' + ', '.join(map(repr, info.metadata)) if info.metadata else ''
+  return f'{field.name}: {kind}{bounds} = {field.default!r}'
 
 
-@functools.cache
-def check_declared(sensor: type, config_model: type) -> None:
-  """Checks a sensor's written declarations against its error model (`sensor.errors`): its
-  config model has every field of the chain with the chain's annotation, bounds and default;
-  its `params_type` every Params field the chain reads; its `state_type` (where declared)
-  `streams`, the chain's state, `queue` and `held`.
+def check_declared(sensor) -> None:
+  """Checks a built sensor's written declarations against its error model (`errors`): its
+  config model has every config field of the chain, its Params a place (`param_path`) for
+  every Params field the chain reads, and its `state_type` (where declared) `streams`, the
+  chain's state, `queue` and `held`.
 
   Raises:
-    TypeError: one line naming the class, the field and what the error model wants.
+    TypeError: one line naming the class, the missing field and its declaration.
   """
-  errors = sensor.errors
+  errors, cls = sensor.errors, type(sensor)
   if errors is None:
     return
-  where = f'{sensor.__module__}.{sensor.__name__}'
+  where, config_model = f'{cls.__module__}.{cls.__name__}', type(sensor.cfg)
   for c in errors.config:
-    have = config_model.model_fields.get(c.name)
-    kind, bounds, default = want = _field(c.annotation, c.default)
-    if have is None or (have.annotation, have.metadata, have.default) != want:
-      raise TypeError(f'{where}: config model {config_model.__name__} must declare '
-                      f'`{c.name}: {kind.__name__ if isinstance(kind, type) else kind}` {bounds or ""} = '
-                      f'{default!r} (a field of its error model)')
+    if c.name not in config_model.model_fields:
+      raise TypeError(f'{where}: config model {config_model.__name__} lacks `{_declaration(c)}`'
+                      ' (a field of its error model)')
   chain_state = errors.state if isinstance(errors, em.Chain) else ()
-  declared = (('params_type', sensor.params_type, errors.params),
-              ('state_type', sensor.state_type, ('streams', *chain_state, 'queue', 'held')))
-  for what, nt, names in declared:
-    missing = [n for n in names if nt is not None and n not in nt._fields]
+  declared = (('params_type', sensor.params_type,
+               [n for n in errors.params if sensor.param_path(n) is None]),
+              ('state_type', sensor.state_type,
+               [n for n in ('streams', *chain_state, 'queue', 'held')
+                if sensor.state_type is not None and n not in sensor.state_type._fields]))
+  for what, nt, missing in declared:
     if missing:
-      raise TypeError(f'{where}: {what} {nt.__name__} lacks field(s) {", ".join(missing)} '
-                      f'(its error model\'s; fields: {", ".join(nt._fields)})')
+      fields = ', '.join(nt._fields) if nt is not None else 'none'
+      raise TypeError(f'{where}: {what} {nt.__name__ if nt is not None else None} lacks field(s) '
+                      f'{", ".join(missing)} (its error model\'s; fields: {fields})')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

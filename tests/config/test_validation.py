@@ -20,7 +20,7 @@ import pytest
 
 import fibril_mjx
 from fibril_mjx.builder import build as bld
-from fibril_mjx.components import TYPES
+from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError
 
 from error_helpers import (FINITE, GE0, GT0, NO_VALUE, assert_line, assert_reported, load_error,  # noqa: F401
@@ -353,7 +353,7 @@ TOP_CASES = {
         'fibril_manifest: 1\nmodel: tiny.xml\ncomponents: [{id: a, type: fibril_sim/ahrz}]\n',
         'components[0].type', "'fibril_sim/ahrz'",
         "unknown component type (did you mean 'fibril_sim/ahrs'?); known types: "
-        + ', '.join(sorted(TYPES))),
+        + ', '.join(registry.types())),
     'actuator_script_missing_actuator': (
         'fibril_manifest: 1\nmodel: tiny.xml\nactuator_script: [{actuator: spn}]\n',
         'actuator_script[0].actuator', "'spn'",

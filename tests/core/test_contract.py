@@ -16,11 +16,11 @@ import pytest
 
 import fibril_mjx
 from conftest import SCRIPT, ahrs_entry, write_rig
-from fibril_mjx import analysis
 from fibril_mjx.workflows import plan, run as runner
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport
-from fibril_mjx.components import base, register, unregister
+from fibril_mjx.components import base
+from fibril_mjx.core import registry
 from fibril_mjx.core import protocol
 from fibril_mjx.components.base import NonNeg
 from fibril_mjx.errors import ConfigError, FibrilError
@@ -105,10 +105,10 @@ def toy_metrics(sensor, truth):
 
 @pytest.fixture(scope='module')
 def toy_registered():
-  register(TOY, build_toy, config_model=ToyConfig)
-  analysis.register(TOY, metrics=toy_metrics)
+  fibril_mjx.register(TOY, build_toy, config_model=ToyConfig)
+  fibril_mjx.register(TOY, metrics=toy_metrics)     # parts add up, call by call
   yield
-  unregister(TOY)
+  registry.unregister(TOY)
 
 
 def toy_entry(cid='toy', **config):
@@ -153,7 +153,7 @@ def test_unknown_type_lists_the_registered_ones(toy_registered, tmp_path):
 
 def test_registering_twice_is_an_error(toy_registered):
   with pytest.raises(ValueError, match='already registered'):
-    register(TOY, build_toy)
+    fibril_mjx.register(TOY, build_toy)
 
 
 def test_roles_are_checked_at_build():

@@ -11,6 +11,7 @@ computed here from the trace and the configuration, not with the package's helpe
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
@@ -37,9 +38,9 @@ from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg
 from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError
-from fibril_mjx.io import mcap_export
+from fibril_mjx.io import bags, mcap_export  # noqa: F401  (bags: the `bag` parts)
 from fibril_mjx.mechanisms import faults, rng, transport
-from fibril_mjx.workflows import schema
+from fibril_mjx.workflows import fit_profile, schema  # noqa: F401  (the `profile_fit` parts)
 from fibril_mjx.workflows.validate import common as vcommon
 
 TOY = 'test/registry_toy'
@@ -222,11 +223,27 @@ def test_one_registration_holds_every_part(toy):
   e = registry.get(TOY)
   assert e is toy and (e.build, e.config_model, e.metrics, e.plot, e.validation_rig, e.ros) == (
       build_toy, ToyConfig, toy_metrics, toy_plot, toy_rig, toy_ros)
-  for part in registry.PARTS:
+  for part in ('build', 'config_model', 'metrics', 'plot', 'validation_rig', 'ros'):
     assert TOY in registry.types(part)
+  assert e.bag is None and e.profile_fit is None                  # parts it did not give
   assert schema.component_config_models()[TOY] is ToyConfig     # `fibril-mjx schema`
-  from fibril_mjx.components import TYPES                        # the earlier name still works
-  assert TYPES[TOY].build is build_toy
+  assert fibril_mjx.register is registry.register                # the one call
+
+
+def test_the_package_has_one_registration_call():
+  """Every registration in the package is a call of `registry.register` (`fibril_mjx.register`):
+  no other function, decorator or alias defines one."""
+  defs, calls = [], set()
+  for p in PKG.rglob('*.py'):
+    tree = ast.parse(p.read_text())
+    for node in ast.walk(tree):
+      if isinstance(node, ast.FunctionDef) and node.name == 'register':
+        defs.append(f'{p.relative_to(PKG)}:{node.name}')
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and isinstance(node.func.value, ast.Name) and node.func.value.id == 'registry'):
+        calls.add(node.func.attr)
+  assert defs == ['core/registry.py:register']
+  assert 'add' not in calls and 'register' in calls
 
 
 def test_no_list_in_the_package_names_the_toy():
@@ -293,17 +310,33 @@ def test_run_validate_and_export_mcap(manifest, tmp_path, capsys, monkeypatch):
 
 
 def test_registering_twice_is_an_error_naming_the_type(toy):
-  with pytest.raises(ValueError, match=f"component type '{TOY}' is already registered "
-                     rf"\(by {__name__}\)"):
+  with pytest.raises(ValueError, match=f"component type '{TOY}' is already registered with a "
+                     rf"build \(by {__name__}\); pass replace=True to replace it$"):
     fibril_mjx.register(TOY, build=build_toy)
   with pytest.raises(ValueError, match=r"component type 'fibril_sim/imu' is already registered "
-                     r"\(by fibril_mjx\.components\.sensors\.imu\)"):
+                     r"with a build \(by fibril_mjx\.components\.sensors\.imu\)"):
     fibril_mjx.register('fibril_sim/imu', build=build_toy)
   with pytest.raises(ValueError, match=f"'{TOY}' is already registered with a metrics"):
-    registry.add(TOY, metrics=toy_metrics)
-  with pytest.raises(ValueError, match='unknown part'):
-    registry.add(TOY, rigs=toy_rig)
+    fibril_mjx.register(TOY, metrics=toy_metrics)
+  with pytest.raises(ValueError, match=rf"component type '{TOY}': unknown part\(s\) rigs "
+                     r"\(parts: build, config_model, metrics, plot, validation_rig, ros, bag, "
+                     r"profile_fit\)$"):
+    fibril_mjx.register(TOY, rigs=toy_rig)
   assert registry.get(TOY) is toy                     # nothing changed
+
+
+def test_parts_add_up_and_replace_replaces_only_those_given(toy):
+  """A later call adds parts to the entry; `replace=True` replaces the parts it names."""
+  try:
+    e = fibril_mjx.register('test/parts', metrics=toy_metrics)
+    assert (e.build, e.metrics) == (None, toy_metrics)
+    assert 'test/parts' not in registry.types()      # no build: not a manifest type
+    e = fibril_mjx.register('test/parts', build=build_toy, config_model=ToyConfig)
+    assert (e.build, e.config_model, e.metrics) == (build_toy, ToyConfig, toy_metrics)
+    e = fibril_mjx.register('test/parts', metrics=len, replace=True)
+    assert (e.build, e.metrics) == (build_toy, len)
+  finally:
+    registry.unregister('test/parts')
 
 
 def test_unknown_type_lists_the_registered_ones(toy, tmp_path):
@@ -328,6 +361,13 @@ def test_builtin_types_register_every_part_they_have():
     e = registry.get(t)
     assert e.config_model is not None and e.metrics is not None and e.plot is not None, t
   assert {'fibril_sim/imu', 'fibril_sim/gnss', 'fibril_sim/motor'} <= set(registry.types('ros'))
+  assert registry.types('profile_fit') == ['fibril_sim/ahrs', 'fibril_sim/imu']
+  assert registry.types('bag') == ['fibril_sim/airspeed']
+  # what validate needs of a type is a record in its entry, read by name
+  assert registry.get('fibril_sim/rangefinder').validation_rig.range == ('min_range_m',
+                                                                        'max_range_m')
+  assert registry.get('fibril_sim/ahrs').validation_rig.orientation is True
+  assert registry.get('fibril_sim/imu').validation_rig.orientation is False
 
 
 def test_discover_imports_a_new_module_of_a_folder(tmp_path, monkeypatch):
@@ -338,7 +378,7 @@ def test_discover_imports_a_new_module_of_a_folder(tmp_path, monkeypatch):
   (pkg / 'inner' / '__init__.py').write_text('')
   (pkg / 'inner' / 'thermo.py').write_text(
       'from fibril_mjx.core import registry\n'
-      "registry.add('test/discovered', metrics=lambda sensor, truth: {})\n")
+      "registry.register('test/discovered', metrics=lambda sensor, truth: {})\n")
   monkeypatch.syspath_prepend(str(tmp_path))
   import toy_plugins
   try:
