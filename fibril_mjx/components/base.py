@@ -353,6 +353,11 @@ class SensorBase(ComponentBase):
     return em.Ctx(self._on, streams, n, self.cfg.period_s if period_s is None else period_s,
                   inputs)
 
+  def describe(self) -> list[str]:
+    """The plan lines of a sensor that adds none of its own: timing, the error model and its
+    terms switched on, the fault plan (`describe_errors`; `describe_terms` without `errors`)."""
+    return self.describe_errors([]) if self.errors is not None else self.describe_terms([], ())
+
   def describe_errors(self, lines, own_terms=()) -> list[str]:
     """`describe_terms` with the error model's plan lines and switch fields."""
     switches = tuple(f for t in self.errors.terms for f in t.switches)
