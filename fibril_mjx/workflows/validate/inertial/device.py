@@ -150,7 +150,8 @@ def device_from_config(cid: str, ctype: str, cfg: dict) -> Device:
   `Inertial` record (`fibril_sim/imu`, `fibril_sim/ahrs`)."""
   rig = registry.get(ctype).validation_rig
   if not isinstance(rig, Inertial):
-    raise FibrilError(f'{ctype}: not an inertial type (its validation rig is {rig!r})')
+    raise FibrilError(f'{ctype}: not an inertial type (its validation_rig is '
+                      f'{type(rig).__name__ if rig is not None else None})')
   p = float(cfg['period_s'])
   chans, more = rig.channels(cfg, p)
   return Device(cid, ctype, cfg, p, chans, float(cfg.get('latency_s', 0.0)),
