@@ -1,6 +1,6 @@
 """One registry of component types: manifest `type` → every part the package knows it by.
 
-A component type has up to eight parts, each owned by one layer:
+A component type has up to nine parts, each owned by one layer:
 
 | part | owner | what |
 | --- | --- | --- |
@@ -12,6 +12,7 @@ A component type has up to eight parts, each owned by one layer:
 | `ros` | io/ros_messages | `(sample, header, ctx) -> [(topic suffix, message)]`: one delivered sample as ROS 2 messages (`fibril-mjx export-mcap`) |
 | `bag` | io/bag_fields | `{ROS type: reader}`: how a recorded message becomes this type's sample fields where the shared reader of that ROS type does not fit (`fibril_mjx.io.bags`) |
 | `profile_fit` | workflows/fit_profile | what `fibril-mjx fit-profile` fits for the type (a record: the static-log fit, whether thermal logs apply) |
+| `mavlink` | io/mavlink_hil | the MAVLink HIL source the type feeds (`'imu'`, `'mag'`, `'baro'`, `'airspeed'`, `'gps'`): preferred for it when several components have its fields (`fibril-mjx export-mavlink`) |
 
 Every type, built-in or a user's, registers with one call, `register(type, build=...,
 config_model=..., ...)` (`fibril_mjx.register`): it adds the parts it is given to the type's
@@ -52,6 +53,7 @@ class Entry:
     ros: `(sample, header, ctx) -> [(topic suffix, message)]`, ROS 2 messages of a sample.
     bag: `{ROS type: reader}`, recorded messages → sample fields (`fibril_mjx.io.bag_fields`).
     profile_fit: what `fit-profile` fits (`fibril_mjx.workflows.fit_profile.driver.ProfileFit`).
+    mavlink: the MAVLink HIL source it feeds (`fibril_mjx.io.mavlink_hil`).
   """
   type: str
   build: Callable | None = None
@@ -62,6 +64,7 @@ class Entry:
   ros: Callable | None = None
   bag: Mapping | None = None
   profile_fit: object | None = None
+  mavlink: str | None = None
 
 
 PARTS = tuple(f.name for f in dataclasses.fields(Entry) if f.name != 'type')
@@ -85,8 +88,8 @@ def register(type_name: str, build: Callable | None = None, *, replace: bool = F
     build: its `build` part (a type with one is a type a manifest may name).
     replace: replace parts already set (else setting one again is an error).
     **parts: its other parts by name (`PARTS`: config_model, metrics, plot, validation_rig,
-      ros, bag, profile_fit; module doc; None: not given). A type without them is built, run
-      and traced, just not summarized, validated or exported.
+      ros, bag, profile_fit, mavlink; module doc; None: not given). A type without them is
+      built, run and traced, just not summarized, validated or exported.
 
   Returns:
     The type's entry after the call.

@@ -52,6 +52,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
+from fibril_mjx.core import registry
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import mcap_export
 from fibril_mjx.io.mcap_export import read_run
@@ -63,11 +64,6 @@ IMU, MAG, BARO, AIRSPEED, GPS = 'imu', 'mag', 'baro', 'airspeed', 'gps'
 KEY_FIELDS = {IMU: ('angular_velocity', 'linear_acceleration'), MAG: ('magnetic_field_ut',),
               BARO: ('pressure_pa',), AIRSPEED: ('differential_pressure_pa',),
               GPS: ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')}
-# Preferred component types when several components have a source's fields (an AHRS also has
-# rates).
-PREFERRED_TYPE = {IMU: 'fibril_sim/imu', MAG: 'fibril_sim/magnetometer',
-                  BARO: 'fibril_sim/barometer', AIRSPEED: 'fibril_sim/airspeed',
-                  GPS: 'fibril_sim/gnss'}
 DELIVERY_FIELDS = ('new_data', 'sequence', 'sample_tick', 'arrival_tick', 'valid')
 
 # International Standard Atmosphere, troposphere (ISO 2533): p0, T0, lapse rate, g0, R*/M.
@@ -118,7 +114,8 @@ def select_sources(fields_of: Mapping[str, Iterable[str]], types: Mapping[str, s
 
   Args:
     fields_of: `{component id: sample field names}` in manifest order.
-    types: `{component id: component type}` (prefers `PREFERRED_TYPE` when several match).
+    types: `{component id: component type}`: when several components have a source's fields
+      (an AHRS also has rates), the first whose type's `mavlink` part is that source.
     chosen: explicit `{source: component id}` (e.g. `{'mag': 'mag_left'}`); `''` leaves a
       source out.
   """
@@ -138,7 +135,7 @@ def select_sources(fields_of: Mapping[str, Iterable[str]], types: Mapping[str, s
       out[source] = want
       continue
     match = [cid for cid, f in fields_of.items() if set(keys) <= set(f)]
-    typed = [cid for cid in match if types.get(cid) == PREFERRED_TYPE[source]]
+    typed = [cid for cid in match if registry.get(types.get(cid)).mavlink == source]
     if typed or match:
       out[source] = (typed or match)[0]
   if not out:
@@ -374,3 +371,11 @@ def export_tlog(run_dir, out, *, world: int | None = None, chosen: Mapping | Non
       fh.write(struct.pack('>Q', p.log_time_us) + p.buf)
       counts[p.message.get_type()] += 1
   return {'sources': sources, **counts}
+
+
+# The HIL source each built-in type feeds (its `mavlink` part: preferred for that source).
+registry.register('fibril_sim/imu', mavlink=IMU)
+registry.register('fibril_sim/magnetometer', mavlink=MAG)
+registry.register('fibril_sim/barometer', mavlink=BARO)
+registry.register('fibril_sim/airspeed', mavlink=AIRSPEED)
+registry.register('fibril_sim/gnss', mavlink=GPS)

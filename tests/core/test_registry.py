@@ -225,7 +225,7 @@ def test_one_registration_holds_every_part(toy):
       build_toy, ToyConfig, toy_metrics, toy_plot, toy_rig, toy_ros)
   for part in ('build', 'config_model', 'metrics', 'plot', 'validation_rig', 'ros'):
     assert TOY in registry.types(part)
-  assert e.bag is None and e.profile_fit is None                  # parts it did not give
+  assert (e.bag, e.profile_fit, e.mavlink) == (None, None, None)  # parts it did not give
   assert schema.component_config_models()[TOY] is ToyConfig     # `fibril-mjx schema`
   assert fibril_mjx.register is registry.register                # the one call
 
@@ -320,7 +320,7 @@ def test_registering_twice_is_an_error_naming_the_type(toy):
     fibril_mjx.register(TOY, metrics=toy_metrics)
   with pytest.raises(ValueError, match=rf"component type '{TOY}': unknown part\(s\) rigs "
                      r"\(parts: build, config_model, metrics, plot, validation_rig, ros, bag, "
-                     r"profile_fit\)$"):
+                     r"profile_fit, mavlink\)$"):
     fibril_mjx.register(TOY, rigs=toy_rig)
   assert registry.get(TOY) is toy                     # nothing changed
 

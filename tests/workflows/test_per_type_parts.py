@@ -17,7 +17,7 @@ import yaml
 import fibril_mjx
 from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError, FibrilError
-from fibril_mjx.io import bag_fields
+from fibril_mjx.io import bag_fields, mavlink_hil
 from fibril_mjx.io import recording as rc
 from fibril_mjx.workflows import fit_profile
 from fibril_mjx.workflows.validate import inertial
@@ -103,3 +103,20 @@ def test_a_bag_reader_of_a_type_replaces_the_shared_one():
                                'test/bag_toy') is shared     # a type's readers are sensor ones
   finally:
     registry.unregister('test/bag_toy')
+
+
+def test_a_mavlink_source_prefers_the_type_that_feeds_it():
+  """An AHRS has the IMU's rate fields too: the IMU source is the component whose type's
+  `mavlink` part is 'imu', wherever it stands in the manifest."""
+  fields = {'ahrs': ['angular_velocity', 'linear_acceleration', 'orientation'],
+            'imu': ['angular_velocity', 'linear_acceleration'], 'baro': ['pressure_pa']}
+  types_ = {'ahrs': 'fibril_sim/ahrs', 'imu': 'fibril_sim/imu', 'baro': 'fibril_sim/barometer'}
+  assert mavlink_hil.select_sources(fields, types_) == {'imu': 'imu', 'baro': 'baro'}
+  assert mavlink_hil.select_sources(fields, {}) == {'imu': 'ahrs', 'baro': 'baro'}  # no types
+  fibril_mjx.register('test/imu_toy', mavlink='imu')
+  try:
+    assert mavlink_hil.select_sources({'a': fields['ahrs'], 't': fields['imu']},
+                                      {'a': 'fibril_sim/ahrs', 't': 'test/imu_toy'}) == {
+        'imu': 't'}
+  finally:
+    registry.unregister('test/imu_toy')
