@@ -5,7 +5,6 @@ from the SPEC §4 formula (the RNG itself is not under test)."""
 
 from __future__ import annotations
 
-import zlib
 from typing import NamedTuple
 
 import jax
@@ -18,6 +17,7 @@ from fibril_mjx.config import paths
 from fibril_mjx.builder.build import BuildContext
 from fibril_mjx.core.context import ProbeSet
 from fibril_mjx.config.manifest import Catalog
+from ref_helpers import normals  # noqa: F401  (nh.normals in the navigation-sensor tests)
 
 DT = 0.002
 WK = jax.random.fold_in(jax.random.PRNGKey(11), np.uint32(3))
@@ -181,16 +181,6 @@ def drive_worlds(c, data: Data, n_worlds, params=None, env=None, seed=0):
 def delivered(out, field):
   """Values of `field` at the ticks a sample was delivered (one world)."""
   return getattr(out.sample, field)[out.new_data]
-
-
-def normals(world_key, cid, source, n, dim=None, shared=False):
-  """Draws 0..n-1 of a named stream, from the SPEC §4 formula (float64)."""
-  name = ('shared:' + cid) if shared else cid
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(name.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  shape = () if dim is None else (dim,)
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
-                              np.float64) for i in range(n)])
 
 
 def gm_reference(z, phi, sigma):

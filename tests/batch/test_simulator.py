@@ -12,6 +12,7 @@ import pytest
 
 import fibril_mjx
 from conftest import SENSORS2, ahrs_entry, write_rig
+from ref_helpers import tree_equal
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],
@@ -59,11 +60,6 @@ def batch8(run8):
 @pytest.fixture(scope='module')
 def batch64(sim):
   return rollout(sim, 64)
-
-
-def tree_equal(a, b):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_array_equal(x, y)
 
 
 def test_trace_separates_truth_from_sensor(batch8):

@@ -1,0 +1,46 @@
+"""Helpers shared by test files across layers, written once: bitwise pytree equality, the
+named-stream normal draws re-derived from the SPEC §4 formula (the RNG itself is not under
+test), and a writer of a manifest next to its MJCF."""
+
+from __future__ import annotations
+
+import pathlib
+import zlib
+
+import jax
+import numpy as np
+import yaml
+
+
+def tree_equal(a, b):
+  """Asserts two pytrees have the same structure and bitwise equal leaves."""
+  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+  assert len(la) == len(lb) and jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(la, lb):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def normals(world_key, cid, source, n, dim=None, shared=False):
+  """Draws 0..n-1 of the stream `source` of component `cid` (or of the shared stream `cid`),
+  float64 `(n,)` or `(n, dim)` (`dim` an int or a shape tuple), from the SPEC §4 formula
+  `normal(fold_in(fold_in(fold_in(world_key, crc32(cid)), crc32(source)), i))`."""
+  name = ('shared:' + cid) if shared else cid
+  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(name.encode()))),
+                         np.uint32(zlib.crc32(source.encode())))
+  shape = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
+                              np.float64) for i in range(n)])
+
+
+def write_manifest(tmp: pathlib.Path, xml: str, components, *, model: str = 'model.xml',
+                   name: str = 'manifest.yaml', **top) -> pathlib.Path:
+  """Writes the MJCF `xml` as `tmp/model` and a manifest `tmp/name` binding it, with
+  `components` and any other top-level fields `top` (e.g. `command_script=[...]`); returns the
+  manifest's path."""
+  tmp = pathlib.Path(tmp)
+  tmp.mkdir(parents=True, exist_ok=True)
+  (tmp / model).write_text(xml)
+  doc = {'fibril_manifest': 1, 'model': model, **top, 'components': list(components)}
+  path = tmp / name
+  path.write_text(yaml.safe_dump(doc, sort_keys=False))
+  return path
