@@ -1,6 +1,6 @@
 """Helpers shared by test files across layers, written once: bitwise pytree equality, the
 named-stream normal draws re-derived from the SPEC §4 formula (the RNG itself is not under
-test), and a writer of a manifest next to its MJCF."""
+test), a writer of a manifest next to its MJCF, and IMU recordings made by MuJoCo C."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import pathlib
 import zlib
 
 import jax
+import mujoco
 import numpy as np
 import yaml
+
+from fibril_mjx.io import recording
 
 
 def tree_equal(a, b):
@@ -44,3 +47,30 @@ def write_manifest(tmp: pathlib.Path, xml: str, components, *, model: str = 'mod
   path = tmp / name
   path.write_text(yaml.safe_dump(doc, sort_keys=False))
   return path
+
+
+def c_imu_samples(m, d, *, every: int, n_ticks: int, ctrl=None):
+  """MuJoCo C from the state in `d`: `mj_forward` at every tick k = 0 … n_ticks (after setting
+  `d.ctrl = ctrl(k · timestep)` when given), then `mj_step`; at every `every`-th tick the gyro
+  and accelerometer (`sensordata[0:3]`, `[3:6]`). Returns `(ticks (S,), gyro (S, 3),
+  accel (S, 3))`, float64, no noise."""
+  ticks, gyro, accel = [], [], []
+  for k in range(n_ticks + 1):
+    if ctrl is not None:
+      d.ctrl[:] = ctrl(k * m.opt.timestep)
+    mujoco.mj_forward(m, d)
+    if k % every == 0:
+      ticks.append(k)
+      gyro.append(d.sensordata[0:3].copy())
+      accel.append(d.sensordata[3:6].copy())
+    mujoco.mj_step(m, d)
+  return np.asarray(ticks), np.asarray(gyro), np.asarray(accel)
+
+
+def imu_recording(gyro, accel, sample_time_s, arrival_time_s, initial: dict):
+  """A recording of component `imu` (float32 samples; `initial`: `{'qpos', 'qvel'}`)."""
+  return recording.Recording(
+      {'imu': {'angular_velocity': np.asarray(gyro, np.float32),
+               'linear_acceleration': np.asarray(accel, np.float32),
+               'sample_time_s': sample_time_s, 'arrival_time_s': arrival_time_s}},
+      initial=initial, meta={'source': 'MuJoCo C mj_forward at each stamp + NumPy noise (tests)'})
