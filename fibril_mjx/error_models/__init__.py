@@ -8,7 +8,7 @@ A sensor writes its error model once, as a chain of terms in application order:
     NOISE = em.chain(em.white_noise('noise_stddev_pa'), em.quantization('resolution_pa'))
     ERRORS = em.chain(BIAS, NOISE)
 
-and reads off `ERRORS` what used to be written out by hand: its config fields
+and reads everything else off `ERRORS`: its config fields
 (`em.config_model`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
 `em.SAMPLE_TAIL`, `em.sample_type`), stream names
 (`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
