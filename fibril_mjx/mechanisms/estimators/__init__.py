@@ -12,7 +12,7 @@ one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise pa
   which the accelerometer Jacobian annihilates at every linearization point; with a
   body-frame error (`q ⊗ [1, δθ/2]`) the null direction moves with each re-linearization,
   the filter gains spurious yaw information (a wandering `b_z` estimate with a falsely
-  collapsed σ on a still, level IMU).
+  collapsed σ on a still, level IMU: docs/internals/estimators.md).
 - **RPY EKF** (`rpy_ekf`): state `[roll, pitch, yaw, b_g]` (Z-Y-X Euler angles, rad) with
   the full Euler-rate kinematics and a 6×6 covariance. It is singular at pitch = ±90°
   (see `euler_rate_matrix`) and is provided as the reference the attitude-estimation notes
