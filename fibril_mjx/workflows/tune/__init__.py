@@ -13,8 +13,8 @@ near-collinear groups get the combinations the data fixes (`identifiability.py`)
 `tune_fleet` fits many units in one batch (`fleet.py`); the fit itself (`optimise.py`, `lsq.py`)
 is shared.
 
-The contract of a fit, written out with the tune file in docs/guides/tuning.md (every field in
-docs/reference/tune.md):
+The contract of a fit, written out with the tune file in docs/guides/tuning.md (every field of
+the tune file: `spec.py`):
 
 - the manifest is loaded with every stochastic term at zero and the fitted component fields
   varied (a static field is rejected with the reason); quantization and saturation have
