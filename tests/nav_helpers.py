@@ -11,13 +11,12 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-import yaml
 
 from fibril_mjx.config import paths
 from fibril_mjx.builder.build import BuildContext
 from fibril_mjx.core.context import ProbeSet
 from fibril_mjx.config.manifest import Catalog
-from ref_helpers import normals  # noqa: F401  (nh.normals in the navigation-sensor tests)
+from ref_helpers import normals, write_manifest  # noqa: F401  (nh.normals in the tests)
 
 DT = 0.002
 WK = jax.random.fold_in(jax.random.PRNGKey(11), np.uint32(3))
@@ -207,11 +206,7 @@ def bartlett_sd(phi, k, n):
 
 def manifest(tmp_path, components, model_xml=NAV_XML, extra=None):
   """Writes nav.xml and manifest.yaml; returns the manifest path."""
-  (tmp_path / 'nav.xml').write_text(model_xml)
-  doc = {'fibril_manifest': 1, 'model': 'nav.xml', 'components': components, **(extra or {})}
-  path = tmp_path / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  return write_manifest(tmp_path, model_xml, components, model='nav.xml', **(extra or {}))
 
 
 def config_error(tmp_path, components):
