@@ -27,12 +27,23 @@ def normals(world_key, cid, source, n, dim=None, shared=False):
   """Draws 0..n-1 of the stream `source` of component `cid` (or of the shared stream `cid`),
   float64 `(n,)` or `(n, dim)` (`dim` an int or a shape tuple), from the SPEC §4 formula
   `normal(fold_in(fold_in(fold_in(world_key, crc32(cid)), crc32(source)), i))`."""
+  return stream_draws(stream_key(world_key, cid, source, shared), n,
+                      () if dim is None else (dim,) if isinstance(dim, int) else dim)
+
+
+def stream_key(world_key, cid, source, shared=False):
+  """The key of stream `source` of component `cid` (of the shared stream `cid` when `shared`):
+  `fold_in(fold_in(world_key, crc32(cid)), crc32(source))`, SPEC §4."""
   name = ('shared:' + cid) if shared else cid
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(name.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  shape = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
-                              np.float64) for i in range(n)])
+  return jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(name.encode()))),
+                            np.uint32(zlib.crc32(source.encode())))
+
+
+def stream_draws(stream_key, n, shape=()):
+  """Draws 0..n-1 of one stream, `normal(fold_in(stream_key, i), shape)`, float64
+  `(n, *shape)`."""
+  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(stream_key, np.uint32(i)),
+                                                tuple(shape)), np.float64) for i in range(n)])
 
 
 def write_manifest(tmp: pathlib.Path, xml: str, components, *, model: str = 'model.xml',

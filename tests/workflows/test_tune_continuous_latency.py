@@ -24,7 +24,7 @@ TRUE_TICKS, DAMPING = 1.4, 0.02
 
 
 def c_recording(seed):
-  return latency_rig.c_recording(
+  return latency_rig.delayed_steps_recording(
       arm_xml(DAMPING), seed,
       lambda u, t: {'motor': {'value': u, 'issued': np.ones(len(u), bool), 'time_s': t}},
       amplitude=TORQUE, latency_ticks=TRUE_TICKS, ticks=TICKS, hold=HOLD, dt=DT, noise=NOISE,

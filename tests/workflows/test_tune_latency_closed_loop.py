@@ -48,7 +48,7 @@ def c_recording(seed, latency_ticks=TRUE_TICKS):
     return {'motor': {'kind': np.full(n, POSITION, np.int32), 'value': u,
                       'encoder_reset': np.zeros(n, bool),
                       'encoder_position': np.zeros(n, np.float32), 'time_s': t}}
-  return latency_rig.c_recording(
+  return latency_rig.delayed_steps_recording(
       XML.format(damping=DAMPING), seed, commands, amplitude=AMPLITUDE,
       latency_ticks=latency_ticks, ticks=TICKS, hold=HOLD, dt=DT, noise=NOISE,
       meta={'source': 'MuJoCo C mj_step, NumPy delayed position command (tests)',
