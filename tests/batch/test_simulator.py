@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fibril_mjx
-from conftest import SENSORS2, ahrs_entry, write_rig
 from ref_helpers import tree_equal
+from conftest import SENSORS2, ahrs_entry, write_rig
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],

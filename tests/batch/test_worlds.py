@@ -18,8 +18,8 @@ from fibril_mjx.workflows import run as runner
 from fibril_mjx.batch import worlds
 from fibril_mjx.batch import lapack
 from fibril_mjx.errors import FibrilError
-from conftest import ahrs_entry, write_rig
 from ref_helpers import tree_equal
+from conftest import ahrs_entry, write_rig
 
 NOISY = dict(period_s=0.004, latency_s=0.002, jitter_s=0.002, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],

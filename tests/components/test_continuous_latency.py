@@ -32,8 +32,8 @@ from fibril_mjx.components.actuators import motor as motor_mod
 from fibril_mjx.components.actuators.scalar_actuator import ScalarCommand
 from fibril_mjx.core import pipeline
 from fibril_mjx.errors import ConfigError, ConfigErrors
-from latency_rig import ARM_XML
 from ref_helpers import write_manifest
+from latency_rig import ARM_XML
 
 DT, T = 0.002, 60
 LAT_MAX_S = 0.008   # 4 ticks

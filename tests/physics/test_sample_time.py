@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import yaml
 
-import fibril_mjx
 import ref_helpers
+import fibril_mjx
 
 DT = 0.002
 TICKS = 300
