@@ -50,8 +50,9 @@ def held_steps(rng, amplitude: float, ticks: int, hold: int) -> np.ndarray:
   return u.astype(np.float32)
 
 
-def delayed_steps_recording(xml: str, seed: int, commands, *, amplitude: float, latency_ticks: float,
-                ticks: int, hold: int, dt: float, noise: float, meta: dict):
+def delayed_steps_recording(xml: str, seed: int, commands, *, amplitude: float,
+                            latency_ticks: float, ticks: int, hold: int, dt: float, noise: float,
+                            meta: dict):
   """A recording of the arm in `xml` made by MuJoCo C: `held_steps` commands delayed
   `latency_ticks` in NumPy (`delayed`) drive `c_angles`; the encoder's `position` is the angle
   plus N(0, noise²) from NumPy, stamped at every tick. `commands(u, t)` gives the recording's

@@ -2,10 +2,10 @@
 constants, the world axis of default params.
 
 Outside a trace, `jnp.asarray(v, jnp.float32)`, `jnp.zeros(3)`, `jnp.float32(v)` or
-`jnp.broadcast_to` each run one XLA operation, which a new process compiles (or reads from
-JAX's compilation cache) at its first use of each shape and dtype (its cost:
-docs/internals/tuning.md). `jax.device_put` of a NumPy array is a copy. Inside a trace these return the same values (a traced value passes
-through `jnp`)."""
+`jnp.broadcast_to` each run one XLA operation, which a new process compiles (or reads from JAX's
+compilation cache) at its first use of each shape and dtype (its cost:
+docs/internals/tuning.md). `jax.device_put` of a NumPy array is a copy. Inside a trace these
+return the same values (a traced value passes through `jnp`)."""
 
 from __future__ import annotations
 

@@ -23,11 +23,13 @@ SPEC_REF = re.compile(r'SPEC §(\d+(?:\.\d+)*)((?:(?:,| and) §\d+(?:\.\d+)*)*)'
 DOCS_REF = re.compile(r'(docs/[\w./-]+\.md)(?:,\s+"([^"]+)")?')
 # Polish words of the guide's section titles; none of them is an English word.
 POLISH = re.compile(r'\b(i kamera|Barometr|Magnetometr|raportowana|jakość|emulacja|rejestrów|'
-                    r'Rozdział|przewodnik|Model błędu|Minimalny zestaw|Walidacja modelu)\b|[ąęłńśźżć]')
+                    r'Rozdział|przewodnik|Model błędu|Minimalny zestaw|Walidacja modelu)\b'
+                    r'|[ąęłńśźżć]')
 
 
 def sources() -> dict[str, str]:
-  return {str(f.relative_to(ROOT)): f.read_text(encoding='utf-8') for f in sorted(PKG.rglob('*.py'))}
+  return {str(f.relative_to(ROOT)): f.read_text(encoding='utf-8')
+          for f in sorted(PKG.rglob('*.py'))}
 
 
 def spec_sections(text: str) -> set[str]:

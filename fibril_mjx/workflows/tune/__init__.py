@@ -2,16 +2,15 @@
 physical fields and transport latencies to measured samples.
 
 Two ways to the Jacobian (`optimizer.gradients`, `make_problem`): `fd` (`rollouts.py`,
-`RolloutProblem`) runs the physics on MuJoCo C — threaded rollouts, a float64 forward
-difference per physical parameter — and differentiates the device model exactly in forward mode
-on the recorded frames; `exact` (`problem.py`, `Problem`) is forward mode through MJX (its
-constraint solver's `while_loop` has no reverse mode), optionally over windows of the recording
-with each window's start state held; `auto` picks `fd` on a CPU host when nothing closes a loop on physics. A fitted transport
-latency is searched over whole ticks (`timing.py`); a continuous actuator latency
-(`latency_mode: continuous`, SPEC §6.1.1) is an ordinary continuous parameter;
-near-collinear groups get the combinations the data fixes (`identifiability.py`);
-`tune_fleet` fits many units in one batch (`fleet.py`); the fit itself (`optimise.py`, `lsq.py`)
-is shared.
+`RolloutProblem`) runs the physics on MuJoCo C — threaded rollouts, a float64 forward difference
+per physical parameter — and differentiates the device model exactly in forward mode on the
+recorded frames; `exact` (`problem.py`, `Problem`) is forward mode through MJX (its constraint
+solver's `while_loop` has no reverse mode), optionally over windows of the recording with each
+window's start state held; `auto` picks `fd` on a CPU host when nothing closes a loop on
+physics. A fitted transport latency is searched over whole ticks (`timing.py`); a continuous
+actuator latency (`latency_mode: continuous`, SPEC §6.1.1) is an ordinary continuous parameter;
+near-collinear groups get the combinations the data fixes (`identifiability.py`); `tune_fleet`
+fits many units in one batch (`fleet.py`); the fit itself (`optimise.py`, `lsq.py`) is shared.
 
 The contract of a fit, written out with the tune file in docs/guides/tuning.md (every field of
 the tune file: `spec.py`):
