@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 import textwrap
 
-import yaml
+from ref_helpers import write_manifest
 
 RIG_XML = textwrap.dedent("""\
     <mujoco model="actuator_rig">
@@ -59,12 +59,7 @@ DT = 0.002
 
 def write(tmp: pathlib.Path, components, *, extra=None, xml=RIG_XML) -> pathlib.Path:
   """Writes rig.xml and manifest.yaml into `tmp`; returns the manifest path."""
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'rig.xml').write_text(xml)
-  doc = {'fibril_manifest': 1, 'model': 'rig.xml', **(extra or {}), 'components': components}
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  return write_manifest(tmp, xml, components, model='rig.xml', **(extra or {}))
 
 
 def motor(cid, actuator, **config):

@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 import textwrap
 
 import pytest
-import yaml
 
 # The test files live in tests/<layer>/ (mirroring fibril_mjx/); their shared helpers (imu_rig,
 # finite_diff, ...) stay in tests/ and are imported by name from any of them.
@@ -186,14 +185,9 @@ SCRIPT = [{'actuator': 'yaw_motor', 'amplitude': 1.5, 'frequency_hz': 0.5},
 
 def write_rig(tmp: pathlib.Path, components, *, script=SCRIPT, extra=None) -> pathlib.Path:
   """Writes rig.xml and manifest.yaml into `tmp`; returns the manifest path."""
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'rig.xml').write_text(RIG_XML)
-  doc = {'fibril_manifest': 1, 'model': 'rig.xml', 'actuator_script': script,
-         'components': components}
-  doc.update(extra or {})
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  from ref_helpers import write_manifest
+  return write_manifest(tmp, RIG_XML, components, model='rig.xml', actuator_script=script,
+                        **(extra or {}))
 
 
 def ahrs_entry(cid='ahrs', sensors=SENSORS, **config):

@@ -9,6 +9,8 @@ import pathlib
 import mujoco
 import numpy as np
 
+from fibril_mjx.io import recording
+
 ARM_XML = (pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'tuning' /
            'latency_arm.xml').read_text()
 
@@ -39,3 +41,27 @@ def c_angles(xml: str, ctrl) -> np.ndarray:
     d.ctrl[0] = c
     mujoco.mj_step(m, d)
   return q
+
+
+def held_steps(rng, amplitude: float, ticks: int, hold: int) -> np.ndarray:
+  """`(ticks + 1,)` float32 command levels uniform in ±`amplitude`, each held `hold` ticks
+  (float32: what a recording stores and the model reads)."""
+  u = np.repeat(rng.uniform(-amplitude, amplitude, ticks // hold + 1), hold)[:ticks + 1]
+  return u.astype(np.float32)
+
+
+def delayed_steps_recording(xml: str, seed: int, commands, *, amplitude: float,
+                            latency_ticks: float, ticks: int, hold: int, dt: float, noise: float,
+                            meta: dict):
+  """A recording of the arm in `xml` made by MuJoCo C: `held_steps` commands delayed
+  `latency_ticks` in NumPy (`delayed`) drive `c_angles`; the encoder's `position` is the angle
+  plus N(0, noise²) from NumPy, stamped at every tick. `commands(u, t)` gives the recording's
+  `{component: {field: (n,)}}` commands for the levels `u` at times `t`."""
+  rng = np.random.default_rng(seed)
+  u = held_steps(rng, amplitude, ticks, hold)
+  q = c_angles(xml, delayed(u, latency_ticks))
+  t = np.arange(ticks + 1) * dt
+  return recording.Recording(
+      {'encoder': {'position': (q + noise * rng.standard_normal(q.shape)).astype(np.float32),
+                   'sample_time_s': t, 'arrival_time_s': t}},
+      commands=commands(u, t), initial={'qpos': np.zeros(1), 'qvel': np.zeros(1)}, meta=meta)

@@ -5,19 +5,18 @@ from the SPEC §4 formula (the RNG itself is not under test)."""
 
 from __future__ import annotations
 
-import zlib
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-import yaml
 
 from fibril_mjx.config import paths
 from fibril_mjx.builder.build import BuildContext
 from fibril_mjx.core.context import ProbeSet
 from fibril_mjx.config.manifest import Catalog
+from ref_helpers import normals, write_manifest  # noqa: F401  (nh.normals in the tests)
 
 DT = 0.002
 WK = jax.random.fold_in(jax.random.PRNGKey(11), np.uint32(3))
@@ -183,16 +182,6 @@ def delivered(out, field):
   return getattr(out.sample, field)[out.new_data]
 
 
-def normals(world_key, cid, source, n, dim=None, shared=False):
-  """Draws 0..n-1 of a named stream, from the SPEC §4 formula (float64)."""
-  name = ('shared:' + cid) if shared else cid
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(name.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  shape = () if dim is None else (dim,)
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
-                              np.float64) for i in range(n)])
-
-
 def gm_reference(z, phi, sigma):
   """Stationary first-order Gauss–Markov from unit draws `z` `(n, ...)` (float64)."""
   b = np.empty_like(z)
@@ -217,11 +206,7 @@ def bartlett_sd(phi, k, n):
 
 def manifest(tmp_path, components, model_xml=NAV_XML, extra=None):
   """Writes nav.xml and manifest.yaml; returns the manifest path."""
-  (tmp_path / 'nav.xml').write_text(model_xml)
-  doc = {'fibril_manifest': 1, 'model': 'nav.xml', 'components': components, **(extra or {})}
-  path = tmp_path / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  return write_manifest(tmp_path, model_xml, components, model='nav.xml', **(extra or {}))
 
 
 def config_error(tmp_path, components):

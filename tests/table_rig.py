@@ -6,7 +6,8 @@ activation, control and mocap position away from zero."""
 import pathlib
 
 import numpy as np
-import yaml
+
+from ref_helpers import write_manifest
 
 DT = 0.004
 HIP = 0.0    # rad, the legs in the `home` key (straight: splayed legs fight through friction)
@@ -68,15 +69,10 @@ MOTOR = {'application_period_s': DT, 'feedback_period_s': DT, 'hold_when_uncomma
 
 
 def manifest(tmp: pathlib.Path, keyframe='home', components=None, **extra) -> pathlib.Path:
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'table.xml').write_text(xml())
   comps = components if components is not None else (
       [{'id': f'{n}_motor', 'type': 'fibril_sim/motor', 'config': {'actuator': f'{n}_motor',
                                                                    **MOTOR}}
        for n in ('fl', 'fr', 'bl')] + [IMU])
-  doc = {'fibril_manifest': 1, 'model': 'table.xml', **extra, 'components': comps}
   if keyframe is not None:
-    doc['keyframe'] = keyframe
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+    extra = {**extra, 'keyframe': keyframe}
+  return write_manifest(tmp, xml(), comps, model='table.xml', **extra)

@@ -26,7 +26,7 @@ import textwrap
 import jax
 import mujoco
 import numpy as np
-import yaml
+import ref_helpers
 
 DT = 0.002
 TICKS = 40
@@ -147,19 +147,14 @@ def components():
 
 
 def write_manifest(tmp: pathlib.Path) -> pathlib.Path:
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'model.xml').write_text(MODEL.format(dt=DT))
-  doc = {'fibril_manifest': 1, 'model': 'model.xml',
-         'command_script': [
+  return ref_helpers.write_manifest(
+      tmp, MODEL.format(dt=DT), components(),
+      command_script=[
              {'component': 'mot', 'kind': 'effort', **MOT, 'period_s': DT},
              {'component': 'sc', 'kind': 'value', **SC, 'period_s': DT},
              {'component': 'mm', 'kind': 'motion', 'waveform': 'sine', **MM, 'period_s': DT},
              {'component': 'ps', 'kind': 'position', 'amplitude': 0.3, 'frequency_hz': 1.0,
-              'period_s': DT}],
-         'components': components()}
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+              'period_s': DT}])
 
 
 def sine(spec, t):

@@ -1,4 +1,5 @@
-"""Host-side analysis of `fibril_sim/airspeed` runs (SPEC §5, "Barometr i airspeed")."""
+"""Host-side analysis of `fibril_sim/airspeed` runs
+(docs/guides/sensors.md, "Navigation sensors, faults and health")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Host-side analysis of `fibril_sim/barometer` runs (SPEC §5, "Barometr i airspeed").
+"""Host-side analysis of `fibril_sim/barometer` runs
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 The truth carries the site height, not the ideal pressure (that needs the world's
 `altitude_offset_m` and sea level, Params the host analysis does not see). So the pressure is

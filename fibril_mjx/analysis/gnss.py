@@ -1,5 +1,5 @@
-"""Host-side analysis of `fibril_sim/gnss` runs (SPEC §5, "Model GNSS", "Covariance i
-raportowana jakość").
+"""Host-side analysis of `fibril_sim/gnss` runs
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 The reported geodetic position is converted back to the world ENU frame on the host
 (`fibril_mjx.mechanisms.geodesy.geodetic_e7_to_enu`) and compared with the true antenna position at each

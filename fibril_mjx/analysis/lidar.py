@@ -1,5 +1,5 @@
-"""Host-side analysis of `fibril_sim/lidar` runs (the sensor-modelling guide, "Lidar, optical
-flow i kamera")."""
+"""Host-side analysis of `fibril_sim/lidar` runs
+(docs/guides/sensors.md, "Exteroceptive sensors: camera, lidar, optical flow")."""
 
 from __future__ import annotations
 

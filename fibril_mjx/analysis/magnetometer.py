@@ -1,4 +1,5 @@
-"""Host-side analysis of `fibril_sim/magnetometer` runs (SPEC §5, "Magnetometr").
+"""Host-side analysis of `fibril_sim/magnetometer` runs
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 Every metric is per world over the *usable* samples (`common.usable`: delivered, healthy,
 finite). A world with none gets NaN (never an exception); `fibril-mjx run` leaves NaN and

@@ -64,29 +64,17 @@ ISA_KEY = '--xla_cpu_max_isa'
 BITWISE_ISA = 'AVX'   # the widest x86 ISA without FMA
 EXTRA_KEY = '--xla_backend_extra_options'
 LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
-# XLA:CPU (jaxlib 0.10) emits each fusion through its MLIR fusion emitters by default; its
-# classic loop emitters compile the same programs in 20-40 % less time (the IMU + EKF example:
-# 12.1 s instead of 16.1 s; the four-motor rig of bench/overhead.py: 17 s instead of 22 s) and
-# run them as fast at thousands of worlds; they launch more kernels per tick, so a few worlds
-# per device run up to a fifth slower, and a loop compiled as one kernel (a device pass over
-# MuJoCo C frames) compiles no faster, the EKF's slower (docs/internals/performance.md).
-# Results can differ from the MLIR emitters' by float rounding (other generated code; the IMU +
-# EKF example is bitwise the same), never between layouts: the guarantee below holds.
+# XLA:CPU's classic loop emitters instead of its MLIR fusion emitters: shorter compiles, the
+# same speed at thousands of worlds; results may differ from the MLIR emitters' by float
+# rounding, never between layouts (figures: docs/internals/performance.md, "Classic emitters").
 EMITTER_FLAG = '--xla_cpu_use_fusion_emitters=false'
 # With one device per usable core each device's program already has a core of its own; XLA's
-# multi-threaded Eigen calls (dots, convolutions) then only compete with the other devices'
-# threads: at 4096 worlds on 2 cores the four-motor rig steps 21-28 % more worlds per second
-# with them single-threaded (docs/internals/performance.md).
+# multi-threaded Eigen calls (dots, convolutions) would only compete with the other devices'.
 EIGEN_FLAG = '--xla_cpu_multi_thread_eigen=false'
-# XLA:CPU runs a program as a sequence of thunks, one per fused kernel, and a `while` loop
-# (a `lax.scan` over ticks) dispatches its body's thunks again at every iteration — unless
-# the bytes its body touches are below this option (1 kB by default: one world of a sensor
-# pipeline, not two), when it compiles the whole loop into one kernel. With every loop it can
-# so compiled, the device pass of a tune over MuJoCo C frames runs 11× faster on 2 worlds
-# (2.2 → 0.2 ms for 10 s of an IMU at 250 Hz), 3.6× on 32 and 1.4× on 128; the warm fits of
-# `bench/tune_vs_sysid.py` take 20–30 % less time; 1024 worlds of `physics='c'`
-# (`bench/scaling.py`) run as fast as before, within the noise. Loops XLA cannot compile as
-# one kernel (MJX's step: scatters, LAPACK calls) are not affected.
+# XLA:CPU dispatches a `while` loop's body thunks again at every iteration unless the bytes
+# the body touches are below this option (1 kB by default), when it compiles the whole loop
+# into one kernel. Loops XLA cannot compile as one kernel (MJX's step: scatters, LAPACK calls)
+# are not affected (figures: docs/internals/performance.md, "A scan over ticks is one kernel").
 SMALL_LOOP_BYTES = 2**40
 
 
@@ -123,11 +111,11 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=None) -> in
     surrounding loop was fused and vectorized — which changes with the batch size, the
     number of sub-batches and the device count. Without FMA every world's arithmetic is the
     same operations in the same order in any layout, so its results are bitwise identical
-    whatever batch, chunk or device count it runs in (measured cost: within noise on the
-    wheeled base and the IMU + EKF example, 18–30 % on the turntable; bench/README.md). `bitwise=False` (CLI `--cpu-isa native`) keeps
-    the host's full ISA; results then agree only to float rounding across layouts.
+    whatever batch, chunk or device count it runs in (its cost: docs/internals/performance.md).
+    `bitwise=False` (CLI `--cpu-isa native`) keeps the host's full ISA; results then agree
+    only to float rounding across layouts.
   * **loops**: `loop_flags` (every `lax.scan` over ticks XLA can compile as one kernel is).
-  * **compile time**: XLA's classic loop emitters (`EMITTER_FLAG`), 20-40 % faster to compile.
+  * **compile time**: XLA's classic loop emitters (`EMITTER_FLAG`), shorter compiles.
   * **one thread per device**: with at least one device per usable core, single-threaded
     Eigen calls (`EIGEN_FLAG`), so the devices do not compete for the cores.
 

@@ -69,7 +69,7 @@ def _cmd_profiles(args) -> int:
 
 
 def _add_extra_commands(sub) -> None:
-  """`export-mcap`, `schema`, `profiles list|show` (issue 14)."""
+  """`export-mcap`, `schema`, `profiles list|show`."""
   e = sub.add_parser('export-mcap', help='write a run directory as ROS 2 messages in an MCAP file')
   e.add_argument('run_dir')
   e.add_argument('--worlds', default=None,
@@ -103,7 +103,7 @@ def _cmd_export_mavlink(args) -> int:
 
 
 def _add_mavlink_command(sub) -> None:
-  """`export-mavlink` (issue 23): a run directory as MAVLink HIL_SENSOR / HIL_GPS (.tlog)."""
+  """`export-mavlink`: a run directory as MAVLink HIL_SENSOR / HIL_GPS (.tlog)."""
   e = sub.add_parser('export-mavlink',
                      help='write one world of a run directory as MAVLink HIL_SENSOR and HIL_GPS '
                      'messages in a .tlog')
@@ -156,7 +156,7 @@ def _cmd_fit_profile(args) -> int:
 
 
 def _add_validation_commands(sub) -> None:
-  """`validate` and `fit-profile` (issue 12)."""
+  """`validate` and `fit-profile`."""
   v = sub.add_parser('validate', help='virtual test rigs (SPEC §12 minimum test set) for one '
                      'sensor component (IMU, AHRS, magnetometer, barometer, airspeed, '
                      'rangefinder, GNSS, optical flow, lidar, camera): checks with plots; exit 1 '
@@ -224,7 +224,7 @@ def _cmd_replay(args) -> int:
 
 
 def _add_campaign_commands(sub) -> None:
-  """`campaign`, `replay` (issue 10)."""
+  """`campaign`, `replay`."""
   c = sub.add_parser('campaign', help='run a Monte Carlo campaign into resumable Parquet parts')
   c.add_argument('campaign')
   c.add_argument('--out', required=True, help='output directory')
@@ -295,7 +295,7 @@ def _cmd_tune(args) -> int:
 
 
 def _add_tune_command(sub) -> None:
-  """`tune` (issue 11)."""
+  """`tune`."""
   t = sub.add_parser('tune', help='fit component fields and MJCF physical fields to recordings '
                      '(writes an overlay and a report)')
   t.add_argument('tune_file')

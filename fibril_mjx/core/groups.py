@@ -1,5 +1,5 @@
-"""Components of one type step as one group (issue #64): a robot's twenty motors are traced,
-compiled and launched as one motor with a member axis, not twenty.
+"""Components of one type step as one group: a robot's twenty motors are traced, compiled and
+launched as one motor with a member axis, not twenty.
 
 A built component is static: its trace depends on its config (which terms are on, its
 schedules, its transport) and on its bindings (actuator, joint and sensor addresses, gears,

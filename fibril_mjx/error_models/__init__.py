@@ -8,7 +8,7 @@ A sensor writes its error model once, as a chain of terms in application order:
     NOISE = em.chain(em.white_noise('noise_stddev_pa'), em.quantization('resolution_pa'))
     ERRORS = em.chain(BIAS, NOISE)
 
-and reads off `ERRORS` what used to be written out by hand: its config fields
+and reads everything else off `ERRORS`: its config fields
 (`em.config_model`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
 `em.SAMPLE_TAIL`, `em.sample_type`), stream names
 (`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
@@ -22,26 +22,8 @@ angular-velocity and linear-acceleration channels), writes one chain per path an
 together with `em.partition(angular_velocity=..., linear_acceleration=...)`: everything above but
 the State and the traced calls is read off the partition.
 
-Adding an error term is one factory in `terms.py` (or a new module here) and its test:
-
-1. Write `def my_term(field: str, ...) -> Term` returning `Term(name, kind, config, params,
-   switches, random, state, streams, apply=..., variance=..., init=..., check=...)`, where
-   `config` lists the `ConfigField(name, annotation, default)`s it owns, `state` its
-   `(name, zero_fn)` pairs, `streams` the RNG stream names it draws, `random` the fields that
-   scale a draw (so `tune` holds them at zero; a slow one is a drift `validate` zeroes in its
-   static rig unless `episode=True`, a draw constant over an episode), `reads` where the Params
-   it reads when on are not its switches that are on plus its other params, and
-   `apply(p, st, x, ctx) -> (st, x, flags)` is pure and uses a mechanism of
-   `fibril_mjx.mechanisms` (write a new mechanism there, once, if none fits).
-2. Export it below.
-3. Test it in `tests/error_models/` against a float64 NumPy model written in the test (its
-   mean, variance or autocorrelation in closed form), and test that at its default it is
-   compiled out.
-
-`random_walk` was added this way (its factory, its export, `test_random_walk_variance_grows_
-linearly`), and `ar1_noise` (`test_ar1_noise_shares_the_white_noise_draw`); the inertial
-channels use both. A sensor then gains a term by adding it to its chain: its manifest field,
-Params, State, streams, plan line and `tune` behaviour follow.
+Adding an error term is one factory in `terms.py` (or a new module here), exported below, and
+its test against a float64 NumPy model: docs/howto/new-error-term.md walks through it.
 """
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,

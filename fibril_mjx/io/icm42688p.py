@@ -1,10 +1,10 @@
 """A bus boundary for one real IMU: the TDK InvenSense ICM-42688-P's registers, FIFO and INT1
 as a driver sees them over SPI, fed with simulated IMU samples (host side, NumPy, no JAX).
 
-The sensor-modelling guide ("SITL, HIL i emulacja rejestrów"): a message model cannot expose a
-driver's SPI burst-read bug or a wrong FIFO-interrupt clear; a register emulation can (and
-cannot expose a case resonance). This is that layer for one device, not "full HIL": it has no
-electrical timing, no clock drift, no analog front end (the samples come already filtered and
+docs/guides/interfaces.md, "ICM-42688-P register and FIFO emulation": a message model cannot
+expose a driver's SPI burst-read bug or a wrong FIFO-interrupt clear; a register emulation can
+(and cannot expose a case resonance). This is that layer for one device, not "full HIL": it has
+no electrical timing, no clock drift, no analog front end (the samples come already filtered and
 noisy from `fibril_sim/imu`), one register bank.
 
 Pieces:

@@ -1,10 +1,11 @@
 """The HIL packet boundary: delivered samples as MAVLink `HIL_SENSOR` and `HIL_GPS` messages.
 
-The sensor-modelling guide separates the algorithmic, middleware, HIL, bus-emulation and
-sensor-stimulation boundaries; this module is the HIL one: what a flight controller in HIL
-mode receives over its link. It is *not* a bus emulation (`fibril_mjx.io.icm42688p` is one, for
-one IMU) and not "full HIL". Messages are packed by `pymavlink` (MAVLink 2, the common message
-set of the pinned pymavlink, `pymavlink/dialects/v20/common.xml`); nothing here encodes bytes.
+A simulated sensor meets the software under test at one of several boundaries (algorithmic,
+middleware, HIL, bus emulation, sensor stimulation); this module is the HIL one: what a flight
+controller in HIL mode receives over its link. It is *not* a bus emulation
+(`fibril_mjx.io.icm42688p` is one, for one IMU) and not "full HIL". Messages are packed by
+`pymavlink` (MAVLink 2, the common message set of the pinned pymavlink,
+`pymavlink/dialects/v20/common.xml`); nothing here encodes bytes.
 
 One `HIL_SENSOR` per tick on which any of the selected IMU, magnetometer, barometer or airspeed
 components delivered a sample (`new_data`), one `HIL_GPS` per delivered GNSS sample. Field

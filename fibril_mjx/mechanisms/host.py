@@ -2,11 +2,10 @@
 constants, the world axis of default params.
 
 Outside a trace, `jnp.asarray(v, jnp.float32)`, `jnp.zeros(3)`, `jnp.float32(v)` or
-`jnp.broadcast_to` each run one XLA operation, which a new process compiles (or reads from
-JAX's compilation cache) at its first use of each shape and dtype: 5–30 ms apiece, about a
-third of a warm tune's wall in a new process (`bench/tune_vs_sysid.py`). `jax.device_put` of
-a NumPy array is a copy. Inside a trace these return the same values (a traced value passes
-through `jnp`)."""
+`jnp.broadcast_to` each run one XLA operation, which a new process compiles (or reads from JAX's
+compilation cache) at its first use of each shape and dtype (its cost:
+docs/internals/tuning.md). `jax.device_put` of a NumPy array is a copy. Inside a trace these
+return the same values (a traced value passes through `jnp`)."""
 
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ def _concrete(x) -> bool:
 
 def broadcast_leaves(tree, n: int):
   """`broadcast(x, (n,) + x.shape)` of every leaf of `tree`, the concrete ones copied to the
-  device in one transfer (one `device_put` per leaf costs ~0.1 ms)."""
+  device in one transfer, not one `device_put` per leaf."""
   leaves, treedef = jax.tree.flatten(tree)
   host = [_concrete(x) for x in leaves]
   moved = iter(jax.device_put([np.broadcast_to(np.asarray(x), (n,) + np.shape(x))

@@ -36,9 +36,9 @@ with contextlib.redirect_stdout(io.StringIO()):
 # `forward` and `integrate` are jitted: a process traces each once per model and shapes, and
 # every program that steps that model (reset, step, run, rollout, gradients, any world count
 # or tick count) reuses the trace, batched or differentiated as a jaxpr, instead of running
-# MJX's Python again (about 0.3-0.8 s a program on the shipped models; tests/batch/
-# test_simulator.py counts the traces). XLA inlines the call: rollouts with and without the
-# jit were measured bitwise equal (turntable; wheeled base with dcmotors).
+# MJX's Python again (tests/batch/test_simulator.py counts the traces; the time saved:
+# docs/internals/performance.md). XLA inlines the call, so the results are those without the
+# jit, bitwise.
 @jax.jit
 def forward(m, d):
   """`mjx.forward`, plus acceleration-stage sensors when the model has no constraints."""

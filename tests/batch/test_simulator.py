@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fibril_mjx
+from ref_helpers import tree_equal
 from conftest import SENSORS2, ahrs_entry, write_rig
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
@@ -59,11 +60,6 @@ def batch8(run8):
 @pytest.fixture(scope='module')
 def batch64(sim):
   return rollout(sim, 64)
-
-
-def tree_equal(a, b):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_array_equal(x, y)
 
 
 def test_trace_separates_truth_from_sensor(batch8):

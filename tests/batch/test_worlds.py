@@ -18,6 +18,7 @@ from fibril_mjx.workflows import run as runner
 from fibril_mjx.batch import worlds
 from fibril_mjx.batch import lapack
 from fibril_mjx.errors import FibrilError
+from ref_helpers import tree_equal
 from conftest import ahrs_entry, write_rig
 
 NOISY = dict(period_s=0.004, latency_s=0.002, jitter_s=0.002, loss_probability=0.1,
@@ -69,13 +70,6 @@ def damped(rig, base):
   p, keys, _, _ = base
   model = sim.mx.replace(dof_damping=jnp.asarray(DAMPING))
   return sim.rollout(p, keys, DAMPED_TICKS, model=model, model_axes={'dof_damping': 0})
-
-
-def tree_equal(a, b):
-  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-  assert len(la) == len(lb)
-  for x, y in zip(la, lb):
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def pick(tree, i):

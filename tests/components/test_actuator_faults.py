@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
-import yaml
 
 import fibril_mjx
 from fibril_mjx.builder import vary as vary_mod
@@ -25,6 +24,7 @@ from fibril_mjx.components.actuators.scalar_actuator import ScalarCommand
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.mechanisms.faults import actuator as fa
 from fibril_mjx.mechanisms.faults.spec import FaultParams
+from ref_helpers import write_manifest
 
 DT = 0.002
 T = 260
@@ -74,11 +74,7 @@ MP_STUCK = (0.2, 0.21, 0.185)
 
 
 def write(tmp, components):
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'rig.xml').write_text(XML)
-  doc = {'fibril_manifest': 1, 'model': 'rig.xml', 'components': components}
-  (tmp / 'manifest.yaml').write_text(yaml.safe_dump(doc, sort_keys=False))
-  return tmp / 'manifest.yaml'
+  return write_manifest(tmp, XML, components, model='rig.xml')
 
 
 def components(sc_faults=SC_FAULTS, mp_faults=MP_FAULTS):

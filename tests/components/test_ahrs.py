@@ -8,7 +8,6 @@ The reference derives the random normals itself from the SPEC §4 stream formula
 """
 
 import math
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,7 @@ from scipy.spatial.transform import Rotation
 
 from conftest import RIG_XML, SENSORS, SensorData
 from finite_diff import central_differences
+from ref_helpers import normals
 from fibril_mjx.config import paths
 from fibril_mjx.builder.build import BuildContext
 from fibril_mjx.components.sensors import ahrs
@@ -82,15 +82,6 @@ def run_worlds(c, params, sd, world_keys):
                                               world_keys))
 
 
-def normals(world_key, source, n, dim=3):
-  """z_k of a named stream, re-derived from the SPEC formula (the RNG is not under test)."""
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(CID.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), (dim,)),
-                              np.float64) for i in range(n)]) if dim else np.asarray(
-      jax.random.normal(jax.random.fold_in(k, np.uint32(0)), ()), np.float64)
-
-
 # ------------------------------------------------------------------ float64 reference
 
 def ref_ahrs(sd, cfg, wk):
@@ -100,7 +91,7 @@ def ref_ahrs(sd, cfg, wk):
   period = PERIOD
   b_psi = 0.0
   if cfg.get('yaw_rate_bias_stddev_rad_s', 0) > 0:
-    b_psi = cfg['yaw_rate_bias_stddev_rad_s'] * float(normals(wk, 'yaw_rate_bias', 1, dim=0))
+    b_psi = cfg['yaw_rate_bias_stddev_rad_s'] * normals(wk, CID, 'yaw_rate_bias', 1)[0]
   out = {}
 
   for ch, cols, lim, res in (('angular_velocity', slice(4, 7), 'angular_velocity_limit_rad_s',
@@ -121,7 +112,7 @@ def ref_ahrs(sd, cfg, wk):
     sigma = g(f'{ch}_noise_stddev', [0, 0, 0])
     if np.any(sigma > 0):
       rho = g(f'{ch}_noise_correlation', [0, 0, 0])
-      z = normals(wk, f'{ch}_noise', n)
+      z = normals(wk, CID, f'{ch}_noise', n, 3)
       e = np.empty_like(x)
       e[0] = sigma * z[0]
       for k in range(1, n):
@@ -159,7 +150,7 @@ def ref_ahrs(sd, cfg, wk):
   so = g('orientation_noise_stddev_rad', [0, 0, 0])
   if np.any(so > 0):
     rho = g('orientation_noise_correlation', [0, 0, 0])
-    z = normals(wk, 'orientation_noise', n)
+    z = normals(wk, CID, 'orientation_noise', n, 3)
     e = np.empty((n, 3))
     e[0] = so * z[0]
     for k in range(1, n):

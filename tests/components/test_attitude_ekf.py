@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
-import yaml
 
 import imu_rig
 from conftest import RIG_XML, SensorData
-from error_helpers import GE0, GT0, NO_VALUE, assert_reported, load_error, write
+
+from error_helpers import GE0, GT0, NO_VALUE, assert_reported, load_error
 from fibril_mjx.mechanisms import estimators as est
 from fibril_mjx.config import paths
 from fibril_mjx.mechanisms import quat
@@ -31,6 +31,7 @@ from fibril_mjx.builder.build import BuildContext
 from fibril_mjx.components.estimators import attitude_ekf
 from fibril_mjx.components.sensors import imu
 from fibril_mjx.config.manifest import Catalog
+from ref_helpers import write_manifest
 
 DT = 0.002
 PERIOD = 0.01
@@ -429,12 +430,10 @@ AHRS_ENTRY = {'id': 'ahrs', 'type': 'fibril_sim/ahrs',
 
 
 def ekf_manifest(tmp_path, config: dict, *, before=(IMU_ENTRY,), after=(), gravity=''):
-  write(tmp_path / 'tiny_ekf.xml', EKF_XML.format(gravity=gravity))
   ekf = {'id': 'ekf', 'type': 'fibril_mjx/attitude_ekf',
          'config': {k: v for k, v in {'imu': 'imu', **config}.items() if v is not None}}
-  doc = {'fibril_manifest': 1, 'model': 'tiny_ekf.xml',
-         'components': [*before, ekf, *after]}
-  return write(tmp_path / 'manifest.yaml', yaml.safe_dump(doc, sort_keys=False))
+  return write_manifest(tmp_path, EKF_XML.format(gravity=gravity), [*before, ekf, *after],
+                        model='tiny_ekf.xml')
 
 
 EKF_CASES = {

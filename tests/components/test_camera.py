@@ -13,6 +13,7 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 import extero_helpers as eh
+from ref_helpers import write_manifest
 from fibril_mjx.components.sensors import camera
 from fibril_mjx.errors import FibrilError
 
@@ -161,18 +162,15 @@ def test_dropped_frames_and_latency_through_the_cycle(m):
 
 
 def test_config_rules(tmp_path):
-  import yaml
-
   import fibril_mjx
-  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
 
   def err(**cfg):
     c = {'site': 'cam', 'landmarks': ['lm0'], 'period_s': 0.04, **INTR, **cfg}
-    doc = {'fibril_manifest': 1, 'model': 'scene.xml',
-           'components': [{'id': 'cam0', 'type': camera.TYPE, 'config': c}]}
-    (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
+    path = write_manifest(tmp_path, eh.SCENE_XML, [{'id': 'cam0', 'type': camera.TYPE,
+                                                     'config': c}],
+                          model='scene.xml', name='m.yaml')
     with pytest.raises(FibrilError) as e:
-      fibril_mjx.load(str(tmp_path / 'm.yaml'))
+      fibril_mjx.load(str(path))
     return str(e.value)
   P = 'components[0].config'
   assert f'{P}.readout_time_s = 0.0: must be > 0 with shutter: rolling' in err(shutter='rolling')
@@ -186,16 +184,13 @@ def test_dropout_fault_and_per_world_focal_length(tmp_path):
   """Through the simulator: a dropout window delivers no frame; a per-world `fx_px` scales
   u − cx by the focal-length ratio (per-world Params, as campaigns sample them)."""
   import jax
-  import yaml
 
   import fibril_mjx
-  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
   cfg = {'site': 'cam', 'landmarks': eh.LANDMARKS, 'period_s': 0.02, **INTR,
          'faults': [{'type': 'dropout', 'start_s': 0.1, 'end_s': 0.2}]}
-  doc = {'fibril_manifest': 1, 'model': 'scene.xml',
-         'components': [{'id': 'cam0', 'type': camera.TYPE, 'config': cfg}]}
-  (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
-  sim = fibril_mjx.load(str(tmp_path / 'm.yaml'))
+  sim = fibril_mjx.load(str(write_manifest(
+      tmp_path, eh.SCENE_XML, [{'id': 'cam0', 'type': camera.TYPE, 'config': cfg}],
+      model='scene.xml', name='m.yaml')))
   p = sim.default_params(2)
   p['cam0'] = p['cam0']._replace(fx_px=jax.numpy.asarray([420.0, 504.0]))
   _, tr = sim.rollout(p, fibril_mjx.world_keys(0, 2), 160)

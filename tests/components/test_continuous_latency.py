@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import yaml
 
 import fibril_mjx
 from fibril_mjx.builder import vary as fl
@@ -33,6 +32,7 @@ from fibril_mjx.components.actuators import motor as motor_mod
 from fibril_mjx.components.actuators.scalar_actuator import ScalarCommand
 from fibril_mjx.core import pipeline
 from fibril_mjx.errors import ConfigError, ConfigErrors
+from ref_helpers import write_manifest
 from latency_rig import ARM_XML
 
 DT, T = 0.002, 60
@@ -46,10 +46,7 @@ def write(tmp, motor: dict, encoder: dict | None = None):
             'config': {'actuator': 'motor', **motor}},
            {'id': 'encoder', 'type': 'fibril_sim/encoder',
             'config': {'joint': 'hinge', 'period_s': DT, **(encoder or {})}}]
-  path = tmp / 'm.yaml'
-  path.write_text(yaml.safe_dump({'fibril_manifest': 1, 'model': 'arm.xml',
-                                  'components': comps}))
-  return path
+  return write_manifest(tmp, ARM_XML, comps, model='arm.xml', name='m.yaml')
 
 
 def commands(seed=0) -> np.ndarray:
@@ -244,10 +241,7 @@ def write_motor(tmp, motor: dict, type_='fibril_sim/motor'):
   (tmp / 'arm.xml').write_text(ARM_XML)
   comps = [{'id': 'motor', 'type': type_,
             'config': {'actuator': 'motor', 'application_period_s': DT, **motor}}]
-  path = tmp / 'm.yaml'
-  path.write_text(yaml.safe_dump({'fibril_manifest': 1, 'model': 'arm.xml',
-                                  'components': comps}))
-  return path
+  return write_manifest(tmp, ARM_XML, comps, model='arm.xml', name='m.yaml')
 
 
 MOTOR_CONT = {'command_latency_s': 0.0028, 'command_latency_mode': 'continuous',

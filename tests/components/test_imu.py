@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import pathlib
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ import yaml
 import imu_rig
 from finite_diff import central_differences
 from conftest import RIG_XML, SensorData
+from ref_helpers import normals, write_manifest
 from error_helpers import FINITE, GE0, GT0, NO_VALUE, assert_reported, load_error, write
 from fibril_mjx.config import paths
 from fibril_mjx.analysis import stats
@@ -103,14 +103,6 @@ def run_worlds(c, sd, n_worlds, seed=0):
                                               keys))
 
 
-def normals(world_key, source, n, dim=3):
-  """z of a named stream, re-derived from the SPEC §4 formula (the RNG is not under test)."""
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(CID.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), (dim,)),
-                              np.float64) for i in range(n)])
-
-
 # ------------------------------------------------------------------ float64 reference
 
 def ref_imu(sd, cfg, wk):
@@ -126,12 +118,12 @@ def ref_imu(sd, cfg, wk):
     err = np.zeros((n, 3)) + g('bias', [0, 0, 0])
     s_on = g('bias_turn_on_stddev', [0, 0, 0])
     if np.any(s_on > 0):
-      err += s_on * normals(wk, f'{ch}_bias_turn_on', 1)[0]
+      err += s_on * normals(wk, CID, f'{ch}_bias_turn_on', 1, 3)[0]
     s_gm = g('bias_instability_stddev', [0, 0, 0])
     if np.any(s_gm > 0):
       tau = g('bias_correlation_time_s', [1, 1, 1])
       phi = np.exp(-PERIOD / tau)
-      z = normals(wk, f'{ch}_bias_instability', n)
+      z = normals(wk, CID, f'{ch}_bias_instability', n, 3)
       b = np.empty((n, 3))
       b[0] = s_gm * z[0]
       for k in range(1, n):
@@ -139,14 +131,14 @@ def ref_imu(sd, cfg, wk):
       err += b
     k_rw = g('random_walk', [0, 0, 0])
     if np.any(k_rw > 0):
-      z = normals(wk, f'{ch}_random_walk', n)
+      z = normals(wk, CID, f'{ch}_random_walk', n, 3)
       b = np.zeros((n, 3))
       for k in range(1, n):
         b[k] = b[k - 1] + k_rw * np.sqrt(PERIOD) * z[k]
       err += b
     dens = g('noise_density', [0, 0, 0])
     if np.any(dens > 0):
-      err += dens / np.sqrt(PERIOD) * normals(wk, f'{ch}_noise', n)
+      err += dens / np.sqrt(PERIOD) * normals(wk, CID, f'{ch}_noise', n, 3)
     if before:
       y = y + err
     fc = cfg.get(f'{ch}_bandwidth_hz', 0.0)
@@ -597,13 +589,10 @@ IMU_XML = """\
 
 
 def imu_manifest(tmp_path, config: dict, *, extra_components=()) -> 'pathlib.Path':
-  write(tmp_path / 'tiny_imu.xml', IMU_XML)
   base = {'gyroscope_sensor': 'gyro', 'accelerometer_sensor': 'accel'}
   comp = {'id': 'imu', 'type': 'fibril_sim/imu',
           'config': {k: v for k, v in {**base, **config}.items() if v is not None}}
-  doc = {'fibril_manifest': 1, 'model': 'tiny_imu.xml',
-         'components': [comp, *extra_components]}
-  return write(tmp_path / 'manifest.yaml', yaml.safe_dump(doc, sort_keys=False))
+  return write_manifest(tmp_path, IMU_XML, [comp, *extra_components], model='tiny_imu.xml')
 
 
 NONNEG_SCALARS = ['phase_s', 'latency_s', 'jitter_s', 'angular_velocity_bandwidth_hz',

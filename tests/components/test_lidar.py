@@ -8,7 +8,6 @@ rate against its closed form (binomial tolerances); config rules."""
 from __future__ import annotations
 
 import math
-import zlib
 
 import jax
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 import extero_helpers as eh
+from ref_helpers import stream_key, write_manifest
 from fibril_mjx.components.sensors import lidar
 from fibril_mjx.errors import FibrilError
 
@@ -105,8 +105,7 @@ def test_sweep_skews_the_scan_of_a_moving_sensor(m):
 
 
 def draws(world_key, source, n, shape, uniform=False):
-  k = jax.random.fold_in(jax.random.fold_in(world_key, np.uint32(zlib.crc32(b'lidar0'))),
-                         np.uint32(zlib.crc32(source.encode())))
+  k = stream_key(world_key, 'lidar0', source)
   f = jax.random.uniform if uniform else jax.random.normal
   return np.asarray(f(jax.random.fold_in(k, np.uint32(n)), shape), np.float64)
 
@@ -158,18 +157,14 @@ def test_no_return_rate_follows_incidence_range_and_reflectivity(m):
 
 
 def test_config_rules(tmp_path):
-  import yaml
-
   import fibril_mjx
-  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
 
   def err(**cfg):
     c = {'site': 'lidar', 'period_s': 0.1, 'max_range_m': 30.0, 'horizontal_samples': 8, **cfg}
-    doc = {'fibril_manifest': 1, 'model': 'scene.xml',
-           'components': [{'id': 'l', 'type': lidar.TYPE, 'config': c}]}
-    (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
+    path = write_manifest(tmp_path, eh.SCENE_XML, [{'id': 'l', 'type': lidar.TYPE, 'config': c}],
+                          model='scene.xml', name='m.yaml')
     with pytest.raises(FibrilError) as e:
-      fibril_mjx.load(str(tmp_path / 'm.yaml'))
+      fibril_mjx.load(str(path))
     return str(e.value)
   P = 'components[0].config'
   assert f'{P}.sweep_time_s = 0.2: must be ≤ period_s = 0.1' in err(sweep_time_s=0.2)

@@ -10,13 +10,13 @@ PMW3901-class profile; config rules."""
 from __future__ import annotations
 
 import math
-import zlib
 
 import jax
 import numpy as np
 import pytest
 
 import extero_helpers as eh
+from ref_helpers import stream_key, write_manifest
 from fibril_mjx.components.sensors import optical_flow
 from fibril_mjx.errors import FibrilError
 
@@ -77,8 +77,7 @@ def reference(m, ds, cfg, wk, due_ticks):
     tracked = [r[3] for r in seg if r[2] > 0]
     sigma = cfg.get('noise_stddev_rad', 0.0) + cfg.get('noise_per_m_rad', 0.0) * (
         np.mean(tracked) if tracked else 0.0)
-    key = jax.random.fold_in(jax.random.fold_in(wk, np.uint32(zlib.crc32(b'flow0'))),
-                             np.uint32(zlib.crc32(b'noise')))
+    key = stream_key(wk, 'flow0', 'noise')
     z = np.asarray(jax.random.normal(jax.random.fold_in(key, np.uint32(n)), (2,)), np.float64)
     out.append((flow + sigma * z, gyro, len(seg) * eh.DT, qs.mean()))
     start = k + 1
@@ -113,8 +112,7 @@ GYRO = dict(gyro_scale=[1.02, 0.97, 1.01], gyro_bias_rad_s=[0.01, -0.02, 0.005],
 
 def _draw(wk, source, n, shape):
   """Draw `n` of stream `source` of component `flow0`, float64 (the named-stream rule)."""
-  key = jax.random.fold_in(jax.random.fold_in(wk, np.uint32(zlib.crc32(b'flow0'))),
-                           np.uint32(zlib.crc32(source.encode())))
+  key = stream_key(wk, 'flow0', source)
   return np.asarray(jax.random.normal(jax.random.fold_in(key, np.uint32(n)), shape), np.float64)
 
 
@@ -213,18 +211,15 @@ def test_profile_loads():
 
 
 def test_config_rules(tmp_path):
-  import yaml
-
   import fibril_mjx
-  (tmp_path / 'scene.xml').write_text(eh.SCENE_XML)
 
   def err(**cfg):
-    doc = {'fibril_manifest': 1, 'model': 'scene.xml',
-           'components': [{'id': 'f', 'type': optical_flow.TYPE,
-                           'config': {'site': 'flow', **BASE, **cfg}}]}
-    (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
+    path = write_manifest(tmp_path, eh.SCENE_XML,
+                          [{'id': 'f', 'type': optical_flow.TYPE,
+                            'config': {'site': 'flow', **BASE, **cfg}}],
+                          model='scene.xml', name='m.yaml')
     with pytest.raises(FibrilError) as e:
-      fibril_mjx.load(str(tmp_path / 'm.yaml'))
+      fibril_mjx.load(str(path))
     return str(e.value)
   P = 'components[0].config'
   assert f'{P}.exposure_s = 0.02: must be ≤ period_s = 0.01' in err(exposure_s=0.02)

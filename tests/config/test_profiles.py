@@ -17,6 +17,7 @@ import yaml
 import fibril_mjx
 from fibril_mjx.config import paths
 from fibril_mjx.errors import ConfigError
+from ref_helpers import write_manifest
 
 pytestmark = pytest.mark.usefixtures('plain_messages')
 
@@ -82,12 +83,7 @@ LABELS = ('OFFICIAL', 'COMMUNITY', 'DERIVED', 'DRIVER CONTRACT', 'RECORDING', 'A
 
 
 def _manifest(tmp: pathlib.Path, components, extra=None) -> pathlib.Path:
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'rig.xml').write_text(XML)
-  doc = {'fibril_manifest': 1, 'model': 'rig.xml', **(extra or {}), 'components': components}
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  return write_manifest(tmp, XML, components, model='rig.xml', **(extra or {}))
 
 
 @pytest.mark.parametrize('pid, ctype', CASES, ids=[f'{p}-{t.split("/")[1]}' for p, t in CASES])

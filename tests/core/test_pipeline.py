@@ -19,6 +19,7 @@ import fibril_mjx
 from fibril_mjx.batch import batched
 from fibril_mjx.components.actuators import motor
 from fibril_mjx.core import pipeline
+from ref_helpers import tree_equal
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORLDS, TICKS = 3, 12   # the motor applies its command every 5 ticks (CAN cadence)
@@ -46,13 +47,6 @@ def one_world(built, params, key, world, init, step):
     states.append(st)
     outs.append(out)
   return states, outs
-
-
-def tree_equal(a, b):
-  la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-  assert len(la) == len(lb) and jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(la, lb):
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def _init(built, params, key, cmd):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import types
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 import nav_helpers as nh
+from ref_helpers import normals
 from fibril_mjx import error_models as em
 from fibril_mjx.components.sensors import (ahrs, barometer, camera, gnss, imu, inertial, lidar,
                                            magnetometer, optical_flow, rangefinder, thermal,
@@ -29,15 +29,6 @@ WK = jax.random.PRNGKey(3)
 
 def keys(cid, sources, shared=None):
   return faults.stream_keys(WK, cid, sources, shared)
-
-
-def ref_normals(cid, source, n, shape=(), shared=False):
-  """Draws 0..n-1 of a stream from the SPEC §4 formula (float64 copies)."""
-  name = ('shared:' + cid) if shared else cid
-  k = jax.random.fold_in(jax.random.fold_in(WK, np.uint32(zlib.crc32(name.encode()))),
-                         np.uint32(zlib.crc32(source.encode())))
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(k, np.uint32(i)), shape),
-                              np.float64) for i in range(n)])
 
 
 def everything_on(_):
@@ -73,7 +64,7 @@ def test_gauss_markov_matches_the_float64_recursion():
   c = em.chain(term)
   sigma, tau, dt, n = np.array([0.5, 1.0, 2.0]), 0.7, 0.1, 40
   out, _ = run(c, P(s=sigma, tau=tau), np.zeros(3), n, keys('dev', c.streams), period_s=dt)
-  z = ref_normals('dev', 'drift', n, (3,))
+  z = normals(WK, 'dev', 'drift', n, (3,))
   phi = np.exp(-dt / tau)
   b = np.empty_like(z)
   b[0] = sigma * z[0]
@@ -121,7 +112,7 @@ def test_turn_on_bias_distribution_and_redraw():
   assert np.all(np.abs(b.var(0) - sigma ** 2) < 5 * sigma ** 2 * np.sqrt(2.0 / w))
   streams = keys('dev', c.streams)
   out, st = run(c, p, np.ones(3), 5, streams)
-  z = ref_normals('dev', 'bias_turn_on', 3, (3,))
+  z = normals(WK, 'dev', 'bias_turn_on', 3, (3,))
   np.testing.assert_allclose(out, np.broadcast_to(1.0 + sigma * z[0], (5, 3)), rtol=1e-6)
   st2 = c.redraw(p, st, em.Ctx(everything_on, streams, 0, 0.1, {}), 2)
   np.testing.assert_allclose(st2['turn_on'], sigma * z[2], rtol=1e-6)
@@ -133,7 +124,7 @@ def test_random_walk_variance_grows_linearly():
   k_rw, dt, n, w = 0.3, 0.05, 25, 4000
   c = em.chain(em.random_walk('k', 'walk', 'rw'))
   out, _ = run(c, P(k=k_rw), 0.0, n, keys('dev', c.streams), period_s=dt)
-  z = ref_normals('dev', 'walk', n)
+  z = normals(WK, 'dev', 'walk', n)
   ref = np.concatenate([[0.0], np.cumsum(k_rw * np.sqrt(dt) * z[1:])])
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-7)
 
@@ -162,7 +153,7 @@ def test_common_mode_is_shared_between_sensors_naming_its_stream():
     streams = faults.stream_keys(WK, cid, c.streams, c.shared_streams(cfg))
     outs.append(run(c, P(cm=scale, tau=tau), 0.0, n, streams, period_s=dt)[0] / scale)
   np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
-  z = ref_normals('site', 'weather', n, shared=True)
+  z = normals(WK, 'site', 'weather', n, shared=True)
   phi, u = np.exp(-dt / tau), np.empty(n)
   u[0] = z[0]
   for k in range(1, n):
@@ -177,7 +168,7 @@ def test_white_noise_per_axis_scales_and_variance():
   p = P(h=0.2, v=0.5)
   out, _ = run(c, p, np.zeros(3), 4, keys('rx', c.streams))
   sig = np.array([0.2, 0.2, 0.5])
-  np.testing.assert_allclose(out, sig * ref_normals('rx', 'velocity_noise', 4, (3,)),
+  np.testing.assert_allclose(out, sig * normals(WK, 'rx', 'velocity_noise', 4, (3,)),
                              rtol=1e-6)
   np.testing.assert_allclose(c.variance(p, em.Ctx(everything_on, {}, 0, 0.1, {}), (3,)),
                              sig ** 2, rtol=1e-6)
@@ -189,7 +180,7 @@ def test_white_noise_of_the_signals_shape():
   the signal's shape, σ·w on the stream, with a scalar config field."""
   c = em.chain(em.white_noise('s', 'noise', shape=None))
   out, _ = run(c, P(s=0.3), np.full((4, 2), 2.0), 3, keys('cam', c.streams))
-  np.testing.assert_allclose(out, 2.0 + 0.3 * ref_normals('cam', 'noise', 3, (4, 2)),
+  np.testing.assert_allclose(out, 2.0 + 0.3 * normals(WK, 'cam', 'noise', 3, (4, 2)),
                              rtol=1e-6)
   assert [f.default for f in c.config] == [0.0]
 
@@ -203,7 +194,7 @@ def test_ar1_noise_shares_the_white_noise_draw():
   assert c.streams == ('noise',) and c.stochastic_fields() == ('w', 's')
   sw, sigma, rho, n = 0.1, np.array([0.3, 0.6, 0.9]), 0.8, 30
   out, _ = run(c, P(w=sw, s=sigma, rho=rho), np.ones(3), n, keys('imu', c.streams))
-  z = ref_normals('imu', 'noise', n, (3,))
+  z = normals(WK, 'imu', 'noise', n, (3,))
   ar = np.empty_like(z)
   ar[0] = sigma * z[0]
   for k in range(1, n):

@@ -6,7 +6,6 @@ manifest rules and compile-out at the default."""
 
 from __future__ import annotations
 
-import zlib
 from typing import NamedTuple
 
 import jax
@@ -22,6 +21,7 @@ from fibril_mjx.config import paths
 from fibril_mjx.config.manifest import Catalog
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.mechanisms import faults
+from ref_helpers import normals, stream_key
 
 WK = jax.random.PRNGKey(11)
 SIGMA, F0, BW, DT = 0.7, 3.5, 0.4, 0.01
@@ -57,12 +57,6 @@ def psd(f, sigma, f0, bw, dt):
   return 2 * c2 * dt / np.abs(1 - a1 * z - a2 * z * z) ** 2
 
 
-def ref_normals(key_streams, source, n, shape):
-  return np.stack([np.asarray(jax.random.normal(jax.random.fold_in(key_streams[source],
-                                                                   np.uint32(i)), shape),
-                              np.float64) for i in range(n)])
-
-
 TERM = em.chain(em.narrowband('s', 'f', 'b', 'line', 'nb', (3,)))
 
 
@@ -83,10 +77,9 @@ def test_recurrence_on_the_streams_draws():
         b=jnp.full(3, BW, jnp.float32))
   out = np.asarray(jax.jit(run_world, static_argnums=2)(WK, p, n), np.float64)
   streams = faults.stream_keys(WK, 'dev', TERM.streams)
-  z = ref_normals({'line': jax.random.fold_in(jax.random.fold_in(
-      WK, np.uint32(zlib.crc32(b'dev'))), np.uint32(zlib.crc32(b'line')))}, 'line', n, (3, 3))
-  np.testing.assert_array_equal(np.asarray(streams['line']), np.asarray(jax.random.fold_in(
-      jax.random.fold_in(WK, np.uint32(zlib.crc32(b'dev'))), np.uint32(zlib.crc32(b'line')))))
+  z = normals(WK, 'dev', 'line', n, (3, 3))
+  np.testing.assert_array_equal(np.asarray(streams['line']),
+                                np.asarray(stream_key(WK, 'dev', 'line')))
   a1, a2 = coefficients(F0, BW, DT)
   c = SIGMA * np.sqrt((1 + a2) * ((1 - a2) ** 2 - a1 ** 2) / (1 - a2))
   rho1 = a1 / (1 - a2)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
+import ref_helpers
 import fibril_mjx
 
 DT = 0.002
@@ -109,16 +110,10 @@ def components():
 
 
 def write_manifest(tmp: pathlib.Path, integrator: str) -> pathlib.Path:
-  tmp.mkdir(parents=True, exist_ok=True)
-  (tmp / 'model.xml').write_text(MODEL.format(dt=DT, integrator=integrator))
-  doc = {'fibril_manifest': 1, 'model': 'model.xml',
-         'command_script': [{'component': 'shoulder', 'kind': 'effort',
-                             'amplitude': TORQUE_AMP, 'frequency_hz': TORQUE_HZ,
-                             'period_s': DT}],
-         'components': components()}
-  path = tmp / 'manifest.yaml'
-  path.write_text(yaml.safe_dump(doc, sort_keys=False))
-  return path
+  return ref_helpers.write_manifest(
+      tmp, MODEL.format(dt=DT, integrator=integrator), components(),
+      command_script=[{'component': 'shoulder', 'kind': 'effort', 'amplitude': TORQUE_AMP,
+                       'frequency_hz': TORQUE_HZ, 'period_s': DT}])
 
 
 def c_reference(xml_path: pathlib.Path, ticks: int) -> dict:

@@ -16,24 +16,18 @@ import yaml
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from latency_rig import arm_xml, c_angles, delayed
+import latency_rig
+from latency_rig import arm_xml
 
 DT, TICKS, HOLD, TORQUE, NOISE = 0.002, 200, 4, 0.1, 1e-4
 TRUE_TICKS, DAMPING = 1.4, 0.02
 
 
 def c_recording(seed):
-  rng = np.random.default_rng(seed)
-  u = np.repeat(rng.uniform(-TORQUE, TORQUE, TICKS // HOLD + 1), HOLD)[:TICKS + 1]
-  u = u.astype(np.float32)   # what the recording stores and the model reads
-  ctrl = delayed(u, TRUE_TICKS)
-  q = c_angles(arm_xml(DAMPING), ctrl)
-  t = np.arange(TICKS + 1) * DT
-  return recording.Recording(
-      {'encoder': {'position': (q + NOISE * rng.standard_normal(q.shape)).astype(np.float32),
-                   'sample_time_s': t, 'arrival_time_s': t}},
-      commands={'motor': {'value': u, 'issued': np.ones(len(u), bool), 'time_s': t}},
-      initial={'qpos': np.zeros(1), 'qvel': np.zeros(1)},
+  return latency_rig.delayed_steps_recording(
+      arm_xml(DAMPING), seed,
+      lambda u, t: {'motor': {'value': u, 'issued': np.ones(len(u), bool), 'time_s': t}},
+      amplitude=TORQUE, latency_ticks=TRUE_TICKS, ticks=TICKS, hold=HOLD, dt=DT, noise=NOISE,
       meta={'source': 'MuJoCo C mj_step, NumPy delayed command (tests)'})
 
 

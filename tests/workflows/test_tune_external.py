@@ -18,6 +18,7 @@ import yaml
 
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
+from ref_helpers import c_imu_samples, imu_recording
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.6
 GYRO_SIGMA, ACCEL_SIGMA = 2e-3, 2e-2          # per-sample white noise of the recording
@@ -64,24 +65,12 @@ def c_recording(seed: int, duration_s: float = DURATION_S) -> recording.Recordin
   m.body_mass[m.body('lower').id] = TRUTH['mass']
   d = mujoco.MjData(m)
   d.qpos[:] = Q0
-  rng = np.random.default_rng(seed)
-  every = int(round(PERIOD / DT))
-  n_ticks = int(round(duration_s / DT))
-  t, gyro, accel = [], [], []
-  for k in range(n_ticks + 1):
-    mujoco.mj_forward(m, d)
-    if k % every == 0:
-      t.append(k * DT)
-      gyro.append(d.sensordata[0:3] + GYRO_SIGMA * rng.standard_normal(3))
-      accel.append(d.sensordata[3:6] + ACCEL_SIGMA * rng.standard_normal(3))
-    mujoco.mj_step(m, d)
-  t = np.asarray(t)
-  return recording.Recording(
-      {'imu': {'angular_velocity': np.asarray(gyro, np.float32),
-               'linear_acceleration': np.asarray(accel, np.float32),
-               'sample_time_s': t, 'arrival_time_s': t}},
-      initial={'qpos': np.asarray(Q0), 'qvel': np.zeros(2)},
-      meta={'source': 'MuJoCo C mj_forward at each stamp + NumPy noise (tests)'})
+  ticks, gyro, accel = c_imu_samples(m, d, every=int(round(PERIOD / DT)),
+                                     n_ticks=int(round(duration_s / DT)))
+  z = np.random.default_rng(seed).standard_normal((len(ticks), 2, 3))   # per stamp: gyro, accel
+  t = ticks * DT
+  return imu_recording(gyro + GYRO_SIGMA * z[:, 0], accel + ACCEL_SIGMA * z[:, 1], t, t,
+                       {'qpos': np.asarray(Q0), 'qvel': np.zeros(2)})
 
 
 @pytest.fixture(scope='module')

@@ -25,6 +25,7 @@ from fibril_mjx.errors import ConfigError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
 from fibril_mjx.workflows.tune import lsq, rollouts, timing
+from ref_helpers import c_imu_samples, imu_recording
 
 DT, PERIOD, DURATION_S = 0.004, 0.008, 0.8
 GYRO_SIGMA, ACCEL_SIGMA = 2e-3, 2e-2
@@ -58,18 +59,8 @@ def c_samples(damping: float, *, model=PENDULUM, q0=Q0, dt=DT, period=PERIOD,
   m.dof_damping[0] = damping
   d = mujoco.MjData(m)
   d.qpos[0] = q0
-  every = int(round(period / dt))
-  ticks, gyro, accel = [], [], []
-  for k in range(int(round(duration / dt)) + 1):
-    if ctrl is not None:
-      d.ctrl[:] = ctrl(k * dt)
-    mujoco.mj_forward(m, d)
-    if k % every == 0:
-      ticks.append(k)
-      gyro.append(d.sensordata[0:3].copy())
-      accel.append(d.sensordata[3:6].copy())
-    mujoco.mj_step(m, d)
-  return np.asarray(ticks), np.asarray(gyro), np.asarray(accel)
+  return c_imu_samples(m, d, every=int(round(period / dt)), n_ticks=int(round(duration / dt)),
+                       ctrl=ctrl)
 
 
 def c_recording(damping, bias, seed, *, latency_ticks=0, host_stamped=False):
@@ -84,12 +75,8 @@ def c_recording(damping, bias, seed, *, latency_ticks=0, host_stamped=False):
   keep = arrive <= int(round(DURATION_S / DT))
   t_arr = arrive[keep] * DT
   t_acq = t_arr if host_stamped else ticks[keep] * DT
-  return recording.Recording(
-      {'imu': {'angular_velocity': gyro[keep].astype(np.float32),
-               'linear_acceleration': accel[keep].astype(np.float32),
-               'sample_time_s': t_acq, 'arrival_time_s': t_arr}},
-      initial={'qpos': np.array([Q0]), 'qvel': np.zeros(1)},
-      meta={'source': 'MuJoCo C mj_forward at each stamp + NumPy noise (tests)'})
+  return imu_recording(gyro[keep], accel[keep], t_acq, t_arr,
+                       {'qpos': np.array([Q0]), 'qvel': np.zeros(1)})
 
 
 def write_problem(tmp, recs, *, latency=None, time='sample', gradients='fd', extra=(),

@@ -21,7 +21,7 @@ import yaml
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import recording
 from fibril_mjx.workflows import tune
-from latency_rig import c_angles, delayed
+import latency_rig
 
 DT, TICKS, HOLD, AMPLITUDE, NOISE = 0.002, 200, 4, 0.5, 1e-4
 TRUE_TICKS, DAMPING = 1.4, 0.02
@@ -43,20 +43,14 @@ XML = """\
 
 def c_recording(seed, latency_ticks=TRUE_TICKS):
   """Random position steps (held `HOLD` ticks) through the NumPy delay into MuJoCo C."""
-  rng = np.random.default_rng(seed)
-  u = np.repeat(rng.uniform(-AMPLITUDE, AMPLITUDE, TICKS // HOLD + 1), HOLD)[:TICKS + 1]
-  u = u.astype(np.float32)   # what the recording stores and the model reads
-  ctrl = delayed(u, latency_ticks)
-  q = c_angles(XML.format(damping=DAMPING), ctrl)
-  t = np.arange(TICKS + 1) * DT
-  n = len(u)
-  return recording.Recording(
-      {'encoder': {'position': (q + NOISE * rng.standard_normal(q.shape)).astype(np.float32),
-                   'sample_time_s': t, 'arrival_time_s': t}},
-      commands={'motor': {'kind': np.full(n, POSITION, np.int32), 'value': u,
-                          'encoder_reset': np.zeros(n, bool),
-                          'encoder_position': np.zeros(n, np.float32), 'time_s': t}},
-      initial={'qpos': np.zeros(1), 'qvel': np.zeros(1)},
+  def commands(u, t):
+    n = len(u)
+    return {'motor': {'kind': np.full(n, POSITION, np.int32), 'value': u,
+                      'encoder_reset': np.zeros(n, bool),
+                      'encoder_position': np.zeros(n, np.float32), 'time_s': t}}
+  return latency_rig.delayed_steps_recording(
+      XML.format(damping=DAMPING), seed, commands, amplitude=AMPLITUDE,
+      latency_ticks=latency_ticks, ticks=TICKS, hold=HOLD, dt=DT, noise=NOISE,
       meta={'source': 'MuJoCo C mj_step, NumPy delayed position command (tests)',
             'latency_ticks': latency_ticks})
 

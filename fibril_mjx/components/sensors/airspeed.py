@@ -1,5 +1,6 @@
-"""`fibril_sim/airspeed` — a pitot-static differential-pressure sensor (the sensor-modelling guide, SPEC §5,
-"Barometr i airspeed"): the probe and transducer, kept apart from the wind model.
+"""`fibril_sim/airspeed` — a pitot-static differential-pressure sensor (docs/guides/sensors.md,
+"Navigation sensors, faults and health"): the probe and transducer, kept apart from the wind
+model.
 
 The probe axis is the x axis of the site of `velocity_sensor` (a MuJoCo velocimeter: the
 site's linear velocity in site axes). With the wind `wind_m_s` (world frame, a per-world input

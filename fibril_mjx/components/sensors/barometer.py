@@ -1,5 +1,6 @@
-"""`fibril_sim/barometer` — static pressure in Pa, not altitude (the sensor-modelling guide, SPEC §5, "Barometr i
-airspeed"): the firmware's pressure → altitude conversion stays under test.
+"""`fibril_sim/barometer` — static pressure in Pa, not altitude (docs/guides/sensors.md,
+"Navigation sensors, faults and health"): the firmware's pressure → altitude conversion stays
+under test.
 
 Per acquisition `k` (`Δ = period_s`):
 

@@ -1,7 +1,7 @@
-"""`fibril_sim/camera` — camera geometry and timing without images (the sensor-modelling guide,
-"Lidar, optical flow i kamera": intrinsics, distortion, rolling/global shutter, exposure, frame
-rate, latency, motion blur, dropped frames; "for navigation tests geometry and timestamps
-matter more than the looks of the image").
+"""`fibril_sim/camera` — camera geometry and timing without images (docs/guides/sensors.md,
+"Exteroceptive sensors: camera, lidar, optical flow": intrinsics, distortion, rolling/global
+shutter, exposure, frame rate, latency, motion blur, dropped frames; "for navigation tests
+geometry and timestamps matter more than the looks of the image").
 
 Frames: the camera frame is the frame of the bound site, in OpenCV's convention — optical axis
 along the site's +z, image x (columns, u) along the site's +x, image y (rows, v) along its +y.

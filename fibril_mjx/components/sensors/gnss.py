@@ -1,5 +1,5 @@
-"""`fibril_sim/gnss` — a GNSS receiver's navigation solution (the sensor-modelling guide, SPEC §5, "Model GNSS",
-"Covariance i raportowana jakość").
+"""`fibril_sim/gnss` — a GNSS receiver's navigation solution
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 The world frame is east-north-up (x east, y north, z up) around the geodetic origin
 `origin_latitude_deg`, `origin_longitude_deg`, `origin_height_m` (WGS-84). Per solution `k`

@@ -1,6 +1,6 @@
 """`fibril_sim/imu` — raw IMU: gyro + accelerometer with a full error model (SPEC §5.2).
 
-The sensor-modelling guide's IMU model (restated in SPEC §5.2):
+The IMU model of SPEC §5.2:
 `z = sat(Q((I + S + M)·x + b + n))` with dynamics in between.
 Two channels, `angular_velocity` (rad/s, the MuJoCo gyro) and `linear_acceleration` (specific
 force, m/s², the MuJoCo accelerometer — lever-arm terms included by MuJoCo), both in the axes of

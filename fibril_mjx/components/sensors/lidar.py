@@ -1,6 +1,6 @@
-"""`fibril_sim/lidar` — a multi-beam range scanner on `mjx.ray` (the sensor-modelling guide,
-"Lidar, optical flow i kamera": beam model and scene geometry, min/max range, no return,
-dependence on incidence angle and material).
+"""`fibril_sim/lidar` — a multi-beam range scanner on `mjx.ray` (docs/guides/sensors.md,
+"Exteroceptive sensors: camera, lidar, optical flow": beam model and scene geometry, min/max
+range, no return, dependence on incidence angle and material).
 
 Beams, in the frame of the bound site (ROS REP 103 sensor frame: x forward, y left, z up):
 azimuth α_i (about z, from x, `horizontal_samples` evenly from `horizontal_min_deg` to

@@ -1,5 +1,5 @@
-"""`fibril_sim/magnetometer` — a 3-axis magnetometer on a MuJoCo site (the sensor-modelling guide, SPEC §5,
-"Magnetometr").
+"""`fibril_sim/magnetometer` — a 3-axis magnetometer on a MuJoCo site
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 Per acquisition `k` (`Δ = period_s`; µT; sensor axes = site axes; `R` = site → world):
 

@@ -1,7 +1,7 @@
-"""`fibril_sim/optical_flow` — an abstract downward optical-flow sensor for fusion tests (the
-sensor-modelling guide, "Lidar, optical flow i kamera": flow depends on texture, light,
-exposure, blur, height, field of view and rotation; an abstract model must still produce a
-quality value, saturation at high angular rate and height-dependent errors).
+"""`fibril_sim/optical_flow` — an abstract downward optical-flow sensor for fusion tests
+(docs/guides/sensors.md, "Exteroceptive sensors: camera, lidar, optical flow": flow depends on
+texture, light, exposure, blur, height, field of view and rotation; an abstract model must still
+produce a quality value, saturation at high angular rate and height-dependent errors).
 
 The sensor frame is the bound site's: optical axis +z (pointing at the ground), image x, y
 along the site's x, y. Every physics tick (`track`), with the site's velocity v and angular

@@ -1,5 +1,5 @@
 """`fibril_sim/rangefinder` — a single-beam distance sensor (lidar / sonar altimeter) from
-MuJoCo's `rangefinder` sensor (the sensor-modelling guide, SPEC §5, "Lidar, optical flow i kamera").
+MuJoCo's `rangefinder` sensor (docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 MuJoCo casts the ray along the z axis of the sensor's site and returns the distance to the
 first geom hit (−1 when nothing is hit). Per acquisition `k`:

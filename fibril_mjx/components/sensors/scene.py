@@ -1,6 +1,6 @@
 """Scene geometry and site motion shared by the exteroceptive sensors (`fibril_sim/camera`,
-`fibril_sim/lidar`, `fibril_sim/optical_flow`; the sensor-modelling guide, "Lidar, optical
-flow i kamera").
+`fibril_sim/lidar`, `fibril_sim/optical_flow`; docs/guides/sensors.md, "Exteroceptive sensors:
+camera, lidar, optical flow").
 
 - `Scene`: the static geometry of the compiled model that `mjx.ray` needs (geom types, sizes,
   bodies, groups, materials, meshes), captured once at build, hashable by content. Rays are

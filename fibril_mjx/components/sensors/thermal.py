@@ -1,6 +1,6 @@
 """Temperature of an inertial sensor: ambient scenario, the sensor's own lag, temperature-driven
-bias and scale, and an optional delivered temperature channel (the sensor-modelling guide's
-"bias and its variation"; used by `fibril_sim/imu`).
+bias and scale, and an optional delivered temperature channel (docs/guides/sensors.md,
+"IMU temperature"; used by `fibril_sim/imu`).
 
 Per acquisition `n` at time `t = tick · dt`, `Δ = period_s` (terms off are absent from the graph):
 

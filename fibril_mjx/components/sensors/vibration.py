@@ -1,6 +1,7 @@
-"""Vibration from rotating machinery at an inertial sensor (the sensor-modelling guide: not white
-noise — lines at the rotor frequency, blade-pass and harmonics, modulated with speed, transmitted
-through the frame, plus a broadband floor); used by `fibril_sim/imu`.
+"""Vibration from rotating machinery at an inertial sensor (docs/guides/sensors.md, "IMU vibration
+from a rotor": not white noise — lines at the rotor frequency, blade-pass and harmonics,
+modulated with speed, transmitted through the frame, plus a broadband floor); used by
+`fibril_sim/imu`.
 
 Driven by a hinge joint of the model (`vibration_joint`, e.g. a rotor): its angle θ and speed ω
 are read from the physics state every tick, so the lines stay synchronized with the motor model

@@ -11,8 +11,8 @@ one `jax.vmap`, run over time with `lax.scan`), differentiable in their noise pa
   unit-norm quaternion. The world-frame error keeps yaw on a fixed error axis (world z),
   which the accelerometer Jacobian annihilates at every linearization point; with a
   body-frame error (`q ⊗ [1, δθ/2]`) the null direction moves with each re-linearization,
-  the filter gains spurious yaw information, and on a still, level IMU its `b_z` estimate
-  wandered by ±0.05 rad/s with a falsely collapsed σ ≈ 0.002 rad/s over 60 s.
+  the filter gains spurious yaw information (a wandering `b_z` estimate with a falsely
+  collapsed σ on a still, level IMU: docs/internals/estimators.md).
 - **RPY EKF** (`rpy_ekf`): state `[roll, pitch, yaw, b_g]` (Z-Y-X Euler angles, rad) with
   the full Euler-rate kinematics and a 6×6 covariance. It is singular at pitch = ±90°
   (see `euler_rate_matrix`) and is provided as the reference the attitude-estimation notes

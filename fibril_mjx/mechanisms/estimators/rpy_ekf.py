@@ -1,5 +1,5 @@
-"""The RPY (Z-Y-X Euler) attitude EKF, the reference the attitude-estimation notes compare with
-(see the package docstring)."""
+"""The RPY (Z-Y-X Euler) attitude EKF, the reference the attitude-estimation notes (SPEC §7)
+compare with (see the package docstring)."""
 
 from __future__ import annotations
 

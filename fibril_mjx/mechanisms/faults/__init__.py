@@ -1,5 +1,5 @@
-"""Fault injection and health states shared by every sensing component (the sensor-modelling guide, SPEC §5,
-"Dropout, stale value i status").
+"""Fault injection and health states shared by every sensing component
+(docs/guides/sensors.md, "Navigation sensors, faults and health").
 
 A sensing component opts in with four small pieces (every shipped sensor does):
 

@@ -72,8 +72,8 @@ class FaultConfig(Strict):
 
 
 class DeviceConfig(FaultConfig):
-  """Config fields shared by the guide's sensors: schedule, transport (SPEC §4), faults, health
-  thresholds."""
+  """Config fields shared by the sensors built on `faults` (navigation, exteroceptive, encoder):
+  schedule, transport (SPEC §4), faults, health thresholds."""
   period_s: float = pydantic.Field(gt=0)
   phase_s: float = pydantic.Field(0.0, ge=0)
   latency_s: float = pydantic.Field(0.0, ge=0)

@@ -23,8 +23,7 @@ COLLINEAR = 1e-3   # singular value ratio below which a direction is reported
 
 def right_svd(J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Singular values and right singular vectors of a tall `J` (residuals × parameters), from
-  the SVD of its QR factor R (the same values, without the residual-sized U: 10–100× faster
-  on a recording of thousands of samples)."""
+  the SVD of its QR factor R (the same values, without the residual-sized U)."""
   _, sv, vt = np.linalg.svd(np.linalg.qr(J, mode='r'), full_matrices=False)
   return sv, vt
 

@@ -157,11 +157,9 @@ class RolloutProblem(Problem):
 
     def jac(u, fr, cs, lat, maps, du_phys, dfr, du_dev):
       """`(residual (R,), J (R, P_phys + P_dev))`: a physical column is the jvp along
-      `(e_i, ∂F/∂θ_i)`, a device column the jvp along `(e_j, 0)` (the frames held). One
-      batch of tangents, so the pipeline is traced once: a vmap per kind made a program
-      half as large again (measured on bench problem (c): 460 against 307 kB compiled, the
-      cold fit 4.3–4.5 against 3.4 s, loading the executable ~55 against ~26 ms; the same
-      fit)."""
+      `(e_i, ∂F/∂θ_i)`, a device column the jvp along `(e_j, 0)` (the frames held). Both
+      kinds are one batch of tangents, so the pipeline is traced once
+      (docs/internals/tuning.md)."""
       f = lambda uu, ff: resid(uu, ff, cs, lat, maps)   # noqa: E731
       held = jax.tree.map(lambda x: jnp.zeros((du_dev.shape[0],) + x.shape[1:], x.dtype), dfr)
       dfr = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), dfr, held)

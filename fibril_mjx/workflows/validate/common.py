@@ -259,10 +259,22 @@ def timing_checks(dev, dt, sens, fig_dir):
   checks.append(Check('timing.loss', 'fraction of sequence numbers never delivered',
                       frac, p, tol_p, f'{K_SIGMA:g}× binomial std of {total} acquisitions',
                       abs(frac - p) <= tol_p))
-  plot = _plot_timing(fig_dir, periods, lats, ref, dev)
+  return with_plot(checks, _plot_timing(fig_dir, periods, lats, ref, dev))
+
+
+def with_plot(checks: list, plot) -> list:
+  """`checks`, each given the figure `plot` (a path or None)."""
   for c in checks:
     c.plot = plot
   return checks
+
+
+def hist_vs_reference(ax, measured, reference, bins, reference_label: str, xlabel: str):
+  """Density histograms on `ax`: `measured` filled, `reference` as a black outline."""
+  ax.hist(measured, bins=bins, density=True, alpha=0.6, label='measured')
+  ax.hist(reference, bins=bins, density=True, histtype='step', color='k', label=reference_label)
+  ax.set_xlabel(xlabel)
+  ax.legend(fontsize=7)
 
 
 def _plot_timing(fig_dir, periods, lats, ref, dev):
@@ -273,12 +285,8 @@ def _plot_timing(fig_dir, periods, lats, ref, dev):
   axes[0].set_xlabel('sample period [ms]')
   axes[0].legend(fontsize=7)
   bins = np.linspace(min(lats.min(), ref.min()), max(lats.max(), ref.max()) + 1e-9, 50) * 1e3
-  axes[1].hist(lats * 1e3, bins=bins, density=True, alpha=0.6, label='measured')
-  axes[1].hist(ref * 1e3, bins=bins, density=True, histtype='step', color='k',
-               label='reference transport')
   axes[1].axvline(dev.latency_s * 1e3, color='r', ls='--', label='configured latency_s')
-  axes[1].set_xlabel('latency [ms]')
-  axes[1].legend(fontsize=7)
+  hist_vs_reference(axes[1], lats * 1e3, ref * 1e3, bins, 'reference transport', 'latency [ms]')
   path = fig_dir / 'timing.png'
   return plotting.save(fig, path)
 

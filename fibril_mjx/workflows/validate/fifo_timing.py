@@ -27,7 +27,7 @@ import numpy as np
 
 from fibril_mjx.analysis import plotting
 from fibril_mjx.mechanisms import fifo
-from fibril_mjx.workflows.validate.common import Check
+from fibril_mjx.workflows.validate.common import Check, hist_vs_reference, with_plot
 
 _TOL_S = 1e-9
 
@@ -143,10 +143,7 @@ def checks(dev, dt: float, sens: dict, fig_dir) -> list[Check]:
       Check('timing.loss', 'fraction of sequence numbers skipped (FIFO overflow)', frac,
             ref_frac, _TOL_S, basis, abs(frac - ref_frac) <= _TOL_S),
   ]
-  plot = _plot(fig_dir, lats, ref_lat, np.asarray(sizes), ref)
-  for c in out:
-    c.plot = plot
-  return out
+  return with_plot(out, _plot(fig_dir, lats, ref_lat, np.asarray(sizes), ref))
 
 
 def _plot(fig_dir, lats, ref_lat, sizes, ref):
@@ -154,17 +151,10 @@ def _plot(fig_dir, lats, ref_lat, sizes, ref):
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   hi = max(lats.max() if lats.size else 0, ref_lat.max() if ref_lat.size else 0) * 1e3 + 1e-6
   bins = np.linspace(0, hi, 40)
-  axes[0].hist(lats * 1e3, bins=bins, density=True, alpha=0.6, label='measured')
-  axes[0].hist(ref_lat * 1e3, bins=bins, density=True, histtype='step', color='k',
-               label='reference FIFO')
-  axes[0].set_xlabel('latency arrival − acquisition [ms]')
-  axes[0].legend(fontsize=7)
+  hist_vs_reference(axes[0], lats * 1e3, ref_lat * 1e3, bins, 'reference FIFO',
+                    'latency arrival − acquisition [ms]')
   counts = [len(v) for v in ref.values()]
   top = max(list(sizes) + counts + [1])
-  b2 = np.arange(top + 2) - 0.5
-  axes[1].hist(sizes, bins=b2, density=True, alpha=0.6, label='measured')
-  axes[1].hist(counts, bins=b2, density=True, histtype='step', color='k',
-               label='reference FIFO')
-  axes[1].set_xlabel('samples per read')
-  axes[1].legend(fontsize=7)
+  hist_vs_reference(axes[1], sizes, counts, np.arange(top + 2) - 0.5, 'reference FIFO',
+                    'samples per read')
   return plotting.save(fig, fig_dir / 'timing.png')

@@ -1,4 +1,4 @@
-"""GNSS (`fibril_sim/gnss`; SPEC §5, "Model GNSS") in `fibril-mjx validate`: the static rig
+"""GNSS (`fibril_sim/gnss`; docs/guides/sensors.md) in `fibril-mjx validate`: the static rig
 with two receivers (one with the rig's own outage):
 
 | check | rig | compares |
@@ -112,7 +112,7 @@ def _series(e: np.ndarray) -> np.ndarray:
 def gnss_position_noise_check(axis: str, e: np.ndarray, cfg: dict, period: float) -> Check:
   """Std (about the known zero mean) of the position error `e` `(W, n, A)` vs the configured
   √(σ² + σ_cm² + q²/12); tolerance K standard errors of the pooled mean square of the
-  correlated Gauss–Markov samples (SPEC §5, "Model GNSS"), via the delta method."""
+  correlated Gauss–Markov samples (`fibril_sim/gnss`'s docstring), via the delta method."""
   terms = gnss_terms(cfg, axis)
   q2 = E7_STEP_M ** 2 / 12.0 if axis == 'horizontal' else 0.0
   series = _series(e)
@@ -254,7 +254,7 @@ def fraction_tolerance(rho_k: np.ndarray, n: int, m: int) -> tuple[float, float]
 
 
 def gnss_accuracy_checks(sol: dict, cfg: dict, period: float) -> list[Check]:
-  """Reported quality with a fix (SPEC §5, "Covariance i raportowana jakość"): the reported 1σ
+  """Reported quality with a fix (`fibril_sim/gnss`'s docstring): the reported 1σ
   equal to the configured √(σ² + σ_cm²) (σ_vh for speed), and the fraction of error components
   within the reported 1σ ≈ 68.3 % within K binomial standard errors of the effective sample
   size (the Gauss–Markov samples are correlated; the velocity errors are white)."""

@@ -1,5 +1,5 @@
 """The temperature sweep of `fibril-mjx validate` for a `fibril_sim/imu` with a thermal model
-(`components/thermal.py`): the guide's chamber test — soak at each set-point, then record.
+(`components/sensors/thermal.py`): a chamber test — soak at each set-point, then record.
 
 Rig: one static pose (z up, so the accelerometer holds +g on z) under an ambient staircase at
 `T_ref + (−20, −10, 0, +10, +20)` °C; each plateau is a soak of `10 τ` (the sensor's lag then
