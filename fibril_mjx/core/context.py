@@ -14,10 +14,11 @@ that it never meets a user's name. A probe's `sensordata` address is known when 
 recompile. `framexaxis` / `frameyaxis` / `framezaxis` copy the columns of `site_xmat` and
 `framepos` copies `site_xpos`, so a pose probe reads exactly what MJX computed.
 
-A component that binds MuJoCo sensors by name may instead name a site (`site: imu`): the
-sensors it needs are added the same way, but visibly, named `fibril_<component id>_<what>`
-(`fibril_imu_gyro`), so that a robot's file is used as it comes (`BuildContext.site_sensors`;
-`plan` lists them).
+A component that binds MuJoCo sensors by name (IMU, AHRS, rangefinder, airspeed, GNSS,
+barometer) may instead name a site (`site: imu`): the sensors it needs are added the same way,
+but visibly, named `fibril_<component id>_<what>` (`fibril_imu_gyro`), so that a robot's file
+is used as it comes (`BuildContext.site_sensors`, one `Wanted` per sensor-name field; `plan`
+lists them). Components that read a joint or a site's pose name the object and read probes.
 
 The one read that is not a sensor is an actuator's look at the joint *before* the tick's
 forward (`actuate`: hold the current position, a PD law on the measured state): that closes a
@@ -289,17 +290,15 @@ class BuildContext:
     """Probe of the actuator force on a joint (`jointactfrc` = `qfrc_actuator` at its dof)."""
     return self._probes('joint', joint_id, 'jointactfrc')[0]
 
-  def site_sensors(self, cid: str, site: str | None, wanted,
-                   site_field: str = 'site', own_site: bool = False):
+  def site_sensors(self, cid: str, site: str | None, wanted: list[Wanted],
+                   own_site: bool = False) -> tuple[SensorBinding | None, ...]:
     """Binds a component's MuJoCo sensors: each by the name its config gives, or added at
     `site` (named `fibril_<cid>_<suffix>`, requested as visible probes).
 
     Args:
       cid: the component id.
-      site: the config's `site_field` value, or None.
-      wanted: `Wanted` entries (or 5/6-tuples in its field order), the config's sensor-name
-        fields in the order their bindings are returned.
-      site_field: the config field `site` comes from (error paths).
+      site: the config's `site`, or None.
+      wanted: the config's sensor-name fields, in the order their bindings are returned.
       own_site: the site is the device's own measurement point (e.g. a barometer's), not only
         a way to bind: a sensor named beside it is bound by name, an unnamed one added there.
         Without it, naming a sensor beside `site` is an error (one or the other).
@@ -313,18 +312,17 @@ class BuildContext:
         (not `own_site`); no site of that name (did-you-mean); an added name the model already
         uses.
     """
-    wanted = [Wanted(*w) for w in wanted]
     if site is not None and not own_site:
       given = [w for w in wanted if w.name is not None]
       if given:
-        raise ConfigError(self.file, f'{self.path}.{given[0].field}', f'set beside {site_field} '
-                          f'{site!r}: name the MuJoCo sensors or the site, not both (with '
-                          f'{site_field} the sensors are added)', given[0].name)
+        raise ConfigError(self.file, f'{self.path}.{given[0].field}', f'set beside site '
+                          f'{site!r}: name the MuJoCo sensors or the site, not both (with site '
+                          'the sensors are added)', given[0].name)
     if site is None:
       for w in wanted:
         if w.name is None and w.needed:
           raise ConfigError(self.file, f'{self.path}.{w.field}', 'required: the name of a '
-                            f'MuJoCo {_SENSOR_NAMES[w.kind]} sensor; or set {site_field}: SITE '
+                            f'MuJoCo {_SENSOR_NAMES[w.kind]} sensor; or set site: SITE '
                             f'instead, and the sensors are added (as fibril_{cid}_{w.suffix}, '
                             '...) without editing the robot\'s file')
     m = self.model
@@ -333,7 +331,7 @@ class BuildContext:
       sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
       if sid < 0:
         names = [m.site(i).name for i in range(m.nsite) if m.site(i).name]
-        raise ConfigError(self.file, f'{self.path}.{site_field}', 'no MuJoCo site of that name '
+        raise ConfigError(self.file, f'{self.path}.site', 'no MuJoCo site of that name '
                           'in the compiled model' + did_you_mean(site, names)
                           + f'; the model\'s sites: {", ".join(names) or "(none)"}', site)
     out = []
@@ -343,15 +341,15 @@ class BuildContext:
       elif not w.needed:
         out.append(None)
       else:
-        out.append(self._added(cid, site, sid, w, site_field))
+        out.append(self._added(cid, site, sid, w))
     return tuple(out)
 
-  def _added(self, cid: str, site: str, sid: int, w: 'Wanted', site_field: str) -> SensorBinding:
+  def _added(self, cid: str, site: str, sid: int, w: Wanted) -> SensorBinding:
     """The visible sensor `fibril_<cid>_<suffix>` of `w.kind` requested at site `site`."""
     name = f'fibril_{cid}_{w.suffix}'
     if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SENSOR, name) >= 0:
-      raise ConfigError(self.file, f'{self.path}.{site_field}', f'the model already has a '
-                        f'sensor named {name!r}, the name of the sensor {site_field} adds for '
+      raise ConfigError(self.file, f'{self.path}.site', f'the model already has a '
+                        f'sensor named {name!r}, the name of the sensor site adds for '
                         f'{w.field}: bind the sensors by name ({w.field}: {name}, ...) instead',
                         site)
     if self.probes is None:
