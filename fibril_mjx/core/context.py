@@ -14,10 +14,11 @@ that it never meets a user's name. A probe's `sensordata` address is known when 
 recompile. `framexaxis` / `frameyaxis` / `framezaxis` copy the columns of `site_xmat` and
 `framepos` copies `site_xpos`, so a pose probe reads exactly what MJX computed.
 
-A component that binds MuJoCo sensors by name may instead name a site (`site: imu`): the
-sensors it needs are added the same way, but visibly, named `fibril_<component id>_<what>`
-(`fibril_imu_gyro`), so that a robot's file is used as it comes (`BuildContext.site_sensors`;
-`plan` lists them).
+A component that binds MuJoCo sensors by name (IMU, AHRS, rangefinder, airspeed, GNSS,
+barometer) may instead name a site (`site: imu`): the sensors it needs are added the same way,
+but visibly, named `fibril_<component id>_<what>` (`fibril_imu_gyro`), so that a robot's file
+is used as it comes (`BuildContext.site_sensors`, one `Wanted` per sensor-name field; `plan`
+lists them). Components that read a joint or a site's pose name the object and read probes.
 
 The one read that is not a sensor is an actuator's look at the joint *before* the tick's
 forward (`actuate`: hold the current position, a PD law on the measured state): that closes a
@@ -26,7 +27,7 @@ loop on physics, and is what keeps such a component on a backend that steps in t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import mujoco
@@ -152,8 +153,10 @@ class ProbeSet:
         element = next(e for e in getattr(spec, f'{p.objtype}s') if e.id == p.objid)
         element.name = p.obj
     for name, p in zip(self._names(), self.probes.values()):
-      spec.add_sensor(name=name, type=_MJ_SENSOR[p.kind], objtype=_MJ_OBJ[p.objtype],
-                      objname=p.obj)
+      sensor = spec.add_sensor(name=name, type=_MJ_SENSOR[p.kind], objtype=_MJ_OBJ[p.objtype],
+                               objname=p.obj)
+      if p.kind == 'rangefinder':   # MJCF's default `data="dist"`: the distance (dim 1)
+        sensor.intprm[0] = 1 << int(mujoco.mjtRayDataField.mjRAYDATA_DIST)
 
   def check(self, model: mujoco.MjModel) -> None:
     """The compiled probes sit where their components read them (an internal invariant)."""
@@ -184,6 +187,25 @@ class ProbeSet:
         continue
       by.setdefault(f'{p.kind} of {p.objtype}', []).append(p.obj)
     return [f'{k}: {", ".join(dict.fromkeys(v))}' for k, v in by.items()]
+
+
+class Wanted(NamedTuple):
+  """A MuJoCo sensor a component reads (`BuildContext.site_sensors`).
+
+  Attributes:
+    field: the config field that names it (`gyroscope_sensor`).
+    name: the name given there, or None.
+    kind: its `mujoco.mjtSensor`; dim: its `sensordata` width.
+    suffix: the added sensor's name is `fibril_<component id>_<suffix>`.
+    needed: whether the component reads it (an optional one, e.g. GNSS's gyro without a lever
+      arm, is neither required nor added when False).
+  """
+  field: str
+  name: str | None
+  kind: int
+  dim: int
+  suffix: str
+  needed: bool = True
 
 
 @dataclasses.dataclass
@@ -268,52 +290,73 @@ class BuildContext:
     """Probe of the actuator force on a joint (`jointactfrc` = `qfrc_actuator` at its dof)."""
     return self._probes('joint', joint_id, 'jointactfrc')[0]
 
-  def site_sensors(self, cid: str, site: str | None, wanted) -> tuple[SensorBinding, ...]:
-    """Binds a component's MuJoCo sensors: by name (`site` None), or added at `site`.
+  def site_sensors(self, cid: str, site: str | None, wanted: list[Wanted],
+                   own_site: bool = False) -> tuple[SensorBinding | None, ...]:
+    """Binds a component's MuJoCo sensors: each by the name its config gives, or added at
+    `site` (named `fibril_<cid>_<suffix>`, requested as visible probes).
 
     Args:
-      cid: the component id (added sensors are named `fibril_<cid>_<suffix>`).
+      cid: the component id.
       site: the config's `site`, or None.
-      wanted: `((field, name or None, mjtSensor kind, dim, suffix), ...)`, the config's
-        sensor-name fields.
+      wanted: the config's sensor-name fields, in the order their bindings are returned.
+      own_site: the site is the device's own measurement point (e.g. a barometer's), not only
+        a way to bind: a sensor named beside it is bound by name, an unnamed one added there.
+        Without it, naming a sensor beside `site` is an error (one or the other).
+
+    Returns:
+      `(SensorBinding or None, ...)`, one per entry: None where the entry is neither named
+      nor needed.
 
     Raises:
-      ConfigError: a sensor-name field missing without `site`, or set beside it; no site of
-        that name (did-you-mean); an added name the model already uses.
+      ConfigError: a needed sensor-name field missing without `site`, or one set beside it
+        (not `own_site`); no site of that name (did-you-mean); an added name the model already
+        uses.
     """
+    if site is not None and not own_site:
+      given = [w for w in wanted if w.name is not None]
+      if given:
+        raise ConfigError(self.file, f'{self.path}.{given[0].field}', f'set beside site '
+                          f'{site!r}: name the MuJoCo sensors or the site, not both (with site '
+                          'the sensors are added)', given[0].name)
     if site is None:
-      for field, name, kind, _, suffix in wanted:
-        if name is None:
-          raise ConfigError(self.file, f'{self.path}.{field}', 'required: the name of a MuJoCo '
-                            f'{_SENSOR_NAMES[kind]} sensor; or set site: SITE instead, and the '
-                            f'sensors are added (as fibril_{cid}_{suffix}, ...) without editing '
-                            'the robot\'s file')
-      return tuple(self.sensor(f, n, k, d) for f, n, k, d, _ in wanted)
-    given = [(f, n) for f, n, *_ in wanted if n is not None]
-    if given:
-      raise ConfigError(self.file, f'{self.path}.{given[0][0]}', f'set beside site {site!r}: '
-                        'name the MuJoCo sensors or the site, not both (with site the sensors '
-                        'are added)', given[0][1])
+      for w in wanted:
+        if w.name is None and w.needed:
+          raise ConfigError(self.file, f'{self.path}.{w.field}', 'required: the name of a '
+                            f'MuJoCo {_SENSOR_NAMES[w.kind]} sensor; or set site: SITE '
+                            f'instead, and the sensors are added (as fibril_{cid}_{w.suffix}, '
+                            '...) without editing the robot\'s file')
     m = self.model
-    sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
-    if sid < 0:
-      names = [m.site(i).name for i in range(m.nsite) if m.site(i).name]
-      raise ConfigError(self.file, f'{self.path}.site', 'no MuJoCo site of that name in the '
-                        'compiled model' + did_you_mean(site, names)
-                        + f'; the model\'s sites: {", ".join(names) or "(none)"}', site)
-    if self.probes is None:
-      self.probes = ProbeSet(m)
+    sid = -1
+    if site is not None:
+      sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
+      if sid < 0:
+        names = [m.site(i).name for i in range(m.nsite) if m.site(i).name]
+        raise ConfigError(self.file, f'{self.path}.site', 'no MuJoCo site of that name '
+                          'in the compiled model' + did_you_mean(site, names)
+                          + f'; the model\'s sites: {", ".join(names) or "(none)"}', site)
     out = []
-    for field, _, kind, dim, suffix in wanted:
-      name = f'fibril_{cid}_{suffix}'
-      if mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, name) >= 0:
-        raise ConfigError(self.file, f'{self.path}.site', f'the model already has a sensor named '
-                          f'{name!r}, the name of the sensor site adds for {field}: bind the '
-                          f'sensors by name ({field}: {name}, ...) instead', site)
-      want = _SENSOR_NAMES[kind]
-      p = self.probes.request(want, 'site', site, sid, name=name)
-      out.append(SensorBinding(field, name, want, p.adr, dim, site))
+    for w in wanted:
+      if w.name is not None:
+        out.append(self.sensor(w.field, w.name, w.kind, w.dim))
+      elif not w.needed:
+        out.append(None)
+      else:
+        out.append(self._added(cid, site, sid, w))
     return tuple(out)
+
+  def _added(self, cid: str, site: str, sid: int, w: Wanted) -> SensorBinding:
+    """The visible sensor `fibril_<cid>_<suffix>` of `w.kind` requested at site `site`."""
+    name = f'fibril_{cid}_{w.suffix}'
+    if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SENSOR, name) >= 0:
+      raise ConfigError(self.file, f'{self.path}.site', f'the model already has a '
+                        f'sensor named {name!r}, the name of the sensor site adds for '
+                        f'{w.field}: bind the sensors by name ({w.field}: {name}, ...) instead',
+                        site)
+    if self.probes is None:
+      self.probes = ProbeSet(self.model)
+    kind = _SENSOR_NAMES[w.kind]
+    p = self.probes.request(kind, 'site', site, sid, name=name)
+    return SensorBinding(w.field, name, kind, p.adr, w.dim, site)
 
   def sensor(self, field: str, name: str, kind: mujoco.mjtSensor, dim: int) -> SensorBinding:
     m = self.model

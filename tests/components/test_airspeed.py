@@ -121,7 +121,8 @@ RULES = {
     'sensor_type': (comp(velocity_sensor='range'), f'{P}.velocity_sensor', "'range'",
                     "must name a velocimeter sensor (dim 3); 'range' is a rangefinder sensor"),
     'sensor_missing': (comp(velocity_sensor=None), f'{P}.velocity_sensor', None,
-                       'required field is missing'),
+                       'required: the name of a MuJoCo velocimeter sensor; or set site: SITE '
+                       'instead'),
     'density': (comp(air_density_kg_m3=0), f'{P}.air_density_kg_m3', '0',
                 'input should be greater than 0'),
     'negative_lag': (comp(response_time_s=-0.1), f'{P}.response_time_s', '-0.1',

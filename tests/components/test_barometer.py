@@ -242,10 +242,6 @@ RULES = {
     'airspeed_points_needed': (comp(velocity_sensor='vel'), f'{P}.airspeed_bias_points_m_s',
                                '[]', 'must list the airspeeds of the bias table when '
                                'velocity_sensor is set'),
-    'velocity_sensor_needed': (comp(airspeed_bias_points_m_s=[0, 5], airspeed_bias_pa=[0, 1]),
-                               f'{P}.velocity_sensor', None, 'required with '
-                               'airspeed_bias_points_m_s (a velocimeter giving the air-relative '
-                               'speed)'),
     'site_missing': (comp(site='baro'), f'{P}.site', "'baro'",
                      'no MuJoCo site of that name in the compiled model'),
 }

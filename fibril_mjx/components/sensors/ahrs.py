@@ -28,7 +28,7 @@ from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, quat, rng
 from fibril_mjx.mechanisms import transport as tp
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.sensors import inertial, thermal
 from fibril_mjx.components.base import Corr3, NonNeg, NonNeg3, Positive3, Vec3
@@ -286,11 +286,11 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Ahrs:
   """Validates the config (profiles layered) and binds the MuJoCo sensors."""
   sb = base.SensorBuild(AhrsConfigModel, TYPE, cid, raw, ctx, catalog)
   cfg = sb.cfg
-  sensors = ctx.site_sensors(cid, cfg.site, (
-      ('orientation_sensor', cfg.orientation_sensor, mujoco.mjtSensor.mjSENS_FRAMEQUAT, 4, 'quat'),
-      ('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
-      ('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER,
-       3, 'accel')))
+  sensors = ctx.site_sensors(cid, cfg.site, [
+      Wanted('orientation_sensor', cfg.orientation_sensor, mujoco.mjtSensor.mjSENS_FRAMEQUAT, 4, 'quat'),
+      Wanted('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
+      Wanted('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3,
+             'accel')])
   ERRORS.check(sb)
   schedule, _ = sb.timing()
   channels = tuple(inertial.Channel.build(ch, RATE_FIELDS[ch], sb.is_on,

@@ -31,7 +31,7 @@ import numpy as np
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import Positive, Vec3
 
@@ -48,8 +48,10 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
-  """The probe's own manifest fields (its error model adds the rest)."""
-  velocity_sensor: str
+  """The probe's own manifest fields (its error model adds the rest). The MuJoCo velocimeter
+  is named (`velocity_sensor`) or added at `site` (`fibril_<id>_vel`)."""
+  velocity_sensor: str | None = None
+  site: str | None = None
   wind_m_s: Vec3 = (0.0, 0.0, 0.0)
   air_density_kg_m3: Positive = 1.225
 
@@ -140,8 +142,8 @@ class Airspeed(base.SiteFields, base.SensorBase):
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Airspeed:
   sb = base.SensorBuild(AirspeedConfigModel, TYPE, cid, raw, ctx, catalog)
-  velocity = ctx.sensor('velocity_sensor', sb.cfg.velocity_sensor,
-                        mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
+  velocity, = ctx.site_sensors(cid, sb.cfg.site, [Wanted(
+      'velocity_sensor', sb.cfg.velocity_sensor, mujoco.mjtSensor.mjSENS_VELOCIMETER, 3, 'vel')])
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
   z = host.zeros()
   return sb.make(Airspeed, Sample(z, z, host.zeros((), bool), host.zeros((), np.int32)), velocity=velocity,

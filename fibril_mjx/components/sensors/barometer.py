@@ -17,8 +17,8 @@ fault), `b_gm` Gauss–Markov drift (`bias_instability_stddev_pa`, `bias_correla
 common to every barometer naming it), `c_T` the temperature coefficient against the sensor
 temperature `T(h) + temperature_offset_k`, `w` white noise. `B_thr`, `B_air` are empirical
 bias tables (linear interpolation, clamped at the ends) versus the `ctrl` of a MuJoCo actuator
-(`throttle_actuator`) and the air-relative speed of the site (`velocity_sensor`, a
-velocimeter; wind `wind_m_s` in the world frame): identified from logs or tunnel data, zero
+(`throttle_actuator`) and the air-relative speed of the site of `velocity_sensor` (a
+velocimeter; one is added at `site` when it is not set; wind `wind_m_s` in the world frame): identified from logs or tunnel data, zero
 (absent) by default. The sample also carries the sensor temperature (K).
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose
+from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -66,7 +66,9 @@ def isa_pressure(h_m, p0_pa, t0_k):
 
 
 class _OwnConfig(faults.DeviceConfig):
-  """The barometer's own manifest fields (its error model adds the rest)."""
+  """The barometer's own manifest fields (its error model adds the rest). With the airspeed
+  bias table, the velocimeter is `velocity_sensor`'s, or one added at `site`
+  (`fibril_<id>_vel`) when that is not set."""
   site: str
   altitude_offset_m: float = 0.0
   sea_level_pressure_pa: Positive = 101325.0
@@ -225,13 +227,11 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Barometer:
                'must list the throttle values of the bias table when throttle_actuator is set',
                list(cfg.throttle_bias_points))
     throttle = int(m.actuator_ctrladr[aid])
-  velocity, vsite = None, -1
-  if cfg.airspeed_bias_points_m_s and cfg.velocity_sensor is None:
-    raise ConfigError(*origin('velocity_sensor'), 'required with airspeed_bias_points_m_s '
-                      '(a velocimeter giving the air-relative speed)')
-  if cfg.velocity_sensor is not None:
-    velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
-                          mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
+  velocity, = ctx.site_sensors(cid, cfg.site, [Wanted(
+      'velocity_sensor', cfg.velocity_sensor, mujoco.mjtSensor.mjSENS_VELOCIMETER, 3, 'vel',
+      needed=bool(cfg.airspeed_bias_points_m_s))], own_site=True)
+  vsite = -1
+  if velocity is not None:
     vsite = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, velocity.site)
     base.check(bool(cfg.airspeed_bias_points_m_s), *origin('airspeed_bias_points_m_s'),
                'must list the airspeeds of the bias table when velocity_sensor is set',

@@ -49,7 +49,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, geodesy, smallmat
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
 from fibril_mjx.errors import ConfigError
@@ -78,9 +78,12 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
-  """The receiver's own manifest fields (its error model adds the rest)."""
-  velocity_sensor: str
+  """The receiver's own manifest fields (its error model adds the rest). The MuJoCo
+  velocimeter (and, with a lever arm, gyro) are named (`velocity_sensor`,
+  `angular_velocity_sensor`) or added at `site` (`fibril_<id>_vel`, `fibril_<id>_gyro`)."""
+  velocity_sensor: str | None = None
   angular_velocity_sensor: str | None = None
+  site: str | None = None
   lever_arm_m: Vec3 = (0.0, 0.0, 0.0)
   origin_latitude_deg: float = pydantic.Field(ge=-89.9, le=89.9)
   origin_longitude_deg: float = pydantic.Field(ge=-180, le=180)
@@ -251,16 +254,18 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Gnss:
   for i, (x, y) in enumerate(zip(a, b)):
     file, path = origin('outage_end_s')
     base.check(y > x, file, f'{path}[{i}]', f'must be > outage_start_s[{i}] = {x:g}', y)
-  velocity = ctx.sensor('velocity_sensor', cfg.velocity_sensor,
-                        mujoco.mjtSensor.mjSENS_VELOCIMETER, 3)
-  gyro = None
   lever = any(cfg.lever_arm_m) or 'lever_arm_m' in vary
-  if lever and cfg.angular_velocity_sensor is None:
+  if (lever and cfg.site is None and cfg.velocity_sensor is not None
+      and cfg.angular_velocity_sensor is None):
     raise ConfigError(*origin('angular_velocity_sensor'), 'required with a lever arm (the '
-                      'gyro on the site of velocity_sensor gives ω for v + ω × l)')
-  if cfg.angular_velocity_sensor is not None:
-    gyro = ctx.sensor('angular_velocity_sensor', cfg.angular_velocity_sensor,
-                      mujoco.mjtSensor.mjSENS_GYRO, 3)
+                      'gyro on the site of velocity_sensor gives ω for v + ω × l); or set '
+                      'site: SITE instead of both sensor names, and both are added there')
+  velocity, gyro = ctx.site_sensors(cid, cfg.site, [
+      Wanted('velocity_sensor', cfg.velocity_sensor, mujoco.mjtSensor.mjSENS_VELOCIMETER, 3,
+             'vel'),
+      Wanted('angular_velocity_sensor', cfg.angular_velocity_sensor,
+             mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro', needed=lever)])
+  if gyro is not None:
     if gyro.site != velocity.site:
       raise ConfigError(*origin('angular_velocity_sensor'), f'must be on the site of '
                         f'velocity_sensor ({velocity.site!r}); it is on {gyro.site!r}',

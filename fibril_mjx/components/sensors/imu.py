@@ -52,7 +52,7 @@ from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, fifo, quat, rng
 from fibril_mjx.mechanisms import transport as tp
-from fibril_mjx.core.context import BuildContext, Probe, SensorBinding
+from fibril_mjx.core.context import BuildContext, Probe, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.sensors import delta_imu, inertial, thermal, vibration
 from fibril_mjx.components.base import NonNeg, NonNeg3, Positive3, Vec3
@@ -350,10 +350,10 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Imu:
   sb = base.SensorBuild(ImuConfigModel, TYPE, cid, raw, ctx, catalog)
   cfg, origin = sb.cfg, sb.origin
   ERRORS.check(sb)
-  sensors = ctx.site_sensors(cid, cfg.site, (
-      ('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
-      ('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER,
-       3, 'accel')))
+  sensors = ctx.site_sensors(cid, cfg.site, [
+      Wanted('gyroscope_sensor', cfg.gyroscope_sensor, mujoco.mjtSensor.mjSENS_GYRO, 3, 'gyro'),
+      Wanted('accelerometer_sensor', cfg.accelerometer_sensor, mujoco.mjtSensor.mjSENS_ACCELEROMETER, 3,
+             'accel')])
   if sensors[0].site != sensors[1].site:
     raise ConfigError(*origin('accelerometer_sensor'),
                       f'must be on the same site as gyroscope_sensor {cfg.gyroscope_sensor!r} '

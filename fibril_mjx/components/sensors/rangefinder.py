@@ -29,7 +29,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
-from fibril_mjx.core.context import BuildContext, SensorBinding
+from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.components.sensors.lidar import range_sigma
@@ -55,8 +55,10 @@ SOURCES = ERRORS.streams + ('delivery_jitter', 'delivery_loss')
 
 
 class _OwnConfig(faults.DeviceConfig):
-  """The rangefinder's own manifest fields (its error model adds the rest)."""
-  rangefinder_sensor: str
+  """The rangefinder's own manifest fields (its error model adds the rest). The MuJoCo
+  rangefinder is named (`rangefinder_sensor`) or added at `site` (`fibril_<id>_range`)."""
+  rangefinder_sensor: str | None = None
+  site: str | None = None
   min_range_m: NonNeg = 0.0
   max_range_m: Positive
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
@@ -144,8 +146,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Rangefinder:
   cfg = sb.cfg
   base.check(cfg.max_range_m > cfg.min_range_m, *sb.origin('max_range_m'),
              f'must be > min_range_m = {cfg.min_range_m:g}', cfg.max_range_m)
-  sensor = ctx.sensor('rangefinder_sensor', cfg.rangefinder_sensor,
-                      mujoco.mjtSensor.mjSENS_RANGEFINDER, 1)
+  sensor, = ctx.site_sensors(cid, cfg.site, [Wanted(
+      'rangefinder_sensor', cfg.rangefinder_sensor, mujoco.mjtSensor.mjSENS_RANGEFINDER, 1,
+      'range')])
   sid = mujoco.mj_name2id(ctx.model, mujoco.mjtObj.mjOBJ_SITE, sensor.site)
   z = host.zeros()
   return sb.make(Rangefinder, Sample(z, host.zeros((), bool), z, host.zeros((), np.int32)),
