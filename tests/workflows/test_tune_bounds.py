@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pathlib
 
+import jax
 import numpy as np
 import pytest
 import yaml
@@ -70,6 +71,26 @@ def test_a_fit_started_on_its_bounds_moves_and_recovers_the_truth(servo):
   sigma = np.sqrt(np.diag(np.linalg.inv(J[0].T @ J[0])))      # unit noise (weights 1/σ)
   assert np.all(np.abs(res.estimate - truth) <= K_SIGMA * sigma), (res.estimate, truth, sigma)
   assert 0.5 < res.train_loss < 1.5, res.train_loss          # down to the noise (loss ≈ 1)
+
+
+def test_a_second_fit_traces_and_compiles_nothing(servo):
+  """The fit reuses the problem's compiled residual and Jacobian programs: after one fit,
+  another fit of the same problem (every iteration, and the report's evaluations) traces
+  and compiles nothing (JAX's tracing / lowering / compile events)."""
+  prob, _ = servo
+  tune.tune(None, problem=prob)
+  events = []
+
+  def listen(event, secs, **kw):
+    if 'compile' in event:
+      events.append(event)
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    res = tune.tune(None, problem=prob)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert res.iterations > 1
+  assert events == [], sorted(set(events))
 
 
 def test_scipy_from_a_zero_bound_without_the_offset_ends_at_its_start(servo):

@@ -22,10 +22,14 @@ COLLINEAR = 1e-3   # singular value ratio below which a direction is reported
 
 
 def right_svd(J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Singular values and right singular vectors of a tall `J` (residuals × parameters), from
-  the SVD of its QR factor R (the same values, without the residual-sized U)."""
-  _, sv, vt = np.linalg.svd(np.linalg.qr(J, mode='r'), full_matrices=False)
-  return sv, vt
+  """Singular values (descending) and right singular vectors (rows) of a tall `J` (residuals
+  × parameters), from the eigendecomposition of its Gram matrix JᵀJ = V·Σ²·Vᵀ: one product
+  with `J` and a P × P problem, where a QR or SVD of `J` factors a matrix with a row per
+  residual. Squaring loses singular values below √ε ≈ 1e-8 of the largest (they come out
+  as ~1e-8 or 0), far below the `COLLINEAR` ratio that flags a direction."""
+  w, v = np.linalg.eigh(J.T @ J)
+  order = np.argsort(w)[::-1]
+  return np.sqrt(np.maximum(w[order], 0.0)), v[:, order].T
 
 
 def sensitivity(prob, J0: np.ndarray) -> tuple[list[str], list[tuple[int, ...]]]:

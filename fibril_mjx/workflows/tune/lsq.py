@@ -35,6 +35,14 @@ LOSSES = {'l2': 'linear', 'l1': 'soft_l1'}
 # smooth (and the transformed Jacobian J / (2√(|r| + ε)) bounded) at r = 0.
 L1_SCALE = 0.05
 
+# The trust-region steps: SciPy's `tr_solver='lsmr'` — the Gauss–Newton direction by LSMR
+# (products with J and Jᵀ; at most P iterations, so with these tolerances it is the direct
+# solution to rounding) and the trust-region problem on the 2-D subspace it spans with the
+# gradient — in place of `'exact'`, which factors the (N + P) × P scaled Jacobian by an SVD
+# at every iteration: a LAPACK factorization of a matrix with one row per recorded sample,
+# where the rest of an iteration is products with it.
+LSMR_TOL = 1e-12
+
 CONVERGED = 1e-6   # `ftol`: a relative decrease of the cost below which a start has converged
 # A start also ends at a rejected trial step where the undamped Gauss–Newton step is within
 # this many standard errors of every parameter (covariance H⁻¹·rᵀr/(N − P)): it has
@@ -212,7 +220,8 @@ def _one(s: int, batch: _Batch, start, bounds, settings: Settings) -> Run:
   try:
     res = least_squares(fun, z0, jac=jac, bounds=(lo, hi), method='trf', x_scale='jac',
                         loss=LOSSES[norm], f_scale=L1_SCALE, ftol=CONVERGED,
-                        max_nfev=settings.max_nfev)
+                        max_nfev=settings.max_nfev, tr_solver='lsmr',
+                        tr_options={'atol': LSMR_TOL, 'btol': LSMR_TOL})
     status, message = int(res.status), str(res.message)
     if not np.array_equal(res.x, at['u']):
       jac(res.x)
