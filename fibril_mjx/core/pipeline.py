@@ -191,12 +191,19 @@ def _advance_script(built: Built, clocks, tick):
 
 def _fill_commands(built: Built, commands, tick, script_dues):
   """Commands of every actuator component: given, else scripted (manifest `command_script`),
-  else the null command."""
+  else the null command. A group of several actuators none of which is given a command, whose
+  script entries are alike (`CommandScript.stacked`), also gets its commands stacked under its
+  `Group.key`, evaluated as one vector waveform (what the group's step reads)."""
   out = {}
   scripted = built.command_script.commands(built.components, tick, script_dues)
   for cid, null in null_commands(built).items():
     cmd = (commands or {}).get(cid)
     out[cid] = cmd if cmd is not None else scripted.get(cid, null)
+  for g in built.actuator_groups:
+    if g.stacked and all((commands or {}).get(cid) is None for cid in g.ids):
+      stacked = built.command_script.stacked(built.components, g.ids, tick)
+      if stacked is not None:
+        out[g.key] = stacked
   return out
 
 
@@ -238,7 +245,8 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
 
   A group of one calls `fn` on its component; a larger group calls it once, under `jax.vmap`
   over the members, on the group's skeleton with each member's bindings (`groups.member`),
-  its Params, State and `per_member` inputs stacked along the member axis. A member's result
+  its Params, State and `per_member` inputs stacked along the member axis (an input given
+  stacked under `g.key` is read as it is). A member's result
   is the one `fn` gives it alone (the members share everything else `fn` reads). Where
   `comps` holds the group's state stacked (`pack`), it is read and returned as
   `{g.key: stacked state}`."""
@@ -251,7 +259,8 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
       groups_lib.member(g.skeleton, numbers), p, s, *more))(
           g.numbers, _stack([params[cid] for cid in g.ids]),
           comps[g.key] if packed else _stack([comps[cid] for cid in g.ids]),
-          *(_stack([x[cid] for cid in g.ids]) for x in per_member))
+          *(x[g.key] if g.key in x else _stack([x[cid] for cid in g.ids])
+            for x in per_member))
   return ({g.key: state} if packed else _members(g, state), *rest)
 
 
@@ -260,13 +269,13 @@ def _members(g: groups_lib.Group, stacked) -> dict:
 
 
 def pack(built: Built, comps: dict) -> dict:
-  """One world's `{id: state}` with the state of each group of several actuators stacked
+  """One world's `{id: state}` with the state of each group of several members stacked
   under its `Group.key` instead (what a loop over ticks carries: `step` then reads and
   writes each group's state in place, with no stacking and slicing per tick). `unpack`
   reverses it; `step` takes and returns either layout."""
   out = dict(comps)
-  for g in built.actuator_groups:
-    if g.stacked and g.ids[0] in out:
+  for g in built.stacked_groups:
+    if g.ids[0] in out:
       out[g.key] = _stack([out.pop(cid) for cid in g.ids])
   return out
 
@@ -274,8 +283,8 @@ def pack(built: Built, comps: dict) -> dict:
 def unpack(built: Built, comps: dict) -> dict:
   """`pack` reversed: one world's `{id: state}`."""
   out = dict(comps)
-  for g in built.actuator_groups:
-    if g.stacked and g.key in out:
+  for g in built.stacked_groups:
+    if g.key in out:
       out.update(_members(g, out.pop(g.key)))
   return {cid: out[cid] for cid in built.components}
 

@@ -110,3 +110,85 @@ def test_a_loop_without_components_runs(tmp_path):
   st = sim.reset(p, fibril_mjx.world_keys(0, 2))
   st, _ = sim.run(p, st, 3, record=False)
   assert int(st.tick) == 3
+
+
+ENCODER = dict(period_s=0.004, noise_stddev_rad=0.01, resolution_rad=0.002, latency_s=0.004,
+               jitter_s=0.002, loss_probability=0.1)
+
+
+def _encoders(tmp):
+  """Two encoders alike but for their joint (a group), a third with another noise (alone)."""
+  enc = lambda cid, joint, **kw: {'id': cid, 'type': 'fibril_sim/encoder',  # noqa: E731
+                                  'config': {**ENCODER, 'joint': joint, **kw}}
+  comps = [enc('ea', 'a'), enc('eb', 'b'), enc('ec', 'c', noise_stddev_rad=0.02)]
+  return fibril_mjx.load(write(tmp, comps, xml=XML))
+
+
+def test_encoders_group_like_motors(tmp_path):
+  sim = _encoders(tmp_path)
+  assert [g.ids for g in sim.built.sensing_groups] == [('ea', 'eb'), ('ec',)]
+  assert [g.key for g in sim.built.stacked_groups] == ['ea|eb']
+  assert _load(tmp_path / 'motors').built.stacked_groups[0].key == 'ma|mb'   # listed once
+  assert 'fibril_sim/encoder x 2 (ea, eb): one step with a member axis' in plan.render(sim)
+
+
+def test_a_grouped_run_is_bitwise_the_run_one_by_one(tmp_path, monkeypatch):
+  """`Simulation.run` (the loop carrying the encoders' group stacked) against
+  the same manifest with every component a group of one: every leaf of the recorded trace and
+  of the final state equal."""
+  grouped = _encoders(tmp_path / 'grouped')
+  monkeypatch.setattr(groups, 'form', _alone)
+  alone = _encoders(tmp_path / 'alone')
+  assert not alone.built.stacked_groups
+
+  def run(sim):
+    p = sim.default_params(2)
+    st = sim.reset(p, fibril_mjx.world_keys(5, 2))
+    return sim.run(p, st, 30)
+  (a_state, a_trace), (b_state, b_trace) = run(grouped), run(alone)
+  assert set(a_trace['sensor']) == {'ea', 'eb', 'ec'}
+  for x, y in zip(jax.tree.leaves((a_state, a_trace)), jax.tree.leaves((b_state, b_trace)),
+                  strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  assert np.ptp(np.asarray(a_trace['sensor']['eb'].sample.position)) > 0   # not all equal
+
+
+def test_a_group_s_script_is_one_vector_waveform(tmp_path):
+  """`CommandScript.stacked`: the members' scripted commands stacked, equal to the entries'
+  one by one; None where the entries differ in kind (or a member has none)."""
+  sim = _load(tmp_path)
+  script, comps = sim.built.command_script, sim.components
+  for tick in (0, 7, 130):
+    t = jax.numpy.int32(tick)
+    one = script.commands(comps, t, {})
+    stacked = script.stacked(comps, ('ma', 'mb'), t)
+    for i, cid in enumerate(('ma', 'mb')):
+      for a, b in zip(stacked, one[cid], strict=True):
+        np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+  assert np.ptp(np.asarray(script.stacked(comps, ('ma', 'mb'), jax.numpy.int32(7)).value)) > 0
+  assert script.stacked(comps, ('ma', 'vc'), jax.numpy.int32(7)) is None   # effort, velocity
+  assert script.stacked(comps, ('ma', 'nobody'), jax.numpy.int32(7)) is None
+
+
+def test_a_binding_dataclass_must_say_what_shapes_the_trace():
+  import dataclasses
+
+  @dataclasses.dataclass(frozen=True)
+  class Where:
+    adr: int
+
+  @dataclasses.dataclass(frozen=True)
+  class Thing:
+    id: str
+    where: Where
+    per_member = ('where',)
+    labels = ('id',)
+    member_config = ()
+  try:
+    groups.split(Thing('t', Where(3)))
+  except TypeError as e:
+    assert str(e) == ('Where is in a per_member field of a component but does not declare '
+                      '`shaping` (the names of its fields that shape the trace, () for none; '
+                      'see fibril_mjx/core/groups.py)')
+  else:
+    raise AssertionError('no error')
