@@ -141,30 +141,6 @@ class CommandScript:
       out[e.component] = type(cmd)(*(jnp.where(due, a, b) for a, b in zip(cmd, null)))
     return out
 
-  def stacked(self, components: dict, ids: tuple, tick):
-    """The commands of the components `ids` (a group, `core/groups.py`) at `tick` stacked
-    along a leading member axis, evaluated as one vector waveform — what `commands` gives them
-    one by one, stacked — or None when their entries cannot be (a member with no entry or
-    several, a periodic entry, entries of different kinds, waveforms or extras)."""
-    mine = [e for e in self.entries if e.component in ids]
-    by_id = {e.component: e for e in mine}
-    if len(mine) != len(ids) or len(by_id) != len(ids):
-      return None
-    es = [by_id[cid] for cid in ids]
-    if len({(e.kind, e.waveform, e.extra) for e in es}) > 1 or any(e.schedule is not None
-                                                                   for e in es):
-      return None
-    col = lambda name: np.asarray([getattr(e, name) for e in es])   # noqa: E731
-    t = tick.astype(jnp.float32) * self.dt
-    value, velocity = waveform(es[0].waveform, t, col('amplitude'), col('frequency_hz'),
-                               col('phase_rad'), col('offset'))
-    velocity = jnp.broadcast_to(velocity, value.shape)
-    comp = components[ids[0]]
-    cmd = comp.script_command(es[0].kind, value, velocity, dict(es[0].extra))
-    null = comp.null_command()
-    due = tick >= col('start_tick')
-    return type(cmd)(*(jnp.where(due, a, b) for a, b in zip(cmd, null)))
-
   def describe(self) -> list[str]:
     return [e.describe() for e in self.entries]
 

@@ -191,19 +191,12 @@ def _advance_script(built: Built, clocks, tick):
 
 def _fill_commands(built: Built, commands, tick, script_dues):
   """Commands of every actuator component: given, else scripted (manifest `command_script`),
-  else the null command. A group of several actuators none of which is given a command, whose
-  script entries are alike (`CommandScript.stacked`), also gets its commands stacked under its
-  `Group.key`, evaluated as one vector waveform (what the group's step reads)."""
+  else the null command."""
   out = {}
   scripted = built.command_script.commands(built.components, tick, script_dues)
   for cid, null in null_commands(built).items():
     cmd = (commands or {}).get(cid)
     out[cid] = cmd if cmd is not None else scripted.get(cid, null)
-  for g in built.actuator_groups:
-    if g.stacked and all((commands or {}).get(cid) is None for cid in g.ids):
-      stacked = built.command_script.stacked(built.components, g.ids, tick)
-      if stacked is not None:
-        out[g.key] = stacked
   return out
 
 
@@ -245,8 +238,7 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
 
   A group of one calls `fn` on its component; a larger group calls it once, under `jax.vmap`
   over the members, on the group's skeleton with each member's bindings (`groups.member`),
-  its Params, State and `per_member` inputs stacked along the member axis (an input given
-  stacked under `g.key` is read as it is). A member's result
+  its Params, State and `per_member` inputs stacked along the member axis. A member's result
   is the one `fn` gives it alone (the members share everything else `fn` reads). Where
   `comps` holds the group's state stacked (`pack`), it is read and returned as
   `{g.key: stacked state}`."""
@@ -259,8 +251,7 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
       groups_lib.member(g.skeleton, numbers), p, s, *more))(
           g.numbers, _stack([params[cid] for cid in g.ids]),
           comps[g.key] if packed else _stack([comps[cid] for cid in g.ids]),
-          *(x[g.key] if g.key in x else _stack([x[cid] for cid in g.ids])
-            for x in per_member))
+          *(_stack([x[cid] for cid in g.ids]) for x in per_member))
   return ({g.key: state} if packed else _members(g, state), *rest)
 
 
