@@ -72,7 +72,13 @@ def parse_args(argv=None):
   ap.add_argument('--top', type=int, default=0, help='also list the N most launched kernels')
   ap.add_argument('--by-source', type=int, default=0, metavar='N',
                   help="also time the full run's kernels and list the N source lines that cost "
-                       'the most per tick')
+                       'the most per tick, then the N lines that launch the most kernels more '
+                       'than the physics alone does')
+  ap.add_argument('--in-loop', action='store_true',
+                  help='also count each run at twice the ticks: the kernels per tick of the '
+                       "loop's body alone (the difference over the extra ticks), without what "
+                       'a run launches once (its state packed before the loop and unpacked '
+                       'after it)')
   a = ap.parse_args(argv)
   a.manifest = a.manifest[:1] if a.quick else a.manifest
   a.worlds, a.ticks = a.worlds or (16 if a.quick else 256), a.ticks or (3 if a.quick else 20)
@@ -137,7 +143,7 @@ def instruction_sources(hlo_text: str) -> dict:
 
 def by_source(sim, n, ticks, fm, jax, dump_dir: str
               ) -> tuple[collections.Counter, collections.Counter, list]:
-  """`(microseconds, launches)` per tick of the full run's kernels, keyed by source line, and
+  """`(microseconds, launches)` per tick of a run's kernels, keyed by source line, and
   the component kernels as `[(microseconds per launch, launches per tick)]` (those whose
   source is a fibril_mjx line outside physics/mjx.py)."""
   p = sim.default_params(n)
@@ -154,11 +160,12 @@ def by_source(sim, n, ticks, fm, jax, dump_dir: str
         if e.get('ph') == 'X' and not e['name'].startswith(NOT_THUNKS):
           names[e['name']] += e['dur'] / 3 / ticks
           launches[e['name']] += 1 / 3 / ticks
-  # every `run` program compiled so far is in the dump: the full run's is the one whose
-  # instructions the profiled kernels name
+  # every `run` program compiled so far is in the dump: this run's is the one whose
+  # instructions the profiled kernels name (of two that name them all, the smaller: a
+  # physics-alone program's names are often a subset of the full one's)
   sources = max((instruction_sources(pathlib.Path(path).read_text()) for path in
                  glob.glob(f'{dump_dir}/*jit_run*.cpu_after_optimizations.txt')),
-                key=lambda src: sum(1 for name in names if name in src))
+                key=lambda src: (sum(1 for name in names if name in src), -len(src)))
   us, count, component = collections.Counter(), collections.Counter(), []
   for name, t in names.items():
     src = sources.get(name, 'unmapped')
@@ -185,7 +192,8 @@ def size_summary(component: list) -> str:
 
 
 def count(sim, n, ticks, fm, jax) -> collections.Counter:
-  """Thunks launched by one `run` of `ticks` ticks of `n` worlds (compiled beforehand)."""
+  """Thunks launched by one `run` of `ticks` ticks of `n` worlds (compiled beforehand; `ticks`
+  is static, so each tick count is a program of its own)."""
   p = sim.default_params(n)
   st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
   jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])   # compile, untraced
@@ -216,13 +224,21 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix='fibril_bench_') as tmp:
       sims = {'physics': fm.load(physics_only_manifest(src, pathlib.Path(tmp))),
               'full': fm.load(src)}
-    per = {}
+    per, loop = {}, {}
     for name, sim in sims.items():
       c = count(sim, args.worlds, args.ticks, fm, jax)
       per[name] = sum(c.values()) / args.ticks
-      print(f'{src.name}: {name:8s} {per[name]:8.1f} kernels per tick')
+      n_sub = sim.last_layout.n_sub if sim.last_layout is not None else 1
+      print(f'{src.name}: {name:8s} {per[name]:8.1f} kernels per tick '
+            f'({n_sub} sub-batch{"es" if n_sub > 1 else ""} of '
+            f'{sim.last_layout.sub_batch if sim.last_layout is not None else args.worlds})')
       for k, v in c.most_common(args.top):
         print(f'    {v / args.ticks:7.1f}  {k}')
+      if args.in_loop:
+        twice = count(sim, args.worlds, 2 * args.ticks, fm, jax)
+        loop[name] = (sum(twice.values()) - sum(c.values())) / args.ticks
+        print(f'{src.name}: {name:8s} {loop[name]:8.1f} kernels per tick in the loop, '
+              f'{sum(c.values()) - loop[name] * args.ticks:8.1f} once per run')
     if args.by_source:
       us, launches, component = by_source(sims['full'], args.worlds, args.ticks, fm, jax,
                                           dump.name)
@@ -235,10 +251,19 @@ def main(argv=None):
         modules[k.split(':')[0]] += v
       print('  per module: ' + ', '.join(f'{k} {v:.0f} us' for k, v in modules.most_common()))
       print('  ' + size_summary(component))
+      _, alone, _ = by_source(sims['physics'], args.worlds, args.ticks, fm, jax, dump.name)
+      extra = collections.Counter({k: launches[k] - alone[k] for k in set(launches) | set(alone)})
+      print(f'{src.name}: the source lines that launch the most kernels per tick more than the '
+            'physics alone (full, physics):')
+      for k, v in sorted(extra.items(), key=lambda kv: -abs(kv[1]))[:args.by_source]:
+        print(f'  {v:+7.1f}  ({launches[k]:6.1f}, {alone[k]:6.1f})  {k}')
     stem = src.stem
     lines += [f'kernels_per_tick_physics_{stem}={per["physics"]:.1f}',
               f'kernels_per_tick_full_{stem}={per["full"]:.1f}',
               f'component_kernels_per_tick_{stem}={per["full"] - per["physics"]:.1f}']
+    if args.in_loop:
+      lines.append(f'component_kernels_per_tick_in_loop_{stem}='
+                   f'{loop["full"] - loop["physics"]:.1f}')
   print()
   print('\n'.join(lines))
   return 0

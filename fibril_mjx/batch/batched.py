@@ -134,7 +134,7 @@ def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: 
     return (st, ctl, observe(out)), (out if record else None)
   obs0 = observe(outputs(built, state))   # before tick 0 (integrate None): never read
   # the loop carries each group's state stacked (`pipeline.pack`): no stacking per tick
-  grouped = any(g.stacked for g in built.actuator_groups)
+  grouped = bool(built.stacked_groups)
   per_world = lambda f, st: st._replace(components=jax.vmap(  # noqa: E731
       functools.partial(f, built))(st.components)) if grouped else st
   (state, carry, _), outs = jax.lax.scan(body, (per_world(pipeline.pack, state), carry, obs0),

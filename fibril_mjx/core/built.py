@@ -87,6 +87,14 @@ class Built:
     return groups.form(self.components, lambda c: bool(
         {protocol.SENSOR, protocol.ESTIMATOR} & c.roles))
 
+  @functools.cached_property
+  def stacked_groups(self) -> tuple:
+    """The groups of several members, actuators' and sensing components' alike, each once
+    (an actuator with feedback is in both lists): what a loop over ticks carries stacked
+    (`pipeline.pack`)."""
+    return tuple({g.key: g for g in self.actuator_groups + self.sensing_groups
+                  if g.stacked}.values())
+
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,
             self.command_script, self.dcmotor, tuple(sorted(self.vary.items())), self.keyframe)

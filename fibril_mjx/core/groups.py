@@ -54,7 +54,11 @@ def _walk(x, leaf):
   if isinstance(x, tuple):
     return tuple(_walk(e, leaf) for e in x)
   if dataclasses.is_dataclass(x):
-    shaping = type(x).shaping
+    shaping = getattr(type(x), 'shaping', None)
+    if shaping is None:
+      raise TypeError(f'{type(x).__name__} is in a per_member field of a component but does '
+                      "not declare `shaping` (the names of its fields that shape the trace, "
+                      '() for none; see fibril_mjx/core/groups.py)')
     return _replaced(x, {f.name: getattr(x, f.name) if f.name in shaping
                          else _walk(getattr(x, f.name), leaf) for f in dataclasses.fields(x)})
   return x

@@ -260,13 +260,13 @@ def _members(g: groups_lib.Group, stacked) -> dict:
 
 
 def pack(built: Built, comps: dict) -> dict:
-  """One world's `{id: state}` with the state of each group of several actuators stacked
+  """One world's `{id: state}` with the state of each group of several members stacked
   under its `Group.key` instead (what a loop over ticks carries: `step` then reads and
   writes each group's state in place, with no stacking and slicing per tick). `unpack`
   reverses it; `step` takes and returns either layout."""
   out = dict(comps)
-  for g in built.actuator_groups:
-    if g.stacked and g.ids[0] in out:
+  for g in built.stacked_groups:
+    if g.ids[0] in out:
       out[g.key] = _stack([out.pop(cid) for cid in g.ids])
   return out
 
@@ -274,8 +274,8 @@ def pack(built: Built, comps: dict) -> dict:
 def unpack(built: Built, comps: dict) -> dict:
   """`pack` reversed: one world's `{id: state}`."""
   out = dict(comps)
-  for g in built.actuator_groups:
-    if g.stacked and g.key in out:
+  for g in built.stacked_groups:
+    if g.key in out:
       out.update(_members(g, out.pop(g.key)))
   return {cid: out[cid] for cid in built.components}
 

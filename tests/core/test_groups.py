@@ -67,6 +67,7 @@ def test_grouped_step_is_bitwise_the_step_one_by_one(tmp_path, monkeypatch):
   """Jitter, loss (per-member RNG streams), a per-member gear and forcerange, timeouts:
   every leaf of the state after each tick equal to the ungrouped pipeline's."""
   grouped = _load(tmp_path / 'grouped').built
+  assert grouped.stacked_groups[0].ids == ('ma', 'mb')   # formed now (cached), before the patch
   monkeypatch.setattr(groups, 'form', _alone)
   alone = _load(tmp_path / 'alone').built
   assert all(len(g.ids) == 1 for g in alone.actuator_groups)
@@ -110,3 +111,73 @@ def test_a_loop_without_components_runs(tmp_path):
   st = sim.reset(p, fibril_mjx.world_keys(0, 2))
   st, _ = sim.run(p, st, 3, record=False)
   assert int(st.tick) == 3
+
+
+ENCODER = dict(period_s=0.004, noise_stddev_rad=0.01, resolution_rad=0.002, latency_s=0.004,
+               jitter_s=0.002, loss_probability=0.1)
+
+
+def _encoders(tmp):
+  """Two encoders alike but for their joint (a group), a third with another noise (alone)."""
+  enc = lambda cid, joint, **kw: {'id': cid, 'type': 'fibril_sim/encoder',  # noqa: E731
+                                  'config': {**ENCODER, 'joint': joint, **kw}}
+  comps = [enc('ea', 'a'), enc('eb', 'b'), enc('ec', 'c', noise_stddev_rad=0.02)]
+  drive = {'actuator_script': [   # the joints move apart (raw ctrl, no actuator component)
+      {'actuator': 'ma', 'waveform': 'sine', 'amplitude': 0.5, 'frequency_hz': 20.0},
+      {'actuator': 'mb', 'waveform': 'sine', 'amplitude': -0.8, 'frequency_hz': 30.0}]}
+  return fibril_mjx.load(write(tmp, comps, extra=drive, xml=XML))
+
+
+def test_encoders_group_like_motors(tmp_path):
+  sim = _encoders(tmp_path)
+  assert [g.ids for g in sim.built.sensing_groups] == [('ea', 'eb'), ('ec',)]
+  assert [g.key for g in sim.built.stacked_groups] == ['ea|eb']
+  assert _load(tmp_path / 'motors').built.stacked_groups[0].key == 'ma|mb'   # listed once
+  assert 'fibril_sim/encoder x 2 (ea, eb): one step with a member axis' in plan.render(sim)
+
+
+def test_a_grouped_run_is_bitwise_the_run_one_by_one(tmp_path, monkeypatch):
+  """`Simulation.run` (the loop carrying the encoders' group stacked) against
+  the same manifest with every component a group of one: every leaf of the recorded trace and
+  of the final state equal."""
+  grouped = _encoders(tmp_path / 'grouped')
+  assert grouped.built.stacked_groups[0].ids == ('ea', 'eb')   # formed now, before the patch
+  monkeypatch.setattr(groups, 'form', _alone)
+  alone = _encoders(tmp_path / 'alone')
+  assert not alone.built.stacked_groups
+
+  def run(sim):
+    p = sim.default_params(2)
+    st = sim.reset(p, fibril_mjx.world_keys(5, 2))
+    return sim.run(p, st, 30)
+  (a_state, a_trace), (b_state, b_trace) = run(grouped), run(alone)
+  assert set(a_trace['sensor']) == {'ea', 'eb', 'ec'}
+  for x, y in zip(jax.tree.leaves((a_state, a_trace)), jax.tree.leaves((b_state, b_trace)),
+                  strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  qa, qb = (np.asarray(a_trace['truth'][e]['position']) for e in ('ea', 'eb'))
+  assert np.abs(qa - qb).max() > 10 * ENCODER['resolution_rad']   # members read their own joint
+
+
+def test_a_binding_dataclass_must_say_what_shapes_the_trace():
+  import dataclasses
+
+  @dataclasses.dataclass(frozen=True)
+  class Where:
+    adr: int
+
+  @dataclasses.dataclass(frozen=True)
+  class Thing:
+    id: str
+    where: Where
+    per_member = ('where',)
+    labels = ('id',)
+    member_config = ()
+  try:
+    groups.split(Thing('t', Where(3)))
+  except TypeError as e:
+    assert str(e) == ('Where is in a per_member field of a component but does not declare '
+                      '`shaping` (the names of its fields that shape the trace, () for none; '
+                      'see fibril_mjx/core/groups.py)')
+  else:
+    raise AssertionError('no error')

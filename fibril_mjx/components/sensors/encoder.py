@@ -86,6 +86,10 @@ class Encoder(base.SensorBase):
   state_type = State
   errors = ERRORS
   reads_sensors_only = True
+  # in a group (`core/groups.py`): the joint's probe addresses per member; id, names label
+  per_member = ('probe',)
+  labels = ('id', 'fields')
+  member_config = ('joint',)
 
   def init(self, p: Params, world_key) -> State:
     return self.init_state(State, p, world_key, Sample(jnp.float32(0.0),
