@@ -153,6 +153,10 @@ MOVED = {
     'fibril_mjx.components.base.FaultySensorFields': 'fibril_mjx.components.base.SensorBase',
     'fibril_mjx.batch.worlds.lapack_safe_sub_batch':
         'fibril_mjx.batch.lapack.lapack_safe_sub_batch',
+    # 2026-12-07: one RL env (FibrilEnv, built from a Playground env by from_playground) and
+    # one set of wrappers
+    'fibril_mjx.rl.playground.DeviceEnv': 'fibril_mjx.rl.playground.OnPlayground',
+    'fibril_mjx.rl.playground.wrap_for_brax_training': 'fibril_mjx.rl.wrappers.wrap_for_training',
 }
 
 
