@@ -76,7 +76,10 @@ spec.loader.exec_module(train_ppo)
 
 class BareEnv:
   """A bare MJX Brax env of `mj_model`: action × EFFORT_SCALE → ctrl, `control_ticks`
-  `mjx.step`s, ideal observations, the leg-hold reward."""
+  `mjx.step`s, ideal observations, the leg-hold reward; `restart` and the episode fields for
+  `wrappers.AutoReset`, as `FibrilEnv` has them (a new episode is a `reset`)."""
+  EPISODE_FIELDS = ('pipeline_state',)
+  EPISODE_INFO = ('goal',)
 
   def __init__(self, mj_model: mujoco.MjModel, control_ticks: int, step=ideal_mjx.step):
     self.physics_step = step
@@ -111,6 +114,10 @@ class BareEnv:
     data = self.data0
     z = jnp.zeros((), jnp.float32)
     return State(data, self._obs(data, goal), z, z, {'angle_error_rad': z}, {'goal': goal})
+
+  def restart(self, state, rng):
+    del state
+    return self.reset(rng)
 
   def step(self, state, action):
     ctrl = train_ppo.EFFORT_SCALE * jnp.clip(action, -1.0, 1.0)
