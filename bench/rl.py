@@ -163,13 +163,14 @@ def main(argv=None):
   ap.add_argument('--redraw-steps', type=int, default=200)
   ap.add_argument('--redraw-episode', type=int, default=50)
   ap.add_argument('--quick', action='store_true',
-                  help='smoke test: 8 envs x 5 steps, one repeat; Playground 4 envs x 5 steps')
+                  help='smoke test: 8 envs x 5 steps, one repeat; Playground 4 envs x 5 steps; '
+                       'no CheetahRun')
   args = ap.parse_args(argv)
   if args.quick:
     args.envs, args.steps, args.repeats = [8], 5, 1
     args.playground_envs, args.playground_steps = [4] if args.playground_envs else [], 5
-    args.redraw_envs, args.redraw_steps, args.redraw_episode = (
-        [4] if args.redraw_envs else [], 6, 3)
+    args.redraw_envs = []   # CheetahRun's three compilations: `tests/rl/test_playground.py`
+    # runs the redraw path
   # before JAX computes: one XLA CPU device, the host's ISA, a scan over ticks as one kernel
   fibril_mjx.cpu_flags(1, bitwise=False)
   train_ppo.brax_jax_compat()

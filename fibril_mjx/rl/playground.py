@@ -2,10 +2,10 @@
 
 `FibrilEnv.from_playground(env, manifest)` (`fibril_mjx.rl.env`) puts fibril devices on any
 Playground `MjxEnv` (`mujoco_playground.registry.load`) without editing it; the result is an
-`OnPlayground`, a `FibrilEnv` whose physics is the env's. The manifest is a fibril manifest without `model:` (the env's own MJCF,
-`env.xml_path`, is the model; its components bind the env's sites, joints, actuators and sensors
-by their MJCF names, and the probe sensors they read are appended to it as `fibril_mjx.load`
-does), plus three sections of its own:
+`OnPlayground`, a `FibrilEnv` whose physics is the env's. The manifest is a fibril manifest
+without `model:` (the env's own MJCF, `env.xml_path`, is the model; its components bind the
+env's sites, joints, actuators and sensors by their MJCF names, and the probe sensors they read
+are appended to it as `fibril_mjx.load` does), plus three sections of its own:
 
     components:                       # as in any fibril manifest
       - {id: cart, type: fibril_sim/motor,
@@ -168,11 +168,12 @@ def _check_model(env, built, file: str) -> None:
     if getattr(m, name) != getattr(b, name):
       raise FibrilError(f'{file}: the env\'s model and {env.xml_path} differ ({name} '
                         f'{getattr(m, name)} vs {getattr(b, name)}): the env edits its model '
-                        'after loading; FibrilEnv.from_playground needs an env whose model is its MJCF file')
+                        'after loading; FibrilEnv.from_playground needs an env whose model is '
+                        'its MJCF file')
   if abs(float(env.dt) - float(env.sim_dt)) > 1e-12 or abs(
       float(m.opt.timestep) - built.dt) > 1e-12:
-    raise FibrilError(f'{file}: FibrilEnv.from_playground runs one device tick per env step: it needs ctrl_dt '
-                      f'= sim_dt = the MJCF timestep (env ctrl_dt {env.dt}, sim_dt '
+    raise FibrilError(f'{file}: FibrilEnv.from_playground runs one device tick per env step: it '
+                      f'needs ctrl_dt = sim_dt = the MJCF timestep (env ctrl_dt {env.dt}, sim_dt '
                       f'{env.sim_dt}, MJCF {built.dt})')
 
 
