@@ -132,7 +132,7 @@ class BareEnv:
 
 def programs(env, n_envs: int, n_steps: int):
   """`(reset, run)` jitted: `run(state)` = `n_steps` env steps in one scan."""
-  action = jnp.full((n_envs, 1), 0.2, jnp.float32)
+  action = jnp.full((n_envs, env.action_size), 0.2, jnp.float32)
   reset = jax.jit(lambda k: env.reset(jax.random.split(k, n_envs)))
 
   @jax.jit
