@@ -194,6 +194,28 @@ def test_auto_reset_redraws_the_devices_at_episode_boundaries_only(cartpole, mon
   assert len(np.unique(per_episode)) == n                  # every episode its own draw
 
 
+def test_the_env_randomization_fn_keeps_the_devices(cartpole):
+  """With the env's own `randomization_fn` (here the slider damping, + 5 per env) the batch is
+  Playground's domain-randomization vmap over this env: the devices stay (the cart position
+  is delivered 3 steps late) and each env steps on its own model (env 0's is the nominal
+  one: its truth equals the run without randomization, env 3's does not)."""
+  n = 4
+  dev = FibrilEnv.from_playground(cartpole, cart(feedback_latency_s=0.03))
+
+  def rand(mx):
+    damping = mx.dof_damping + 5.0 * jnp.arange(n, dtype=jnp.float32)[:, None]
+    axes = jax.tree.map(lambda _: None, mx).tree_replace({'dof_damping': 0})
+    return mx.tree_replace({'dof_damping': damping}), axes
+  keys = jax.random.split(jax.random.PRNGKey(0), n)
+  acts = actions(n=n, t=12)
+  obs, _, truth, _ = run_keys(wrappers.wrap_for_training(dev, 100, randomization_fn=rand),
+                              acts, keys, True)
+  _, _, nominal, _ = run_keys(wrappers.wrap_for_training(dev, 100), acts, keys, True)
+  np.testing.assert_allclose(obs[3:, :, 0], truth[:-3, :, 0], rtol=0, atol=1e-7)
+  np.testing.assert_allclose(truth[:, 0], nominal[:, 0], rtol=0, atol=1e-6)
+  assert np.abs(truth[:, 3] - nominal[:, 3]).max() > 1e-4
+
+
 @pytest.mark.parametrize('change, message', [
     ({'observe': [{'obs': [0, 1], 'component': 'kart', 'field': 'position'}]},
      "manifest: observe[0].component = 'kart': no component of that id"),
