@@ -33,9 +33,9 @@ fibril step). The last line is `env_steps_ratio=` of the largest env count.
 
 **Playground** (`--playground-envs`, default 1 64 1024; `--playground-only` skips the
 manifest envs): Playground's `CartpoleBalance` (MJX-JAX) bare under Playground's own
-`wrap_for_brax_training` and with devices (`FibrilEnv.from_playground`: the cart motor adapter
-with 20 ms command and 30 ms feedback latency, command loss 5 %, its feedback on observations 0
-and 3) under `fibril_mjx.rl.wrappers.wrap_for_training`, `--playground-steps` steps:
+`wrap_for_brax_training` and with devices (`fibril_mjx.rl.playground.from_playground`: the
+cart motor adapter with 20 ms command and 30 ms feedback latency, command loss 5 %, its feedback
+on observations 0 and 3) under `fibril_mjx.rl.wrappers.wrap_for_training`, `--playground-steps` steps:
 `env_steps_ratio_playground_<n>=` (devices ÷ bare env-steps/s) and `env_steps_ratio_playground=`
 at the largest count.
 
@@ -269,12 +269,12 @@ def side_by_side(envs: dict, n: int, steps: int, repeats: int, label: str) -> di
 
 def playground(args):
   """`env_steps_ratio_playground_<n>=`: Playground cartpole with devices
-  (`FibrilEnv.from_playground` under `wrappers.wrap_for_training`) / without (Playground's
+  (`playground.from_playground` under `wrappers.wrap_for_training`) / without (Playground's
   `wrap_for_brax_training`, its cached auto-reset)."""
   from mujoco_playground import registry, wrapper   # optional (the playground extra)
-  from fibril_mjx.rl.env import FibrilEnv
+  from fibril_mjx.rl.playground import from_playground
   env = registry.load('CartpoleBalance', config_overrides={'impl': 'jax'})
-  envs = {'devices': wrappers.wrap_for_training(FibrilEnv.from_playground(
+  envs = {'devices': wrappers.wrap_for_training(from_playground(
               env, PLAYGROUND_DEVICES), 1000),
           'bare': wrapper.wrap_for_brax_training(env, 1000)}
   ratios = {}
@@ -296,18 +296,18 @@ def redraw(args):
     no redraw, no reset cost);
   - **full_reset**: the same with `full_reset=True` (the env's whole reset at every step, so
     that each episode gets new draws);
-  - **devices**: `FibrilEnv.from_playground(CHEETAH_DEVICES)` under
+  - **devices**: `fibril_mjx.rl.playground.from_playground(CHEETAH_DEVICES)` under
     `wrappers.wrap_for_training` (cached physics, devices redrawn at each boundary).
 
   Prints env-steps/s of each and `redraw_devices_over_cached_<n>=`,
   `redraw_devices_over_full_reset_<n>=`."""
   from mujoco_playground import registry, wrapper
-  from fibril_mjx.rl.env import FibrilEnv
+  from fibril_mjx.rl.playground import from_playground
   env = registry.load('CheetahRun', config_overrides={'impl': 'jax'})
   length = args.redraw_episode
   envs = {'cached': wrapper.wrap_for_brax_training(env, length),
           'full_reset': wrapper.wrap_for_brax_training(env, length, full_reset=True),
-          'devices': wrappers.wrap_for_training(FibrilEnv.from_playground(
+          'devices': wrappers.wrap_for_training(from_playground(
               env, CHEETAH_DEVICES), length)}
   for n in args.redraw_envs:
     sps = side_by_side(envs, n, args.redraw_steps, args.repeats, 'cheetah')

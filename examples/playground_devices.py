@@ -2,8 +2,8 @@
 
 Trains Playground's `CartpoleBalance` (MJX-JAX) with Brax PPO twice at a CPU-sized budget —
 on the env as it is (ideal observations, actions straight to `ctrl`; Playground's own
-`wrap_for_brax_training`) and as `FibrilEnv.from_playground` (the cart motor adapter: command
-latency and loss, a feedback latency drawn per episode, its feedback on the cart position /
+`wrap_for_brax_training`) and as `fibril_mjx.rl.playground.from_playground` (the cart motor
+adapter: command latency and loss, a feedback latency drawn per episode, its feedback on the cart position /
 velocity entries; `fibril_mjx.rl.wrappers.wrap_for_training`, which redraws the devices at every
 episode boundary). Then evaluates both policies, each under
 the ideal env and under the device model with per-episode variation (`EVAL_VARY`, a campaign's
@@ -32,7 +32,7 @@ import fibril_mjx
 from fibril_mjx.analysis.stats.proportion import wilson
 from fibril_mjx.rl import wrappers
 from fibril_mjx.rl.env import FibrilEnv
-from fibril_mjx.rl.playground import KEY
+from fibril_mjx.rl.playground import KEY, from_playground
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location('train_ppo', REPO / 'examples' / 'train_ppo.py')
@@ -126,8 +126,8 @@ def main(argv=None):
   fibril_mjx.cpu_flags(1, bitwise=False)
   env = registry.load('CartpoleBalance', config_overrides={'impl': 'jax'})
   train_envs = {'ideal': env,
-                'devices': FibrilEnv.from_playground(env, manifest(MOTOR, TRAIN_VARY))}
-  eval_envs = {'ideal': env, 'devices+faults': FibrilEnv.from_playground(
+                'devices': from_playground(env, manifest(MOTOR, TRAIN_VARY))}
+  eval_envs = {'ideal': env, 'devices+faults': from_playground(
       env, manifest(EVAL_MOTOR, EVAL_VARY))}
   policies = {}
   for name, e in train_envs.items():

@@ -155,7 +155,7 @@ MOVED = {
         'fibril_mjx.batch.lapack.lapack_safe_sub_batch',
     # 2026-12-07: one RL env (FibrilEnv, built from a Playground env by from_playground) and
     # one set of wrappers
-    'fibril_mjx.rl.playground.DeviceEnv': 'fibril_mjx.rl.playground.OnPlayground',
+    'fibril_mjx.rl.playground.DeviceEnv': 'fibril_mjx.rl.playground.from_playground',
     'fibril_mjx.rl.playground.wrap_for_brax_training': 'fibril_mjx.rl.wrappers.wrap_for_training',
 }
 

@@ -9,9 +9,9 @@ per-episode device draws (`vary=`, a campaign's `vary:` syntax, `fibril_mjx.rl.r
 - `FibrilEnv(sim, task, vary=...)` — a manifest with its own model; the physics is the
   one-world pipeline's (`pipeline.step`); `task` says what is observed (`Task.observe`), how
   an action becomes commands (`Task.commands`) and the reward. The rest of this doc.
-- `FibrilEnv.from_playground(env, manifest)` — a MuJoCo Playground `MjxEnv` with devices
-  between its observation and its actions; its physics, reward and termination stay the
-  env's; the manifest's `observe:` / `act:` / `vary:` sections say the same three things
+- `fibril_mjx.rl.playground.from_playground(env, manifest)` — a MuJoCo Playground `MjxEnv`
+  with devices between its observation and its actions; its physics, reward and termination
+  stay the env's; the manifest's `observe:` / `act:` / `vary:` sections say the same three things
   (`fibril_mjx.rl.playground`).
 
 Either way `env.sim` is the `Simulation` of the devices (its `mj_model`: the MJCF with the probe
@@ -148,7 +148,7 @@ def observation(observe, out, goal_vec=None) -> jax.Array:
 
 class FibrilEnv:
   """The RL env of one world (see the module doc): of `sim` under `task`, or of a Playground
-  env (`from_playground`).
+  env (`fibril_mjx.rl.playground.from_playground`).
 
   Args:
     sim: a `Simulation` (`fibril_mjx.load(...)`) or a manifest path.
@@ -188,21 +188,6 @@ class FibrilEnv:
                        f'{", ".join(sim.components)}')
     shapes = jax.eval_shape(self.reset, jax.random.PRNGKey(0))
     self._obs_shape = jax.tree.map(lambda x: x.shape, shapes.obs)
-
-  @classmethod
-  def from_playground(cls, env, manifest, *, privileged_obs: bool = False,
-                      params: dict | None = None) -> 'FibrilEnv':
-    """The env of a Playground `MjxEnv` with the devices of `manifest` (a YAML path or a dict
-    without `model:`, with `observe:`, `act:`, `vary:`; `fibril_mjx.rl.playground`).
-
-    Args:
-      env: a Playground `MjxEnv` (one world; `wrappers.wrap_for_training` batches it).
-      privileged_obs: with an array observation, observe `{'state', 'privileged_state'}`.
-      params: one world's `{component id: Params}` (default the manifest's).
-    """
-    from fibril_mjx.rl import playground   # the playground extra
-    return playground.OnPlayground(env, manifest, privileged_obs=privileged_obs,
-                                   params=params)
 
   # ------------------------------------------------------------------ Brax interface
 

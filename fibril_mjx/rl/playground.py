@@ -1,8 +1,8 @@
 """The RL env built from a MuJoCo Playground environment (`pip install -e '.[playground]'`).
 
-`FibrilEnv.from_playground(env, manifest)` (`fibril_mjx.rl.env`) puts fibril devices on any
-Playground `MjxEnv` (`mujoco_playground.registry.load`) without editing it; the result is an
-`OnPlayground`, a `FibrilEnv` whose physics is the env's. The manifest is a fibril manifest
+`from_playground(env, manifest)` puts fibril devices on any Playground `MjxEnv`
+(`mujoco_playground.registry.load`) without editing it; the result is an `OnPlayground`, a
+`FibrilEnv` (`fibril_mjx.rl.env`) whose physics is the env's. The manifest is a fibril manifest
 without `model:` (the env's own MJCF, `env.xml_path`, is the model; its components bind the
 env's sites, joints, actuators and sensors by their MJCF names, and the probe sensors they read
 are appended to it as `fibril_mjx.load` does), plus three sections of its own:
@@ -168,11 +168,11 @@ def _check_model(env, built, file: str) -> None:
     if getattr(m, name) != getattr(b, name):
       raise FibrilError(f'{file}: the env\'s model and {env.xml_path} differ ({name} '
                         f'{getattr(m, name)} vs {getattr(b, name)}): the env edits its model '
-                        'after loading; FibrilEnv.from_playground needs an env whose model is '
+                        'after loading; from_playground needs an env whose model is '
                         'its MJCF file')
   if abs(float(env.dt) - float(env.sim_dt)) > 1e-12 or abs(
       float(m.opt.timestep) - built.dt) > 1e-12:
-    raise FibrilError(f'{file}: FibrilEnv.from_playground runs one device tick per env step: it '
+    raise FibrilError(f'{file}: from_playground runs one device tick per env step: it '
                       f'needs ctrl_dt = sim_dt = the MJCF timestep (env ctrl_dt {env.dt}, sim_dt '
                       f'{env.sim_dt}, MJCF {built.dt})')
 
@@ -249,9 +249,22 @@ def _bind(env, built, dev: _Device, obs_shape, file: str) -> Binding:
   return Binding(tuple(observe), tuple(act), *_joint_reads(built.mj_model))
 
 
+def from_playground(env, manifest, *, privileged_obs: bool = False,
+                    params: dict | None = None) -> 'OnPlayground':
+  """The RL env of a Playground `MjxEnv` with the devices of `manifest` (module doc).
+
+  Args:
+    env: a Playground `MjxEnv` (one world; `wrappers.wrap_for_training` batches it).
+    manifest: a YAML path or a dict without `model:`, with `observe:`, `act:`, `vary:`.
+    privileged_obs: with an array observation, observe `{'state', 'privileged_state'}`.
+    params: one world's `{component id: Params}` (default the manifest's).
+  """
+  return OnPlayground(env, manifest, privileged_obs=privileged_obs, params=params)
+
+
 class OnPlayground(FibrilEnv):
   """The `FibrilEnv` of a Playground env with devices (module doc); built by
-  `FibrilEnv.from_playground(env, manifest, privileged_obs=, params=)`.
+  `from_playground(env, manifest, privileged_obs=, params=)`.
 
   Attributes:
     playground: the Playground env.
@@ -276,7 +289,7 @@ class OnPlayground(FibrilEnv):
       self.randomization = DeviceRandomization(sim, dev.vary, file=file)
       for f in self.randomization.fields:
         if f.kind not in PER_EPISODE:
-          raise ConfigError(file, f'vary.{f.path}', 'FibrilEnv.from_playground varies the '
+          raise ConfigError(file, f'vary.{f.path}', 'from_playground varies the '
                             'devices only (Params fields, latencies); vary the physics with '
                             'the env\'s own randomization_fn', f.path)
       sim = self.randomization.sim

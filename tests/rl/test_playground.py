@@ -1,4 +1,4 @@
-"""The RL env built from MuJoCo Playground envs (`FibrilEnv.from_playground`,
+"""The RL env built from MuJoCo Playground envs (`fibril_mjx.rl.playground.from_playground`,
 `fibril_mjx.rl.playground`) and its auto-reset (`fibril_mjx.rl.wrappers.wrap_for_training`).
 
 Envs: Playground's own dm_control_suite `CartpoleBalance` and `AcrobotSwingup` (assets in the
@@ -22,6 +22,7 @@ from fibril_mjx.errors import ConfigError, ConfigErrors   # noqa: E402
 from fibril_mjx.rl import playground as pg   # noqa: E402
 from fibril_mjx.rl import wrappers   # noqa: E402
 from fibril_mjx.rl.env import FibrilEnv   # noqa: E402
+from fibril_mjx.rl.playground import from_playground   # noqa: E402
 
 N, T = 32, 24   # envs, env steps
 JAX = {'impl': 'jax'}
@@ -81,7 +82,7 @@ def test_devices_off_equal_the_env_under_wrap_for_brax_training(cartpole):
               'act': [{'actuator': 'elbow', 'component': 'elbow', 'command': 'effort',
                        'scale': 2.0}]}
   for env, man in ((cartpole, cart()), (acro, acro_man)):
-    dev = FibrilEnv.from_playground(env, man)
+    dev = from_playground(env, man)
     assert isinstance(dev, FibrilEnv) and dev.observation_size == env.observation_size
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     # Playground's wrapper resets the env with `vmap(split)(keys)[..., 1]` (its last axis)
@@ -100,7 +101,7 @@ def test_feedback_latency_command_latency_and_loss(cartpole):
   command arrived, else the held one; arrivals are Binomial(n, 0.7). The env's physics is
   untouched: the bare env driven by the recorded controls gives the same truth."""
   p = 0.3
-  dev = FibrilEnv.from_playground(cartpole, cart(feedback_latency_s=0.03, command_latency_s=0.02,
+  dev = from_playground(cartpole, cart(feedback_latency_s=0.03, command_latency_s=0.02,
                                     command_loss_probability=p))
   acts = actions()
   obs, _, truth, ctrl = rollout(dev, acts)
@@ -126,7 +127,7 @@ def test_feedback_latency_command_latency_and_loss(cartpole):
 def test_feedback_period_holds_values_and_privileged_obs_keeps_the_truth(cartpole):
   """Feedback every 3 ticks: between acquisitions the delivered value is held. With
   `privileged_obs` the critic's `privileged_state` is the env's own observation."""
-  dev = FibrilEnv.from_playground(cartpole, cart(feedback_period_s=0.03), privileged_obs=True)
+  dev = from_playground(cartpole, cart(feedback_period_s=0.03), privileged_obs=True)
   assert dev.observation_size == {'state': (5,), 'privileged_state': (5,)}
   obs, _, truth, _ = rollout(dev, actions(n=4))
   np.testing.assert_array_equal(obs['privileged_state'], truth)
@@ -153,7 +154,7 @@ def test_auto_reset_redraws_the_devices_at_episode_boundaries_only(cartpole, mon
          'vary': {'cart.feedback_current_per_force': {'dist': 'uniform', 'low': LOW,
                                                        'high': HIGH},
                   'cart.feedback_latency_s': {'dist': 'uniform', 'low': 0.0, 'high': 0.03}}}
-  dev = FibrilEnv.from_playground(cartpole, man)
+  dev = from_playground(cartpole, man)
   w = wrappers.wrap_for_training(dev, episode_length=EPISODE)
   own_reset = cartpole.reset
   traced = []
@@ -200,7 +201,7 @@ def test_the_env_randomization_fn_keeps_the_devices(cartpole):
   is delivered 3 steps late) and each env steps on its own model (env 0's is the nominal
   one: its truth equals the run without randomization, env 3's does not)."""
   n = 4
-  dev = FibrilEnv.from_playground(cartpole, cart(feedback_latency_s=0.03))
+  dev = from_playground(cartpole, cart(feedback_latency_s=0.03))
 
   def rand(mx):
     damping = mx.dof_damping + 5.0 * jnp.arange(n, dtype=jnp.float32)[:, None]
@@ -229,9 +230,9 @@ def test_the_env_randomization_fn_keeps_the_devices(cartpole):
     ({'model': 'x.xml'}, "manifest: model = 'x.xml': the model is the env's own MJCF"),
     ({'vary': {'joint:slider.damping': {'dist': 'uniform', 'low': 0.0, 'high': 1.0}}},
      "manifest: vary.joint:slider.damping = 'joint:slider.damping': "
-     'FibrilEnv.from_playground varies the devices only'),
+     'from_playground varies the devices only'),
 ])
 def test_manifest_errors(cartpole, change, message):
   with pytest.raises((ConfigError, ConfigErrors)) as e:
-    FibrilEnv.from_playground(cartpole, {**cart(), **change})
+    from_playground(cartpole, {**cart(), **change})
   assert message in str(e.value), str(e.value)
