@@ -1,10 +1,11 @@
 """The sim-to-sim gap a device model reveals, on a MuJoCo Playground task (`.[playground]`).
 
 Trains Playground's `CartpoleBalance` (MJX-JAX) with Brax PPO twice at a CPU-sized budget —
-on the env as it is (ideal observations, actions straight to `ctrl`) and under
-`fibril_mjx.rl.playground.DeviceEnv` (the cart motor adapter: command latency and loss, a
-feedback latency drawn per episode, its feedback on the cart position / velocity entries) —
-both under Playground's own `wrap_for_brax_training`. Then evaluates both policies, each under
+on the env as it is (ideal observations, actions straight to `ctrl`; Playground's own
+`wrap_for_brax_training`) and as `fibril_mjx.rl.playground.from_playground` (the cart motor
+adapter: command latency and loss, a feedback latency drawn per episode, its feedback on the cart position /
+velocity entries; `fibril_mjx.rl.wrappers.wrap_for_training`, which redraws the devices at every
+episode boundary). Then evaluates both policies, each under
 the ideal env and under the device model with per-episode variation (`EVAL_VARY`, a campaign's
 `vary:` syntax) and faults (command loss): mean return and the failure rate (the pole falls
 past `FALL_COS` or the cart leaves `CART_LIMIT_M` at any step, read from the true state) with
@@ -29,7 +30,9 @@ from mujoco_playground import registry, wrapper
 
 import fibril_mjx
 from fibril_mjx.analysis.stats.proportion import wilson
-from fibril_mjx.rl.playground import DeviceEnv, KEY
+from fibril_mjx.rl import wrappers
+from fibril_mjx.rl.env import FibrilEnv
+from fibril_mjx.rl.playground import KEY, from_playground
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location('train_ppo', REPO / 'examples' / 'train_ppo.py')
@@ -69,7 +72,8 @@ HIDDEN = (32, 32)       # policy and value MLPs
 
 def train(env, timesteps, seed, episode_length, num_envs):
   """Brax PPO (`PPO`, with `num_envs` envs = the batch size) under Playground's
-  `wrap_for_brax_training`: `(make_policy, params)`."""
+  `wrap_for_brax_training` (the env as it is) or `wrappers.wrap_for_training` (a `FibrilEnv`):
+  `(make_policy, params)`."""
   train_ppo.brax_jax_compat()
   from brax.training.agents.ppo import networks as ppo_networks
   from brax.training.agents.ppo import train as ppo
@@ -78,7 +82,8 @@ def train(env, timesteps, seed, episode_length, num_envs):
   make_policy, params, _ = ppo.train(
       environment=env, num_timesteps=timesteps, episode_length=episode_length,
       **{**PPO, 'num_envs': num_envs, 'batch_size': num_envs}, network_factory=network,
-      seed=seed, wrap_env_fn=wrapper.wrap_for_brax_training)
+      seed=seed, wrap_env_fn=(wrappers.wrap_for_training if isinstance(env, FibrilEnv)
+                              else wrapper.wrap_for_brax_training))
   return make_policy, params
 
 
@@ -120,8 +125,10 @@ def main(argv=None):
     args.timesteps, args.envs, args.eval_envs, args.episode_length = 640, 4, 8, 8
   fibril_mjx.cpu_flags(1, bitwise=False)
   env = registry.load('CartpoleBalance', config_overrides={'impl': 'jax'})
-  train_envs = {'ideal': env, 'devices': DeviceEnv(env, manifest(MOTOR, TRAIN_VARY))}
-  eval_envs = {'ideal': env, 'devices+faults': DeviceEnv(env, manifest(EVAL_MOTOR, EVAL_VARY))}
+  train_envs = {'ideal': env,
+                'devices': from_playground(env, manifest(MOTOR, TRAIN_VARY))}
+  eval_envs = {'ideal': env, 'devices+faults': from_playground(
+      env, manifest(EVAL_MOTOR, EVAL_VARY))}
   policies = {}
   for name, e in train_envs.items():
     t0 = time.perf_counter()

@@ -160,6 +160,10 @@ MOVED = {
     'fibril_mjx.components.ComponentType': 'fibril_mjx.core.registry.Entry',
     'fibril_mjx.core.registry.add': 'fibril_mjx.register',
     'fibril_mjx.analysis.register': 'fibril_mjx.register',
+    # 2026-12-07: one RL env (FibrilEnv, built from a Playground env by from_playground) and
+    # one set of wrappers
+    'fibril_mjx.rl.playground.DeviceEnv': 'fibril_mjx.rl.playground.from_playground',
+    'fibril_mjx.rl.playground.wrap_for_brax_training': 'fibril_mjx.rl.wrappers.wrap_for_training',
 }
 
 

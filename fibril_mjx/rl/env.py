@@ -1,15 +1,28 @@
-"""A Brax-compatible RL environment of one world, over the one-world pipeline (SPEC §8).
+"""The RL env: one world with Brax's / Playground's environment interface (SPEC §8).
 
-`FibrilEnv(sim, task)` is one world: `reset(rng) -> State`, `step(state, action) -> State`,
-`observation_size`, `action_size`, and a `State` with `pipeline_state`, `obs`, `reward`, `done`,
-`metrics`, `info` (the fields and `replace` of `brax.envs.State`). Episodes are Brax's own
-`EpisodeWrapper`; auto-reset is `fibril_mjx.rl.wrappers.AutoReset` (new draws per episode,
-see below) and the batch Brax's `VmapWrapper` or `wrappers.SyncVmap` (`wrap` here for one
-world, `wrap_for_training` as Brax PPO's `wrap_env_fn`): `step` never computes a reset. Brax
-is not needed to use the env itself.
+`FibrilEnv` is one world: `reset(rng) -> State`, `step(state, action) -> State`,
+`restart(state, rng) -> State` (a new episode for the auto-reset), `observation_size`,
+`action_size`. It is built one of two ways, with the same wrappers (`fibril_mjx.rl.wrappers`:
+`wrap` for one world, `wrap_for_training` as Brax PPO's `wrap_env_fn`) and the same
+per-episode device draws (`vary=`, a campaign's `vary:` syntax, `fibril_mjx.rl.randomize`):
+
+- `FibrilEnv(sim, task, vary=...)` — a manifest with its own model; the physics is the
+  one-world pipeline's (`pipeline.step`); `task` says what is observed (`Task.observe`), how
+  an action becomes commands (`Task.commands`) and the reward. The rest of this doc.
+- `fibril_mjx.rl.playground.from_playground(env, manifest)` — a MuJoCo Playground `MjxEnv`
+  with devices between its observation and its actions; its physics, reward and termination
+  stay the env's; the manifest's `observe:` / `act:` / `vary:` sections say the same three things
+  (`fibril_mjx.rl.playground`).
+
+Either way `env.sim` is the `Simulation` of the devices (its `mj_model`: the MJCF with the probe
+sensors the components read appended; `sim.components`: the devices by id), which the PyTorch
+bridge (`fibril_mjx.rl.torch_bridge.TorchPipeline(env.sim)`) runs too.
+
+The manifest env:
 
 - The state is one world's `pipeline.SimState` (`fibril_mjx.core.pipeline`), advanced by
-  `pipeline.step`; under `VmapWrapper` every leaf (the tick too) gets the env axis.
+  `pipeline.step`; under a vmap every leaf (the tick too) gets the env axis (`SyncVmap`: the
+  tick and clocks stay shared).
 - Observations are what the robot would see: the *delivered* outputs of the task's sensor and
   feedback components (latency, noise, lost samples, the held value between deliveries) with
   each component's `new_data` flag, plus the task's goal. Truth (the components' ideal outputs)
@@ -26,15 +39,12 @@ is not needed to use the env itself.
   multiples of P applies the action at the first tick of the step, as a policy running at the
   actuator's cadence expects.
 - Randomization: a reset draws the world key from the rng (so noise, turn-on biases and jitter
-  differ per reset), the task goal from `sample_goal`, the device terms of `vary=` (a
-  campaign's `vary:` syntax, `fibril_mjx.rl.randomize`: latencies, biases, misalignment,
-  scale, noise, MJCF fields, initial state; drawn from the campaign streams of the world key),
-  and the Params from `randomize(rng, params)` when given (else `params`, default the
-  manifest's). The draws hold for the episode (`info['params']`, `info['model']`,
-  `info['draws']`). Brax's own `AutoResetWrapper` restarts a finished episode from the state
-  its `reset` cached — the first episode's draws again; `wrap` / `wrap_for_training` put
-  `fibril_mjx.rl.wrappers.AutoReset` in its place, which resets finished envs from a new
-  key folded from their episode count, computed only on steps where an env finished.
+  differ per reset), the task goal from `sample_goal`, the terms of `vary=` (latencies, biases,
+  misalignment, scale, noise, MJCF fields, initial state; drawn from the campaign streams of
+  the world key), and the Params from `randomize(rng, params)` when given (else `params`,
+  default the manifest's). The draws hold for the episode (`info['params']`, `info['model']`,
+  `info['draws']`); `restart` is `reset` (a control period of ticks), so `wrappers.AutoReset`
+  redraws them at every episode boundary, and only there.
 """
 
 from __future__ import annotations
@@ -137,7 +147,8 @@ def observation(observe, out, goal_vec=None) -> jax.Array:
 
 
 class FibrilEnv:
-  """Brax-compatible environment of one world of `sim` under `task` (see the module doc).
+  """The RL env of one world (see the module doc): of `sim` under `task`, or of a Playground
+  env (`fibril_mjx.rl.playground.from_playground`).
 
   Args:
     sim: a `Simulation` (`fibril_mjx.load(...)`) or a manifest path.
@@ -150,7 +161,15 @@ class FibrilEnv:
     vary: per-episode device randomization, `{field path: distribution}` as a campaign
       file's `vary:` (or a campaign file); the simulator is rebuilt with the varied terms
       compiled in (`env.sim`, `env.randomization`).
+
+  Attributes:
+    EPISODE_FIELDS: the `State` fields a restart replaces (the physics state).
+    EPISODE_INFO: the `State.info` entries of an episode a restart replaces.
+    playground: the Playground env under the devices, or None (a manifest env).
   """
+  EPISODE_FIELDS = ('pipeline_state',)
+  EPISODE_INFO = ('rng', 'params', 'goal', 'truth', 'model', 'draws')
+  playground = None
 
   def __init__(self, sim: Simulation | str, task: Task, *, randomize: Callable | None = None,
                params: dict | None = None, privileged_obs: bool = False, vary=None):
@@ -226,6 +245,12 @@ class FibrilEnv:
             'draws': draws}
     return State(ps, obs, zero, zero, metrics, info)
 
+  def restart(self, state: State, rng: jax.Array) -> State:
+    """A new episode for `wrappers.AutoReset`: `reset(rng)` (a control period of ticks, with
+    new draws); `state` (the finished one) is not read."""
+    del state
+    return self.reset(rng)
+
   def step(self, state: State, action: jax.Array) -> State:
     """Applies `action` for `control_ticks` physics ticks (`pipeline.step`); `done` is the
     task's termination (the time limit is `EpisodeWrapper`'s)."""
@@ -283,16 +308,5 @@ class FibrilEnv:
     return obs, truth
 
 
-def wrap(env: FibrilEnv, episode_length: int | None = None):
-  """`env` under Brax's own `EpisodeWrapper` (time limit, `steps`, `truncation`,
-  `episode_metrics`) and `wrappers.AutoReset` (a done episode restarts from a fresh reset of
-  a new episode key, so its device draws are new): one world, as Brax's training `wrap` is
-  without its `VmapWrapper`.
-
-  Args:
-    episode_length: steps per episode (default `env.task.episode_length`).
-  """
-  return wrappers.wrap(env, episode_length or env.task.episode_length)
-
-
+wrap = wrappers.wrap
 wrap_for_training = wrappers.wrap_for_training

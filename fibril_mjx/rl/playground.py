@@ -1,10 +1,11 @@
-"""Fibril devices on a MuJoCo Playground environment (`pip install -e '.[playground]'`).
+"""The RL env built from a MuJoCo Playground environment (`pip install -e '.[playground]'`).
 
-`DeviceEnv(env, manifest)` wraps any Playground `MjxEnv` (`mujoco_playground.registry.load`)
-without editing it. The manifest is a fibril manifest without `model:` (the env's own MJCF,
-`env.xml_path`, is the model; its components bind the env's sites, joints, actuators and sensors
-by their MJCF names, and the probe sensors they read are appended to it as `fibril_mjx.load`
-does), plus three sections of its own:
+`from_playground(env, manifest)` puts fibril devices on any Playground `MjxEnv`
+(`mujoco_playground.registry.load`) without editing it; the result is an `OnPlayground`, a
+`FibrilEnv` (`fibril_mjx.rl.env`) whose physics is the env's. The manifest is a fibril manifest
+without `model:` (the env's own MJCF, `env.xml_path`, is the model; its components bind the
+env's sites, joints, actuators and sensors by their MJCF names, and the probe sensors they read
+are appended to it as `fibril_mjx.load` does), plus three sections of its own:
 
     components:                       # as in any fibril manifest
       - {id: cart, type: fibril_sim/motor,
@@ -46,13 +47,16 @@ value `scale · action`; every actuator component needs one.
 - **Randomization**: each `reset` draws the `vary:` terms (Params fields, transport latencies)
   from the campaign streams of the device key `fold_in(rng, DEVICE_KEY)` (`fibril_mjx.rl.
   randomize`); the env's own reset and domain randomization (`randomization_fn` of
-  `wrap_for_brax_training`) are untouched. MJCF and initial-state fields are the env's to
-  vary and are refused here. Playground's `BraxAutoResetWrapper` restarts finished envs from a
-  cached first state and keeps `info` (so the device state and draws carry over); with
-  `wrap_for_brax_training(..., full_reset=True)` every episode resets and redraws them.
+  `wrappers.wrap_for_training`, which then vmaps this env with the model swapped in) are
+  untouched. MJCF and initial-state fields are the env's to vary and are refused here.
+- **Episodes**: `restart(state, rng)` (what `wrappers.AutoReset` calls at an episode boundary)
+  keeps the physics and the env's own observation cached at `reset` (Playground's cached
+  auto-reset) and redraws the devices from `fold_in(rng, DEVICE_KEY)`: tick 0 of the devices
+  on the cached data, the cost of one device tick, not of the env's `reset`.
 
 The device state sits in `state.info['fibril']` (`ps`: the one-world `pipeline.SimState` whose
-`data` is a `pipeline.Frame`; `params`; `env_obs`: the env's own observation).
+`data` is a `pipeline.Frame`; `params`; `env_obs`: the env's own observation; `first`: the
+env's data and observation at reset).
 """
 
 from __future__ import annotations
@@ -71,14 +75,14 @@ import numpy as np
 import pydantic
 import yaml
 from mujoco import mjx
-from mujoco_playground import wrapper as pg_wrapper
 
 from fibril_mjx.batch.simulation import Simulation
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
 from fibril_mjx.config.validation import Strict, load_yaml, validate
 from fibril_mjx.core import pipeline
-from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
+from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean, moved_attribute
+from fibril_mjx.rl.env import FibrilEnv
 from fibril_mjx.rl.randomize import DeviceRandomization
 
 KEY = 'fibril'
@@ -164,11 +168,12 @@ def _check_model(env, built, file: str) -> None:
     if getattr(m, name) != getattr(b, name):
       raise FibrilError(f'{file}: the env\'s model and {env.xml_path} differ ({name} '
                         f'{getattr(m, name)} vs {getattr(b, name)}): the env edits its model '
-                        'after loading; DeviceEnv needs an env whose model is its MJCF file')
+                        'after loading; from_playground needs an env whose model is '
+                        'its MJCF file')
   if abs(float(env.dt) - float(env.sim_dt)) > 1e-12 or abs(
       float(m.opt.timestep) - built.dt) > 1e-12:
-    raise FibrilError(f'{file}: DeviceEnv runs one device tick per env step: it needs ctrl_dt '
-                      f'= sim_dt = the MJCF timestep (env ctrl_dt {env.dt}, sim_dt '
+    raise FibrilError(f'{file}: from_playground runs one device tick per env step: it '
+                      f'needs ctrl_dt = sim_dt = the MJCF timestep (env ctrl_dt {env.dt}, sim_dt '
                       f'{env.sim_dt}, MJCF {built.dt})')
 
 
@@ -244,20 +249,35 @@ def _bind(env, built, dev: _Device, obs_shape, file: str) -> Binding:
   return Binding(tuple(observe), tuple(act), *_joint_reads(built.mj_model))
 
 
-class DeviceEnv(pg_wrapper.Wrapper):
-  """A Playground env with fibril devices on its observations and actions (module doc).
+def from_playground(env, manifest, *, privileged_obs: bool = False,
+                    params: dict | None = None) -> 'OnPlayground':
+  """The RL env of a Playground `MjxEnv` with the devices of `manifest` (module doc).
 
   Args:
-    env: a Playground `MjxEnv` (one world; `wrap_for_brax_training` batches it).
-    manifest: the manifest (a YAML path or a dict) without `model:`, with `observe:`, `act:`,
-      `vary:` (module doc).
+    env: a Playground `MjxEnv` (one world; `wrappers.wrap_for_training` batches it).
+    manifest: a YAML path or a dict without `model:`, with `observe:`, `act:`, `vary:`.
     privileged_obs: with an array observation, observe `{'state', 'privileged_state'}`.
     params: one world's `{component id: Params}` (default the manifest's).
   """
+  return OnPlayground(env, manifest, privileged_obs=privileged_obs, params=params)
+
+
+class OnPlayground(FibrilEnv):
+  """The `FibrilEnv` of a Playground env with devices (module doc); built by
+  `from_playground(env, manifest, privileged_obs=, params=)`.
+
+  Attributes:
+    playground: the Playground env.
+    sim: the `Simulation` of the devices on the env's MJCF (probes appended).
+    binding: the host-resolved `observe:` / `act:` entries (`Binding`).
+  """
+  EPISODE_FIELDS = ('data',)
+  EPISODE_INFO = (KEY,)
+  task = None
 
   def __init__(self, env, manifest, *, privileged_obs: bool = False,
                params: dict | None = None):
-    super().__init__(env)
+    # pylint: disable=super-init-not-called  (the manifest env's constructor builds a Task)
     body, base = _body(manifest, 'manifest')
     file = str(manifest) if isinstance(manifest, (str, pathlib.Path)) else 'manifest'
     dev = validate(_Device, {k: body[k] for k in ('observe', 'act', 'vary') if k in body},
@@ -269,15 +289,17 @@ class DeviceEnv(pg_wrapper.Wrapper):
       self.randomization = DeviceRandomization(sim, dev.vary, file=file)
       for f in self.randomization.fields:
         if f.kind not in PER_EPISODE:
-          raise ConfigError(file, f'vary.{f.path}', 'DeviceEnv varies the devices only '
-                            '(Params fields, latencies); vary the physics with the env\'s own '
-                            'randomization_fn', f.path)
+          raise ConfigError(file, f'vary.{f.path}', 'from_playground varies the '
+                            'devices only (Params fields, latencies); vary the physics with '
+                            'the env\'s own randomization_fn', f.path)
       sim = self.randomization.sim
+    self.playground = env
     self.sim, self.built = sim, sim.built
     _check_model(env, self.built, file)
     self._mj = self.built.mj_model
     self._mjx = mjx.put_model(self._mj, impl=env.mjx_model.impl.value)
-    self._own_mjx = env.unwrapped._mjx_model   # pylint: disable=protected-access
+    # the model the env is traced on; Playground's domain-randomization vmap sets it per env
+    self._mjx_model = self._mjx
     self.privileged_obs = privileged_obs
     self.default_params = sim.default_params() if params is None else params
     with self._swap():
@@ -287,17 +309,21 @@ class DeviceEnv(pg_wrapper.Wrapper):
 
   @contextlib.contextmanager
   def _swap(self):
-    """The env traced on the model with the probes appended (restored after). A model that
-    Playground's domain-randomization wrapper swapped in stays: it randomized this wrapper's
-    `mjx_model` (the probes included)."""
-    env = self.env.unwrapped
+    """The env traced on `self._mjx_model` (the model with the probes appended, or a
+    randomized copy of it) and its `mj_model` with the probes (restored after)."""
+    env = self.playground.unwrapped
     old = env._mj_model, env._mjx_model   # pylint: disable=protected-access
-    env._mj_model = self._mj
-    env._mjx_model = self._mjx if old[1] is self._own_mjx else old[1]
+    env._mj_model, env._mjx_model = self._mj, self._mjx_model
     try:
       yield env
     finally:
       env._mj_model, env._mjx_model = old
+
+  def __getattr__(self, name):
+    """The Playground env's other attributes (`dt`, `sim_dt`, `xml_path`, `render`, ...)."""
+    if name in ('__setstate__', 'playground'):
+      raise AttributeError(name)
+    return getattr(self.playground, name)
 
   @property
   def mj_model(self) -> mujoco.MjModel:
@@ -309,27 +335,37 @@ class DeviceEnv(pg_wrapper.Wrapper):
     return self._mjx
 
   @property
+  def xml_path(self) -> str:
+    return self.playground.xml_path
+
+  @property
+  def action_size(self) -> int:
+    return self.playground.action_size
+
+  @property
   def observation_size(self):
     obs = jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs
     if isinstance(obs, dict):
       return {k: v.shape for k, v in obs.items()}
     return obs.shape[-1]
 
-  # ---------------------------------------------------------------- Playground interface
+  # ---------------------------------------------------------------- env interface
 
   def reset(self, rng: jax.Array):
     """The env's `reset(rng)`, then device tick 0 on its data (`pipeline.init_frame`) with
     this episode's device draws from `fold_in(rng, DEVICE_KEY)`."""
     with self._swap() as env:
       st = env.reset(rng)
-    key = jax.random.fold_in(rng, DEVICE_KEY)
-    params, latency = self.default_params, None
-    if self.randomization is not None:
-      params, _, _, _, latency = self.randomization.apply(params,
-                                                          self.randomization.draw(key))
-    ps = pipeline.init_frame(self.built, params, key, self._frame(st.data, st.data.ctrl),
-                             latency=latency)
-    return self._finish(st, ps, params)
+    first = {'data': st.data, 'env_obs': st.obs}
+    return self._finish(st, self._devices(st.data, rng), first)
+
+  def restart(self, state, rng: jax.Array):
+    """A new episode from the physics cached at `reset` (`info['fibril']['first']`) with new
+    device draws and device tick 0 from `fold_in(rng, DEVICE_KEY)`; the env's own `info`
+    carries over, as with Playground's cached auto-reset."""
+    first = state.info[KEY]['first']
+    st = state.replace(data=first['data'], obs=first['env_obs'])
+    return self._finish(st, self._devices(first['data'], rng), first)
 
   def step(self, state, action: jax.Array):
     """Device tick n: the action's commands through the adapters (their `ctrl` is the env's
@@ -354,13 +390,25 @@ class DeviceEnv(pg_wrapper.Wrapper):
     comps = pipeline.sense(built, params, comps, frame, tick, post)
     diverged = jnp.where((ps.diverged < 0) & ~pipeline.finite(frame, comps), tick, ps.diverged)
     ps = pipeline.SimState(tick, clocks, frame, ctrl, (), comps, diverged)
-    return self._finish(st, ps, params)
+    return self._finish(st, (ps, params), dev['first'])
 
   # ---------------------------------------------------------------- helpers
 
-  def _finish(self, st, ps, params):
+  def _devices(self, data, rng):
+    """`(ps, params)` of device tick 0 on `data`, drawn from `fold_in(rng, DEVICE_KEY)`."""
+    key = jax.random.fold_in(rng, DEVICE_KEY)
+    params, latency = self.default_params, None
+    if self.randomization is not None:
+      params, _, _, _, latency = self.randomization.apply(params,
+                                                          self.randomization.draw(key))
+    ps = pipeline.init_frame(self.built, params, key, self._frame(data, data.ctrl),
+                             latency=latency)
+    return ps, params
+
+  def _finish(self, st, devices, first):
+    ps, params = devices
     obs = self._observe(st.obs, ps)
-    info = {**st.info, KEY: {'ps': ps, 'params': params, 'env_obs': st.obs}}
+    info = {**st.info, KEY: {'ps': ps, 'params': params, 'env_obs': st.obs, 'first': first}}
     return st.replace(obs=obs, info=info)
 
   def _frame(self, data, ctrl) -> pipeline.Frame:
@@ -383,9 +431,10 @@ class DeviceEnv(pg_wrapper.Wrapper):
   def _observe(self, env_obs, ps):
     """The env's observation with the `observe:` entries set to the delivered samples."""
     comps = self.built.components
+    states = pipeline.unpack(self.built, ps.components)
     obs = dict(env_obs) if isinstance(env_obs, dict) else {None: env_obs}
     for key, start, stop, cid, field, index in self.binding.observe:
-      v = getattr(comps[cid].output(ps.components[cid]).sample, field)
+      v = getattr(comps[cid].output(states[cid]).sample, field)
       v = jnp.ravel(v if index is None else jnp.ravel(v)[index])
       k = key or ('state' if isinstance(env_obs, dict) else None)
       obs[k] = obs[k].at[start:stop].set(v.astype(obs[k].dtype))
@@ -396,8 +445,5 @@ class DeviceEnv(pg_wrapper.Wrapper):
     return obs
 
 
-def wrap_for_brax_training(env: DeviceEnv, episode_length: int = 1000, action_repeat: int = 1,
-                           randomization_fn=None, full_reset: bool = False):
-  """Playground's own `wrap_for_brax_training` (re-exported for discoverability)."""
-  return pg_wrapper.wrap_for_brax_training(env, episode_length, action_repeat,
-                                           randomization_fn, full_reset)
+def __getattr__(name):   # PEP 562: the names that moved (fibril_mjx.errors.MOVED)
+  return moved_attribute(__name__, name)

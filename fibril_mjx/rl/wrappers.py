@@ -1,19 +1,25 @@
-"""Auto-reset with new draws per episode, for the RL env (`fibril_mjx.rl.env`).
+"""The wrappers of the RL env (`fibril_mjx.rl.env.FibrilEnv`, from a manifest or from a
+Playground env): auto-reset with new device draws per episode, and the batch.
 
-Brax's `AutoResetWrapper` restarts a finished episode from the state its first `reset` cached,
-so an env replays its first episode's device draws (world key, turn-on biases, the `vary=`
-draws) for the whole training run. `AutoReset` here has the same interface and place (on top
-of `EpisodeWrapper`) but restarts a finished env from a fresh `reset` of the episode key
-`fold_in(first key, episode count)`:
+Brax's `AutoResetWrapper` (and Playground's `BraxAutoResetWrapper` by default) restarts a
+finished episode from the state its first `reset` cached, so an env replays its first
+episode's device draws for the whole training run; Playground's `full_reset=True` redraws them
+by running the env's whole `reset` for every env at every step. `AutoReset` here has the same
+interface and place (on top of `EpisodeWrapper`) and restarts the finished envs with
+`env.restart(state, fold_in(first key, episode count))`:
 
-- the reset is computed only on steps where some env finished (`lax.cond` on the batch —
-  a real branch, since the wrapper sits outside the `VmapWrapper`): with a common time limit
-  every env finishes on the same step, so a step costs one control period and one reset is
+- `restart` is computed only on steps where some env finished (`lax.cond` on the batch —
+  a real branch, since the wrapper sits outside the batch's vmap): with a common time limit
+  every env finishes on the same step, so a step costs one control period and one restart is
   added per episode length;
-- the finished envs take the reset's pipeline state, observation and the env's own
-  per-episode `info` (`rng`, `params`, `goal`, `truth`, `model`, `draws`); the episode
-  bookkeeping (`steps`, `truncation`, `episode_metrics`, ...) and the step's `reward` /
-  `done` / `metrics` stay those of the finished step, as with Brax's wrapper.
+- a restart draws the episode's device terms (`vary=`, the world key) anew. On an env built
+  from a manifest it is the env's `reset` (a control period of ticks); on an env built from a
+  Playground env it keeps the physics of the env's cached first state (as Playground's cached
+  auto-reset does) and redraws and restarts only the devices on it: no env `reset` per step;
+- the finished envs take the restart's `FibrilEnv.EPISODE_FIELDS` (the physics state),
+  observation and `FibrilEnv.EPISODE_INFO` entries of `info`; the episode bookkeeping
+  (`steps`, `truncation`, `episode_metrics`, ...) and the step's `reward` / `done` / `metrics`
+  stay those of the finished step, as with Brax's wrapper.
 
 `SyncVmap` is Brax's `VmapWrapper` for envs that stay in step: with no termination besides
 the common time limit (`Task.done` None), every env of a batch starts and ends its episodes on
@@ -22,16 +28,13 @@ one copy (as `Simulation` does): an acquisition instant stays a real branch inst
 select over the batch that computes every sensor's acquisition at every tick.
 
 `wrap_for_training` has the signature of Brax's `envs.training.wrap` (Brax PPO's
-`wrap_env_fn`) and uses `SyncVmap` when the task allows it.
+`wrap_env_fn`) for either kind of env.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-# the env's own per-episode entries of `State.info` (`FibrilEnv.reset`)
-EPISODE_INFO = ('rng', 'params', 'goal', 'truth', 'model', 'draws')
 
 
 class _Wrapper:
@@ -49,11 +52,11 @@ class _Wrapper:
 
 
 class AutoReset(_Wrapper):
-  """Restarts finished episodes from a fresh reset of a new episode key (module doc).
+  """Restarts finished episodes with new device draws (module doc).
 
   Args:
-    env: an env whose `unwrapped` is a one-world `FibrilEnv`, one world or under one
-      `VmapWrapper` (usually `EpisodeWrapper(...)`).
+    env: an env whose `unwrapped` is a one-world `FibrilEnv`, one world or under one vmap
+      wrapper (usually `EpisodeWrapper(...)`).
   """
 
   def __init__(self, env):
@@ -74,42 +77,44 @@ class AutoReset(_Wrapper):
     return jax.lax.cond(jnp.any(state.done > 0), self._restart, lambda s: s, state)
 
   def _restart(self, state):
-    """Finished envs from a fresh reset of `fold_in(episode_key, episode + 1)`."""
+    """Finished envs restarted with the episode key `fold_in(episode_key, episode + 1)`."""
     done = state.done > 0
     episode = state.info['episode'] + done.astype(jnp.int32)
-    reset = self.env.unwrapped.reset
+    env = self.env.unwrapped
     shared = None
     if done.ndim:
       keys = jax.vmap(jax.random.fold_in)(state.info['episode_key'], episode)
-      sync = getattr(self.env, 'sync_reset', None)   # a SyncVmap below: shared clocks
-      fresh = jax.vmap(reset)(keys) if sync is None else sync(keys)
+      sync = getattr(self.env, 'sync_restart', None)   # a SyncVmap below: shared clocks
+      fresh = jax.vmap(env.restart)(state, keys) if sync is None else sync(state, keys)
       shared = None if sync is None else self.env.shared_leaves(fresh.pipeline_state)
     else:
-      fresh = reset(jax.random.fold_in(state.info['episode_key'], episode))
+      fresh = env.restart(state, jax.random.fold_in(state.info['episode_key'], episode))
 
     def pick(new, old):
       return jnp.where(jnp.reshape(done, done.shape + (1,) * (jnp.ndim(new) - done.ndim)),
                        new, old)
     info = dict(state.info)
-    for k in EPISODE_INFO:
+    for k in env.EPISODE_INFO:
       if k in fresh.info:
         info[k] = jax.tree.map(pick, fresh.info[k], state.info[k])
     info['episode'] = episode
-    if shared is None:
-      ps = jax.tree.map(pick, fresh.pipeline_state, state.pipeline_state)
-    else:   # envs in step finish together: the shared tick and clocks are the reset's
-      ps = jax.tree.map(lambda is_shared, new, old: new if is_shared else pick(new, old),
-                        shared, fresh.pipeline_state, state.pipeline_state)
-    return state.replace(pipeline_state=ps, obs=jax.tree.map(pick, fresh.obs, state.obs),
-                         info=info)
+    changes = {'obs': jax.tree.map(pick, fresh.obs, state.obs), 'info': info}
+    for f in env.EPISODE_FIELDS:
+      new, old = getattr(fresh, f), getattr(state, f)
+      if shared is None:
+        changes[f] = jax.tree.map(pick, new, old)
+      else:   # envs in step finish together: the shared tick and clocks are the restart's
+        changes[f] = jax.tree.map(lambda is_shared, n, o: n if is_shared else pick(n, o),
+                                  shared, new, old)
+    return state.replace(**changes)
 
 
 class SyncVmap(_Wrapper):
   """Brax's `VmapWrapper` for a batch of envs in step: the tick and the schedule clocks of the
   pipeline state are shared by the batch (unbatched), every other leaf has the env axis.
 
-  Only for tasks without termination (`Task.done` None), whose envs all reset together under
-  `EpisodeWrapper` + `AutoReset`; `wrap_for_training` checks this.
+  Only for manifest-built envs whose task has no termination (`Task.done` None), whose envs
+  all reset together under `EpisodeWrapper` + `AutoReset`; `wrap_for_training` checks this.
   """
 
   def __init__(self, env):
@@ -134,7 +139,10 @@ class SyncVmap(_Wrapper):
     one = jax.eval_shape(self.env.reset, rng[0])
     return jax.vmap(self.env.reset, out_axes=self._axes(one))(rng)
 
-  sync_reset = reset
+  def sync_restart(self, state, rng: jax.Array):
+    one = jax.eval_shape(self.env.reset, rng[0])
+    return jax.vmap(self.env.unwrapped.restart, in_axes=(self._axes(state), 0),
+                    out_axes=self._axes(one))(state, rng)
 
   def step(self, state, action: jax.Array):
     ax = self._axes(state)
@@ -146,25 +154,41 @@ class SyncVmap(_Wrapper):
         tick=True, clocks=jax.tree.map(lambda _: True, pipeline_state.clocks))
 
 
+def wrap(env, episode_length: int | None = None, action_repeat: int = 1):
+  """One world under Brax's `EpisodeWrapper` and `AutoReset` (as Brax's training `wrap` is
+  without its `VmapWrapper`).
 
-def wrap(env, episode_length: int, action_repeat: int = 1):
-  """One world under Brax's `EpisodeWrapper` and `AutoReset`."""
+  Args:
+    episode_length: steps per episode (default the task's `episode_length`; 1000 on a
+      Playground env, as Playground's).
+  """
   from brax.envs.wrappers import training   # optional dependency: only the wrappers need it
-  return AutoReset(training.EpisodeWrapper(env, episode_length, action_repeat))
+  length = episode_length or getattr(env.unwrapped.task, 'episode_length', 1000)
+  return AutoReset(training.EpisodeWrapper(env, length, action_repeat))
 
 
 def wrap_for_training(env, episode_length: int = 1000, action_repeat: int = 1,
                       randomization_fn=None):
-  """Brax's training wrapping (`VmapWrapper`, `EpisodeWrapper`) with `AutoReset` in place of
-  its `AutoResetWrapper`: Brax PPO's `wrap_env_fn`. The batch is a `SyncVmap` (shared tick
-  and clocks) when the task has no termination of its own, else Brax's `VmapWrapper`. Device
-  randomization is the env's own (`FibrilEnv(vary=)`); Brax's `randomization_fn` (of a Brax
-  `System`) is refused."""
+  """Brax's training wrapping (a vmap, `EpisodeWrapper`) with `AutoReset` in place of its
+  `AutoResetWrapper`: Brax PPO's `wrap_env_fn`, for either kind of env.
+
+  The batch: on a Playground env, Brax's `VmapWrapper`, or Playground's
+  `BraxDomainRandomizationVmapWrapper` with the env's own `randomization_fn` (of its
+  `mjx.Model`); on a manifest env, a `SyncVmap` (shared tick and clocks) when the task has no
+  termination of its own, else Brax's `VmapWrapper`, and `randomization_fn` is refused (vary
+  the model with `FibrilEnv(vary=)`)."""
   from brax.envs.wrappers import training
-  if randomization_fn is not None:
-    raise ValueError('wrap_for_training: randomization_fn (a Brax System randomizer) is not '
-                     'used by FibrilEnv; randomize the device with FibrilEnv(vary=) or '
-                     'randomize=')
-  sync = getattr(env.unwrapped.task, 'done', None) is None
-  env = SyncVmap(env) if sync else training.VmapWrapper(env)
+  inner = env.unwrapped
+  if inner.playground is not None:
+    if randomization_fn is None:
+      env = training.VmapWrapper(env)
+    else:
+      from mujoco_playground import wrapper as pg_wrapper   # the playground extra
+      env = pg_wrapper.BraxDomainRandomizationVmapWrapper(env, randomization_fn)
+  else:
+    if randomization_fn is not None:
+      raise ValueError('wrap_for_training: randomization_fn (a Brax System randomizer) is not '
+                       'used by a manifest FibrilEnv; randomize the model and the devices '
+                       'with FibrilEnv(vary=)')
+    env = SyncVmap(env) if inner.task.done is None else training.VmapWrapper(env)
   return AutoReset(training.EpisodeWrapper(env, episode_length, action_repeat))

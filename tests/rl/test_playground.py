@@ -1,10 +1,12 @@
-"""Fibril devices on MuJoCo Playground envs (`fibril_mjx.rl.playground.DeviceEnv`).
+"""The RL env built from MuJoCo Playground envs (`fibril_mjx.rl.playground.from_playground`,
+`fibril_mjx.rl.playground`) and its auto-reset (`fibril_mjx.rl.wrappers.wrap_for_training`).
 
 Envs: Playground's own dm_control_suite `CartpoleBalance` and `AcrobotSwingup` (assets in the
-wheel), MJX-JAX. References: the unwrapped env itself (its observations, and its physics
-replayed with the controls the adapters wrote), a shifted / held copy of the env's own
-observation sequence computed here, and binomial / multinomial standard errors for the
-probabilistic terms.
+wheel), MJX-JAX. References: the unwrapped env itself under Playground's own
+`wrap_for_brax_training` (its observations, and its physics replayed with the controls the
+adapters wrote), a shifted / held copy of the env's own observation sequence computed here,
+binomial standard errors for lost commands, and the closed-form mean and variance of a uniform
+draw for the per-episode device draws.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ import numpy as np
 import pytest
 
 registry = pytest.importorskip('mujoco_playground').registry
+from mujoco_playground import wrapper as pg_wrapper   # noqa: E402
 from fibril_mjx.errors import ConfigError, ConfigErrors   # noqa: E402
 from fibril_mjx.rl import playground as pg   # noqa: E402
+from fibril_mjx.rl import wrappers   # noqa: E402
+from fibril_mjx.rl.env import FibrilEnv   # noqa: E402
+from fibril_mjx.rl.playground import from_playground   # noqa: E402
 
 N, T = 32, 24   # envs, env steps
 JAX = {'impl': 'jax'}
@@ -44,8 +50,12 @@ def actions(seed=1, n=N, t=T):
 
 def rollout(env, acts, seed=0, batched=False):
   """`n` envs vmapped (`batched`: the env is a batch already), `t` steps scanned: `(obs
-  (t, n, k), reward, env_obs, ctrl (t, n, nu))`; env_obs and ctrl only for a `DeviceEnv`."""
+  (t, n, k), reward, env_obs, ctrl (t, n, nu))`; env_obs and ctrl only for a `FibrilEnv`."""
   keys = jax.random.split(jax.random.PRNGKey(seed), acts.shape[1])
+  return run_keys(env, acts, keys, batched)
+
+
+def run_keys(env, acts, keys, batched):
   reset, step = (env.reset, env.step) if batched else (jax.vmap(env.reset), jax.vmap(env.step))
 
   @jax.jit
@@ -62,8 +72,9 @@ def rollout(env, acts, seed=0, batched=False):
 
 
 def test_devices_off_equal_the_env_under_wrap_for_brax_training(cartpole):
-  """Every term off: observations and rewards equal the env's own, under Playground's own
-  `wrap_for_brax_training` (vmap, episodes, auto-reset), for cartpole and acrobot."""
+  """Every term off: under `wrappers.wrap_for_training` (vmap, episodes, auto-reset with
+  device redraws) observations and rewards equal the env's own under Playground's own
+  `wrap_for_brax_training` (its cached auto-reset), for cartpole and acrobot."""
   acro = registry.load('AcrobotSwingup', config_overrides=JAX)
   acro_man = {'components': [{'id': 'elbow', 'type': 'fibril_sim/motor',
                               'config': {'actuator': 'elbow', 'application_period_s': 0.01}}],
@@ -71,12 +82,15 @@ def test_devices_off_equal_the_env_under_wrap_for_brax_training(cartpole):
               'act': [{'actuator': 'elbow', 'component': 'elbow', 'command': 'effort',
                        'scale': 2.0}]}
   for env, man in ((cartpole, cart()), (acro, acro_man)):
-    dev = pg.DeviceEnv(env, man)
-    assert dev.observation_size == env.observation_size
-    out = []
-    for e in (env, dev):
-      w = pg.wrap_for_brax_training(e, episode_length=7)   # an auto-reset inside the run
-      out.append(rollout(w, actions(n=4, t=10), batched=True))
+    dev = from_playground(env, man)
+    assert isinstance(dev, FibrilEnv) and dev.observation_size == env.observation_size
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    # Playground's wrapper resets the env with `vmap(split)(keys)[..., 1]` (its last axis)
+    ref = run_keys(pg_wrapper.wrap_for_brax_training(env, episode_length=7),
+                   actions(n=4, t=10), keys, True)   # an auto-reset inside the run
+    got = run_keys(wrappers.wrap_for_training(dev, episode_length=7), actions(n=4, t=10),
+                   jax.vmap(jax.random.split)(keys)[..., 1], True)
+    out = [ref, got]
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=0, atol=1e-6)
 
@@ -87,7 +101,7 @@ def test_feedback_latency_command_latency_and_loss(cartpole):
   command arrived, else the held one; arrivals are Binomial(n, 0.7). The env's physics is
   untouched: the bare env driven by the recorded controls gives the same truth."""
   p = 0.3
-  dev = pg.DeviceEnv(cartpole, cart(feedback_latency_s=0.03, command_latency_s=0.02,
+  dev = from_playground(cartpole, cart(feedback_latency_s=0.03, command_latency_s=0.02,
                                     command_loss_probability=p))
   acts = actions()
   obs, _, truth, ctrl = rollout(dev, acts)
@@ -113,7 +127,7 @@ def test_feedback_latency_command_latency_and_loss(cartpole):
 def test_feedback_period_holds_values_and_privileged_obs_keeps_the_truth(cartpole):
   """Feedback every 3 ticks: between acquisitions the delivered value is held. With
   `privileged_obs` the critic's `privileged_state` is the env's own observation."""
-  dev = pg.DeviceEnv(cartpole, cart(feedback_period_s=0.03), privileged_obs=True)
+  dev = from_playground(cartpole, cart(feedback_period_s=0.03), privileged_obs=True)
   assert dev.observation_size == {'state': (5,), 'privileged_state': (5,)}
   obs, _, truth, _ = rollout(dev, actions(n=4))
   np.testing.assert_array_equal(obs['privileged_state'], truth)
@@ -124,6 +138,83 @@ def test_feedback_period_holds_values_and_privileged_obs_keeps_the_truth(cartpol
   np.testing.assert_allclose(obs[ok][:, :, 0], truth[acquired[ok]][:, :, 0], rtol=0,
                              atol=1e-7)
   assert np.abs(obs[ok][:, :, 0] - truth[ok][:, :, 0]).max() > 1e-4   # it did hold
+
+
+LOW, HIGH = 0.5, 1.5   # the per-episode draw of cart.feedback_current_per_force
+EPISODE = 3            # env steps per episode
+REDRAW_ENVS, REDRAW_STEPS = 256, 9   # 256 envs x 3 episodes = 768 draws
+
+
+def test_auto_reset_redraws_the_devices_at_episode_boundaries_only(cartpole, monkeypatch):
+  """Under `wrap_for_training` a Params draw holds through an episode and changes at every
+  boundary; the draws are Uniform(LOW, HIGH) (mean and variance within 4 standard errors of
+  the closed form); a restarted episode starts from the env's reset state; the env's `reset`
+  is not in the traced step (the restart redraws the devices only)."""
+  man = {**cart(feedback_latency_s=0.01),
+         'vary': {'cart.feedback_current_per_force': {'dist': 'uniform', 'low': LOW,
+                                                       'high': HIGH},
+                  'cart.feedback_latency_s': {'dist': 'uniform', 'low': 0.0, 'high': 0.03}}}
+  dev = from_playground(cartpole, man)
+  w = wrappers.wrap_for_training(dev, episode_length=EPISODE)
+  own_reset = cartpole.reset
+  traced = []
+  monkeypatch.setattr(cartpole, 'reset', lambda rng: traced.append(1) or own_reset(rng))
+  acts = actions(n=REDRAW_ENVS, t=REDRAW_STEPS)
+
+  def draws(s):
+    d = s.info[pg.KEY]
+    return (d['params']['cart'].feedback_current_per_force, d['env_obs'], s.info['episode'])
+
+  @jax.jit
+  def run(keys):
+    s = w.reset(keys)
+    return draws(s), jax.lax.scan(lambda s, a: (w.step(s, a),) * 2, s, acts)[1]
+  keys = jax.random.split(jax.random.PRNGKey(3), REDRAW_ENVS)
+  first, steps = run(keys)
+  assert len(traced) == 1   # traced once: in `w.reset`, not in the step
+  x0, obs0, _ = jax.tree.map(np.asarray, first)
+  x, obs, episode = jax.tree.map(np.asarray, draws(steps))
+  x = np.concatenate([x0[None], x])                       # (steps + 1, envs)
+  episode = np.concatenate([np.zeros((1, REDRAW_ENVS), int), episode])
+  np.testing.assert_array_equal(episode[:, 0], np.arange(REDRAW_STEPS + 1) // EPISODE)
+  boundary = np.diff(episode, axis=0) > 0
+  change = np.diff(x, axis=0) != 0
+  np.testing.assert_array_equal(change, boundary)         # changes exactly at the boundaries
+  # the restart's physics is the cached reset state: the env's own observation of step 0
+  for t in np.flatnonzero(boundary[:, 0]):
+    np.testing.assert_array_equal(obs[t], obs0)
+  # one draw per env and episode: Uniform(LOW, HIGH)
+  per_episode = x[::EPISODE].ravel()
+  n = per_episode.size
+  mean, var = (LOW + HIGH) / 2, (HIGH - LOW) ** 2 / 12
+  assert abs(per_episode.mean() - mean) < 4 * np.sqrt(var / n), per_episode.mean()
+  # var of the sample variance of a uniform: (mu4 - var^2) / n, mu4 = (b - a)^4 / 80
+  se_var = np.sqrt(((HIGH - LOW) ** 4 / 80 - var ** 2) / n)
+  assert abs(per_episode.var() - var) < 4 * se_var, per_episode.var()
+  assert per_episode.min() >= LOW and per_episode.max() <= HIGH
+  assert len(np.unique(per_episode)) == n                  # every episode its own draw
+
+
+def test_the_env_randomization_fn_keeps_the_devices(cartpole):
+  """With the env's own `randomization_fn` (here the slider damping, + 5 per env) the batch is
+  Playground's domain-randomization vmap over this env: the devices stay (the cart position
+  is delivered 3 steps late) and each env steps on its own model (env 0's is the nominal
+  one: its truth equals the run without randomization, env 3's does not)."""
+  n = 4
+  dev = from_playground(cartpole, cart(feedback_latency_s=0.03))
+
+  def rand(mx):
+    damping = mx.dof_damping + 5.0 * jnp.arange(n, dtype=jnp.float32)[:, None]
+    axes = jax.tree.map(lambda _: None, mx).tree_replace({'dof_damping': 0})
+    return mx.tree_replace({'dof_damping': damping}), axes
+  keys = jax.random.split(jax.random.PRNGKey(0), n)
+  acts = actions(n=n, t=12)
+  obs, _, truth, _ = run_keys(wrappers.wrap_for_training(dev, 100, randomization_fn=rand),
+                              acts, keys, True)
+  _, _, nominal, _ = run_keys(wrappers.wrap_for_training(dev, 100), acts, keys, True)
+  np.testing.assert_allclose(obs[3:, :, 0], truth[:-3, :, 0], rtol=0, atol=1e-7)
+  np.testing.assert_allclose(truth[:, 0], nominal[:, 0], rtol=0, atol=1e-6)
+  assert np.abs(truth[:, 3] - nominal[:, 3]).max() > 1e-4
 
 
 @pytest.mark.parametrize('change, message', [
@@ -138,10 +229,10 @@ def test_feedback_period_holds_values_and_privileged_obs_keeps_the_truth(cartpol
     ({'act': []}, "manifest: act = 'cart': every actuator component needs an act: entry"),
     ({'model': 'x.xml'}, "manifest: model = 'x.xml': the model is the env's own MJCF"),
     ({'vary': {'joint:slider.damping': {'dist': 'uniform', 'low': 0.0, 'high': 1.0}}},
-     "manifest: vary.joint:slider.damping = 'joint:slider.damping': DeviceEnv varies the "
-     'devices only'),
+     "manifest: vary.joint:slider.damping = 'joint:slider.damping': "
+     'from_playground varies the devices only'),
 ])
 def test_manifest_errors(cartpole, change, message):
   with pytest.raises((ConfigError, ConfigErrors)) as e:
-    pg.DeviceEnv(cartpole, {**cart(), **change})
+    from_playground(cartpole, {**cart(), **change})
   assert message in str(e.value), str(e.value)

@@ -84,3 +84,26 @@ def test_frame_needs_every_field():
   bridge = tb.TorchPipeline(fibril_mjx.load(REPO / 'manifests' / 'rl' / 'leg_hold.yaml'))
   with pytest.raises(ValueError, match="TorchPipeline: the frame has no 'ctrl'"):
     bridge.frame({k: torch.zeros(1, 1) for k in tb.FRAME[:-1]})
+
+
+def tutorial_block() -> str:
+  """The python block of docs/tutorials/playground.md after its test marker."""
+  text = (REPO / 'docs' / 'tutorials' / 'playground.md').read_text()
+  marker = text.index('(test_the_tutorial_playground_torch_loop) -->')
+  start = text.index('```python\n', marker) + len('```python\n')
+  return text[start:text.index('```', start)]
+
+
+def test_the_tutorial_playground_torch_loop():
+  """The tutorial's PyTorch loop from a Playground env, as written: the delivered cart
+  position is MuJoCo C's true one of 3 ticks before (feedback latency 30 ms at 10 ms ticks),
+  the devices' model is the env's MJCF with the probes appended, the commands reach the cart."""
+  pytest.importorskip('mujoco_playground')
+  ns = {}
+  exec(compile(tutorial_block(), 'docs/tutorials/playground.md', 'exec'), ns)   # noqa: S102
+  seen, truth = np.stack(ns['seen']), np.stack(ns['truth'])   # (ticks, worlds)
+  np.testing.assert_allclose(seen[3:], truth[:-3], rtol=0, atol=1e-6)
+  assert np.abs(seen[3:] - truth[3:]).max() > 1e-4            # it did lag
+  dev, m = ns['dev'], ns['m']
+  assert m is dev.mj_model and m.nsensordata >= dev.playground.mj_model.nsensordata
+  assert np.abs(truth[-1] - truth[0]).max() > 1e-3            # the policy moved the carts
