@@ -32,6 +32,7 @@ import os
 import pathlib
 import sys
 import time
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -176,7 +177,8 @@ def measure(case, n, ticks, impl, fm, sub_batch, rates):
       out = {}
 
       def go():
-        out['st'] = sim.rollout(p, keys, ticks, record=False, share_physics=False)[0]
+        out['st'] = sim.rollout(p, keys, ticks,
+                                options=Options(record=False, share_physics=False))[0]
         return out['st']
       first, steady = timed(go)
       div = int(np.sum(np.asarray(out['st'].diverged) >= 0))

@@ -37,6 +37,7 @@ from fibril_mjx import analysis
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import common
 from fibril_mjx.batch import simulation as simulator
+from fibril_mjx.batch.simulation import Options
 from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
 from fibril_mjx.batch import physics_c
@@ -208,7 +209,7 @@ def _rollout_c(sim, plan: _Plan, p, keys, n: int, watch, res: _Results, bar, sha
   """
   t0 = time.perf_counter()
   state, outs = physics_c.simulation_rollout(sim, p, keys, plan.n_ticks, trajectory=plan.log,
-                                             share_physics=share_physics)
+                                             options=Options(share_physics=share_physics))
   host = jax.tree.map(np.asarray, watch.wait(outs))
   dt_call = time.perf_counter() - t0
   res.first_call_s = dt_call if res.first_call_s is None else res.first_call_s
@@ -228,14 +229,16 @@ def _rollout_mjx(sim, plan: _Plan, p, keys, n: int, watch, compiling: bool, res:
     `(final state, host outputs {...: (n, n_ticks + 1, ...)})`.
   """
   t0 = time.perf_counter()
-  state, outs = sim.rollout(p, keys, plan.seg, share_physics=plan.share, devices=plan.devs)
+  state, outs, _ = sim.rollout(p, keys, plan.seg,
+                               options=Options(share_physics=plan.share, devices=plan.devs))
   outs = watch.wait(outs)
   host = jax.tree.map(lambda x: np.empty((n, plan.n_ticks + 1) + x.shape[2:], x.dtype), outs)
   tick = 0
   for k in range(plan.n_seg):
     if k:
       t0 = time.perf_counter()
-      state, outs = sim.run(p, state, plan.seg, True, devices=plan.devs, world_major=True)
+      state, outs, _ = sim.run(p, state, plan.seg,
+                               options=Options(record=True, devices=plan.devs, world_major=True))
       outs = watch.wait(outs)
     done = plan.seg + 1 if k == 0 else plan.seg   # the first segment holds tick 0 too
     take = min(done, plan.n_ticks + 1 - tick)

@@ -105,7 +105,7 @@ def twin(tmp_path_factory):
   p.write_text(yaml.safe_dump(doc))
   sim = fibril_mjx.load(p)
   n_ticks = _ticks(DURATION_S, sim.dt)
-  _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(0, WORLDS), n_ticks)
+  _, trace, _ = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(0, WORLDS), n_ticks)
   return sim, common.flatten(jax.device_get(trace)), n_ticks
 
 

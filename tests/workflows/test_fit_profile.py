@@ -51,8 +51,8 @@ def recordings(tmp_path_factory):
   sim = common.rig_simulation(common.write_rig(d, 'static', xml, doc), placed=True)
   n = int(SECONDS / PERIOD)
   nw = len(places) * WORLDS
-  _, trace = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(1, nw), n,
-                         model=common.placements(sim.mj_model, list(places.values()), WORLDS))
+  _, trace, _ = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(1, nw), n,
+                            model=common.placements(sim.mj_model, list(places.values()), WORLDS))
   static = []
   for w in range(WORLDS):
     recs = {p: rc.recording_from_trace(trace, j * WORLDS + w, sim=sim)
