@@ -81,12 +81,24 @@ def check_backend(built: Built, physics: str) -> None:
     check_open_loop(built, physics)
 
 
-def choose(built: Built, physics: str = 'auto', *, impl: str = 'jax',
-           controller=None) -> tuple[str, str]:
-  """`(backend, why)` for `physics` `'auto'` / `'mjx'` / `'c'`: auto picks MuJoCo C on a CPU
-  host when nothing closes a loop on physics (it is faster there: `bench/scaling.py`), else
-  MJX in the loop; an explicit `'c'` that cannot serve the manifest (or `controller`, not
-  None when a controller closes the loop) is an error."""
+def choose(built: Built, physics: str | None = 'auto', *, impl: str = 'jax', controller=None,
+           trajectory=None) -> tuple[str, str]:
+  """`(backend, why)`: the one physics chooser (`run`, `tune`, `campaign`, `validate`, `plan`).
+  `physics` `'auto'` picks MuJoCo C on a CPU host when nothing closes a loop on physics (it is
+  faster there: `bench/scaling.py`), else MJX in the loop; an explicit `'c'` that cannot serve
+  the manifest (or `controller`, not None when a controller closes the loop) is an error.
+  With a recorded state log `trajectory` (its path) the backend is `'trajectory'` (physics
+  None or `'auto'`); None alone is `'mjx'`."""
+  if physics is None:
+    physics = 'mjx' if trajectory is None else 'trajectory'
+  if trajectory is not None:
+    if physics not in ('auto', 'trajectory'):
+      raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
+                        f'with --physics {physics}')
+    check_open_loop(built, 'trajectory')
+    return 'trajectory', f'recorded state log {trajectory}'
+  if physics == 'trajectory':
+    raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
   if physics not in PHYSICS + ('auto',):
     raise FibrilError(f'physics {physics!r}: unknown; choose one of auto, {", ".join(PHYSICS)}')
   if physics != 'auto':

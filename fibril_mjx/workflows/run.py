@@ -69,22 +69,6 @@ def _describe(v: np.ndarray) -> dict:
   return common.describe(v)
 
 
-def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
-  """`(backend, why)`: what runs the physics. `'auto'` picks MuJoCo C on a CPU host when
-  nothing closes a loop on physics (measured faster there, `bench/scaling.py`), else MJX."""
-  if physics is None:
-    physics = 'mjx' if trajectory is None else 'trajectory'
-  if trajectory is not None:
-    if physics not in ('auto', 'trajectory'):
-      raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
-                        f'with --physics {physics}')
-    physics_c.check_open_loop(sim.built, 'trajectory')
-    return 'trajectory', f'recorded state log {trajectory}'
-  if physics == 'trajectory':
-    raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
-  return physics_c.choose(sim.built, physics, impl=sim.impl)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Plan:
   """What a run does, decided before the first world runs.
@@ -114,14 +98,15 @@ class _Plan:
 
 
 def _load(manifest_path, impl, physics, trajectory):
-  """The manifest's `Simulation` on its physics backend (`choose_physics`).
+  """The manifest's `Simulation` on its physics backend (`physics_c.choose`).
 
   Returns:
     `(sim, physics, why, log)`: `log` the recorded state log of physics `'trajectory'`, else
     None.
   """
   sim = simulator.load(manifest_path, impl=impl)
-  physics, physics_why = choose_physics(sim, physics, trajectory)
+  physics, physics_why = physics_c.choose(sim.built, physics, impl=sim.impl,
+                                          trajectory=trajectory)
   log = None
   if physics != 'mjx':
     sim = simulator.Simulation(sim.built, impl=impl, physics='c')
@@ -443,7 +428,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
       (`Simulation.physics_sharing`); False: one physics rollout per world.
     impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
     physics: `'mjx'` (in the loop; the default without `trajectory`), `'c'` (MuJoCo C through
-      `mujoco.rollout`, open loop), `'auto'` (`choose_physics`; the CLI's default), or
+      `mujoco.rollout`, open loop), `'auto'` (`physics_c.choose`; the CLI's default), or
       `'trajectory'` (the default with `trajectory`, a state log: the path of an NPZ /
       Parquet file, `fibril_mjx.io.trajectory`).
     command: the command line that asked for the run (`meta.json`'s `command`; the CLI passes
