@@ -263,7 +263,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   from fibril_mjx.workflows import run as runmod
   _, c = sims
   s = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'c',
-                 physics='auto')
+                 options=runmod.RunOptions(physics='auto'))
   meta = json.loads((tmp_path / 'c' / 'meta.json').read_text())
   assert s['physics'] == meta['physics'] == 'c'
   assert meta['physics_choice'].startswith('auto: open loop on a CPU host')
@@ -276,7 +276,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   qpos, qvel = _c_log(m, ctrl)
   np.savez(tmp_path / 'log.npz', qpos=qpos, qvel=qvel, ctrl=ctrl)
   t = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 't',
-                 trajectory=tmp_path / 'log.npz')
+                 options=runmod.RunOptions(trajectory=tmp_path / 'log.npz'))
   assert t['physics'] == 'trajectory'
   assert ('sensordata by mj_forward (accelerations of the modelled forces)'
           in (tmp_path / 't' / 'summary.txt').read_text())
@@ -287,7 +287,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
   with pytest.raises(FibrilError, match='cannot be combined with --physics mjx'):
     runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'x',
-               physics='mjx', trajectory=tmp_path / 'log.npz')
+               options=runmod.RunOptions(physics='mjx', trajectory=tmp_path / 'log.npz'))
 
 
 def _pgs_pendulum() -> str:

@@ -188,7 +188,8 @@ def test_remainder_chunk_of_one_world_is_bitwise_equal_cli(rig, tmp_path):
   rows = []
   for chunk in (4, None):
     runner.run(path, worlds=N, seed=0, duration_s=TICKS * 0.002, out=tmp_path / str(chunk),
-               trace_worlds=0, chunk_worlds=chunk, segments=1, share_physics=False)
+               options=runner.RunOptions(trace_worlds=0, chunk_worlds=chunk, segments=1,
+                                         share_physics=False))
     rows.append(np.loadtxt(tmp_path / str(chunk) / 'worlds.csv', delimiter=',', skiprows=1))
   np.testing.assert_array_equal(rows[0], rows[1])
   assert rows[0].shape[0] == N
@@ -426,8 +427,8 @@ def test_diverged_worlds_are_results_not_crashes(tmp_path):
   path = tmp_path / 'm.yaml'
   path.write_text(yaml.safe_dump(doc))
   out = tmp_path / 'out'
-  summary = runner.run(path, worlds=4, seed=0, duration_s=0.2, out=out, trace_worlds=2,
-                       segments=2)
+  summary = runner.run(path, worlds=4, seed=0, duration_s=0.2, out=out,
+                       options=runner.RunOptions(trace_worlds=2, segments=2))
   d = summary['diverged']
   assert d['count'] == 4 and all(t > 0 for t in d['first_tick'])
   for f in ('summary.txt', 'summary.json', 'meta.json', 'worlds.csv', 'trace.npz'):

@@ -139,7 +139,7 @@ def test_toy_sensor_builds_plans_and_runs(toy_sim):
 def test_toy_sensor_through_the_cli_runner(toy_sim, tmp_path):
   path = toy_sim.manifest.path
   summary = runner.run(path, worlds=2, seed=0, duration_s=0.04, out=tmp_path / 'out',
-                       trace_worlds=1)
+                       options=runner.RunOptions(trace_worlds=1))
   mean = summary['components']['toy']['metrics']['mean_error']['mean']
   assert mean == pytest.approx(0.25, abs=1e-5)
 

@@ -87,7 +87,8 @@ def _config(cid):
 @pytest.fixture(scope='module')
 def fifo_run(tmp_path_factory):
   out = tmp_path_factory.mktemp('fifo') / 'run'
-  run_mod.run(MANIFEST, worlds=WORLDS, seed=0, duration_s=DURATION_S, out=out, segments=2)
+  run_mod.run(MANIFEST, worlds=WORLDS, seed=0, duration_s=DURATION_S, out=out,
+              options=run_mod.RunOptions(segments=2))
   z = dict(np.load(out / 'trace.npz'))
   summary = json.loads((out / 'summary.json').read_text())
   return z, summary

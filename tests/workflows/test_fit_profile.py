@@ -141,7 +141,7 @@ def test_six_orientation_recovers_scale_and_bias(recordings, tmp_path):
                      meta={'source': 'test'})
   path = rc.write_recording(tmp_path / 'six.npz', six)
   res = fit_profile.fit_profile(component_type='fibril_sim/imu', component='imu',
-                                out=tmp_path / 'u.yaml', six=[path])
+                                out=tmp_path / 'u.yaml', logs=fit_profile.Logs(six=[path]))
   cal = res['calibration']
   gain, gse = np.asarray(cal['linear_acceleration_gain']), np.asarray(
       cal['linear_acceleration_gain_se'])

@@ -51,6 +51,8 @@ from fibril_mjx.workflows.fit_profile.geometry import (  # noqa: F401
     fit_timing,
 )
 from fibril_mjx.workflows.fit_profile.driver import (  # noqa: F401
+    FitOptions,
+    Logs,
     fit_profile,
     fit_thermal,
     report,
