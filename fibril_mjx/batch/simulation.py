@@ -56,7 +56,7 @@ class Simulation:
       always step MJX in the loop.
     manifest, mj_model, mx, dt, components, dcmotor, assemblies, overlays, command_script,
     actuator_script: shortcuts into `built` (`mx` is the Warp model under `impl='warp'`).
-    data0: the `mjx.Data` every world starts from (`reset(data0=)` replaces it).
+    data0: the `mjx.Data` every world starts from (`Start(data0=)` replaces it).
   """
 
   def __init__(self, built: build.Built, *, impl: str = 'jax', physics: str = 'mjx'):

@@ -96,6 +96,19 @@ def test_a_controller_or_a_closed_loop_component_is_refused_in_one_line(sims):
     fm.Simulation(c.built, physics='gpu')
 
 
+def test_mjx_only_inputs_are_refused_on_mujoco_c_in_one_line(sims):
+  """An `mjx.Model` (a whole model, MJX's) and a start `mjx.Data` cannot reach MuJoCo C: one
+  line each, before anything runs."""
+  mjx_sim, c = sims
+  p, keys = c.default_params(1), fm.world_keys(0, 1)
+  with pytest.raises(FibrilError, match=r"physics 'c': model= must be a mapping of per-world "
+                     r"MJCF fields \{field: \(nworld, ...\)\} \(an mjx.Model is MJX's\)"):
+    c.rollout(p, keys, 2, model=mjx_sim.mx)
+  with pytest.raises(FibrilError, match=r"physics 'c': start data0 is an mjx.Data \(MJX's\); "
+                     r"use physics='mjx'"):
+    c.rollout(p, keys, 2, start=Start(data0=mjx_sim.data0))
+
+
 def _c_log(m: mujoco.MjModel, ctrl: np.ndarray):
   """A state log made by MuJoCo C itself: `mj_step` with `ctrl[k]` at tick k."""
   d = mujoco.MjData(m)

@@ -12,7 +12,7 @@ import pytest
 
 import fibril_mjx
 from conftest import SENSORS2, ahrs_entry, write_rig
-from fibril_mjx.batch.simulation import Controller, Options
+from fibril_mjx.batch.simulation import Controller, Options, Rollout
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],
@@ -284,3 +284,24 @@ def test_a_command_trace_and_a_controller_together_are_refused(tmp_path):
                      r'or null ones; pass one of them'):
     sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 3, commands=trace,
                 controller=Controller(ctl, init=jnp.float32(0)))
+
+
+def test_each_verb_has_one_return_shape_and_a_controller_carry_per_world(sim):
+  """`rollout` returns `Rollout(state, trace, carry)` and `run` `(state, outputs, carry)`, with
+  or without a controller (carry None without). A counting policy's carry counts its calls:
+  one per tick after tick 0; `init` is one world's carry, broadcast, or with `per_world` one
+  per world."""
+  p, keys = sim.default_params(2), fibril_mjx.world_keys(0, 2)
+  quiet = Options(record=False, sub_batch=2)
+  count = lambda obs, c: ({}, c + 1)   # noqa: E731
+  plain = sim.rollout(p, keys, 3, options=quiet)
+  assert isinstance(plain, Rollout) and plain.trace is None and plain.carry is None
+  loop = sim.rollout(p, keys, 3, controller=Controller(count, init=jnp.int32(0)), options=quiet)
+  np.testing.assert_array_equal(loop.carry, [3, 3])
+  per_world = Controller(count, init=loop.carry + jnp.array([0, 10], jnp.int32), per_world=True)
+  st, outs, carry = sim.run(p, loop.state, 2, controller=per_world, options=quiet)
+  assert outs is None
+  np.testing.assert_array_equal(carry, [5, 15])
+  st, outs, carry = sim.run(p, st, 2, options=Options(sub_batch=2))
+  assert carry is None and int(st.tick) == 7
+  assert all(x.shape[:2] == (2, 2) for x in jax.tree.leaves(outs))   # (n_ticks, nworld, ...)
