@@ -11,7 +11,8 @@ Per model and size, side by side in one process:
 * **bare MJX-Warp** — the same with `mjx.put_model(..., impl='warp')`, where warp-lang is
   installed and an NVIDIA GPU is visible (else one line says why it is skipped);
 * **fibril_mjx** — `Simulation.rollout(options=Options(record=False, share_physics=False))`:
-  reset, physics per world and the AHRS device model on top, with MJX-JAX (and MJX-Warp where it runs).
+  reset, physics per world and the AHRS device model on top, with MJX-JAX (and MJX-Warp where
+  it runs).
 
 Each is called once (compile + run) and then timed once more (run): `world-steps/s` = worlds x
 ticks / the second call's wall time; `compile s` = first call - second call. The last lines per

@@ -143,7 +143,7 @@ def by_source(sim, n, ticks, fm, jax, dump_dir: str
   source is a fibril_mjx line outside physics/mjx.py)."""
   p = sim.default_params(n)
   st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
-  jax.block_until_ready(sim.run(p, st, ticks, options=Options(record=False))[0])   # compile (dumped)
+  jax.block_until_ready(sim.run(p, st, ticks, options=Options(record=False))[0])   # compile
   names = collections.Counter()
   launches = collections.Counter()
   for _ in range(3):

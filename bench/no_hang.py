@@ -67,8 +67,9 @@ def main(argv=None):
       lay = sim.layout(n)
       t0 = time.perf_counter()
       try:
+        quiet = Options(record=False, share_physics=False, stall_s=a.stall_s)
         st, _, _ = sim.rollout(sim.default_params(n), fm.world_keys(0, n), a.ticks,
-                               options=Options(record=False, share_physics=False, stall_s=a.stall_s))
+                               options=quiet)
         finite = int((st.diverged < 0).sum())
         dt = time.perf_counter() - t0
         print(f'  {n:6d} worlds: {lay.describe()}: {dt:6.1f} s incl. compile, '

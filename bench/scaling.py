@@ -143,8 +143,8 @@ def physics_c_ratios(out, turn, n, ticks, reps, cores):
   cases.append(('wheeled_base', wheel, wt, driven_ctrl(wheel, wt)))
   for name, sim, t, ctrl in cases:
     p, keys = sim.default_params(n), fm.world_keys(0, n)
-    fib = lambda: jax.block_until_ready(sim.rollout(p, keys, t,
-                                                    options=Options(record=False, share_physics=False))[0])
+    quiet = Options(record=False, share_physics=False)
+    fib = lambda: jax.block_until_ready(sim.rollout(p, keys, t, options=quiet)[0])
     t0 = time.perf_counter()
     fib()
     first = time.perf_counter() - t0

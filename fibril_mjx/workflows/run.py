@@ -41,7 +41,6 @@ from fibril_mjx.batch.simulation import Options
 from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
 from fibril_mjx.batch import physics_c
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
 from fibril_mjx.workflows import stopping
 from fibril_mjx.io import traces as traces_io

@@ -199,8 +199,9 @@ def test_observations_equal_the_simulation_with_the_same_draws(env, wrapped):
   # seconds as the campaign gives them (the float32 draw of 3 ms is 3 ms + 2.6e-11 s)
   latency = {'imu': {'latency_s': round(float(draws['imu.latency_s']), 9)},
              'hip': {'feedback_latency_s': round(float(draws['hip.feedback_latency_s']), 9)}}
-  ps = sim.reset(pb, np.asarray(k_world)[None], model=model,
-                 start=Start(latency=latency, qpos_offset=jnp.asarray(draws['initial:qpos.hip']).reshape(1, 1)))
+  start = Start(latency=latency,
+                qpos_offset=jnp.asarray(draws['initial:qpos.hip']).reshape(1, 1))
+  ps = sim.reset(pb, np.asarray(k_world)[None], model=model, start=start)
   ps, _, _ = sim.run(pb, ps, 4, model=model, options=Options(record=False))
   null = sim.null_commands()['hip']
   goal = float(s.info['goal'])
