@@ -112,13 +112,14 @@ class Simulation:
     (nworld,))}}`, or None)."""
     return latencies.latency_inputs(self.built, latency, n_worlds)
 
-  def refresh(self, mx, params, state: SimState, model_fields=()) -> SimState:
-    """`state` with its tick's forward recomputed under `mx` / `params` (traced; no acquisition,
-    no actuation): for a traced caller that holds a state fixed (e.g. `tune`'s window starts)
-    and differentiates what follows, so that the integration into the next tick depends on the
-    model it differentiates. Values are unchanged when `mx` / `params` are the ones `state` was
-    computed with."""
-    return batched.refresh(self._batch(mx, model_fields), params, state)
+  def refresh(self, params, state: SimState, *, model=None) -> SimState:
+    """`state` with its tick's forward recomputed under `model` (as in `reset`) / `params`
+    (traced; no acquisition, no actuation): for a traced caller that holds a state fixed (e.g.
+    `tune`'s window starts) and differentiates what follows, so that the integration into the
+    next tick depends on the model it differentiates. Values are unchanged when the model /
+    `params` are the ones `state` was computed with."""
+    return batched.refresh(self._batch(batched.full_model(self.mx, model),
+                                       batched.model_field_names(model)), params, state)
 
   def world_nbytes(self, *, share: bool = False) -> tuple[float, float]:
     """`(bytes of one world's state on the device, bytes of one world's outputs of one tick)`,

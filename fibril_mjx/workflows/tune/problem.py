@@ -245,7 +245,7 @@ class Problem:
     first, data0, cmds0 = start
     mx, params = self._apply(u)
     fresh = self._reset1(u, data0, cmds0)
-    kept = self.sim.refresh(mx, params, state)
+    kept = self.sim.refresh(params, state, model=mx)
     return jax.tree.map(lambda a, b: jnp.where(first, a, b), fresh, kept)
 
   def _window_resid(self, u, state, cmds, maps, start):
