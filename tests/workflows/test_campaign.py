@@ -641,7 +641,7 @@ def test_per_world_model_fields_as_a_mapping(rig):
   sim = fibril_mjx.load(rig / 'manifest.yaml')
   damping = np.array([[0.05, 0.2], [3.0, 0.01]], np.float32)
   keys, p = fibril_mjx.world_keys(0, 2), sim.default_params(2)
-  quiet = Options(record=False)
+  quiet = Options(record=False, share_physics=False)   # a world's own physics, as the mapping's
   a, _, _ = sim.rollout(p, keys, 30, model={'dof_damping': damping}, options=quiet)
   host = jax.tree.map(np.asarray, sim.mx)   # an argument may go to any device
   for w in range(2):
