@@ -41,6 +41,7 @@ import fibril_mjx  # noqa: E402
 from fibril_mjx import analysis  # noqa: E402
 from fibril_mjx.analysis import common  # noqa: E402
 from fibril_mjx.workflows.campaign import engine, execute, spec  # noqa: E402
+from fibril_mjx.batch.simulation import Options
 
 CAMPAIGN = ROOT / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml'
 CHUNK = 512
@@ -62,7 +63,7 @@ def prepared(plan, worlds):
 def plain_same(plan, inputs):
   """The same worlds, values and metrics through `rollout` directly (no campaign)."""
   for sim, inp, sub in inputs:
-    _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=sub)
+    _, tr, _ = inp.rollout(sim, plan.n_ticks, options=Options(sub_batch=sub))
     plan.metric_columns(sim, common.flatten(jax.tree.map(np.asarray, tr)))
 
 
@@ -71,15 +72,15 @@ def sensor_only(plan, inputs):
   state: nothing per world reaches the physics, so it is shared (computed once per chunk)."""
   for sim, inp, _ in inputs:
     inp = dataclasses.replace(inp, model=None, qpos_offset=None, qvel_offset=None)
-    _, tr = inp.rollout(sim, plan.n_ticks)
+    _, tr, _ = inp.rollout(sim, plan.n_ticks)
     plan.metric_columns(sim, common.flatten(jax.tree.map(np.asarray, tr)))
 
 
 def plain_nominal(sim, worlds, n_ticks, share=True):
   params = sim.default_params(CHUNK)
   for lo in range(0, worlds, CHUNK):
-    _, tr = sim.rollout(params, fibril_mjx.world_keys(0, CHUNK, lo), n_ticks,
-                        share_physics=share)
+    _, tr, _ = sim.rollout(params, fibril_mjx.world_keys(0, CHUNK, lo), n_ticks,
+                           options=Options(share_physics=share))
     flat = common.flatten(jax.tree.map(np.asarray, tr))
     for cid, c in sim.components.items():
       fn = analysis.for_type(c.type).metrics
@@ -102,7 +103,7 @@ def profile(plan, out):
     sim = plan.group_sim(plan.group_key(samples))
     inp = plan.inputs(sim, w, samples)
     t2 = time.perf_counter()
-    _, tr = inp.rollout(sim, plan.n_ticks, sub_batch=plan.sub_batch(sim))
+    _, tr, _ = inp.rollout(sim, plan.n_ticks, options=Options(sub_batch=plan.sub_batch(sim)))
     jax.block_until_ready(tr)
     t3 = time.perf_counter()
     host = jax.tree.map(np.asarray, tr)

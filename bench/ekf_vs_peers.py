@@ -43,7 +43,7 @@ def rollout(manifest, worlds, duration_s, seed):
   sim = fibril_mjx.load(str(ROOT / manifest))
   params = sim.default_params(n_worlds=worlds)
   keys = fibril_mjx.world_keys(seed=seed, n_worlds=worlds)
-  _, trace = sim.rollout(params, keys, n_ticks=int(round(duration_s / sim.dt)))
+  _, trace, _ = sim.rollout(params, keys, n_ticks=int(round(duration_s / sim.dt)))
   imu, truth = trace['sensor']['imu'], trace['truth']['imu']
   flat = {'sensor/imu/new_data': imu.new_data, 'sensor/imu/sample_tick': imu.sample_tick,
           'sensor/imu/angular_velocity': imu.sample.angular_velocity,

@@ -32,6 +32,7 @@ import tempfile
 import time
 
 import yaml
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 MODEL = 'package://fibril_sim_models/examples/flow_quad.xml'
@@ -113,7 +114,7 @@ def main(argv=None):
     keys = fibril_mjx.world_keys(0, args.worlds)
     t0 = time.perf_counter()
     st = jax.block_until_ready(sim.reset(p, keys))
-    st2, _ = sim.run(p, st, args.ticks, record=False)
+    st2, _, _ = sim.run(p, st, args.ticks, options=Options(record=False))
     jax.block_until_ready(st2)
     print(f'{name}: built and compiled in {time.perf_counter() - t0:.1f} s', flush=True)
     sims[name] = (sim, p, st)
@@ -123,7 +124,7 @@ def main(argv=None):
     for name in (order if r % 2 == 0 else order[::-1]):
       sim, p, st = sims[name]
       t0 = time.perf_counter()
-      out, _ = sim.run(p, st, args.ticks, record=False)
+      out, _, _ = sim.run(p, st, args.ticks, options=Options(record=False))
       jax.block_until_ready(out)
       times[name].append((time.perf_counter() - t0) / (args.ticks * args.worlds))
   med = {k: statistics.median(v) for k, v in times.items()}

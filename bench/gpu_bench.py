@@ -10,8 +10,9 @@ Per model and size, side by side in one process:
   manifest's actuator script as ctrl: physics alone, no device layer;
 * **bare MJX-Warp** — the same with `mjx.put_model(..., impl='warp')`, where warp-lang is
   installed and an NVIDIA GPU is visible (else one line says why it is skipped);
-* **fibril_mjx** — `Simulation.rollout(record=False, share_physics=False)`: reset, physics per
-  world and the AHRS device model on top, with MJX-JAX (and MJX-Warp where it runs).
+* **fibril_mjx** — `Simulation.rollout(options=Options(record=False, share_physics=False))`:
+  reset, physics per world and the AHRS device model on top, with MJX-JAX (and MJX-Warp where
+  it runs).
 
 Each is called once (compile + run) and then timed once more (run): `world-steps/s` = worlds x
 ticks / the second call's wall time; `compile s` = first call - second call. The last lines per
@@ -32,6 +33,7 @@ import os
 import pathlib
 import sys
 import time
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -176,7 +178,8 @@ def measure(case, n, ticks, impl, fm, sub_batch, rates):
       out = {}
 
       def go():
-        out['st'] = sim.rollout(p, keys, ticks, record=False, share_physics=False)[0]
+        out['st'] = sim.rollout(p, keys, ticks,
+                                options=Options(record=False, share_physics=False))[0]
         return out['st']
       first, steady = timed(go)
       div = int(np.sum(np.asarray(out['st'].diverged) >= 0))

@@ -50,6 +50,7 @@ import sys
 import tempfile
 
 import numpy as np
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # events of the profiler that are not thunks: the Python API, the executor, the client, the
@@ -148,13 +149,13 @@ def by_source(sim, n, ticks, fm, jax, dump_dir: str
   source is a fibril_mjx line outside physics/mjx.py)."""
   p = sim.default_params(n)
   st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
-  jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])   # compile (dumped)
+  jax.block_until_ready(sim.run(p, st, ticks, options=Options(record=False))[0])   # compile
   names = collections.Counter()
   launches = collections.Counter()
   for _ in range(3):
     with tempfile.TemporaryDirectory(prefix='fibril_kernels_') as d:
       jax.profiler.start_trace(d)
-      jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])
+      jax.block_until_ready(sim.run(p, st, ticks, options=Options(record=False))[0])
       jax.profiler.stop_trace()
       for e in trace_events(d):
         if e.get('ph') == 'X' and not e['name'].startswith(NOT_THUNKS):
@@ -196,10 +197,11 @@ def count(sim, n, ticks, fm, jax) -> collections.Counter:
   is static, so each tick count is a program of its own)."""
   p = sim.default_params(n)
   st = jax.block_until_ready(sim.reset(p, fm.world_keys(0, n)))
-  jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])   # compile, untraced
+  jax.block_until_ready(sim.run(p, st, ticks,
+                                options=Options(record=False))[0])   # compile, untraced
   with tempfile.TemporaryDirectory(prefix='fibril_kernels_') as d:
     jax.profiler.start_trace(d, create_perfetto_trace=True)
-    jax.block_until_ready(sim.run(p, st, ticks, record=False)[0])
+    jax.block_until_ready(sim.run(p, st, ticks, options=Options(record=False))[0])
     jax.profiler.stop_trace()
     return thunks(d)
 

@@ -17,6 +17,7 @@ import pathlib
 import sys
 import tempfile
 import time
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -66,8 +67,9 @@ def main(argv=None):
       lay = sim.layout(n)
       t0 = time.perf_counter()
       try:
-        st, _ = sim.rollout(sim.default_params(n), fm.world_keys(0, n), a.ticks, record=False,
-                            share_physics=False, stall_s=a.stall_s)
+        quiet = Options(record=False, share_physics=False, stall_s=a.stall_s)
+        st, _, _ = sim.rollout(sim.default_params(n), fm.world_keys(0, n), a.ticks,
+                               options=quiet)
         finite = int((st.diverged < 0).sum())
         dt = time.perf_counter() - t0
         print(f'  {n:6d} worlds: {lay.describe()}: {dt:6.1f} s incl. compile, '

@@ -46,6 +46,7 @@ import tempfile
 import time
 
 import yaml
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CACHE_ENV = 'FIBRIL_BENCH_COMPILE_CACHE'
@@ -144,7 +145,7 @@ class Variant:
       t0 = time.perf_counter()
       st = jax.block_until_ready(self.sim.reset(p, keys))
       t1, c1 = time.perf_counter(), time.process_time()
-      st, _ = self.sim.run(p, st, ticks, record=False)
+      st, _, _ = self.sim.run(p, st, ticks, options=Options(record=False))
       jax.block_until_ready(st)
       t2, c2 = time.perf_counter(), time.process_time()
       t_reset += t1 - t0

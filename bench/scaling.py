@@ -41,6 +41,7 @@ import pathlib
 import statistics
 import sys
 import time
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,12 +53,12 @@ def fibril_rate(sim, n, ticks, repeats, **kw):
   import jax
   p, keys = sim.default_params(n), fm.world_keys(0, n)
   t0 = time.perf_counter()
-  jax.block_until_ready(sim.rollout(p, keys, ticks, record=False, **kw)[0])
+  jax.block_until_ready(sim.rollout(p, keys, ticks, options=Options(record=False, **kw))[0])
   compile_s = time.perf_counter() - t0
   ts = []
   for _ in range(repeats):
     t0 = time.perf_counter()
-    jax.block_until_ready(sim.rollout(p, keys, ticks, record=False, **kw)[0])
+    jax.block_until_ready(sim.rollout(p, keys, ticks, options=Options(record=False, **kw))[0])
     ts.append(time.perf_counter() - t0)
   return n * ticks / statistics.median(ts), compile_s - statistics.median(ts)
 
@@ -142,8 +143,8 @@ def physics_c_ratios(out, turn, n, ticks, reps, cores):
   cases.append(('wheeled_base', wheel, wt, driven_ctrl(wheel, wt)))
   for name, sim, t, ctrl in cases:
     p, keys = sim.default_params(n), fm.world_keys(0, n)
-    fib = lambda: jax.block_until_ready(sim.rollout(   # noqa: E731 — per-world physics
-        p, keys, t, record=False, share_physics=False)[0])
+    quiet = Options(record=False, share_physics=False)
+    fib = lambda: jax.block_until_ready(sim.rollout(p, keys, t, options=quiet)[0])
     t0 = time.perf_counter()
     fib()
     first = time.perf_counter() - t0

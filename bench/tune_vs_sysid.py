@@ -392,7 +392,7 @@ def fleet_recordings(tmp, K, seed=7):
   params['ahrs'] = c.set_param(params['ahrs'], 'angular_velocity_bias',
                                jnp.asarray(bias, jnp.float32))
   n = int(round(2.0 / sim.dt))
-  _, trace = sim.rollout(params, fibril_mjx.world_keys(3, K), n, model={'dof_damping': dof})
+  _, trace, _ = sim.rollout(params, fibril_mjx.world_keys(3, K), n, model={'dof_damping': dof})
   trace = jax.tree.map(np.asarray, trace)
   paths = []
   for k in range(K):

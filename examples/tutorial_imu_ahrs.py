@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
   n_ticks = int(round(seconds / sim.dt))
   params = sim.default_params(n_worlds=worlds)
   keys = fibril_mjx.world_keys(seed=0, n_worlds=worlds)
-  _, trace = sim.rollout(params, keys, n_ticks=n_ticks)
+  _, trace, _ = sim.rollout(params, keys, n_ticks=n_ticks)
 
   # 4. Delivered samples vs truth. Every output is held between deliveries; new_data marks the
   # ticks on which a new sample arrived.

@@ -62,7 +62,7 @@ def manifest(legs=LEGS, keyframe: str | None = 'home', motors: bool = True) -> d
 
 def specific_force(sim, ticks: int) -> np.ndarray:
   """`|a|` (m/s^2) of the IMU's delivered samples of world 0 over `ticks`."""
-  _, tr = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1), ticks)
+  _, tr, _ = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1), ticks)
   return np.linalg.norm(np.asarray(tr['sensor']['imu'].sample.linear_acceleration)[0], axis=-1)
 
 

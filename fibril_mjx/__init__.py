@@ -7,7 +7,7 @@ computes anything (the `fibril-mjx` command line calls it).
 """
 
 from fibril_mjx.analysis import stats
-from fibril_mjx.batch.simulation import SimState, Simulation, load
+from fibril_mjx.batch.simulation import Controller, Options, SimState, Simulation, Start, load
 from fibril_mjx.batch.worlds import cpu_flags
 from fibril_mjx.config.version import __version__
 from fibril_mjx.core import pipeline
@@ -18,6 +18,7 @@ from fibril_mjx.mechanisms import estimators
 from fibril_mjx.mechanisms.rng import world_keys
 
 __all__ = ['estimators', 'stats', 'ConfigError', 'FibrilError', 'SimState', 'Simulation', 'load',
+           'Options', 'Start', 'Controller',
            'cpu_flags', 'pipeline', 'register', 'world_keys', '__version__']
 
 

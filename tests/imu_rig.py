@@ -115,5 +115,5 @@ def rollout(first_world: int = 0, worlds: int = 2):
   import fibril_mjx
   s = sim()
   keys = fibril_mjx.world_keys(0, worlds, first_world)
-  _, trace = s.rollout(s.default_params(worlds), keys, TICKS)
+  _, trace, _ = s.rollout(s.default_params(worlds), keys, TICKS)
   return jax.tree.map(np.asarray, trace)

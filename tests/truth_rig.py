@@ -27,6 +27,7 @@ import jax
 import mujoco
 import numpy as np
 import ref_helpers
+from fibril_mjx.batch.simulation import Start
 
 DT = 0.002
 TICKS = 40
@@ -264,8 +265,8 @@ def run():
   qvel = np.zeros((2, nv), np.float32)
   qvel[:, :6] = QVEL0
   qvel[:, sim.mj_model.jnt_dofadr[sim.mj_model.joint('j_ps').id]] = PS_QVEL0
-  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS,
-                         qvel_offset=qvel)
+  _, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS,
+                            start=Start(qvel_offset=qvel))
   trace = jax.tree.map(lambda x: np.asarray(x)[0], trace)
   return sim, trace, c_reference(sim.mj_model)
 

@@ -49,7 +49,7 @@ def hashes(path: pathlib.Path, n_worlds: int, n_ticks: int, seed: int) -> dict:
   params = sim.default_params(n_worlds)
   keys = fibril_mjx.world_keys(seed, n_worlds)
   out = leaf_hashes(sim.reset(params, keys), 'reset')
-  final, trace = sim.rollout(params, keys, n_ticks)
+  final, trace, _ = sim.rollout(params, keys, n_ticks)
   out.update(leaf_hashes(final, 'final'))
   out.update(leaf_hashes(trace, 'trace'))
   return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,31 +67,94 @@ def concat_states(states: list, share: bool) -> SimState:
   return join_state(sh, concat_worlds([split_state(s, share)[1] for s in states]))
 
 
-def reset(built: Built, mx, params, world_keys, *, data0=None, qpos_offset=None,
-          qvel_offset=None, model_fields=(), share=False, latency=None, commands=None,
-          impl='jax', tick0=True) -> SimState:
+class Batch(NamedTuple):
+  """What every world of a batch shares: the built manifest, the MJX model `mx` (its
+  `model_fields` with a leading world axis, every other field the same for all worlds) and
+  the physics implementation (`'jax'` / `'warp'`)."""
+  built: Built
+  mx: Any
+  model_fields: tuple = ()
+  impl: str = 'jax'
+
+
+class Start(NamedTuple):
+  """Where each world starts: `qpos_offset` / `qvel_offset` `(nworld, nq)` / `(nworld, nv)`
+  added to the initial `qpos` / `qvel`, per-world transport `latency` (`Simulation` takes
+  `{component id: {field: seconds}}`, the functions here `latencies.latency_inputs`'s ticks),
+  and `data0`, the `mjx.Data` every world starts from (None: the model's). None: the
+  manifest's."""
+  qpos_offset: Any = None
+  qvel_offset: Any = None
+  latency: dict | None = None
+  data0: Any = None
+
+
+class Controller(NamedTuple):
+  """A closed loop: `policy(obs, carry) -> (commands, carry)`, one world's JAX function
+  (vmapped over the worlds), called after each tick with that tick's delivered outputs
+  (`obs['sensor'][id]`; `obs['truth']` too with `observe_truth`); its commands are issued at
+  the next tick. `init` is one world's carry, broadcast to every world, or with `per_world`
+  a carry per world (leaves `(nworld, ...)`)."""
+  policy: Callable
+  init: Any = ()
+  per_world: bool = False
+  observe_truth: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """How a verb runs its worlds; none of it changes a world's result but `record` (what it
+  keeps).
+
+  Attributes:
+    record: `run` / `rollout` return the outputs of every tick (False: None).
+    share_physics: compute the physics once for every world when `physics_sharing` allows it;
+      None: the verb's default (`rollout` shares, `reset` does not).
+    devices: None (every local device), a count, or a sequence of devices; worlds are sharded
+      over them (`fibril_mjx.batch.worlds`).
+    sub_batch: worlds per vmapped call (None: the LAPACK-safe size, `sub_batch_cap`).
+    chunk_worlds: `rollout`'s host chunks (memory only; None: one chunk).
+    stall_s: `rollout`'s watchdog (`worlds.Watchdog`): `worlds.WorldsStalled` after so long
+      idle.
+    world_major: `run` takes its command trace and returns its outputs `(nworld, n_ticks, ...)`
+      instead of `(n_ticks, nworld, ...)`.
+  """
+  record: bool = True
+  share_physics: bool | None = None
+  devices: Any = None
+  sub_batch: int | None = None
+  chunk_worlds: int | None = None
+  stall_s: float | None = None
+  world_major: bool = False
+
+
+def reset(batch: Batch, params, world_keys, start: Start = Start(), commands=None, *,
+          share=False, tick0=True) -> SimState:
   """`pipeline.init` of a batch of worlds (vmapped): tick 0's application, forward and
-  acquisitions, or with `tick0` False the worlds before it (`pipeline.before_tick0`).
-  `model_fields` are the fields of `mx` with a leading world axis; `latency` as from
-  `latencies.latency_inputs`; `commands` those issued at tick 0 `(nworld, ...)`."""
+  acquisitions, or with `tick0` False the worlds before it (`pipeline.before_tick0`);
+  `commands` those issued at tick 0 `(nworld, ...)`; `share`: the physics has no world axis."""
+  built, mx = batch.built, batch.mx
+
   def one(m, p, key, cmd, qo, vo, lat):
-    kw = dict(data0=data0, qpos_offset=qo, qvel_offset=vo, latency=lat, mx=m)
-    return (pipeline.init(built, p, key, commands=cmd, impl=impl, **kw) if tick0
+    kw = dict(data0=start.data0, qpos_offset=qo, qvel_offset=vo, latency=lat, mx=m)
+    return (pipeline.init(built, p, key, commands=cmd, impl=batch.impl, **kw) if tick0
             else pipeline.before_tick0(built, p, key, **kw))
-  return jax.vmap(one, in_axes=(worlds.model_in_axes(mx, model_fields), 0, 0, 0, 0, 0, 0),
-                  out_axes=state_axes(share))(mx, params, world_keys, commands, qpos_offset,
-                                              qvel_offset, latency)
+  return jax.vmap(one, in_axes=(worlds.model_in_axes(mx, batch.model_fields), 0, 0, 0, 0, 0,
+                                0),
+                  out_axes=state_axes(share))(mx, params, world_keys, commands,
+                                              start.qpos_offset, start.qvel_offset,
+                                              start.latency)
 
 
-def step(built: Built, mx, params, state: SimState, commands=None, *, model_fields=(),
-         impl='jax', integrate=True) -> tuple[SimState, dict]:
+def step(batch: Batch, params, state: SimState, commands=None, *,
+         integrate=True) -> tuple[SimState, dict]:
   """`pipeline.step` of a batch (vmapped; `integrate` as there): tick k → k + 1 with the
   `commands` `(nworld, ...)` issued at tick k + 1; returns `(state, outputs of tick k + 1)`."""
   axes = state_axes(is_shared(state))
-  one = functools.partial(pipeline.step, built, impl=impl, integrate=integrate)
+  one = functools.partial(pipeline.step, batch.built, impl=batch.impl, integrate=integrate)
   return jax.vmap(lambda m, p, s, c: one(p, s, c, mx=m),
-                  in_axes=(worlds.model_in_axes(mx, model_fields), 0, axes, 0),
-                  out_axes=(axes, 0))(mx, params, state, commands)
+                  in_axes=(worlds.model_in_axes(batch.mx, batch.model_fields), 0, axes, 0),
+                  out_axes=(axes, 0))(batch.mx, params, state, commands)
 
 
 def outputs(built: Built, state: SimState) -> dict:
@@ -100,37 +163,37 @@ def outputs(built: Built, state: SimState) -> dict:
                   in_axes=(state_axes(is_shared(state)),))(state)
 
 
-def refresh(built: Built, mx, params, state: SimState, *, model_fields=(),
-            impl='jax') -> SimState:
+def refresh(batch: Batch, params, state: SimState) -> SimState:
   """`pipeline.refresh` of every world of a batch."""
   axes = state_axes(is_shared(state))
-  return jax.vmap(lambda m, p, s: pipeline.refresh(built, p, s, mx=m, impl=impl),
-                  in_axes=(worlds.model_in_axes(mx, model_fields), 0, axes),
-                  out_axes=axes)(mx, params, state)
+  return jax.vmap(lambda m, p, s: pipeline.refresh(batch.built, p, s, mx=m, impl=batch.impl),
+                  in_axes=(worlds.model_in_axes(batch.mx, batch.model_fields), 0, axes),
+                  out_axes=axes)(batch.mx, params, state)
 
 
-def run(built: Built, mx, params, state, carry, commands, n_ticks: int, record: bool,
-        controller: Callable | None = None, observe_truth=False, *, model_fields=(),
-        impl='jax', integrate=True):
+def run(batch: Batch, params, state, carry, commands, n_ticks: int, record: bool,
+        controller: Controller | None = None, *, integrate=True):
   """`n_ticks` batched steps in one `lax.scan`; commands time-major `(n_ticks, nworld, ...)`
-  (or None), or from a single-world `controller(obs, carry)` vmapped over the worlds. With
-  `integrate=None`, `state` is `before_tick0`'s and tick 0 runs first (a controller acts from
-  tick 1, on its outputs). Returns `((state, carry), outputs (n_ticks, nworld, ...) | None)`."""
+  (or None), or from `controller` (its `policy` vmapped over the worlds, `carry` its state
+  per world). With `integrate=None`, `state` is `before_tick0`'s and tick 0 runs first (a
+  controller acts from tick 1, on its outputs). Returns `((state, carry), outputs (n_ticks,
+  nworld, ...) | None)`."""
+  built = batch.built
+
   def observe(out):
     # Only a controller needs last tick's outputs in the carry; otherwise they stay out of it
     # so that unrecorded outputs (e.g. truth) are not computed at all.
     if controller is None:
       return ()
-    return out if observe_truth else {'sensor': out['sensor']}
+    return out if controller.observe_truth else {'sensor': out['sensor']}
 
   def body(c, cmd):
     st, ctl, obs = c
     if controller is not None:   # before tick 0 nothing has been observed: no controller call
-      act = lambda: jax.vmap(controller)(obs, ctl)   # noqa: E731
+      act = lambda: jax.vmap(controller.policy)(obs, ctl)   # noqa: E731
       first = lambda: (tick0_commands(built, st, jax.eval_shape(act)[0]), ctl)  # noqa
       cmd, ctl = act() if integrate is not None else jax.lax.cond(st.tick < 0, first, act)
-    st, out = step(built, mx, params, st, cmd, model_fields=model_fields, impl=impl,
-                   integrate=integrate)
+    st, out = step(batch, params, st, cmd, integrate=integrate)
     return (st, ctl, observe(out)), (out if record else None)
   obs0 = observe(outputs(built, state))   # before tick 0 (integrate None): never read
   # the loop carries each group's state stacked (`pipeline.pack`): no stacking per tick
@@ -188,12 +251,10 @@ def physics_sharing(built: Built, *, commands=None, controller=None, model_field
 
 # ---------------------------------------------------------------- per-world model fields
 
-def model_field_names(model, model_axes) -> tuple:
-  """The fields of `model` (an `mjx.Model` or a mapping of per-world fields) with a world
-  axis."""
-  if isinstance(model, Mapping):
-    return tuple(sorted(model))
-  return worlds.model_fields(model_axes)
+def model_field_names(model) -> tuple:
+  """The per-world fields of a `model=` argument: a mapping's keys, sorted; none of an
+  `mjx.Model` (every world uses it)."""
+  return tuple(sorted(model)) if isinstance(model, Mapping) else ()
 
 
 def full_model(mx, model):
@@ -204,26 +265,19 @@ def full_model(mx, model):
   return mx.replace(**model) if isinstance(model, Mapping) else model
 
 
-def model_parts(mx, model, model_axes, n_worlds):
+def model_parts(mx, model, n_worlds):
   """`(per-world field names, shared model or None, {field: (nworld, ...)})` of a `model=`
-  argument: a mapping of per-world fields keeps every other field of `mx` compiled in."""
-  if isinstance(model, Mapping):
-    fields = tuple(sorted(model))
-    if model_axes is not None and worlds.model_fields(model_axes) != fields:
-      raise FibrilError('model_axes: with model= a mapping of per-world fields, the world '
-                        'axis is on exactly those fields (leave model_axes out)')
-    for f in fields:
-      if not hasattr(mx, f):
-        names = [x.name for x in dataclasses.fields(mx)]
-        raise FibrilError(f'model: mjx.Model has no field {f!r}' + did_you_mean(f, names))
-    _, world = worlds.split_model(mx.replace(**model), fields, n_worlds)
-    return fields, None, world
-  fields = worlds.model_fields(model_axes)
-  if fields and model is None:
-    raise FibrilError('model_axes given without model=: pass the mjx.Model whose fields '
-                      f'{", ".join(fields)} have a leading world axis')
-  shared, world = worlds.split_model(model, fields, n_worlds)
-  return fields, shared, world
+  argument: a mapping of per-world fields keeps every other field of `mx` compiled in; an
+  `mjx.Model` is every world's, traced as an argument."""
+  if not isinstance(model, Mapping):
+    return (), model, {}
+  fields = tuple(sorted(model))
+  for f in fields:
+    if not hasattr(mx, f):
+      names = [x.name for x in dataclasses.fields(mx)]
+      raise FibrilError(f'model: mjx.Model has no field {f!r}' + did_you_mean(f, names))
+  _, world = worlds.split_model(mx.replace(**model), fields, n_worlds)
+  return fields, None, world
 
 
 def join_model(mx, shared_model, world_model):
@@ -234,13 +288,11 @@ def join_model(mx, shared_model, world_model):
   return worlds.join_model(shared_model, world_model)
 
 
-def model_rows(model, fields: tuple, lo: int, hi: int):
-  """Worlds `lo:hi` of a per-world `model` (a mapping of fields, or an `mjx.Model` whose
-  `fields` have a world axis); as it is without per-world fields."""
-  if fields and isinstance(model, Mapping):
-    return {f: model[f][lo:hi] for f in fields}
-  if fields:
-    return model.replace(**{f: getattr(model, f)[lo:hi] for f in fields})
+def model_rows(model, lo: int, hi: int):
+  """Worlds `lo:hi` of a `model=` argument: a mapping's per-world fields sliced; an
+  `mjx.Model` (every world's) or None as it is."""
+  if isinstance(model, Mapping):
+    return {f: v[lo:hi] for f, v in model.items()}
   return model
 
 

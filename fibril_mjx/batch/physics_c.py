@@ -81,12 +81,24 @@ def check_backend(built: Built, physics: str) -> None:
     check_open_loop(built, physics)
 
 
-def choose(built: Built, physics: str = 'auto', *, impl: str = 'jax',
-           controller=None) -> tuple[str, str]:
-  """`(backend, why)` for `physics` `'auto'` / `'mjx'` / `'c'`: auto picks MuJoCo C on a CPU
-  host when nothing closes a loop on physics (it is faster there: `bench/scaling.py`), else
-  MJX in the loop; an explicit `'c'` that cannot serve the manifest (or `controller`, not
-  None when a controller closes the loop) is an error."""
+def choose(built: Built, physics: str | None = 'auto', *, impl: str = 'jax', controller=None,
+           trajectory=None) -> tuple[str, str]:
+  """`(backend, why)`: the one physics chooser (`run`, `tune`, `campaign`, `validate`, `plan`).
+  `physics` `'auto'` picks MuJoCo C on a CPU host when nothing closes a loop on physics (it is
+  faster there: `bench/scaling.py`), else MJX in the loop; an explicit `'c'` that cannot serve
+  the manifest (or `controller`, not None when a controller closes the loop) is an error.
+  With a recorded state log `trajectory` (its path) the backend is `'trajectory'` (physics
+  None or `'auto'`); None alone is `'mjx'`."""
+  if physics is None:
+    physics = 'mjx' if trajectory is None else 'trajectory'
+  if trajectory is not None:
+    if physics not in ('auto', 'trajectory'):
+      raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
+                        f'with --physics {physics}')
+    check_open_loop(built, 'trajectory')
+    return 'trajectory', f'recorded state log {trajectory}'
+  if physics == 'trajectory':
+    raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
   if physics not in PHYSICS + ('auto',):
     raise FibrilError(f'physics {physics!r}: unknown; choose one of auto, {", ".join(PHYSICS)}')
   if physics != 'auto':
@@ -269,19 +281,24 @@ def frames_from_log(m: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, ctrl:
                f(ctrl))
 
 
-def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: str = 'c',
-            record: bool = True, chunk_worlds: int | None = None, commands=None, model=None,
-            qpos_offset=None, qvel_offset=None, latency=None, trajectory: dict | None = None,
-            runner: Rollout | None = None, threads: int | None = None, controller=None,
-            lanes: int | None = None, share_physics: bool = True):
-  """`Simulation.rollout` over MuJoCo C (`physics='c'`) or a recorded state log
-  (`physics='trajectory'`, `trajectory={'qpos': (T, nq), 'qvel': (T, nv)[, 'ctrl': (T, nu)]
-  [, 'act': (T, na)][, 'accelerations': 'dynamics' | 'differentiate']}` on the ticks, T ≥
-  n_ticks + 1; every world replays it, each with its own devices): same arguments, same
-  `(final_state, trace)` (the final state's `data` is a `pipeline.Frame`). `lanes`: worlds
-  per vmapped call (`Simulation.rollout`'s `sub_batch`): a campaign fixes it so that a world
-  replayed alone runs in the same batch shape as in its chunk."""
-  check_open_loop(built, physics, controller=controller)
+def rollout(built: Built, params: dict, world_keys, n_ticks: int, source, *, commands=None,
+            model=None, start: batched.Start = batched.Start(),
+            options: batched.Options = batched.Options()):
+  """`Simulation.rollout` over MuJoCo C (`source` a `Rollout` runner: physics `'c'`) or a
+  recorded state log (`source` a dict, physics `'trajectory'`: `{'qpos': (T, nq), 'qvel': (T,
+  nv)[, 'ctrl': (T, nu)][, 'act': (T, na)][, 'accelerations': 'dynamics' |
+  'differentiate']}` on the ticks, T ≥ n_ticks + 1; every world replays it, each with its own
+  devices): same arguments, same `(final_state, trace)` (the final state's `data` is a
+  `pipeline.Frame`). `options.sub_batch`: worlds per vmapped call (lanes): a campaign fixes it
+  so that a world replayed alone runs in the same batch shape as in its chunk."""
+  trajectory = None if isinstance(source, Rollout) else source
+  physics = 'c' if trajectory is None else 'trajectory'
+  qpos_offset, qvel_offset = start.qpos_offset, start.qvel_offset
+  record = options.record
+  check_open_loop(built, physics)
+  if start.data0 is not None:
+    raise FibrilError(f"physics {physics!r}: start data0 is an mjx.Data (MJX's); use "
+                      "physics='mjx'")
   device = functools.partial(device_program, built, record)
   m = built.mj_model
   n = int(world_keys.shape[0])
@@ -297,18 +314,18 @@ def rollout(built: Built, params: dict, world_keys, n_ticks: int, *, physics: st
            zip(jax.tree.leaves(params[DCMOTOR_PARAMS]), jax.tree.leaves(default))):
       raise FibrilError(f"physics {physics!r}: per-world dcmotor parameters are MJX's "
                         "(MuJoCo C steps the MJCF's dcmotor as compiled); use physics='mjx'")
-  lat_in = latencies.latency_inputs(built, latency, n)
+  lat_in = latencies.latency_inputs(built, start.latency, n)
   # Shared physics, as MJX's `physics_sharing`: when nothing per world reaches the physics
   # (no actuator component, dcmotor, command trace, per-world MJCF field or initial state),
   # MuJoCo C steps one world and every world's devices read its frames — the same numbers a
   # rollout per world would give, since C's worlds do not depend on each other.
   share = batched.physics_sharing(built, commands=commands, model_fields=tuple(model or ()),
                                   qpos_offset=qpos_offset, qvel_offset=qvel_offset,
-                                  share_physics=share_physics)[0]
-  chunk = lanes or chunk_worlds or default_chunk(m, n, n_ticks)
+                                  share_physics=options.share_physics is not False)[0]
+  chunk = options.sub_batch or options.chunk_worlds or default_chunk(m, n, n_ticks)
   lanes = max(2, chunk)   # XLA compiles one lane to other scalar code: pad to two or more
   if trajectory is None:
-    runner = runner or Rollout(m, threads)
+    runner = source
     states0 = initial_states(m, n, qpos_offset, qvel_offset, built.keyframe)
   else:
     log = {k: np.asarray(v, np.float64) for k, v in trajectory.items() if k != 'accelerations'}
@@ -380,13 +397,14 @@ def output_shapes(built: Built, params, keys, *, with_state: bool = False):
   return jax.eval_shape(jax.vmap(one), params, keys, frames)
 
 
-def simulation_rollout(sim, params, world_keys, n_ticks, *, model=None, model_axes=None,
-                       trajectory=None, **kw):
-  """`Simulation.rollout` under `sim.physics` ('c'), with the simulation's thread pool."""
-  if model is not None and not isinstance(model, Mapping):
-    model = {f: np.asarray(getattr(model, f)) for f in worlds.model_fields(model_axes)} or None
+def simulation_rollout(sim, params, world_keys, n_ticks, *, commands=None, model=None,
+                       start: batched.Start | None = None, options: batched.Options | None = None,
+                       trajectory=None):
+  """`Simulation.rollout` under `sim.physics` ('c', with the simulation's thread pool), or
+  replaying `trajectory` (a recorded state log, see `rollout`): `(final_state, trace)`."""
   if getattr(sim, '_c_runner', None) is None:
     sim._c_runner = Rollout(sim.mj_model)
-  physics = sim.physics if trajectory is None else 'trajectory'
-  return rollout(sim.built, params, world_keys, n_ticks, physics=physics, model=model,
-                 runner=sim._c_runner, trajectory=trajectory, **kw)
+  return rollout(sim.built, params, world_keys, n_ticks,
+                 sim._c_runner if trajectory is None else trajectory, commands=commands,
+                 model=model, start=start or batched.Start(),
+                 options=options or batched.Options())

@@ -3,7 +3,7 @@ thin facade over the one-world pipeline (`fibril_mjx.core.pipeline`: `init` / `s
 world) and its world axis (`fibril_mjx.batch.batched`: `vmap` over worlds, `lax.scan` over
 ticks), laid out on devices, sub-batches and host chunks by `fibril_mjx.batch.worlds`.
 
-Each verb is one jitted program per layout (`_call`; `rollout`: reset and run in one per host
+Each verb is one jitted program per layout (`_program`; `rollout`: reset and run in one per host
 chunk): a block over one sub-batch of worlds, mapped over the sub-batches and sharded over the
 devices, whose LAPACK-safe sub-batch is read from its own trace (a new process finds its
 compilation in JAX's persistent compilation cache when one is set up).
@@ -14,7 +14,7 @@ is: the caller owns the world axis.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,17 @@ from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics.mjx import warp_model_and_data
 
 
+Start, Controller, Options = batched.Start, batched.Controller, batched.Options
+
+
+class Rollout(NamedTuple):
+  """`Simulation.rollout`'s result: the final `state`, the `trace` (leaves `(nworld,
+  n_ticks + 1, ...)`, or None) and the controller's final `carry` (or None)."""
+  state: SimState
+  trace: Any
+  carry: Any
+
+
 class Simulation:
   """A built manifest with jitted reset / step / run / rollout.
 
@@ -45,7 +56,7 @@ class Simulation:
       always step MJX in the loop.
     manifest, mj_model, mx, dt, components, dcmotor, assemblies, overlays, command_script,
     actuator_script: shortcuts into `built` (`mx` is the Warp model under `impl='warp'`).
-    data0: the `mjx.Data` every world starts from (`reset(data0=)` replaces it).
+    data0: the `mjx.Data` every world starts from (`Start(data0=)` replaces it).
   """
 
   def __init__(self, built: build.Built, *, impl: str = 'jax', physics: str = 'mjx'):
@@ -101,14 +112,14 @@ class Simulation:
     (nworld,))}}`, or None)."""
     return latencies.latency_inputs(self.built, latency, n_worlds)
 
-  def refresh(self, mx, params, state: SimState, model_fields=()) -> SimState:
-    """`state` with its tick's forward recomputed under `mx` / `params` (traced; no acquisition,
-    no actuation): for a traced caller that holds a state fixed (e.g. `tune`'s window starts)
-    and differentiates what follows, so that the integration into the next tick depends on the
-    model it differentiates. Values are unchanged when `mx` / `params` are the ones `state` was
-    computed with."""
-    return batched.refresh(self.built, self.mx if mx is None else mx, params, state,
-                           model_fields=model_fields, impl=self.impl)
+  def refresh(self, params, state: SimState, *, model=None) -> SimState:
+    """`state` with its tick's forward recomputed under `model` (as in `reset`) / `params`
+    (traced; no acquisition, no actuation): for a traced caller that holds a state fixed (e.g.
+    `tune`'s window starts) and differentiates what follows, so that the integration into the
+    next tick depends on the model it differentiates. Values are unchanged when the model /
+    `params` are the ones `state` was computed with."""
+    return batched.refresh(self._batch(batched.full_model(self.mx, model),
+                                       batched.model_field_names(model)), params, state)
 
   def world_nbytes(self, *, share: bool = False) -> tuple[float, float]:
     """`(bytes of one world's state on the device, bytes of one world's outputs of one tick)`,
@@ -116,33 +127,24 @@ class Simulation:
     if share not in self._nbytes:
       p, keys = self.default_params(2), rng.world_keys(0, 2)
       st, out = jax.eval_shape(lambda: (lambda s: (s, batched.outputs(self.built, s)))(
-          self._reset_batch(None, p, keys, share=share)))
+          batched.reset(self._batch(), p, keys, self._start(None, 2), share=share)))
       self._nbytes[share] = (worlds.tree_nbytes(batched.split_state(st, share)[1]) / 2,
                              worlds.tree_nbytes(out) / 2)
     return self._nbytes[share]
 
   # ---------------------------------------------------------------- the batched pipeline
 
-  def _reset_batch(self, mx, params, world_keys, qpos_offset=None, qvel_offset=None,
-                   model_fields=(), share=False, latency=None, commands=None, data0=None,
-                   tick0=True):
-    """`batched.reset` with this simulation's model, initial data and impl (traceable)."""
-    return batched.reset(self.built, self.mx if mx is None else mx, params, world_keys,
-                         data0=self.data0 if data0 is None else data0,
-                         qpos_offset=qpos_offset, qvel_offset=qvel_offset,
-                         model_fields=model_fields, share=share, latency=latency,
-                         commands=commands, impl=self.impl, tick0=tick0)
+  def _batch(self, mx=None, model_fields=()) -> batched.Batch:
+    """This simulation's `batched.Batch`: `mx` (None: `self.mx`) with `model_fields` per
+    world."""
+    return batched.Batch(self.built, self.mx if mx is None else mx, model_fields, self.impl)
 
-  def _step_batch(self, mx, params, state: SimState, commands=None, model_fields=()):
-    return batched.step(self.built, self.mx if mx is None else mx, params, state, commands,
-                        model_fields=model_fields, impl=self.impl)
-
-  def _run_batch(self, mx, params, state, carry, commands, n_ticks: int, record: bool,
-                 controller=None, observe_truth=False, model_fields=(), integrate=True):
-    """`batched.run` with this simulation's model and impl (traceable)."""
-    return batched.run(self.built, self.mx if mx is None else mx, params, state, carry,
-                       commands, n_ticks, record, controller, observe_truth,
-                       model_fields=model_fields, impl=self.impl, integrate=integrate)
+  def _start(self, start: Start | None, n_worlds: int) -> Start:
+    """`start` for `batched.reset`: latencies in ticks (`latency_inputs`), the initial data
+    `data0` (None: `self.data0`, embedded as constants in a program)."""
+    start = start or Start()
+    return start._replace(latency=self.latency_inputs(start.latency, n_worlds),
+                          data0=self.data0 if start.data0 is None else start.data0)
 
   # ---------------------------------------------------------------- the world axis
 
@@ -158,15 +160,15 @@ class Simulation:
   def sub_batch_cap(self) -> tuple[int | None, str]:
     """Worlds per vmapped call below jaxlib's LAPACK thread-pool split (`lapack.
     lapack_safe_sub_batch` of one world's step, traced for it), and why; None: no limit. Once
-    asked for (the CLI's plan, a campaign), it lays out every later program (`_call`)."""
+    asked for (the CLI's plan, a campaign), it lays out every later program (`_program`)."""
     if self._sub_batch is None:
       if jax.default_backend() != 'cpu':
         self._sub_batch = (None, f'{jax.default_backend()} backend: no CPU LAPACK call')
       else:
         p, keys = self.default_params(1), rng.world_keys(0, 1)
-        st = jax.eval_shape(lambda: self._reset_batch(None, p, keys))
+        st = jax.eval_shape(lambda: batched.reset(self._batch(), p, keys, self._start(None, 1)))
         self._sub_batch = lapack.lapack_safe_sub_batch(
-            lambda pp, s: self._step_batch(None, pp, s), p, st)
+            lambda pp, s: batched.step(self._batch(), pp, s), p, st)
     return self._sub_batch
 
   def layout(self, n_worlds: int, *, devices=None, sub_batch: int | None = None,
@@ -179,74 +181,33 @@ class Simulation:
       cap = self.sub_batch_cap()[0]
     return worlds.layout(n_worlds, len(devs), cap)
 
-  def _call(self, kind: str, n: int, devices, sub_batch, shared, world, **static):
-    """Runs program `kind` (`_<kind>_block` over `n` worlds) on `(shared, world)`, laid out
-    (`last_layout`) with `sub_batch`, any with shared (unbatched) physics, `sub_batch_cap` once
-    asked for, else the LAPACK-safe size read from its own trace (`lapack.laid_out`)."""
+  def _program(self, block: Callable, n: int, options: Options, shared, world, **static):
+    """`(program, its arguments)`: the jitted `block` (`_reset_block`, ...) over `n` worlds on
+    `(shared, world)`, laid out (`last_layout`) with `options.sub_batch`, any with shared
+    (unbatched) physics, `sub_batch_cap` once asked for, else the LAPACK-safe size read from
+    its own trace (`lapack.laid_out`)."""
+    devices = worlds.resolve_devices(options.devices)
     pinned = lambda lay: (shared, world) if lay.n_devices == 1 else (   # noqa: E731
         worlds.unpin(shared), worlds.unpin(world))
-    key, cap = (kind, devices, tuple(sorted(static.items()))), sub_batch
+    key, cap = (block, devices, tuple(sorted(static.items()))), options.sub_batch
     if cap is None and not static['share'] and self._sub_batch is not None:
       cap = self._sub_batch[0]
     find = cap is None and not static['share'] and self._sub_batch is None
-    prog, self.last_layout = lapack.laid_out(lambda lay: self._program(key, lay, devices), n,
-                                             devices, cap, find, self._caps, key, pinned)
-    return prog(*pinned(self.last_layout))
 
-  def _program(self, key: tuple, lay, devices):
-    kind, _, static = key
-    prog = self._programs.get((key, lay))
-    if prog is None:
-      fn = worlds.program(functools.partial(getattr(self, f'_{kind}_block'), **dict(static)),
-                          lay, devices)
-      prog = self._programs[(key, lay)] = jax.jit(fn)
-    return prog
-
-  def _reset_block(self, shared, world, *, model_fields, share, data0=False, tick0=True):
-    mx = batched.join_model(self.mx, shared['model'], world['model'])
-    st = self._reset_batch(mx, world['params'], world['keys'], world['qpos'], world['qvel'],
-                           model_fields, share, world['latency'], world['commands'],
-                           shared['data0'] if data0 else None, tick0)
-    return batched.split_state(st, share)
-
-  def _step_block(self, shared, world, *, model_fields, share):
-    mx = batched.join_model(self.mx, shared['model'], world['model'])
-    st = batched.join_state(shared['state'], world['state'])
-    st, out = self._step_batch(mx, world['params'], st, world['commands'], model_fields)
-    sh, wo = batched.split_state(st, share)
-    return sh, {'state': wo, 'outs': out}
-
-  def _run_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
-                 observe_truth, integrate=True):
-    mx = batched.join_model(self.mx, shared['model'], world['model'])
-    st = batched.join_state(shared['state'], world['state'])
-    cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
-    (st, carry), outs = self._run_batch(mx, world['params'], st, world['carry'], cmds, n_ticks,
-                                        record, controller, observe_truth, model_fields,
-                                        integrate)
-    sh, wo = batched.split_state(st, share)
-    outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
-    return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
-
-  def _rollout_block(self, shared, world, *, model_fields, share, n_ticks, record, controller,
-                     observe_truth):
-    """`rollout`'s program (one per host chunk): ticks 0 … n_ticks in one scan from before
-    tick 0 (`pipeline.before_tick0`), so each tick's code is compiled once."""
-    reset = {k: world[k] for k in ('params', 'keys', 'model', 'qpos', 'qvel', 'latency')}
-    sh, wo = self._reset_block(shared, reset | {'commands': None}, model_fields=model_fields,
-                               share=share, tick0=False)
-    run = {k: world[k] for k in ('params', 'carry', 'commands', 'model')}
-    return self._run_block({'model': shared['model'], 'state': sh}, run | {'state': wo},
-                           model_fields=model_fields, share=share, n_ticks=n_ticks + 1,
-                           record=record, controller=controller, observe_truth=observe_truth,
-                           integrate=None)
+    def jitted(lay):
+      if (key, lay) not in self._programs:
+        fn = worlds.program(functools.partial(block, self, **static), lay, devices)
+        self._programs[(key, lay)] = jax.jit(fn)
+      return self._programs[(key, lay)]
+    prog, self.last_layout = lapack.laid_out(jitted, n, devices, cap, find, self._caps, key,
+                                             pinned)
+    return prog, pinned(self.last_layout)
 
   # ---------------------------------------------------------------- public API
 
   def reset(self, params: dict, world_keys: jax.Array, *, commands: dict | None = None,
-            model=None, model_axes=None, qpos_offset=None, qvel_offset=None,
-            latency: dict | None = None, share_physics: bool = False, devices=None,
-            sub_batch: int | None = None, data0=None) -> SimState:
+            model=None, start: Start | None = None, options: Options | None = None
+            ) -> SimState:
     """Resets a batch of worlds and runs tick 0: the tick-0 application, `mjx.forward` of the
     initial state with those controls, and the tick-0 acquisitions (`outputs(state)`).
 
@@ -255,225 +216,263 @@ class Simulation:
       world_keys: `(nworld, 2)` from `fibril_mjx.world_keys(seed, nworld, first_world)`.
       commands: `{actuator component id: command pytree with leading (nworld,)}` issued at
         tick 0 (a missing component gets its scripted or null command, as in `step`).
-      model: optional `mjx.Model` to use instead of `sim.mx` (e.g. `sim.mx.replace(...)` to
-        differentiate wrt or vary MJCF physical fields); traced as an argument. By default the
-        compiled model is embedded as constants, which XLA can fold (measured about 7 %
-        faster on the CPU for the demo turntable). Or a mapping `{field: (nworld, ...)}` of
-        per-world fields only (e.g. `{'body_mass': m}`): every other field stays embedded as
-        constants (the cheaper way to vary MJCF fields per world; no `model_axes` needed).
-      model_axes: fields of `model` that carry a leading world axis, per world: `{'dof_damping':
-        0, 'body_mass': 0}` or a set of names (e.g. `dof_damping (nworld, nv)`,
-        `geom_friction (nworld, ngeom, 3)`, `actuator_gainprm (nworld, nu, 10)`). They are
-        vmapped, sub-batched, chunked and sharded with the worlds.
-      qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` added to the model's initial
-        `qpos` / `qvel` before the first `mjx.forward` (per-world initial state).
-      latency: per-world transport latencies `{component id: {field: seconds}}`, each value
-        a scalar or `(nworld,)`, for the fields of `latency_fields()` (`latency_s` of a
-        sensor, `command_latency_s` / `feedback_latency_s` of an actuator). Each world's
-        delivery queue starts with its own latency, rounded up to whole ticks on the host
-        exactly as a manifest value is, so a world equals one built with that latency in
-        the manifest. Values are at most the built latency (the manifest's, which sized the
-        queue): build with the largest of the batch. Host values only (not differentiable).
-      share_physics: compute the physics once for all worlds when `physics_sharing` allows it
-        (`rollout` decides this itself); the returned state's `data` then has no world axis.
-      devices: None (every local device), a count, or a sequence of devices; worlds are
-        sharded over them (`fibril_mjx.batch.worlds`).
-      sub_batch: worlds per vmapped call (default: the LAPACK-safe size, `sub_batch_cap`).
-      data0: the `mjx.Data` every world starts from instead of `sim.data0` (e.g. a recorded
-        initial state, with `qpos` / `qvel` replaced).
+      model: per-world MJCF fields, a mapping `{mjx.Model field: (nworld, ...)}` (e.g.
+        `{'dof_damping': d}` with `d (nworld, nv)`, `{'body_mass': m}`): vmapped, sub-batched,
+        chunked and sharded with the worlds, every other field embedded as constants. Or an
+        `mjx.Model` that every world uses instead of `sim.mx` (e.g. `sim.mx.replace(...)`, to
+        differentiate wrt MJCF fields), traced as an argument (the embedded model lets XLA
+        fold constants).
+      start: where each world starts (`Start`): `qpos_offset` / `qvel_offset` `(nworld, nq)` /
+        `(nworld, nv)` added to the model's initial `qpos` / `qvel` before the first
+        `mjx.forward`; `latency`, per-world transport latencies `{component id: {field:
+        seconds}}` for the fields of `latency_fields()`, each a scalar or `(nworld,)`, rounded
+        up to whole ticks on the host exactly as a manifest value is (at most the built
+        latency, which sized the queue; host values, not differentiable); `data0`, the
+        `mjx.Data` every world starts from instead of `sim.data0` (e.g. a recorded initial
+        state).
+      options: `Options`: `share_physics` (default False here: True computes the physics once
+        for all worlds when `physics_sharing` allows it; the state's `data` then has no world
+        axis), `devices`, `sub_batch`.
 
     Inside a user's `jit` / `vmap` / `grad` (traced inputs) the batch runs as one plain
     vmap: the caller owns the world axis.
     """
     self.check_params(params)
-    n = world_keys.shape[0]
-    fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
-    lat = self.latency_inputs(latency, n)
-    share = share_physics and self.physics_sharing(
-        model_fields=fields, qpos_offset=qpos_offset, qvel_offset=qvel_offset)[0]
-    if worlds.is_traced((params, world_keys, commands, model, qpos_offset, qvel_offset, data0)):
-      return self._reset_batch(batched.full_model(self.mx, model), params, world_keys,
-                               qpos_offset, qvel_offset, fields, share, lat, commands, data0)
-    sh, wo = self._call('reset', n, worlds.resolve_devices(devices), sub_batch,
-                        {'model': shared_model, 'data0': data0},
-                        {'params': params, 'keys': world_keys, 'model': world_model,
-                         'qpos': qpos_offset, 'qvel': qvel_offset, 'latency': lat,
-                         'commands': commands},
-                        model_fields=fields, share=share, data0=data0 is not None)
-    return batched.join_state(sh, wo)
+    opt, n = options or Options(), world_keys.shape[0]
+    fields, shared_model, world_model = batched.model_parts(self.mx, model, n)
+    st0 = self._start(start, n)
+    share = bool(opt.share_physics) and self.physics_sharing(
+        model_fields=fields, qpos_offset=st0.qpos_offset, qvel_offset=st0.qvel_offset)[0]
+    if worlds.is_traced((params, world_keys, commands, model, start)):
+      return batched.reset(self._batch(batched.full_model(self.mx, model), fields), params,
+                           world_keys, st0, commands, share=share)
+    prog, args = self._program(_reset_block, n, opt,
+                               {'model': shared_model, 'data0': (start or Start()).data0},
+                               {'params': params, 'keys': world_keys, 'model': world_model,
+                                'qpos': st0.qpos_offset, 'qvel': st0.qvel_offset,
+                                'latency': st0.latency, 'commands': commands},
+                               fields=fields, share=share)
+    return batched.join_state(*prog(*args))
 
   def outputs(self, state: SimState) -> dict:
     """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick (one program)."""
     return _outputs(self.built, state)
 
   def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
-           model_axes=None, devices=None, sub_batch: int | None = None
-           ) -> tuple[SimState, dict]:
-    """Advances every world one tick (`state.tick` → `state.tick + 1`); returns the new state
-    and the outputs of the new tick.
+           options: Options | None = None) -> tuple[SimState, dict]:
+    """Advances every world one tick (`state.tick` → `state.tick + 1`); returns `(state,
+    outputs of the new tick)`.
 
     Args:
       commands: `{actuator component id: command pytree with leading (nworld,)}` issued at
         the new tick `state.tick + 1`; a missing component gets its scripted command
         (manifest `command_script`), else its null command (nothing issued).
-      model, model_axes, devices, sub_batch: as in `reset`.
+      model, options: as in `reset` (`devices`, `sub_batch`).
     """
     n = state.diverged.shape[0]
-    fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
+    fields, shared_model, world_model = batched.model_parts(self.mx, model, n)
     if worlds.is_traced((params, state, commands, model)):
-      return self._step_batch(batched.full_model(self.mx, model), params, state, commands,
-                              fields)
+      return batched.step(self._batch(batched.full_model(self.mx, model), fields), params,
+                          state, commands)
     share = batched.is_shared(state)
     sh_st, wo_st = batched.split_state(state, share)
-    sh, wo = self._call('step', n, worlds.resolve_devices(devices), sub_batch,
-                        {'model': shared_model, 'state': sh_st},
-                        {'params': params, 'state': wo_st, 'commands': commands,
-                         'model': world_model},
-                        model_fields=fields, share=share)
+    prog, args = self._program(_step_block, n, options or Options(),
+                               {'model': shared_model, 'state': sh_st},
+                               {'params': params, 'state': wo_st, 'commands': commands,
+                                'model': world_model}, fields=fields, share=share)
+    sh, wo = prog(*args)
     return batched.join_state(sh, wo['state']), wo['outs']
 
-  def run(self, params: dict, state: SimState, n_ticks: int, record: bool = True, *,
-          commands: dict | None = None, controller: Callable | None = None,
-          controller_state: Any = None, observe_truth: bool = False, model=None,
-          model_axes=None, devices=None, sub_batch: int | None = None,
-          world_major: bool = False):
-    """`n_ticks` steps in one `lax.scan` (`model`, `model_axes`, `devices`, `sub_batch` as in
-    `reset`).
+  def run(self, params: dict, state: SimState, n_ticks: int, *,
+          commands: dict | None = None, controller: Controller | None = None, model=None,
+          options: Options | None = None) -> tuple[SimState, Any, Any]:
+    """`n_ticks` steps in one `lax.scan`: ticks `state.tick + 1 … state.tick + n_ticks`.
 
-    Ticks `state.tick + 1 … state.tick + n_ticks`. Commands come from one of:
+    Commands come from one of:
       * `commands`: an open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, entry i
         issued at tick `state.tick + 1 + i`;
-      * `controller(obs, carry) -> (commands, carry)`: a single-world JAX policy (vmapped
-        here) called after each tick with that tick's delivered sensor/feedback outputs
-        (`obs['sensor'][id]`: a latency-0 sample describes the state of that tick), and truth
-        only with `observe_truth=True`; its commands are issued at the next tick;
+      * `controller` (`Controller`): a single-world JAX policy called after each tick with
+        that tick's delivered outputs; its commands are issued at the next tick;
       * neither: scripted (`command_script`) or null commands.
 
-    With `world_major`, the command trace and the outputs are `(nworld, n_ticks, ...)` instead
-    (what the program computes: no transposition on either side; `fibril-mjx run` uses it).
+    `model` as in `reset`; `options`: `record`, `devices`, `sub_batch` and `world_major` (the
+    command trace and the outputs `(nworld, n_ticks, ...)` instead: what the program computes,
+    no transposition on either side; `fibril-mjx run` uses it).
 
     Returns:
-      `(state, outputs)` with outputs of ticks `state.tick + 1 …` stacked `(n_ticks, nworld,
-      ...)` (None unless `record`); with a controller, `((state, controller_state),
-      outputs)`.
+      `(state, outputs, carry)`: outputs of ticks `state.tick + 1 …` stacked `(n_ticks,
+      nworld, ...)` (None unless `options.record`); `carry` the controller's final carry per
+      world `(nworld, ...)` (None without a controller).
     """
+    opt, n = options or Options(), state.diverged.shape[0]
     swap = lambda t: jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), t)   # noqa: E731
-    if worlds.is_traced((params, state, commands, controller_state, model)):
-      fields = batched.model_field_names(model, model_axes)
-      (state, carry), outs = self._run_batch(batched.full_model(self.mx, model), params, state,
-                                             controller_state,
-                                             swap(commands) if world_major else commands,
-                                             n_ticks, record, controller, observe_truth,
-                                             fields)
-      outs = swap(outs) if world_major and record else outs
-    else:
-      n = state.diverged.shape[0]
-      fields, shared_model, world_model = batched.model_parts(self.mx, model, model_axes, n)
-      share = batched.is_shared(state)
-      sh_st, wo_st = batched.split_state(state, share)
-      sh, wo = self._call('run', n, worlds.resolve_devices(devices), sub_batch,
-                          {'model': shared_model, 'state': sh_st},
-                          {'params': params, 'state': wo_st, 'carry': controller_state,
-                           'commands': commands if world_major else swap(commands),
-                           'model': world_model},
-                          model_fields=fields, share=share, n_ticks=n_ticks, record=record,
-                          controller=controller, observe_truth=observe_truth)
-      state, carry, outs = batched.join_state(sh, wo['state']), wo['carry'], wo['outs']
-      outs = outs if world_major or not record else swap(outs)
-    return ((state, carry) if controller is not None else state), outs
+    carry = _carry(controller, n)
+    if worlds.is_traced((params, state, commands, carry, model)):
+      fields = batched.model_field_names(model)
+      (state, carry), outs = batched.run(
+          self._batch(batched.full_model(self.mx, model), fields), params, state, carry,
+          swap(commands) if opt.world_major else commands, n_ticks, opt.record,
+          _static(controller))
+      outs = swap(outs) if opt.world_major and opt.record else outs
+      return state, outs, carry if controller is not None else None
+    fields, shared_model, world_model = batched.model_parts(self.mx, model, n)
+    share = batched.is_shared(state)
+    sh_st, wo_st = batched.split_state(state, share)
+    prog, args = self._program(_run_block, n, opt, {'model': shared_model, 'state': sh_st},
+                               {'params': params, 'state': wo_st, 'carry': carry,
+                                'commands': commands if opt.world_major else swap(commands),
+                                'model': world_model},
+                               fields=fields, share=share, n_ticks=n_ticks, record=opt.record,
+                               controller=_static(controller))
+    sh, wo = prog(*args)
+    outs = wo['outs'] if opt.world_major or not opt.record else swap(wo['outs'])
+    return (batched.join_state(sh, wo['state']), outs,
+            wo['carry'] if controller is not None else None)
 
   def rollout(self, params: dict, world_keys: jax.Array, n_ticks: int, *,
-              record: bool = True, chunk_worlds: int | None = None,
-              commands: dict | None = None, controller: Callable | None = None,
-              controller_init: Any = None, observe_truth: bool = False, model=None,
-              model_axes=None, qpos_offset=None, qvel_offset=None,
-              latency: dict | None = None, share_physics: bool = True, devices=None,
-              sub_batch: int | None = None, stall_s: float | None = None,
-              controller_per_world: bool = False, return_carry: bool = False):
+              commands: dict | None = None, controller: Controller | None = None,
+              model=None, start: Start | None = None, options: Options | None = None
+              ) -> Rollout:
     """Reset then `n_ticks` steps of every world, in one program per host chunk.
 
-    The world axis (`fibril_mjx.batch.worlds`): worlds are sharded over `devices` (default every
-    local device; on a CPU host set `XLA_FLAGS=--xla_force_host_platform_device_count=N`
-    before JAX initializes to get N devices, as `fibril-mjx` does with one per core), run
-    in LAPACK-safe sub-batches inside the program, and optionally in host chunks of
-    `chunk_worlds` (memory only). A world's result depends on none of these.
+    The world axis (`fibril_mjx.batch.worlds`): worlds are sharded over `options.devices`
+    (default every local device; on a CPU host set
+    `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX initializes to get N
+    devices, as `fibril-mjx` does with one per core), run in LAPACK-safe sub-batches inside
+    the program, and optionally in host chunks of `options.chunk_worlds` (memory only). A
+    world's result depends on none of these.
 
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
       world_keys: `(nworld, 2)`.
       commands: open-loop trace `{id: pytree with leading (n_ticks, nworld)}`, entry k
         issued at tick k (tick `n_ticks` issues nothing), or (never both)
-      controller: a single-world controller with a single-world `controller_init` carry
-        (see `run`): it sees the outputs of tick k and issues the commands of tick k + 1
-        (tick 0 gets the scripted or null commands). With `controller_per_world`,
-        `controller_init`'s leaves have a leading `(nworld,)` axis (a carry per world, e.g.
-        each world's goal) instead of being broadcast.
-      model, model_axes: a per-world model as in `reset`, e.g. `model={'dof_damping': d}`
-        with `d` of shape `(nworld, nv)` (the rest of the model compiled in).
-      qpos_offset, qvel_offset: `(nworld, nq)` / `(nworld, nv)` per-world initial state.
-      latency: per-world transport latencies `{component id: {field: seconds}}` (`reset`).
-      share_physics: when `physics_sharing` allows it (sensor-only Monte Carlo), run the
-        physics once and broadcast its data to every world's components; False forces one
-        physics rollout per world. Shared and per-world sensor outputs agree to float
-        rounding (the physics is compiled unbatched); each is bitwise reproducible.
-      stall_s: watchdog (`worlds.Watchdog`): `worlds.WorldsStalled` after so long idle.
+      controller: a `Controller` (see `run`): it sees the outputs of tick k and issues the
+        commands of tick k + 1 (tick 0 gets the scripted or null commands).
+      model, start: per-world MJCF fields and where each world starts, as in `reset`.
+      options: `Options`. `share_physics` (default True here): when `physics_sharing` allows
+        it (sensor-only Monte Carlo), run the physics once and broadcast its data to every
+        world's components; False forces one physics rollout per world (shared and per-world
+        sensor outputs agree to float rounding; each is bitwise reproducible). `stall_s`:
+        watchdog (`worlds.Watchdog`), `worlds.WorldsStalled` after so long idle.
 
     Returns:
-      `(final_state, trace)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0 first
-      (None when `record` is False); `final_state.diverged` `(nworld,)` is the first tick at
-      which a world became non-finite (-1: never). With `return_carry`, `(final_state,
-      trace, final controller carry (nworld, ...))`.
+      `Rollout(state, trace, carry)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0
+      first (None unless `options.record`); `state.diverged` `(nworld,)` is the first tick at
+      which a world became non-finite (-1: never); `carry` the controller's final carry
+      `(nworld, ...)` (None without a controller).
     """
-    n = world_keys.shape[0]
+    opt, n = options or Options(), world_keys.shape[0]
+    start = start or Start()
     if commands and controller is not None:   # tick 0 is the loop's code (`batched.run`)
       raise FibrilError('commands= and controller= together: the controller issues the commands '
                         'of ticks 1 … n and tick 0 the scripted or null ones; pass one of them')
-    if self.physics == 'c':   # MuJoCo C, open loop: refuses a controller (physics_c)
-      return physics_c.simulation_rollout(
-          self, params, world_keys, n_ticks, record=record, chunk_worlds=chunk_worlds,
-          commands=commands, controller=controller, model=model, model_axes=model_axes,
-          qpos_offset=qpos_offset, qvel_offset=qvel_offset, latency=latency, lanes=sub_batch,
-          share_physics=share_physics)
-    fields = batched.model_field_names(model, model_axes)
+    if self.physics == 'c':   # MuJoCo C, open loop: refuses a controller
+      physics_c.check_open_loop(self.built, self.physics, controller=controller)
+      return Rollout(*physics_c.simulation_rollout(self, params, world_keys, n_ticks,
+                                                   commands=commands, model=model,
+                                                   start=start, options=opt), None)
+    fields = batched.model_field_names(model)
     self.check_params(params)
-    self.latency_inputs(latency, n)   # validated once, before anything runs
+    self.latency_inputs(start.latency, n)   # validated once, before anything runs
     lat = {cid: {k: np.broadcast_to(np.asarray(v, np.float64), (n,)) for k, v in per.items()}
-           for cid, per in (latency or {}).items()}
+           for cid, per in (start.latency or {}).items()}
     share, _ = self.physics_sharing(commands=commands, controller=controller,
-                                    model_fields=fields, qpos_offset=qpos_offset,
-                                    qvel_offset=qvel_offset, share_physics=share_physics)
-    devs = worlds.resolve_devices(devices)
+                                    model_fields=fields, qpos_offset=start.qpos_offset,
+                                    qvel_offset=start.qvel_offset,
+                                    share_physics=opt.share_physics is not False)
+    carry_all = _carry(controller, n)
     finals, traces, carries = [], [], []
-    for lo, hi in worlds.chunks(n, chunk_worlds):
+    for lo, hi in worlds.chunks(n, opt.chunk_worlds):
       whole = (lo, hi) == (0, n)   # one chunk: the inputs as they are (no eager slicing)
       sl = lambda t: t if whole else jax.tree.map(lambda x: x[lo:hi], t)   # noqa: E731
-      p, keys = sl(params), sl(world_keys)
-      m = model if whole else batched.model_rows(model, fields, lo, hi)
-      carry = None
-      if controller is not None:
-        carry = sl(controller_init) if controller_per_world else jax.tree.map(
-            lambda x: jnp.broadcast_to(x, (hi - lo,) + jnp.shape(x)), controller_init)
-      _, shared_model, world_model = batched.model_parts(self.mx, m, fields, hi - lo)
-      sh, wo = self._call('rollout', hi - lo, devs, sub_batch, {'model': shared_model},
-                          {'params': p, 'keys': keys, 'model': world_model,
-                           'qpos': sl(qpos_offset), 'qvel': sl(qvel_offset),
-                           'latency': self.latency_inputs(sl(lat) or None, hi - lo),
-                           'carry': carry, 'commands': batched.world_trace(
-                               commands, self.null_commands(), lo, hi)},
-                          model_fields=fields, share=share, n_ticks=n_ticks, record=record,
-                          controller=controller, observe_truth=observe_truth)
-      st, carry, outs = batched.join_state(sh, wo['state']), wo['carry'], wo['outs']
+      _, shared_model, world_model = batched.model_parts(
+          self.mx, model if whole else batched.model_rows(model, lo, hi), hi - lo)
+      prog, args = self._program(
+          _rollout_block, hi - lo, opt, {'model': shared_model, 'data0': start.data0},
+          {'params': sl(params), 'keys': sl(world_keys), 'model': world_model,
+           'qpos': sl(start.qpos_offset), 'qvel': sl(start.qvel_offset),
+           'latency': self.latency_inputs(sl(lat) or None, hi - lo), 'carry': sl(carry_all),
+           'commands': batched.world_trace(commands, self.null_commands(), lo, hi)},
+          fields=fields, share=share, n_ticks=n_ticks, record=opt.record,
+          controller=_static(controller))
+      sh, wo = prog(*args)
+      st, outs = batched.join_state(sh, wo['state']), wo['outs']
       worlds.Watchdog(f'{self.manifest.path}: rollout of worlds {lo}..{hi - 1} '
-                      f'({self.last_layout.describe()}, {n_ticks} ticks)', stall_s).wait(
+                      f'({self.last_layout.describe()}, {n_ticks} ticks)', opt.stall_s).wait(
                           (st, outs))
       finals.append(st)
-      carries.append(carry)
+      carries.append(wo['carry'])
       traces.append(outs)
-    trace = batched.concat_worlds(traces) if record else None
-    final = batched.concat_states(finals, share)
-    if return_carry:
-      return final, trace, batched.concat_worlds(carries)
-    return final, trace
+    return Rollout(batched.concat_states(finals, share),
+                   batched.concat_worlds(traces) if opt.record else None,
+                   batched.concat_worlds(carries) if controller is not None else None)
+
+
+# ---------------------------------------------------------------- the programs' blocks
+# One sub-batch of worlds each (`worlds.program` maps them over sub-batches and devices):
+# `(sim, shared, world, **static) -> (fields without a world axis, fields with one)`.
+
+def _world_start(sim, shared, world) -> Start:
+  """A block's `Start`: `shared['data0']` None is `sim.data0`, embedded as constants."""
+  data0 = sim.data0 if shared['data0'] is None else shared['data0']
+  return Start(world['qpos'], world['qvel'], world['latency'], data0)
+
+
+def _reset_block(sim, shared, world, *, fields, share):
+  mx = batched.join_model(sim.mx, shared['model'], world['model'])
+  st = batched.reset(sim._batch(mx, fields), world['params'], world['keys'],
+                     _world_start(sim, shared, world), world['commands'], share=share)
+  return batched.split_state(st, share)
+
+
+def _step_block(sim, shared, world, *, fields, share):
+  mx = batched.join_model(sim.mx, shared['model'], world['model'])
+  st = batched.join_state(shared['state'], world['state'])
+  st, out = batched.step(sim._batch(mx, fields), world['params'], st, world['commands'])
+  sh, wo = batched.split_state(st, share)
+  return sh, {'state': wo, 'outs': out}
+
+
+def _run_block(sim, shared, world, *, fields, share, n_ticks, record, controller):
+  mx = batched.join_model(sim.mx, shared['model'], world['model'])
+  st = batched.join_state(shared['state'], world['state'])
+  cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
+  (st, carry), outs = batched.run(sim._batch(mx, fields), world['params'], st, world['carry'],
+                                  cmds, n_ticks, record, controller)
+  sh, wo = batched.split_state(st, share)
+  outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
+  return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
+
+
+def _rollout_block(sim, shared, world, *, fields, share, n_ticks, record, controller):
+  """`rollout`'s program (one per host chunk): ticks 0 … n_ticks in one scan from before
+  tick 0 (`pipeline.before_tick0`), so each tick's code is compiled once."""
+  batch = sim._batch(batched.join_model(sim.mx, shared['model'], world['model']), fields)
+  st = batched.reset(batch, world['params'], world['keys'], _world_start(sim, shared, world),
+                     share=share, tick0=False)
+  cmds = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), world['commands'])   # → (T, k, ...)
+  (st, carry), outs = batched.run(batch, world['params'], st, world['carry'], cmds,
+                                  n_ticks + 1, record, controller, integrate=None)
+  sh, wo = batched.split_state(st, share)
+  outs = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), outs) if record else None
+  return sh, {'state': wo, 'carry': carry, 'outs': outs}   # outs world-major (k, T, ...)
+
+
+def _static(controller: Controller | None) -> Controller | None:
+  """A controller without its carry: what a program compiles in (hashable)."""
+  return None if controller is None else controller._replace(init=None)
+
+
+def _carry(controller: Controller | None, n_worlds: int):
+  """A controller's carry per world `(nworld, ...)`: `init` broadcast, or as it is with
+  `per_world`; None without a controller."""
+  if controller is None:
+    return None
+  if controller.per_world:
+    return controller.init
+  return jax.tree.map(lambda x: jnp.broadcast_to(x, (n_worlds,) + jnp.shape(x)),
+                      controller.init)
 
 
 def load(manifest_path, overrides=None, *, vary: dict | None = None, impl: str = 'jax',

@@ -295,29 +295,12 @@ def chunks(n_worlds: int, chunk_worlds: int | None) -> list[tuple[int, int]]:
 
 # ---------------------------------------------------------------- per-world model
 
-def model_fields(model_axes) -> tuple[str, ...]:
-  """Field names with a leading world axis: from `{name: 0}`, a set / sequence of names or
-  None."""
-  if not model_axes:
-    return ()
-  if isinstance(model_axes, dict):
-    bad = {k: v for k, v in model_axes.items() if v not in (0, None)}
-    if bad:
-      raise FibrilError(f'model_axes: only axis 0 (or None) is supported, got {bad}')
-    return tuple(sorted(k for k, v in model_axes.items() if v == 0))
-  if isinstance(model_axes, str):
-    return (model_axes,)
-  return tuple(sorted(model_axes))
-
-
 def split_model(model, fields: tuple[str, ...], n_worlds: int):
   """`(shared model with the per-world fields removed, {field: (nworld, ...)})`."""
   if model is None or not fields:
     return model, {}
   world = {}
   for f in fields:
-    if not hasattr(model, f):
-      raise FibrilError(f'model_axes: mjx.Model has no field {f!r}')
     v = getattr(model, f)
     if jnp.ndim(v) == 0 or jnp.shape(v)[0] != n_worlds:
       raise FibrilError(f'model field {f!r}: expected a leading world axis of {n_worlds}, got '

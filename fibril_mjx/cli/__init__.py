@@ -142,13 +142,14 @@ def _cmd_fit_profile(args) -> int:
   csv_map = None
   if args.csv_map:
     csv_map = (load_yaml(pathlib.Path(args.csv_map)), args.csv_map)
+  logs = fit_profile.Logs(static=args.static, six=args.six_orientation, timing=args.timing,
+                          thermal=args.thermal)
+  options = fit_profile.FitOptions(
+      profile_id=args.id, csv_map=csv_map, topics=args.topics, overwrite=args.overwrite,
+      reference_temperature_c=args.reference_temperature_c, find_rest=args.find_rest,
+      power_ups=args.power_ups)
   res = fit_profile.fit_profile(component_type=args.type, component=args.component,
-                                out=args.out, profile_id=args.id, static=args.static,
-                                six=args.six_orientation, timing=args.timing, csv_map=csv_map,
-                                topics=args.topics, overwrite=args.overwrite,
-                                thermal=args.thermal,
-                                reference_temperature_c=args.reference_temperature_c,
-                                find_rest=args.find_rest, power_ups=args.power_ups)
+                                out=args.out, logs=logs, options=options)
   for k, v in res['fields'].items():
     print(f'{k}: {v}')
   print(f'wrote {args.out} and its evidence beside it')
@@ -248,11 +249,12 @@ def _add_campaign_commands(sub) -> None:
 
 def _cmd_run(args) -> int:
   try:
+    options = runner.RunOptions(
+        trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds, overwrite=args.overwrite,
+        share_physics=not args.no_share_physics, impl=args.impl, stall_s=args.stall_s,
+        physics=args.physics, trajectory=args.trajectory, command=args.argv)
     runner.run(args.manifest, worlds=args.worlds, seed=args.seed, duration_s=args.duration,
-               out=args.out, trace_worlds=args.trace_worlds, chunk_worlds=args.chunk_worlds,
-               overwrite=args.overwrite, share_physics=not args.no_share_physics,
-               impl=args.impl, stall_s=args.stall_s, physics=args.physics,
-               trajectory=args.trajectory, command=args.argv)
+               out=args.out, options=options)
   except WorldsStalled as e:
     # The stalled XLA threads never return: report and leave without waiting for them.
     print(f'error: {e}', file=sys.stderr)

@@ -1,7 +1,7 @@
-"""Transport latencies that differ per world (`Simulation.reset(latency=)`, a campaign's or a
-tune's per-world latency): which fields may, their host validation and rounding to whole
-ticks, and one world's values written into its components' delivery queues (`pipeline.init`,
-before anything is sent)."""
+"""Transport latencies that differ per world (`Simulation.reset(start=Start(latency=))`, a
+campaign's or a tune's per-world latency): which fields may, their host validation and
+rounding to whole ticks, and one world's values written into its components' delivery queues
+(`pipeline.init`, before anything is sent)."""
 
 from __future__ import annotations
 

@@ -37,10 +37,10 @@ from fibril_mjx import analysis
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import common
 from fibril_mjx.batch import simulation as simulator
+from fibril_mjx.batch.simulation import Options
 from fibril_mjx.batch import worlds as worlds_mod
 from fibril_mjx.batch.worlds import cpu_isa
 from fibril_mjx.batch import physics_c
-from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import outdir
 from fibril_mjx.workflows import stopping
 from fibril_mjx.io import traces as traces_io
@@ -68,20 +68,43 @@ def _describe(v: np.ndarray) -> dict:
   return common.describe(v)
 
 
-def choose_physics(sim, physics: str, trajectory=None) -> tuple[str, str]:
-  """`(backend, why)`: what runs the physics. `'auto'` picks MuJoCo C on a CPU host when
-  nothing closes a loop on physics (measured faster there, `bench/scaling.py`), else MJX."""
-  if physics is None:
-    physics = 'mjx' if trajectory is None else 'trajectory'
-  if trajectory is not None:
-    if physics not in ('auto', 'trajectory'):
-      raise FibrilError(f'--trajectory replays a recorded state log; it cannot be combined '
-                        f'with --physics {physics}')
-    physics_c.check_open_loop(sim.built, 'trajectory')
-    return 'trajectory', f'recorded state log {trajectory}'
-  if physics == 'trajectory':
-    raise FibrilError("physics 'trajectory' needs a state log: --trajectory LOG")
-  return physics_c.choose(sim.built, physics, impl=sim.impl)
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How `run` runs its worlds and writes its directory (defaults: the CLI's).
+
+  Attributes:
+    trace_worlds: the first worlds whose per-tick outputs go to `trace.npz` and the plots.
+    chunk_worlds: worlds per host chunk (default: as many as the host memory budget for the
+      recorded outputs allows, `memory_budget_bytes`, default $FIBRIL_MJX_MEMORY_BUDGET or
+      1 GiB). A chunk is one program: sharded over `devices` and split into LAPACK-safe
+      sub-batches inside (`fibril_mjx.batch.worlds`); world results never depend on the
+      chunking.
+    overwrite: replace an existing output directory.
+    segments: MJX device calls per chunk (progress and the watchdog see each).
+    devices: None (every local device), a count or a device list.
+    share_physics: run the physics once for all worlds when no per-world input reaches it
+      (`Simulation.physics_sharing`); False: one physics rollout per world.
+    impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
+    stall_s: the watchdog's idle limit (`worlds.Watchdog`).
+    physics: `'mjx'` (in the loop; the default without `trajectory`), `'c'` (MuJoCo C through
+      `mujoco.rollout`, open loop), `'auto'` (`physics_c.choose`; the CLI's default), or
+      `'trajectory'` (the default with `trajectory`, a state log: the path of an NPZ /
+      Parquet file, `fibril_mjx.io.trajectory`).
+    command: the command line that asked for the run (`meta.json`'s `command`; the CLI passes
+      its argv), or None.
+  """
+  trace_worlds: int = 16
+  chunk_worlds: int | None = None
+  overwrite: bool = False
+  segments: int = 20
+  devices: Any = None
+  share_physics: bool = True
+  impl: str = 'jax'
+  memory_budget_bytes: float | None = None
+  stall_s: float | None = None
+  physics: str | None = None
+  trajectory: Any = None
+  command: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +112,8 @@ class _Plan:
   """What a run does, decided before the first world runs.
 
   Attributes:
+    label, worlds, seed: the manifest path (in messages), the world count and the seed.
+    stall_s: the watchdog's idle limit.
     physics, physics_why: the backend (`'mjx'`, `'c'` or `'trajectory'`) and why.
     log: the recorded state log (physics `'trajectory'`), else None.
     n_ticks: ticks after tick 0; seg, n_seg: ticks per segment (MJX: one device call) and
@@ -110,17 +135,22 @@ class _Plan:
   state_b: float
   trace_b: float
   chunk: int
+  label: Any
+  worlds: int
+  seed: int
+  stall_s: float | None
 
 
 def _load(manifest_path, impl, physics, trajectory):
-  """The manifest's `Simulation` on its physics backend (`choose_physics`).
+  """The manifest's `Simulation` on its physics backend (`physics_c.choose`).
 
   Returns:
     `(sim, physics, why, log)`: `log` the recorded state log of physics `'trajectory'`, else
     None.
   """
   sim = simulator.load(manifest_path, impl=impl)
-  physics, physics_why = choose_physics(sim, physics, trajectory)
+  physics, physics_why = physics_c.choose(sim.built, physics, impl=sim.impl,
+                                          trajectory=trajectory)
   log = None
   if physics != 'mjx':
     sim = simulator.Simulation(sim.built, impl=impl, physics='c')
@@ -131,15 +161,15 @@ def _load(manifest_path, impl, physics, trajectory):
   return sim, physics, physics_why, log
 
 
-def _plan(sim, physics, physics_why, log, *, worlds, duration_s, segments, devices,
-          share_physics, chunk_worlds, memory_budget_bytes) -> _Plan:
+def _plan(sim, physics, physics_why, log, *, label, worlds, seed, duration_s,
+          options: RunOptions) -> _Plan:
   """Ticks and segments, devices, physics sharing, bytes per world and the host chunk size
   (see `run`)."""
   n_ticks = max(1, int(math.ceil(duration_s / sim.dt - 1e-9)))
-  seg = int(math.ceil(n_ticks / segments))
+  seg = int(math.ceil(n_ticks / options.segments))
   n_seg = int(math.ceil(n_ticks / seg))
-  devs = worlds_mod.resolve_devices(devices)
-  share, share_reason = sim.physics_sharing(share_physics=share_physics)
+  devs = worlds_mod.resolve_devices(options.devices)
+  share, share_reason = sim.physics_sharing(share_physics=options.share_physics)
   if physics == 'trajectory':
     share, share_reason = True, 'shared: every world replays the recorded trajectory'
 
@@ -151,10 +181,11 @@ def _plan(sim, physics, physics_why, log, *, worlds, duration_s, segments, devic
                                         simulator.world_keys(0, 2), with_state=True)
     state_b, tick_b = worlds_mod.tree_nbytes(st_) / 2, worlds_mod.tree_nbytes(out_) / 2
   trace_b = tick_b * (n_ticks + 1)
-  budget = memory_budget_bytes or float(os.environ.get('FIBRIL_MJX_MEMORY_BUDGET', 2 ** 30))
-  chunk = min(worlds, chunk_worlds or max(1, int(budget // max(trace_b, 1))))
+  budget = (options.memory_budget_bytes
+            or float(os.environ.get('FIBRIL_MJX_MEMORY_BUDGET', 2 ** 30)))
+  chunk = min(worlds, options.chunk_worlds or max(1, int(budget // max(trace_b, 1))))
   return _Plan(physics, physics_why, log, n_ticks, seg, n_seg, devs, share, share_reason,
-               state_b, trace_b, chunk)
+               state_b, trace_b, chunk, label, worlds, seed, options.stall_s)
 
 
 @dataclasses.dataclass
@@ -200,7 +231,7 @@ class _Results:
     return cat(self.metrics), cat(self.status), np.concatenate(self.diverged)
 
 
-def _rollout_c(sim, plan: _Plan, p, keys, n: int, watch, res: _Results, bar, share_physics):
+def _rollout_c(sim, plan: _Plan, p, keys, n: int, watch, res: _Results, bar):
   """A chunk of `n` worlds in one open-loop rollout (MuJoCo C, or the recorded trajectory).
 
   Returns:
@@ -208,7 +239,7 @@ def _rollout_c(sim, plan: _Plan, p, keys, n: int, watch, res: _Results, bar, sha
   """
   t0 = time.perf_counter()
   state, outs = physics_c.simulation_rollout(sim, p, keys, plan.n_ticks, trajectory=plan.log,
-                                             share_physics=share_physics)
+                                             options=Options(share_physics=plan.share))
   host = jax.tree.map(np.asarray, watch.wait(outs))
   dt_call = time.perf_counter() - t0
   res.first_call_s = dt_call if res.first_call_s is None else res.first_call_s
@@ -228,14 +259,16 @@ def _rollout_mjx(sim, plan: _Plan, p, keys, n: int, watch, compiling: bool, res:
     `(final state, host outputs {...: (n, n_ticks + 1, ...)})`.
   """
   t0 = time.perf_counter()
-  state, outs = sim.rollout(p, keys, plan.seg, share_physics=plan.share, devices=plan.devs)
+  state, outs, _ = sim.rollout(p, keys, plan.seg,
+                               options=Options(share_physics=plan.share, devices=plan.devs))
   outs = watch.wait(outs)
   host = jax.tree.map(lambda x: np.empty((n, plan.n_ticks + 1) + x.shape[2:], x.dtype), outs)
   tick = 0
   for k in range(plan.n_seg):
     if k:
       t0 = time.perf_counter()
-      state, outs = sim.run(p, state, plan.seg, True, devices=plan.devs, world_major=True)
+      state, outs, _ = sim.run(p, state, plan.seg,
+                               options=Options(record=True, devices=plan.devs, world_major=True))
       outs = watch.wait(outs)
     done = plan.seg + 1 if k == 0 else plan.seg   # the first segment holds tick 0 too
     take = min(done, plan.n_ticks + 1 - tick)
@@ -253,18 +286,18 @@ def _rollout_mjx(sim, plan: _Plan, p, keys, n: int, watch, compiling: bool, res:
   return state, host
 
 
-def _run_chunk(sim, plan: _Plan, params_all, lo: int, hi: int, *, seed, worlds, label,
-               stall_s, share_physics, res: _Results, traces: traces_io.TraceFile,
-               bar) -> None:
+def _run_chunk(sim, plan: _Plan, params_all, lo: int, hi: int, *, res: _Results,
+               traces: traces_io.TraceFile, bar) -> None:
   """Runs worlds `lo..hi-1` (global indices): their metrics, status and divergence go into
   `res`, their per-tick outputs into `traces`."""
   n = hi - lo
   p = jax.tree.map(lambda x: x[lo:hi], params_all)
-  keys = simulator.world_keys(seed, n, lo)
-  watch = worlds_mod.Watchdog(f'{label}: worlds {lo}..{hi - 1} of {worlds}', stall_s)
+  keys = simulator.world_keys(plan.seed, n, lo)
+  watch = worlds_mod.Watchdog(f'{plan.label}: worlds {lo}..{hi - 1} of {plan.worlds}',
+                              plan.stall_s)
   if plan.physics != 'mjx':   # the whole chunk in one open-loop rollout
     res.layouts.append(sim.layout(n, devices=plan.devs, share=plan.share))
-    state, host = _rollout_c(sim, plan, p, keys, n, watch, res, bar, share_physics)
+    state, host = _rollout_c(sim, plan, p, keys, n, watch, res, bar)
   else:   # a new world count is a new layout: its first call compiles
     compiling = n not in [lay.n_worlds for lay in res.layouts]
     state, host = _rollout_mjx(sim, plan, p, keys, n, watch, compiling, res, bar)
@@ -297,10 +330,11 @@ def _component_summary(sim, metrics, status, keep, bad) -> tuple[dict, list]:
   return components, lines
 
 
-def _summary(sim, plan: _Plan, res: _Results, metrics, status, diverged, *, manifest_path,
-             seed, worlds, build_s, run_s) -> tuple[dict, list]:
+def _summary(sim, plan: _Plan, res: _Results, metrics, status, diverged, *, build_s,
+             run_s) -> tuple[dict, list]:
   """`summary.json`'s dict and `summary.txt`'s lines: throughput, physics, layout, memory,
   diverged worlds and per-component statistics."""
+  manifest_path, seed, worlds = plan.label, plan.seed, plan.worlds
   keep = diverged < 0
   peak = worlds_mod.describe_memory()['peak_rss_bytes']
   rate = res.steady_steps / res.steady_s if res.steady_s > 0 else float('nan')
@@ -424,38 +458,21 @@ def _print_report(out, sim, lines, plot_failed, trace_worlds) -> None:
            if trace_worlds else ''))
 
 
-def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_worlds=16,
-        chunk_worlds=None, overwrite=False, segments=20, devices=None, share_physics=True,
-        impl='jax', memory_budget_bytes=None, stall_s=None, physics=None,
-        trajectory=None, command=None) -> dict:
-  """Runs `worlds` worlds for `duration_s` and writes the output directory. Returns the summary.
-
-  Args:
-    chunk_worlds: worlds per host chunk (default: as many as the host memory budget for the
-      recorded outputs allows, `memory_budget_bytes`, default $FIBRIL_MJX_MEMORY_BUDGET or
-      1 GiB). A chunk is one program: sharded over `devices` and split into LAPACK-safe
-      sub-batches inside (`fibril_mjx.batch.worlds`); world results never depend on the chunking.
-    devices: None (every local device), a count or a device list.
-    share_physics: run the physics once for all worlds when no per-world input reaches it
-      (`Simulation.physics_sharing`); False: one physics rollout per world.
-    impl: physics implementation (`'jax'` or `'warp'`, see `fibril_mjx.load`).
-    physics: `'mjx'` (in the loop; the default without `trajectory`), `'c'` (MuJoCo C through
-      `mujoco.rollout`, open loop), `'auto'` (`choose_physics`; the CLI's default), or
-      `'trajectory'` (the default with `trajectory`, a state log: the path of an NPZ /
-      Parquet file, `fibril_mjx.io.trajectory`).
-    command: the command line that asked for the run (`meta.json`'s `command`; the CLI passes
-      its argv), or None.
+def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out,
+        options: RunOptions | None = None) -> dict:
+  """Runs `worlds` worlds for `duration_s` and writes the output directory `out` (`options`:
+  `RunOptions`). Returns the summary.
 
   Checks free space first; a write error or SIGINT / SIGTERM (at a chunk boundary) keeps nothing.
   """
-  out = outdir.claim(out, overwrite=overwrite)
+  opt = options or RunOptions()
+  out = outdir.claim(out, overwrite=opt.overwrite)
   t_build = time.perf_counter()
-  sim, physics, physics_why, log = _load(manifest_path, impl, physics, trajectory)
+  sim, physics, physics_why, log = _load(manifest_path, opt.impl, opt.physics, opt.trajectory)
   build_s = time.perf_counter() - t_build
-  plan = _plan(sim, physics, physics_why, log, worlds=worlds, duration_s=duration_s,
-               segments=segments, devices=devices, share_physics=share_physics,
-               chunk_worlds=chunk_worlds, memory_budget_bytes=memory_budget_bytes)
-  trace_worlds = max(0, min(trace_worlds, worlds))
+  plan = _plan(sim, physics, physics_why, log, label=manifest_path, worlds=worlds, seed=seed,
+               duration_s=duration_s, options=opt)
+  trace_worlds = max(0, min(opt.trace_worlds, worlds))
   # the traces twice (.trace/ on disk, then trace.npz), worlds.csv, 1 MiB of summary and plots
   outdir.check_space(out, 2 * trace_worlds * plan.trace_b + 1024 * worlds + 2 ** 20, 'the run')
   params_all = sim.default_params(worlds)
@@ -469,8 +486,7 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     traces = traces_io.TraceFile(tmp / '.trace', trace_worlds, plan.n_ticks + 1)
     t_run = time.perf_counter()
     for lo, hi in worlds_mod.chunks(worlds, plan.chunk):
-      _run_chunk(sim, plan, params_all, lo, hi, seed=seed, worlds=worlds, label=manifest_path,
-                 stall_s=stall_s, share_physics=share_physics, res=res, traces=traces, bar=bar)
+      _run_chunk(sim, plan, params_all, lo, hi, res=res, traces=traces, bar=bar)
       if hi < worlds:   # a chunk boundary: where SIGINT / SIGTERM end the run
         flag.check(kept)
     bar.close()
@@ -478,11 +494,10 @@ def run(manifest_path, *, worlds: int, seed: int, duration_s: float, out, trace_
     metrics, status, diverged = res.concatenated()
     keep = diverged < 0
     time_s = np.arange(plan.n_ticks + 1) * sim.dt
-    summary, lines = _summary(sim, plan, res, metrics, status, diverged,
-                              manifest_path=manifest_path, seed=seed, worlds=worlds,
-                              build_s=build_s, run_s=run_s)
+    summary, lines = _summary(sim, plan, res, metrics, status, diverged, build_s=build_s,
+                              run_s=run_s)
     meta = _meta(sim, plan, res.layouts[0], manifest_path=manifest_path, seed=seed,
-                 worlds=worlds, trajectory=trajectory, command=command)
+                 worlds=worlds, trajectory=opt.trajectory, command=opt.command)
     _write_tables(tmp, lines, summary, meta, metrics, diverged, worlds)
     plot_failed = []
     if trace_worlds:

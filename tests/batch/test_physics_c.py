@@ -17,6 +17,7 @@ import fibril_mjx as fm
 from fibril_mjx.batch import physics_c
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.io import trajectory as traj_io
+from fibril_mjx.batch.simulation import Controller, Options, Start
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TURNTABLE = REPO / 'manifests' / 'ahrs_turntable.yaml'
@@ -69,10 +70,10 @@ def test_a_world_is_bitwise_the_same_in_any_chunk_layout_and_with_shared_physics
   _, c = sims
   p, keys = c.default_params(4), fm.world_keys(3, 4)
   whole = c.rollout(p, keys, 40)[1]
-  parts = c.rollout(p, keys, 40, chunk_worlds=3)[1]
+  parts = c.rollout(p, keys, 40, options=Options(chunk_worlds=3))[1]
   alone = c.rollout(jax.tree.map(lambda x: x[2:3], p), keys[2:3], 40)[1]
   # the sensor-only turntable shares one C trajectory; one per world gives the same bits
-  per_world = c.rollout(p, keys, 40, share_physics=False)[1]
+  per_world = c.rollout(p, keys, 40, options=Options(share_physics=False))[1]
   for x, y, z, u in zip(jax.tree.leaves(whole), jax.tree.leaves(parts), jax.tree.leaves(alone),
                         jax.tree.leaves(per_world)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -90,9 +91,22 @@ def test_a_controller_or_a_closed_loop_component_is_refused_in_one_line(sims):
   _, c = sims
   with pytest.raises(FibrilError, match='a controller closes the loop'):
     c.rollout(c.default_params(1), fm.world_keys(0, 1), 5,
-              controller=lambda obs, carry: ({}, carry), controller_init=jnp.zeros(()))
+              controller=Controller(lambda obs, carry: ({}, carry), init=jnp.zeros(())))
   with pytest.raises(FibrilError, match="physics 'gpu': unknown; choose one of mjx, c"):
     fm.Simulation(c.built, physics='gpu')
+
+
+def test_mjx_only_inputs_are_refused_on_mujoco_c_in_one_line(sims):
+  """An `mjx.Model` (a whole model, MJX's) and a start `mjx.Data` cannot reach MuJoCo C: one
+  line each, before anything runs."""
+  mjx_sim, c = sims
+  p, keys = c.default_params(1), fm.world_keys(0, 1)
+  with pytest.raises(FibrilError, match=r"physics 'c': model= must be a mapping of per-world "
+                     r"MJCF fields \{field: \(nworld, ...\)\} \(an mjx.Model is MJX's\)"):
+    c.rollout(p, keys, 2, model=mjx_sim.mx)
+  with pytest.raises(FibrilError, match=r"physics 'c': start data0 is an mjx.Data \(MJX's\); "
+                     r"use physics='mjx'"):
+    c.rollout(p, keys, 2, start=Start(data0=mjx_sim.data0))
 
 
 def _c_log(m: mujoco.MjModel, ctrl: np.ndarray):
@@ -191,7 +205,7 @@ def test_a_timed_log_is_resampled_onto_the_ticks_and_bad_logs_name_the_rule(sims
 def test_wheeled_base_runs_on_mujoco_c():
   """Contacts, dcmotor wheels (MuJoCo C's own dcmotor) and four motor components."""
   c = fm.load(REPO / 'manifests' / 'wheeled_base.yaml', physics='c')
-  final, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), 60)
+  final, tr, _ = c.rollout(c.default_params(2), fm.world_keys(0, 2), 60)
   assert np.all(np.asarray(final.diverged) < 0)
   fb = tr['sensor']['wheel_fl']
   assert np.asarray(fb.new_data).sum() > 10
@@ -216,7 +230,7 @@ def test_per_world_mjcf_fields_reach_mujoco_c(sims):
   _, c = sims
   m = c.mj_model
   damp = np.stack([m.dof_damping, 4.0 * m.dof_damping + 0.05])
-  _, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), T, model={'dof_damping': damp})
+  _, tr, _ = c.rollout(c.default_params(2), fm.world_keys(0, 2), T, model={'dof_damping': damp})
   times = jnp.arange(T + 1, dtype=jnp.float32) * c.dt
   ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
       jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
@@ -262,7 +276,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   from fibril_mjx.workflows import run as runmod
   _, c = sims
   s = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'c',
-                 physics='auto')
+                 options=runmod.RunOptions(physics='auto'))
   meta = json.loads((tmp_path / 'c' / 'meta.json').read_text())
   assert s['physics'] == meta['physics'] == 'c'
   assert meta['physics_choice'].startswith('auto: open loop on a CPU host')
@@ -275,7 +289,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   qpos, qvel = _c_log(m, ctrl)
   np.savez(tmp_path / 'log.npz', qpos=qpos, qvel=qvel, ctrl=ctrl)
   t = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 't',
-                 trajectory=tmp_path / 'log.npz')
+                 options=runmod.RunOptions(trajectory=tmp_path / 'log.npz'))
   assert t['physics'] == 'trajectory'
   assert ('sensordata by mj_forward (accelerations of the modelled forces)'
           in (tmp_path / 't' / 'summary.txt').read_text())
@@ -286,7 +300,7 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
   with pytest.raises(FibrilError, match='cannot be combined with --physics mjx'):
     runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 'x',
-               physics='mjx', trajectory=tmp_path / 'log.npz')
+               options=runmod.RunOptions(physics='mjx', trajectory=tmp_path / 'log.npz'))
 
 
 def _pgs_pendulum() -> str:
@@ -323,7 +337,8 @@ def test_a_model_mjx_cannot_step_is_refused_by_mjx_and_runs_on_mujoco_c(tmp_path
   assert 'mx' not in vars(c.built)   # the MJX model was never made
   n = 200
   qpos0 = np.array([0.6])
-  _, tr = c.rollout(c.default_params(1), fm.world_keys(0, 1), n, qpos_offset=qpos0[None])
+  _, tr, _ = c.rollout(c.default_params(1), fm.world_keys(0, 1), n,
+                       start=Start(qpos_offset=qpos0[None]))
   m = mujoco.MjModel.from_xml_string(xml)
   d = mujoco.MjData(m)
   d.qpos[:] = qpos0
@@ -353,7 +368,7 @@ def test_an_actuators_tick_0_control_reaches_mujoco_c(tmp_path):
                    extra={'command_script': script})
   c, mj = fm.load(path, physics='c'), fm.load(path)
   p, keys, ticks = c.default_params(2), fm.world_keys(0, 2), 6
-  _, tr = c.rollout(p, keys, ticks)
+  _, tr, _ = c.rollout(p, keys, ticks)
   st = mj.reset(p, keys)
   ctrl = [np.asarray(st.ctrl)[0]]
   for _ in range(ticks):

@@ -13,6 +13,7 @@ import pytest
 import fibril_mjx
 from ref_helpers import tree_equal
 from conftest import SENSORS2, ahrs_entry, write_rig
+from fibril_mjx.batch.simulation import Controller, Options, Rollout
 
 NOISY = dict(period_s=0.006, latency_s=0.004, jitter_s=0.003, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],
@@ -41,14 +42,15 @@ def sim_two(tmp_path_factory):
 
 def rollout(sim, worlds, first=0, seed=0, chunk=1024, ticks=TICKS):
   keys = fibril_mjx.world_keys(seed, worlds, first)
-  _, trace = sim.rollout(sim.default_params(worlds), keys, ticks, chunk_worlds=chunk)
+  _, trace, _ = sim.rollout(sim.default_params(worlds), keys, ticks,
+                            options=Options(chunk_worlds=chunk))
   return jax.tree.map(np.asarray, trace)
 
 
 @pytest.fixture(scope='module')
 def run8(sim):
   """`(final state, trace)` of worlds 0-7 (seed 0)."""
-  final, trace = sim.rollout(sim.default_params(8), fibril_mjx.world_keys(0, 8), TICKS)
+  final, trace, _ = sim.rollout(sim.default_params(8), fibril_mjx.world_keys(0, 8), TICKS)
   return final, jax.tree.map(np.asarray, trace)
 
 
@@ -141,7 +143,7 @@ def test_per_world_params_take_effect(sim):
   bias[1] = [1.0, 2.0, 3.0]
   p['ahrs'] = sim.components['ahrs'].set_param(p['ahrs'], 'angular_velocity_bias', bias)
   keys = np.repeat(np.asarray(fibril_mjx.world_keys(0, 1)), 8, axis=0)   # same noise in all
-  _, tr = sim.rollout(p, keys, TICKS)
+  _, tr, _ = sim.rollout(p, keys, TICKS)
   s = tr['sensor']['ahrs']
   d = np.asarray(s.sample.angular_velocity[1] - s.sample.angular_velocity[0])[np.asarray(
       s.valid[0])]
@@ -151,7 +153,7 @@ def test_per_world_params_take_effect(sim):
 def test_tick_zero_is_an_acquisition_instant(tmp_path):
   sim0 = fibril_mjx.load(write_rig(tmp_path, [ahrs_entry(period_s=0.004)]))
   # sub_batch=2: what 2 worlds always get; passing it spares the LAPACK-size analysis (a trace)
-  st = sim0.reset(sim0.default_params(2), fibril_mjx.world_keys(0, 2), sub_batch=2)
+  st = sim0.reset(sim0.default_params(2), fibril_mjx.world_keys(0, 2), options=Options(sub_batch=2))
   out = sim0.outputs(st)
   d = out['sensor']['ahrs']
   assert bool(d.new_data.all()) and int(d.sequence[0]) == 0 and int(d.sample_tick[0]) == 0
@@ -168,7 +170,7 @@ def test_gradient_through_physics_and_ahrs(sim):
     p = dict(p0)
     p['ahrs'] = sim.components['ahrs'].set_param(p0['ahrs'], 'angular_velocity_bias', bias)
     st = sim.reset(p, keys)
-    st, outs = sim.run(p, st, 20)
+    st, outs, _ = sim.run(p, st, 20)
     return jnp.sum(outs['sensor']['ahrs'].sample.angular_velocity[-1])
 
   g = jax.jit(jax.grad(loss))(
@@ -188,10 +190,10 @@ def test_model_argument_replaces_the_embedded_model(sim, run8):
   keys = fibril_mjx.world_keys(0, 8)
   p = sim.default_params(8)
   a = run8[0]
-  b, _ = sim.rollout(p, keys, TICKS, record=False, model=sim.mx)
+  b, _, _ = sim.rollout(p, keys, TICKS, model=sim.mx, options=Options(record=False))
   np.testing.assert_allclose(a.data.qpos, b.data.qpos, atol=1e-5)
   damped = sim.mx.replace(dof_damping=sim.mx.dof_damping * 50)
-  c, _ = sim.rollout(p, keys, TICKS, record=False, model=damped)
+  c, _, _ = sim.rollout(p, keys, TICKS, model=damped, options=Options(record=False))
   assert np.abs(np.asarray(c.data.qvel)).max() < np.abs(np.asarray(a.data.qvel)).max()
 
 
@@ -229,7 +231,7 @@ def test_gradient_of_a_sensor_output_through_physics_wrt_mjcf_and_component_fiel
     p['yaw'] = p0['yaw']._replace(safe_command=jnp.full((2,), theta[1]))
     model = sim.mx.replace(dof_damping=sim.mx.dof_damping.at[dof].set(theta[0]))
     st = sim.reset(p, keys, model=model)
-    _, outs = sim.run(p, st, GRAD_TICKS, model=model)
+    _, outs, _ = sim.run(p, st, GRAD_TICKS, model=model)
     d = outs['sensor']['ahrs']
     return jnp.sum(jnp.where(d.new_data, d.sample.angular_velocity[..., 2], 0.0)) / 2
 
@@ -277,4 +279,25 @@ def test_a_command_trace_and_a_controller_together_are_refused(tmp_path):
                      r'controller issues the commands of ticks 1 … n and tick 0 the scripted '
                      r'or null ones; pass one of them'):
     sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 3, commands=trace,
-                controller=ctl, controller_init=jnp.float32(0))
+                controller=Controller(ctl, init=jnp.float32(0)))
+
+
+def test_each_verb_has_one_return_shape_and_a_controller_carry_per_world(sim):
+  """`rollout` returns `Rollout(state, trace, carry)` and `run` `(state, outputs, carry)`, with
+  or without a controller (carry None without). A counting policy's carry counts its calls:
+  one per tick after tick 0; `init` is one world's carry, broadcast, or with `per_world` one
+  per world."""
+  p, keys = sim.default_params(2), fibril_mjx.world_keys(0, 2)
+  quiet = Options(record=False, sub_batch=2)
+  count = lambda obs, c: ({}, c + 1)   # noqa: E731
+  plain = sim.rollout(p, keys, 3, options=quiet)
+  assert isinstance(plain, Rollout) and plain.trace is None and plain.carry is None
+  loop = sim.rollout(p, keys, 3, controller=Controller(count, init=jnp.int32(0)), options=quiet)
+  np.testing.assert_array_equal(loop.carry, [3, 3])
+  per_world = Controller(count, init=loop.carry + jnp.array([0, 10], jnp.int32), per_world=True)
+  st, outs, carry = sim.run(p, loop.state, 2, controller=per_world, options=quiet)
+  assert outs is None
+  np.testing.assert_array_equal(carry, [5, 15])
+  st, outs, carry = sim.run(p, st, 2, options=Options(sub_batch=2))
+  assert carry is None and int(st.tick) == 7
+  assert all(x.shape[:2] == (2, 2) for x in jax.tree.leaves(outs))   # (n_ticks, nworld, ...)

@@ -20,6 +20,7 @@ from fibril_mjx.batch import lapack
 from fibril_mjx.errors import FibrilError
 from ref_helpers import tree_equal
 from conftest import ahrs_entry, write_rig
+from fibril_mjx.batch.simulation import Controller, Options, Start
 
 NOISY = dict(period_s=0.004, latency_s=0.002, jitter_s=0.002, loss_probability=0.1,
              angular_velocity_noise_stddev=[0.01, 0.02, 0.03],
@@ -50,7 +51,7 @@ def base(rig):
   """N worlds, one physics rollout per world: `(params, keys, final state, trace)`."""
   _, sim = rig
   p, keys = sim.default_params(N), fibril_mjx.world_keys(0, N)
-  st, tr = sim.rollout(p, keys, TICKS, share_physics=False)
+  st, tr, _ = sim.rollout(p, keys, TICKS, options=Options(share_physics=False))
   return p, keys, st, tr
 
 
@@ -68,8 +69,7 @@ def damped(rig, base):
   `(final state, trace)`."""
   _, sim = rig
   p, keys, _, _ = base
-  model = sim.mx.replace(dof_damping=jnp.asarray(DAMPING))
-  return sim.rollout(p, keys, DAMPED_TICKS, model=model, model_axes={'dof_damping': 0})
+  return sim.rollout(p, keys, DAMPED_TICKS, model={'dof_damping': jnp.asarray(DAMPING)})
 
 
 def pick(tree, i):
@@ -113,8 +113,8 @@ def test_a_program_lays_itself_out_below_the_lapack_split(rig, base):
 
   def controller(obs, carry):
     return {}, carry + jnp.linalg.cholesky(a * (2.0 + carry))[0, 0]
-  _, tr, carry = sim.rollout(p, keys, 2, controller=controller, controller_init=jnp.zeros(()),
-                             devices=1, return_carry=True)
+  _, tr, carry = sim.rollout(p, keys, 2, controller=Controller(controller, init=jnp.zeros(())),
+                             options=Options(devices=1))
   assert sim.last_layout == worlds.layout(N, 1, 4)
   assert (sim.last_layout.sub_batch, sim.last_layout.n_sub) == (3, 3)
   assert sim.sub_batch_cap()[0] > 1000                 # the step alone: no binding cap
@@ -182,7 +182,8 @@ def test_remainder_chunk_of_one_world_is_bitwise_equal_cli(rig, tmp_path):
   rows = []
   for chunk in (4, None):
     runner.run(path, worlds=N, seed=0, duration_s=TICKS * 0.002, out=tmp_path / str(chunk),
-               trace_worlds=0, chunk_worlds=chunk, segments=1, share_physics=False)
+               options=runner.RunOptions(trace_worlds=0, chunk_worlds=chunk, segments=1,
+                                         share_physics=False))
     rows.append(np.loadtxt(tmp_path / str(chunk) / 'worlds.csv', delimiter=',', skiprows=1))
   np.testing.assert_array_equal(rows[0], rows[1])
   assert rows[0].shape[0] == N
@@ -193,10 +194,11 @@ def test_world_in_any_batch_and_sub_batch_is_bitwise_equal(rig, base):
   sub-batches of 2, and alone."""
   _, sim = rig
   p, keys, _, a = base
-  _, b = sim.rollout(p, keys, TICKS, share_physics=False, sub_batch=2, chunk_worlds=4)
+  _, b, _ = sim.rollout(p, keys, TICKS,
+                        options=Options(share_physics=False, sub_batch=2, chunk_worlds=4))
   tree_equal(a, b)
-  _, c = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, 8), TICKS,
-                     share_physics=False)
+  _, c, _ = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, 8), TICKS,
+                        options=Options(share_physics=False))
   tree_equal(pick(c, 0), pick(a, 8))
 
 
@@ -206,6 +208,7 @@ def test_world_in_any_batch_and_sub_batch_is_bitwise_equal(rig, base):
 TWO_DEVICES = """
 import sys, traceback
 import jax, numpy as np, fibril_mjx
+from fibril_mjx.batch.simulation import Options
 assert len(jax.devices()) == 2, jax.devices()
 rig, rig_npz, ekf, ticks, damped_ticks = sys.argv[1:6]
 ticks, damped_ticks = int(ticks), int(damped_ticks)
@@ -223,19 +226,18 @@ def devices_check():
   keys, p = fibril_mjx.world_keys(0, n), sim.default_params(n)
   # on 2 devices vs this test process's 1 device: per-world and shared physics
   for share in (False, True):
-    out = sim.rollout(p, keys, ticks, devices=2, share_physics=share)[1]
+    out = sim.rollout(p, keys, ticks, options=Options(devices=2, share_physics=share))[1]
     same(out, [ref[f'{"shared" if share else "base"}_{i}']
                for i in range(int(ref[f'{"shared" if share else "base"}_n']))])
-  # a model pinned to device 0 (sim.mx), with a per-world field, on 2 devices
-  mx = sim.mx.replace(dof_damping=jax.device_put(ref['damping'], jax.devices()[0]))
+  # a per-world field pinned to device 0, on 2 devices
+  model = {'dof_damping': jax.device_put(ref['damping'], jax.devices()[0])}
   damped = [ref[f'damped_{i}'] for i in range(int(ref['damped_n']))]
-  out = sim.rollout(p, keys, damped_ticks, devices=2, model=mx,
-                    model_axes={'dof_damping': 0}, share_physics=False)[1]
+  two = Options(devices=2, share_physics=False)
+  out = sim.rollout(p, keys, damped_ticks, model=model, options=two)[1]
   same(out, damped)
   # a second simulation (its own programs, read from the compilation cache) gives them too
   again = fibril_mjx.load(rig)
-  out = again.rollout(p, keys, damped_ticks, devices=2, model=mx,
-                      model_axes={'dof_damping': 0}, share_physics=False)[1]
+  out = again.rollout(p, keys, damped_ticks, model=model, options=two)[1]
   same(out, damped)
   print('DEVICES_OK', sim.layout(n, devices=2).describe(), flush=True)
 
@@ -245,8 +247,8 @@ def layouts_check():
   keys, p = fibril_mjx.world_keys(0, n), sim.default_params(n)
   def run(idx, **kw):
     pick = lambda x: x[np.asarray(idx)]
-    _, tr = sim.rollout(jax.tree.map(pick, p), keys[np.asarray(idx)], ekf_ticks,
-                        share_physics=False, **kw)
+    _, tr, _ = sim.rollout(jax.tree.map(pick, p), keys[np.asarray(idx)], ekf_ticks,
+                           options=Options(share_physics=False, **kw))
     return jax.tree.map(np.asarray, tr)
   base = run(range(n), devices=1)
   rev = jax.tree.map(lambda x: x[::-1], run(range(n)[::-1], devices=1))
@@ -327,7 +329,7 @@ def test_shared_physics_matches_per_world_physics(rig, base, shared):
   share, why = sim.physics_sharing()
   assert share, why
   p, keys, _, per_world = base
-  st, tr = shared
+  st, tr, _ = shared
   assert st.data.qpos.ndim == 1          # one trajectory, no world axis
   for x, y in zip(jax.tree.leaves(tr), jax.tree.leaves(per_world)):
     x, y = np.asarray(x), np.asarray(y)
@@ -354,11 +356,11 @@ def test_per_world_damping_equals_separate_runs(rig, base, damped):
   damping in the model (to float rounding: the model is batched in one, not the other)."""
   _, sim = rig
   p, keys, _, _ = base
-  st, tr = damped
+  st, tr, _ = damped
   for w in range(N):
     mw = sim.mx.replace(dof_damping=jnp.asarray(DAMPING[w]))
-    st1, tr1 = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, w),
-                           DAMPED_TICKS, model=mw, share_physics=False)
+    st1, tr1, _ = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1, w), DAMPED_TICKS,
+                              model=mw, options=Options(share_physics=False))
     np.testing.assert_allclose(np.asarray(st.data.qvel)[w], np.asarray(st1.data.qvel)[0],
                                rtol=1e-6, atol=1e-7)
     for x, y in zip(jax.tree.leaves(pick(tr, w)), jax.tree.leaves(pick(tr1, 0))):
@@ -366,7 +368,7 @@ def test_per_world_damping_equals_separate_runs(rig, base, damped):
   qv = np.abs(np.asarray(st.data.qvel))
   assert qv[2, 0] < qv[0, 0]                # more yaw damping, slower yaw
   with pytest.raises(FibrilError, match='leading world axis'):
-    sim.rollout(p, keys, 2, model=sim.mx, model_axes={'dof_damping': 0})
+    sim.rollout(p, keys, 2, model={'dof_damping': sim.mx.dof_damping})
 
 
 def test_initial_state_offsets(rig, base):
@@ -378,11 +380,11 @@ def test_initial_state_offsets(rig, base):
   q[1] = [0.3, -0.2]
   v = np.zeros((N, 2), np.float32)
   v[1] = [1.0, 0.0]
-  st = sim.reset(p, keys, qpos_offset=q, qvel_offset=v)
+  st = sim.reset(p, keys, start=Start(qpos_offset=q, qvel_offset=v))
   np.testing.assert_allclose(np.asarray(st.data.qpos), q + np.asarray(sim.mx.qpos0), atol=1e-7)
   base0 = sim.reset(p, keys)
   tree_equal(pick(st.components, 0), pick(base0.components, 0))
-  st2, tr2 = sim.rollout(p, keys, TICKS, qpos_offset=q, qvel_offset=v)
+  st2, tr2, _ = sim.rollout(p, keys, TICKS, start=Start(qpos_offset=q, qvel_offset=v))
   assert abs(float(st2.data.qvel[1, 0])) > abs(float(st2.data.qvel[0, 0]))
   tree_equal(pick(tr2, 0), pick(tr, 0))
 
@@ -419,8 +421,8 @@ def test_diverged_worlds_are_results_not_crashes(tmp_path):
   path = tmp_path / 'm.yaml'
   path.write_text(yaml.safe_dump(doc))
   out = tmp_path / 'out'
-  summary = runner.run(path, worlds=4, seed=0, duration_s=0.2, out=out, trace_worlds=2,
-                       segments=2)
+  summary = runner.run(path, worlds=4, seed=0, duration_s=0.2, out=out,
+                       options=runner.RunOptions(trace_worlds=2, segments=2))
   d = summary['diverged']
   assert d['count'] == 4 and all(t > 0 for t in d['first_tick'])
   for f in ('summary.txt', 'summary.json', 'meta.json', 'worlds.csv', 'trace.npz'):

@@ -53,7 +53,8 @@ def test_leg_plan_shows_gear_in_all_three_channels():
 def test_example_runs_and_writes_plots(tmp_path, monkeypatch, manifest, ids):
   monkeypatch.setenv('FIBRIL_MJX_NO_PROGRESS', '1')
   out = tmp_path / 'out'
-  summary = runner.run(manifest, worlds=2, seed=0, duration_s=0.03, out=out, segments=1)
+  summary = runner.run(manifest, worlds=2, seed=0, duration_s=0.03, out=out,
+                       options=runner.RunOptions(segments=1))
   for cid in ids:
     assert (out / f'{cid}.png').stat().st_size > 10_000
     assert cid in summary['components']

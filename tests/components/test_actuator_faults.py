@@ -222,8 +222,8 @@ def sim(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def run(sim):
-  final, tr = sim.rollout(per_world_params(sim, W), fibril_mjx.world_keys(0, W), T,
-                          commands=command_trace(W))
+  final, tr, _ = sim.rollout(per_world_params(sim, W), fibril_mjx.world_keys(0, W), T,
+                             commands=command_trace(W))
   return jax.tree.map(np.asarray, tr), final
 
 
@@ -269,7 +269,7 @@ def test_vmapped_worlds_equal_single_worlds(run, sim):
   commands = jax.tree.map(lambda x: x[:, :1], command_trace(W))
   for w in range(W):
     p = jax.tree.map(lambda x, w=w: x[w:w + 1], params)
-    _, one = sim.rollout(p, keys[w:w + 1], T, commands=commands)
+    _, one, _ = sim.rollout(p, keys[w:w + 1], T, commands=commands)
     for cid in ('sc', 'mp'):
       for k, v in one['truth'][cid].items():
         np.testing.assert_array_equal(np.asarray(v)[0], tr['truth'][cid][k][w],

@@ -24,6 +24,7 @@ import fibril_mjx
 from fibril_mjx.components.actuators import motion_motor as mmo
 from fibril_mjx.components.actuators import motor as mo
 from actuator_rig import motion, motor, scalar, write
+from fibril_mjx.batch.simulation import Controller
 
 T = 400          # ticks
 W = 2            # worlds (identical commands)
@@ -141,7 +142,7 @@ def sim(tmp_path_factory):
 def run(sim):
   raw, trace = command_trace()
   keys = fibril_mjx.world_keys(0, W)
-  final, tr = sim.rollout(sim.default_params(W), keys, T, commands=trace)
+  final, tr, _ = sim.rollout(sim.default_params(W), keys, T, commands=trace)
   return raw, jax.tree.map(np.asarray, tr), final
 
 
@@ -450,8 +451,8 @@ def hold_at_one(obs, carry):
 
 def test_closed_loop_controller_on_delivered_feedback(vel_sim):
   keys = fibril_mjx.world_keys(0, 4)
-  final, tr = vel_sim.rollout(vel_sim.default_params(4), keys, 600, controller=hold_at_one,
-                              controller_init=jnp.int32(0))
+  final, tr, _ = vel_sim.rollout(vel_sim.default_params(4), keys, 600,
+                                 controller=Controller(hold_at_one, init=jnp.int32(0)))
   pos = np.asarray(tr['truth']['v']['position'])
   np.testing.assert_allclose(pos[:, -1], 1.0, atol=0.02)
   st = vel_sim.components['v'].status(final.components['v'])
@@ -466,10 +467,10 @@ def test_closed_loop_controller_on_delivered_feedback(vel_sim):
 
 def test_world_alone_equals_world_in_batch_with_jitter_and_loss(vel_sim):
   keys = fibril_mjx.world_keys(0, 4)
-  _, batch = vel_sim.rollout(vel_sim.default_params(4), keys, 600, controller=hold_at_one,
-                             controller_init=jnp.int32(0))
-  _, alone = vel_sim.rollout(vel_sim.default_params(1), fibril_mjx.world_keys(0, 1, 2), 600,
-                             controller=hold_at_one, controller_init=jnp.int32(0))
+  _, batch, _ = vel_sim.rollout(vel_sim.default_params(4), keys, 600,
+                                controller=Controller(hold_at_one, init=jnp.int32(0)))
+  _, alone, _ = vel_sim.rollout(vel_sim.default_params(1), fibril_mjx.world_keys(0, 1, 2), 600,
+                                controller=Controller(hold_at_one, init=jnp.int32(0)))
   for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(batch)):
     np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[2])
 

@@ -538,9 +538,9 @@ def test_example_tilt_rms_beats_the_best_peer_filter():
   sim = fibril_mjx.load(str(pathlib.Path(__file__).resolve().parents[2] / 'manifests'
                             / 'imu_ekf.yaml'))
   worlds = 4
-  _, trace = sim.rollout(sim.default_params(n_worlds=worlds),
-                         fibril_mjx.world_keys(seed=0, n_worlds=worlds),
-                         n_ticks=int(round(3.0 / sim.dt)))
+  _, trace, _ = sim.rollout(sim.default_params(n_worlds=worlds),
+                            fibril_mjx.world_keys(seed=0, n_worlds=worlds),
+                            n_ticks=int(round(3.0 / sim.dt)))
   for cid, bound in (('ekf_quat', 0.60), ('ekf_rpy', 0.60)):
     out, q_true = trace['sensor'][cid], np.asarray(trace['truth'][cid]['orientation'])
     new, st = np.asarray(out.new_data, bool), np.asarray(out.sample_tick)

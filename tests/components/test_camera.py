@@ -193,7 +193,7 @@ def test_dropout_fault_and_per_world_focal_length(tmp_path):
       model='scene.xml', name='m.yaml')))
   p = sim.default_params(2)
   p['cam0'] = p['cam0']._replace(fx_px=jax.numpy.asarray([420.0, 504.0]))
-  _, tr = sim.rollout(p, fibril_mjx.world_keys(0, 2), 160)
+  _, tr, _ = sim.rollout(p, fibril_mjx.world_keys(0, 2), 160)
   d = jax.tree.map(np.asarray, tr['sensor']['cam0'])
   t = d.sample_tick * eh.DT
   new = d.new_data                                   # (world, tick)

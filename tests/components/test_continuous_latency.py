@@ -34,6 +34,7 @@ from fibril_mjx.core import pipeline
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from ref_helpers import write_manifest
 from latency_rig import ARM_XML
+from fibril_mjx.batch.simulation import Start
 
 DT, T = 0.002, 60
 LAT_MAX_S = 0.008   # 4 ticks
@@ -187,7 +188,7 @@ def test_per_world_latency_through_the_simulation_api(arm):
   u = commands(5)[:T]   # entry k issued at tick k; tick T issues nothing
   cmds = {'motor': ScalarCommand(jnp.broadcast_to(jnp.asarray(u[:, None]), (T, W)),
                                  jnp.ones((T, W), bool))}
-  _, tr = sim.rollout(p, fibril_mjx.world_keys(0, W), T, commands=cmds)
+  _, tr, _ = sim.rollout(p, fibril_mjx.world_keys(0, W), T, commands=cmds)
   applied = np.asarray(tr['truth']['motor']['applied'])
   for w in range(W):
     np.testing.assert_allclose(applied[w], held_mean(u, lat[w], n_out=T + 1), atol=2e-5)
@@ -200,8 +201,8 @@ def test_sensor_sample_is_delivered_at_the_first_tick_at_or_after_its_arrival(tm
   lat = np.array([0.0, 0.5, 1.0, 1.75, 2.5])
   sim = fibril_mjx.load(write(tmp_path, {}, {'period_s': 3 * DT, 'latency_s': float(lat[-1] * DT)}))
   W = len(lat)
-  _, tr = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), 30,
-                      latency={'encoder': {'latency_s': lat * DT}})
+  _, tr, _ = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), 30,
+                         start=Start(latency={'encoder': {'latency_s': lat * DT}}))
   d = tr['sensor']['encoder']
   ticks, acq = np.arange(31), np.arange(0, 31, 3)
   for w, L in enumerate(lat):

@@ -356,7 +356,7 @@ def _run(path, worlds=WORLDS, ticks=TICKS, bias=None):
   p = sim.default_params(worlds)
   if bias is not None:
     p['imu'] = p['imu']._replace(angular_velocity_bias=jnp.asarray(bias, jnp.float32))
-  _, trace = sim.rollout(p, fibril_mjx.world_keys(0, worlds), ticks)
+  _, trace, _ = sim.rollout(p, fibril_mjx.world_keys(0, worlds), ticks)
   return flatten(jax.device_get(trace))
 
 

@@ -172,7 +172,7 @@ def faulted(tmp_path_factory):
   ahrs = ahrs_entry(period_s=0.004, faults=[{'type': 'stuck', 'start_s': 0.02, 'end_s': 0.05,
                                                'fields': ['linear_acceleration']}])
   sim = fibril_mjx.load(write_rig(tmp_path_factory.mktemp('faults'), [imu_entry, ahrs]))
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 80)
+  _, tr, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 80)
   return sim, jax.tree.map(np.asarray, tr)
 
 

@@ -365,7 +365,7 @@ def test_motor_current_reaches_the_field(tmp_path):
       {'component': 'mot', 'kind': 'velocity', 'offset': 50.0, 'period_s': 0.002}]})
   sim = fibril_mjx.load(str(path))
   p = sim.default_params(2)
-  _, tr = sim.rollout(p, fibril_mjx.world_keys(0, 2), 50)
+  _, tr, _ = sim.rollout(p, fibril_mjx.world_keys(0, 2), 50)
   cur = np.asarray(tr['truth']['mag']['current_a'])[..., 0]
   fb = np.asarray(tr['sensor']['mot'].sample.current)
   assert np.abs(cur).max() > 0.1

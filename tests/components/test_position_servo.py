@@ -131,8 +131,8 @@ def test_mjx_adapter_matches_mujoco_c_stepping_the_law():
   b = lambda x, dt: jnp.asarray(np.broadcast_to(np.asarray(x, dt)[:, None], (T, W)))  # noqa
   cmd = ps.ServoCommand(b(np.ones(T, bool), bool), b(enable, bool), b(goal, np.float32),
                         b(kp, np.float32), b(np.zeros(T), np.float32))
-  _, tr = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), T,
-                      commands={'servo': cmd})
+  _, tr, _ = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), T,
+                         commands={'servo': cmd})
   q_mjx = np.asarray(tr['truth']['servo']['position'])[0]
 
   cfg = yaml.safe_load(MANIFEST.read_text())['components'][0]['config']

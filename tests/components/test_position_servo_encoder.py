@@ -39,8 +39,8 @@ def test_encoder_samples_the_joint_angle_on_its_schedule(tmp_path):
   cmd = ps.ServoCommand(b(np.ones(T, bool), bool), b(np.ones(T, bool), bool),
                         b(0.6 * np.sin(2 * np.pi * t), np.float32),
                         b(np.full(T, 400.0), np.float32), b(np.zeros(T), np.float32))
-  _, tr = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), T,
-                      commands={'servo': cmd})
+  _, tr, _ = sim.rollout(sim.default_params(W), fibril_mjx.world_keys(0, W), T,
+                         commands={'servo': cmd})
   q = np.asarray(tr['truth']['servo']['position'])[0].astype(np.float64)   # (T+1,) ticks 0..T
   out = tr['sensor']['enc']
   new = np.asarray(out.new_data)[0]

@@ -115,7 +115,7 @@ def test_mujoco_ray_through_mjx(tmp_path):
   comp = {'id': 'lidar', 'type': 'fibril_sim/rangefinder',
           'config': {'rangefinder_sensor': 'range', 'period_s': 0.01, 'max_range_m': 12.0}}
   sim = fibril_mjx.load(str(nh.manifest(tmp_path, [comp])))
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 20)
+  _, tr, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 20)
   tr = jax.tree.map(np.asarray, tr)
   d = tr['sensor']['lidar'].sample.distance_m[:, 0]
   np.testing.assert_allclose(d, 1.0, atol=1e-5)     # free fall: 1 m at tick 0

@@ -43,7 +43,7 @@ def run():
   amb = np.array(c.get_param(params['imu'], 'ambient_temperature_c'))
   amb[1] = [30.0, 10.0, 60.0]                          # world 1: another scenario
   params['imu'] = c.set_param(params['imu'], 'ambient_temperature_c', amb)
-  _, trace = sim.rollout(params, fibril_mjx.world_keys(0, 2), N_TICKS)
+  _, trace, _ = sim.rollout(params, fibril_mjx.world_keys(0, 2), N_TICKS)
   return sim, flatten(jax.device_get(trace)), amb
 
 
@@ -181,7 +181,7 @@ def test_ahrs_rates_carry_the_thermal_terms():
     v[0] = 0.0
     params['ahrs'] = c.set_param(params['ahrs'], f, v)
   keys = jnp.concatenate([fibril_mjx.world_keys(0, 1)] * 2)
-  _, trace = sim.rollout(params, keys, 100)
+  _, trace, _ = sim.rollout(params, keys, 100)
   z = flatten(jax.device_get(trace))
   cfg = c.cfg
   new = z['sensor/ahrs/new_data'][1] & z['sensor/ahrs/valid'][1]

@@ -127,7 +127,7 @@ def test_toy_sensor_builds_plans_and_runs(toy_sim):
   assert c.roles == frozenset({protocol.SENSOR}) and isinstance(c, protocol.Sensor)
   text = plan.render(toy_sim)
   assert 'toy (test/yaw_rate_toy)' in text and 'gyro z at sensordata[6]' in text
-  _, tr = toy_sim.rollout(toy_sim.default_params(3), fibril_mjx.world_keys(0, 3), 40)
+  _, tr, _ = toy_sim.rollout(toy_sim.default_params(3), fibril_mjx.world_keys(0, 3), 40)
   d = tr['sensor']['toy']
   new = np.asarray(d.new_data)
   assert new[:, ::2].all() and not new[:, 1::2].any()     # period 2 ticks, no latency
@@ -139,7 +139,7 @@ def test_toy_sensor_builds_plans_and_runs(toy_sim):
 def test_toy_sensor_through_the_cli_runner(toy_sim, tmp_path):
   path = toy_sim.manifest.path
   summary = runner.run(path, worlds=2, seed=0, duration_s=0.04, out=tmp_path / 'out',
-                       trace_worlds=1)
+                       options=runner.RunOptions(trace_worlds=1))
   mean = summary['components']['toy']['metrics']['mean_error']['mean']
   assert mean == pytest.approx(0.25, abs=1e-5)
 
@@ -220,7 +220,7 @@ def test_vary_compiles_the_term_in_and_the_value_takes_effect(imu_manifest):
   p['imu'] = c.set_param(p['imu'], 'angular_velocity_bias',
                          jnp.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]))
   keys = jnp.stack([fibril_mjx.world_keys(0, 1)[0]] * 2)
-  _, tr = sim.rollout(p, keys, 10)
+  _, tr, _ = sim.rollout(p, keys, 10)
   w = np.asarray(tr['sensor']['imu'].sample.angular_velocity)
   valid = np.asarray(tr['sensor']['imu'].valid[0])
   np.testing.assert_allclose((w[1] - w[0])[valid], np.broadcast_to([1, 2, 3], (valid.sum(), 3)),

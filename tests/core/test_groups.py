@@ -10,6 +10,7 @@ import fibril_mjx
 from fibril_mjx.core import groups, pipeline
 from fibril_mjx.workflows import plan
 from actuator_rig import motor, write
+from fibril_mjx.batch.simulation import Options
 
 # three hinges: two <motor> of different gears, one <velocity>
 XML = """<mujoco model="group_rig"><option timestep="0.002"/>
@@ -109,7 +110,7 @@ def test_a_loop_without_components_runs(tmp_path):
   sim = fibril_mjx.load(write(tmp_path, [], xml=XML))
   p = sim.default_params(2)
   st = sim.reset(p, fibril_mjx.world_keys(0, 2))
-  st, _ = sim.run(p, st, 3, record=False)
+  st, _, _ = sim.run(p, st, 3, options=Options(record=False))
   assert int(st.tick) == 3
 
 

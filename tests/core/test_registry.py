@@ -151,7 +151,7 @@ def toy_rig(manifest_path, cid, ctype, cfg, out, *, static_duration_s, worlds, s
     sim = fibril_mjx.load(vcommon.write_rig(tmp / 'rigs', 'static', STATIC_RIG, doc))
     n = int(round(static_duration_s / DT))
     progress(f'static toy rig: {worlds} worlds x {n} ticks')
-    _, tr = sim.rollout(sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds), n)
+    _, tr, _ = sim.rollout(sim.default_params(worlds), fibril_mjx.world_keys(seed, worlds), n)
     d = tr['sensor']['dut']
     y = np.asarray(d.sample.yaw_rate, np.float64)[np.asarray(d.new_data)]
     sigma = float(cfg.get('noise_stddev', 0.0))

@@ -46,7 +46,7 @@ def test_sensors_added_at_a_site_read_what_the_models_own_sensors_read(tmp_path)
   assert ("sensors added to the model for components that name a site (the robot's file is "
           "unchanged): fibril_imu_gyro (gyro at site 'imu'); fibril_imu_accel (accelerometer "
           "at site 'imu'); fibril_ahrs_quat (framequat at site 'imu')") in text
-  _, tr = sim.rollout(sim.default_params(2), fm.world_keys(0, 2), 20)
+  _, tr, _ = sim.rollout(sim.default_params(2), fm.world_keys(0, 2), 20)
   for k in ('angular_velocity', 'linear_acceleration', 'orientation'):
     ref = np.asarray(tr['truth']['imu_named'][k])
     assert np.abs(ref).max() > 0.01, k   # the tilted table tumbles: non-trivial readings

@@ -223,7 +223,7 @@ def test_example_manifest_samples_through_the_bus():
   from fibril_mjx.analysis.common import flatten
   sim = load(REPO / 'manifests' / 'icm42688p_bus.yaml')
   n = 100
-  _, trace = sim.rollout(sim.default_params(1), world_keys(0, 1), n)
+  _, trace, _ = sim.rollout(sim.default_params(1), world_keys(0, 1), n)
   flat = flatten(jax.device_get(trace))
   s = icm.samples_from_trace(flat, 'imu', 0, sim.dt)
   assert len(s.t_s) == n + 1

@@ -271,7 +271,7 @@ def test_stream_rollout_matches_trace():
   from fibril_mjx.analysis.common import flatten
   sim = load(MANIFEST)
   n = 60
-  _, trace = sim.rollout(sim.default_params(1), world_keys(0, 1), n)
+  _, trace, _ = sim.rollout(sim.default_params(1), world_keys(0, 1), n)
   packets = list(mavlink_hil.stream_rollout(sim, trace, world=0))
   flat = flatten(jax.device_get(trace))
   flat['time_s'] = np.arange(n + 1) * sim.dt

@@ -65,7 +65,7 @@ def test_a_log_with_a_qacc_of_the_wrong_width_names_the_field(tmp_path):
 
 def test_the_cli_accepts_physics_trajectory_and_asks_for_the_log(tmp_path, capsys):
   """`--physics trajectory` is a choice the parser knows; without `--trajectory` it is the
-  one-line error `choose_physics` gives (exit 2), not argparse's "invalid choice"."""
+  one-line error `physics_c.choose` gives (exit 2), not argparse's "invalid choice"."""
   (tmp_path / 'm.xml').write_text(XML)
   (tmp_path / 'm.yaml').write_text('fibril_manifest: 1\nmodel: m.xml\ncomponents: []\n')
   code = cli.main(['run', str(tmp_path / 'm.yaml'), '--physics', 'trajectory', '--out',

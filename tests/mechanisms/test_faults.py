@@ -407,7 +407,7 @@ def example():
   sim = fibril_mjx.load(str(pathlib.Path(__file__).resolve().parents[2] / 'manifests' /
                             'survey_quad.yaml'))
   n = 8000   # 16 s: covers the faults and the GNSS outage
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n)
+  _, tr, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n)
   return sim, jax.tree.map(np.asarray, tr)
 
 

@@ -87,7 +87,8 @@ def _config(cid):
 @pytest.fixture(scope='module')
 def fifo_run(tmp_path_factory):
   out = tmp_path_factory.mktemp('fifo') / 'run'
-  run_mod.run(MANIFEST, worlds=WORLDS, seed=0, duration_s=DURATION_S, out=out, segments=2)
+  run_mod.run(MANIFEST, worlds=WORLDS, seed=0, duration_s=DURATION_S, out=out,
+              options=run_mod.RunOptions(segments=2))
   z = dict(np.load(out / 'trace.npz'))
   summary = json.loads((out / 'summary.json').read_text())
   return z, summary
@@ -105,7 +106,7 @@ def twin(tmp_path_factory):
   p.write_text(yaml.safe_dump(doc))
   sim = fibril_mjx.load(p)
   n_ticks = _ticks(DURATION_S, sim.dt)
-  _, trace = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(0, WORLDS), n_ticks)
+  _, trace, _ = sim.rollout(sim.default_params(WORLDS), fibril_mjx.world_keys(0, WORLDS), n_ticks)
   return sim, common.flatten(jax.device_get(trace)), n_ticks
 
 

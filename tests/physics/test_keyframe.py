@@ -66,7 +66,7 @@ def test_mujoco_c_rollout_starts_at_the_keyframe(tmp_path):
   c = fm.load(_manifest(tmp_path, 'tilted', components=enc), physics='c')
   ref = _c_keyframe(c.mj_model, 'tilted')
   ticks = 20
-  _, tr = c.rollout(c.default_params(2), fm.world_keys(0, 2), ticks)
+  _, tr, _ = c.rollout(c.default_params(2), fm.world_keys(0, 2), ticks)
   want = []
   for _ in range(ticks + 1):
     want.append(ref.qpos[7:11].copy())
@@ -86,7 +86,7 @@ def test_a_table_started_at_its_keyframe_stands_and_its_accelerometer_reads_g(ta
   MJX's capsule-plane contacts sink a little further than the key's, under 1 m/s^2 at the
   first tick; from `qpos0` the table drops 0.25 m onto its feet, tens of m/s^2)."""
   n, g, settle = 75, 9.81, 25
-  _, tr = table.rollout(table.default_params(1), fm.world_keys(0, 1), n)
+  _, tr, _ = table.rollout(table.default_params(1), fm.world_keys(0, 1), n)
   truth = np.linalg.norm(np.asarray(tr['truth']['imu']['linear_acceleration'])[0], axis=-1)
   sample = np.linalg.norm(np.asarray(tr['sensor']['imu'].sample.linear_acceleration)[0], axis=-1)
   assert np.abs(truth - g).max() < 1.0, np.abs(truth - g).max()

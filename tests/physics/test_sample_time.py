@@ -26,6 +26,7 @@ import yaml
 
 import ref_helpers
 import fibril_mjx
+from fibril_mjx.batch.simulation import Controller, Options
 
 DT = 0.002
 TICKS = 300
@@ -34,7 +35,7 @@ SHIFT_MARGIN = 5.0    # the one-tick-shifted reference must be at least this muc
 TORQUE_AMP, TORQUE_HZ = 0.5, 1.0
 # Every rollout runs 2 worlds as one sub-batch of 2, the layout the default picks for 2 worlds;
 # passing it (`ONE_SUB_BATCH`) spares each rig the LAPACK-size analysis, a trace of its step.
-ONE_SUB_BATCH = {'sub_batch': 2}
+ONE_SUB_BATCH = {'options': Options(sub_batch=2)}
 
 MODEL = textwrap.dedent("""\
     <mujoco model="sample_time">
@@ -222,8 +223,8 @@ def rigs(tmp_path_factory):
 @pytest.fixture(scope='module', params=['Euler', 'implicitfast', 'RK4'])
 def run(request, rigs):
   tmp, sim = rigs(request.param)
-  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS,
-                         **ONE_SUB_BATCH)
+  _, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), TICKS,
+                            **ONE_SUB_BATCH)
   trace = jax.tree.map(lambda x: np.asarray(x)[0], trace)
   return sim, trace, c_reference(tmp / 'model.xml', TICKS)
 
@@ -295,8 +296,8 @@ def test_free_hinge_delivers_omega_k_at_tick_k(tmp_path):
                                     'period_s': 0.01}}]}
   (tmp_path / 'm.yaml').write_text(yaml.safe_dump(doc))
   sim = fibril_mjx.load(tmp_path / 'm.yaml')
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 8,
-                      **ONE_SUB_BATCH)
+  _, tr, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), 8,
+                         **ONE_SUB_BATCH)
   got = np.asarray(tr['sensor']['imu'].sample.angular_velocity[0, :, 2], np.float64)
   m = mujoco.MjModel.from_xml_path(str(tmp_path / 'hinge.xml'))
   inertia_z = m.body_inertia[1, 2]
@@ -325,8 +326,8 @@ def test_controller_on_a_latency_0_sample_sees_the_current_tick(rigs):
     return {'shoulder': cmd('effort', -gain * fb.sample.position)}, carry
 
   n = 150
-  _, trace = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n, **ONE_SUB_BATCH,
-                         controller=controller, controller_init=())
+  _, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n,
+                            controller=Controller(controller), **ONE_SUB_BATCH)
   got = np.asarray(trace['sensor']['shoulder'].sample.position[0], np.float64)
 
   m = mujoco.MjModel.from_xml_path(str(tmp / 'model.xml'))
@@ -374,8 +375,8 @@ def test_dcmotor_path_samples_the_state_at_its_stamp(tmp_path, integrator):
   sim = fibril_mjx.load(tmp_path / 'm.yaml')
   assert sim.dcmotor is not None
   n = 200
-  _, tr = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n,
-                      **ONE_SUB_BATCH)
+  _, tr, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(0, 2), n,
+                         **ONE_SUB_BATCH)
   m = mujoco.MjModel.from_xml_path(str(tmp_path / 'dc.xml'))
   d = mujoco.MjData(m)
   gyro, acc = [], []

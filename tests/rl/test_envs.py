@@ -28,6 +28,7 @@ import pytest
 import fibril_mjx
 from fibril_mjx.core import pipeline
 from fibril_mjx.rl.env import FibrilEnv, State, wrap
+from fibril_mjx.batch.simulation import Options
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EPISODE = 6   # steps: an episode holds the 5 steps compared with `Simulation` below
@@ -72,7 +73,7 @@ def reference_obs(sim, params, rng):
   k_world, k_goal, _, _ = jax.random.split(rng, 4)
   pb = jax.tree.map(lambda x: np.asarray(x)[None], params)
   ps = sim.reset(pb, np.asarray(k_world)[None])
-  ps, _ = sim.run(pb, ps, 4, record=False)
+  ps, _, _ = sim.run(pb, ps, 4, options=Options(record=False))
   out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
   goal = jax.random.uniform(k_goal, (), jnp.float32, -train_ppo.TARGET_RAD, train_ppo.TARGET_RAD)
   return obs_of(out, goal), out
@@ -208,7 +209,7 @@ def test_observations_equal_the_simulation_for_the_same_commands(sim, env, jitte
   k_world, _, _, _ = jax.random.split(rng, 4)
   pb = jax.tree.map(lambda x: np.asarray(x)[None], big)
   ps = sim.reset(pb, np.asarray(k_world)[None])
-  ps, _ = sim.run(pb, ps, 4, record=False)
+  ps, _, _ = sim.run(pb, ps, 4, options=Options(record=False))
   null = sim.null_commands()['hip']
   goal = float(s.info['goal'])
   for i, a in enumerate(actions):
@@ -216,7 +217,7 @@ def test_observations_equal_the_simulation_for_the_same_commands(sim, env, jitte
     trace = {'hip': jax.tree.map(
         lambda c, z: np.concatenate([np.asarray(c, z.dtype)[None],   # numpy: no compiles
                                      np.broadcast_to(z, (4,) + z.shape)])[:, None], cmd, null)}
-    ps, _ = sim.run(pb, ps, 5, record=False, commands=trace)
+    ps, _, _ = sim.run(pb, ps, 5, commands=trace, options=Options(record=False))
     out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
     np.testing.assert_array_equal(obs[i], obs_of(out, goal))
   assert int(s.pipeline_state.tick) == int(ps.tick) == 4 + 5 * len(actions)

@@ -26,6 +26,7 @@ import fibril_mjx
 from fibril_mjx.errors import ConfigError, ConfigErrors
 from fibril_mjx.rl.env import FibrilEnv, wrap
 from fibril_mjx.builder import vary as fl
+from fibril_mjx.batch.simulation import Options, Start
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EPISODE = 7   # steps: an episode holds the 6 steps compared with `Simulation` below
@@ -198,9 +199,10 @@ def test_observations_equal_the_simulation_with_the_same_draws(env, wrapped):
   # seconds as the campaign gives them (the float32 draw of 3 ms is 3 ms + 2.6e-11 s)
   latency = {'imu': {'latency_s': round(float(draws['imu.latency_s']), 9)},
              'hip': {'feedback_latency_s': round(float(draws['hip.feedback_latency_s']), 9)}}
-  ps = sim.reset(pb, np.asarray(k_world)[None], model=model, latency=latency,
-                 qpos_offset=jnp.asarray(draws['initial:qpos.hip']).reshape(1, 1))
-  ps, _ = sim.run(pb, ps, 4, record=False, model=model)
+  start = Start(latency=latency,
+                qpos_offset=jnp.asarray(draws['initial:qpos.hip']).reshape(1, 1))
+  ps = sim.reset(pb, np.asarray(k_world)[None], model=model, start=start)
+  ps, _, _ = sim.run(pb, ps, 4, model=model, options=Options(record=False))
   null = sim.null_commands()['hip']
   goal = float(s.info['goal'])
   for i, a in enumerate(actions):
@@ -208,7 +210,7 @@ def test_observations_equal_the_simulation_with_the_same_draws(env, wrapped):
     trace = {'hip': jax.tree.map(
         lambda c, z: np.concatenate([np.asarray(c, z.dtype)[None],   # numpy: no compiles
                                      np.broadcast_to(z, (4,) + z.shape)])[:, None], cmd, null)}
-    ps, _ = sim.run(pb, ps, 5, record=False, commands=trace, model=model)
+    ps, _, _ = sim.run(pb, ps, 5, commands=trace, model=model, options=Options(record=False))
     out = jax.tree.map(lambda x: np.asarray(x[0]), sim.outputs(ps))
     hip, im = out['sensor']['hip'], out['sensor']['imu']
     want = np.concatenate([

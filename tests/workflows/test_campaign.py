@@ -21,6 +21,7 @@ from fibril_mjx import cli
 from fibril_mjx.builder import vary as fl
 from fibril_mjx.workflows.campaign import engine, execute, parts, spec
 from fibril_mjx.errors import FibrilError
+from fibril_mjx.batch.simulation import Options, Start
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIBRIL = str(ROOT / '.venv' / 'bin' / 'fibril-mjx')
@@ -464,7 +465,8 @@ def _plain_trace(manifest, worlds, seed, n_ticks, sub_batch, physics='mjx', **kw
   idx = np.arange(-(-n // per) * per) % n
   keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(
       jnp.asarray(np.asarray(worlds)[idx], jnp.uint32))
-  _, tr = sim.rollout(sim.default_params(len(idx)), keys, n_ticks, sub_batch=sub_batch, **kw)
+  _, tr, _ = sim.rollout(sim.default_params(len(idx)), keys, n_ticks, **kw,
+                         options=Options(sub_batch=sub_batch))
   return common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
 
 
@@ -605,7 +607,7 @@ def test_per_world_latency_equals_the_manifest_latency_bitwise(tmp_path):
   big = fibril_mjx.load(write_rig(tmp_path / 'max', [entry(float(lat.max()))]))
   assert big.latency_fields() == {'ahrs': ('latency_s',)}
   got = _plain_trace(big.manifest.path, worlds, 5, 30, 2,
-                     latency={'ahrs': {'latency_s': lat}})
+                     start=Start(latency={'ahrs': {'latency_s': lat}}))
   for v in np.unique(lat):
     ref = _plain_trace(write_rig(tmp_path / f'{v:g}', [entry(float(v))]), worlds, 5, 30, 2)
     sel = lat == v
@@ -617,20 +619,21 @@ def test_per_world_latency_equals_the_manifest_latency_bitwise(tmp_path):
   keys = fibril_mjx.world_keys(0, 2)
   p = big.default_params(2)
   with pytest.raises(Err, match=r"exceeds the built latency_s 0.0121 s, which sized the queue"):
-    big.reset(p, keys, latency={'ahrs': {'latency_s': [0.0, 0.02]}})
+    big.reset(p, keys, start=Start(latency={'ahrs': {'latency_s': [0.0, 0.02]}}))
   with pytest.raises(Err, match=r"component 'ahr': no component of that id \(did you mean "
                                 r"'ahrs'\?\)"):
-    big.reset(p, keys, latency={'ahr': {'latency_s': 0.0}})
+    big.reset(p, keys, start=Start(latency={'ahr': {'latency_s': 0.0}}))
   with pytest.raises(Err, match=r"not a transport latency of fibril_sim/ahrs \(latency_s\) "
                                 r"\(did you mean 'latency_s'\?\)"):
-    big.reset(p, keys, latency={'ahrs': {'latency': 0.0}})
+    big.reset(p, keys, start=Start(latency={'ahrs': {'latency': 0.0}}))
   with pytest.raises(Err, match='finite and >= 0'):
-    big.reset(p, keys, latency={'ahrs': {'latency_s': [-0.001, 0.0]}})
+    big.reset(p, keys, start=Start(latency={'ahrs': {'latency_s': [-0.001, 0.0]}}))
 
 
 def test_per_world_model_fields_as_a_mapping(rig):
   """`rollout(model={field: (nworld, ...)})` (what the campaign passes: the rest of the model
-  stays compiled in) agrees with a whole per-world `mjx.Model` (`model_axes`), and is checked."""
+  stays compiled in) agrees with each world's model as an `mjx.Model` traced as an argument
+  (one world at a time), and is checked."""
   import jax
   import jax.numpy as jnp
   import fibril_mjx
@@ -638,12 +641,15 @@ def test_per_world_model_fields_as_a_mapping(rig):
   sim = fibril_mjx.load(rig / 'manifest.yaml')
   damping = np.array([[0.05, 0.2], [3.0, 0.01]], np.float32)
   keys, p = fibril_mjx.world_keys(0, 2), sim.default_params(2)
-  a, _ = sim.rollout(p, keys, 30, model={'dof_damping': damping}, record=False)
+  quiet = Options(record=False, share_physics=False)   # a world's own physics, as the mapping's
+  a, _, _ = sim.rollout(p, keys, 30, model={'dof_damping': damping}, options=quiet)
   host = jax.tree.map(np.asarray, sim.mx)   # an argument may go to any device
-  b, _ = sim.rollout(p, keys, 30, model=host.replace(dof_damping=jnp.asarray(damping)),
-                     model_axes={'dof_damping': 0}, record=False)
-  np.testing.assert_allclose(np.asarray(a.data.qvel), np.asarray(b.data.qvel), rtol=1e-5,
-                             atol=1e-6)
+  for w in range(2):
+    one = jax.tree.map(lambda x: x[w:w + 1], p)
+    b, _, _ = sim.rollout(one, keys[w:w + 1], 30, options=quiet,
+                          model=host.replace(dof_damping=jnp.asarray(damping[w])))
+    np.testing.assert_allclose(np.asarray(a.data.qvel)[w], np.asarray(b.data.qvel)[0],
+                               rtol=1e-5, atol=1e-6)
   assert abs(float(a.data.qvel[1, 0])) < abs(float(a.data.qvel[0, 0]))   # more yaw damping
   with pytest.raises(Err, match=r"no field 'dof_dampin' \(did you mean 'dof_damping'\?\)"):
     sim.rollout(p, keys, 2, model={'dof_dampin': damping})

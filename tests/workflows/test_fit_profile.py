@@ -51,8 +51,8 @@ def recordings(tmp_path_factory):
   sim = common.rig_simulation(common.write_rig(d, 'static', xml, doc), placed=True)
   n = int(SECONDS / PERIOD)
   nw = len(places) * WORLDS
-  _, trace = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(1, nw), n,
-                         model=common.placements(sim.mj_model, list(places.values()), WORLDS))
+  _, trace, _ = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(1, nw), n,
+                            model=common.placements(sim.mj_model, list(places.values()), WORLDS))
   static = []
   for w in range(WORLDS):
     recs = {p: rc.recording_from_trace(trace, j * WORLDS + w, sim=sim)
@@ -141,7 +141,7 @@ def test_six_orientation_recovers_scale_and_bias(recordings, tmp_path):
                      meta={'source': 'test'})
   path = rc.write_recording(tmp_path / 'six.npz', six)
   res = fit_profile.fit_profile(component_type='fibril_sim/imu', component='imu',
-                                out=tmp_path / 'u.yaml', six=[path])
+                                out=tmp_path / 'u.yaml', logs=fit_profile.Logs(six=[path]))
   cal = res['calibration']
   gain, gse = np.asarray(cal['linear_acceleration_gain']), np.asarray(
       cal['linear_acceleration_gain_se'])

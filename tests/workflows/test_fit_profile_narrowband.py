@@ -35,9 +35,9 @@ def recordings(tmp_path_factory):
   xml, doc, places = validate.inertial.static_rig(dev, dict(TRUE))
   sim = common.rig_simulation(common.write_rig(d, 'static', xml, doc), placed=True)
   nw = len(places) * WORLDS
-  _, trace = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(5, nw),
-                         int(SECONDS / PERIOD),
-                         model=common.placements(sim.mj_model, list(places.values()), WORLDS))
+  _, trace, _ = sim.rollout(sim.default_params(nw), fibril_mjx.world_keys(5, nw),
+                            int(SECONDS / PERIOD),
+                            model=common.placements(sim.mj_model, list(places.values()), WORLDS))
   first = list(places).index('pz') * WORLDS
   out = []
   for w in range(WORLDS):

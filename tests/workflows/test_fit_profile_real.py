@@ -229,5 +229,6 @@ def test_find_rest_needs_both_channels(tmp_path):
   with pytest.raises(FibrilError, match='--find-rest needs both angular_velocity and '
                      'linear_acceleration'):
     fit_profile.fit_profile(component_type='fibril_sim/imu', component='imu',
-                            out=tmp_path / 'o.yaml', static=[FUSION], csv_map=(mp, str(p)),
-                            find_rest=True)
+                            out=tmp_path / 'o.yaml', logs=fit_profile.Logs(static=[FUSION]),
+                            options=fit_profile.FitOptions(csv_map=(mp, str(p)),
+                                                           find_rest=True))

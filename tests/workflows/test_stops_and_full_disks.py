@@ -40,8 +40,9 @@ def rig(tmp_path_factory):
 
 
 def _run(manifest, out):
-  return runner.run(manifest, worlds=2, seed=0, duration_s=0.02, out=out, trace_worlds=1,
-                    physics='c')   # MuJoCo C: nothing closes a loop on the physics here
+  # MuJoCo C: nothing closes a loop on the physics here
+  return runner.run(manifest, worlds=2, seed=0, duration_s=0.02, out=out,
+                    options=runner.RunOptions(trace_worlds=1, physics='c'))
 
 
 def _leftovers(d):

@@ -127,7 +127,8 @@ def problem(tmp_path_factory):
 def test_auto_picks_rollouts_on_this_cpu(problem):
   spec = dataclasses.replace(problem.spec, gradients='auto')
   prob = tune.make_problem(spec, progress=False)
-  assert isinstance(prob, tune.RolloutProblem) and prob.gradients_why.startswith('auto: MuJoCo C')
+  assert isinstance(prob, tune.RolloutProblem)
+  assert prob.gradients_why.startswith('auto: open loop on a CPU host')
 
 
 def test_jacobian_against_mujoco_c_differences_and_the_bias_closed_form(problem):

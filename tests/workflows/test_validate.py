@@ -211,8 +211,8 @@ def test_the_placed_device_reads_each_site_as_mujoco_c_does(tmp_path):
     sim = common.rig_simulation(common.write_rig(tmp_path, rig, xml, doc), placed=True)
     assert len(sim.built.components) == 1
     n = len(places) * worlds
-    _, tr = sim.rollout(sim.default_params(n), world_keys(0, n), 1,
-                        model=common.placements(sim.mj_model, list(places.values()), worlds))
+    _, tr, _ = sim.rollout(sim.default_params(n), world_keys(0, n), 1,
+                           model=common.placements(sim.mj_model, list(places.values()), worlds))
     truth = common.by_place(tr['truth'][common.DUT], places, worlds)
     ref_xml = xml.replace('</sensor>', ''.join(
         f'<gyro name="rg_{s}" site="{s}"/><accelerometer name="ra_{s}" site="{s}"/>'

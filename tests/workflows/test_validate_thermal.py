@@ -86,7 +86,7 @@ def test_fit_profile_fits_k1_k2_from_soaked_logs(tmp_path):
   params = sim.default_params(len(set_points))
   params['pz'] = c.set_param(params['pz'], 'ambient_temperature_c',
                              set_points[:, None].astype(np.float32))
-  _, trace = sim.rollout(params, fibril_mjx.world_keys(3, len(set_points)), 1500)
+  _, trace, _ = sim.rollout(params, fibril_mjx.world_keys(3, len(set_points)), 1500)
   trace = jax.device_get(trace)
   paths = []
   for w in range(len(set_points)):

@@ -41,7 +41,7 @@ from fibril_mjx.workflows.campaign import spec as sp
 from fibril_mjx.errors import ConfigError, ConfigErrors, FibrilError, did_you_mean
 from fibril_mjx.config.manifest import read_manifest
 from fibril_mjx.batch import physics_c
-from fibril_mjx.batch.simulation import Simulation
+from fibril_mjx.batch.simulation import Controller, Options, Simulation, Start
 
 SUB_BATCH = 256                       # worlds per vmapped call at most (`Plan.sub_batch`)
 
@@ -110,8 +110,7 @@ class Inputs:
   def rollout(self, sim, n_ticks: int, **kw):
     """`sim.rollout` of these worlds (full trace)."""
     return sim.rollout(self.params, self.keys, n_ticks, model=self.model,
-                       qpos_offset=self.qpos_offset, qvel_offset=self.qvel_offset,
-                       latency=self.latency, **kw)
+                       start=Start(self.qpos_offset, self.qvel_offset, self.latency), **kw)
 
 
 # ------------------------------------------------------------------------------- metrics
@@ -415,12 +414,12 @@ class Plan:
     inp = self.inputs(sim, worlds[idx], padded)
     ctl, extra = self.controller(sim), {}
     if ctl is None:
-      _, tr = inp.rollout(sim, self.n_ticks, devices=devs, sub_batch=k)
+      _, tr, _ = inp.rollout(sim, self.n_ticks, options=Options(devices=devs, sub_batch=k))
     else:   # closed loop: a carry per world (its goal), metrics from the final carry
-      _, tr, carry = inp.rollout(
-          sim, self.n_ticks, devices=devs, sub_batch=k, controller=ctl.controller,
-          controller_init=ctl.init(self.goals(padded, len(idx))), controller_per_world=True,
-          observe_truth=True, return_carry=True)
+      loop = Controller(ctl.controller, ctl.init(self.goals(padded, len(idx))), per_world=True,
+                        observe_truth=True)
+      _, tr, carry = inp.rollout(sim, self.n_ticks, controller=loop,
+                                 options=Options(devices=devs, sub_batch=k))
       extra = ctl.metrics(jax.tree.map(lambda x: np.asarray(x)[:n], carry))
     flat = common.flatten(jax.tree.map(lambda x: np.asarray(x)[:n], tr))
     cols = self.metric_columns(sim, flat, extra)

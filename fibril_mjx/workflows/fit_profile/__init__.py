@@ -51,6 +51,8 @@ from fibril_mjx.workflows.fit_profile.geometry import (  # noqa: F401
 )
 from fibril_mjx.workflows.fit_profile.driver import (  # noqa: F401
     ProfileFit,
+    FitOptions,
+    Logs,
     fit_profile,
     fit_thermal,
     report,

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 import pathlib
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import yaml
@@ -113,27 +113,56 @@ def _round(v):
   return float(f'{float(v):.6g}')
 
 
-def fit_profile(*, component_type: str, component: str, out, profile_id: str | None = None,
-                static=(), six=(), timing=(), csv_map=None, topics=None,
-                overwrite=False, thermal=(), reference_temperature_c: float = 25.0,
-                find_rest: bool = False, power_ups: bool = False) -> dict:
+class Logs(NamedTuple):
+  """`fit_profile`'s recording paths by role: `static`, `six` (six orientations), `timing`,
+  `thermal` (IMU: one soaked log per set-point)."""
+  static: tuple = ()
+  six: tuple = ()
+  timing: tuple = ()
+  thermal: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+  """How `fit_profile` reads its logs and fits.
+
+  Attributes:
+    profile_id: the written profile's id (None: from `out`).
+    csv_map: `(mapping dict, mapping file name)` for CSV inputs.
+    topics: topic mapping for ROS bag inputs (`'imu=/imu/data'`, `fibril_mjx.io.bags`).
+    overwrite: replace existing outputs.
+    reference_temperature_c: T_ref of the fitted thermal polynomial.
+    find_rest: IMU: find the stretches at rest inside each static log (`session.find_rest`).
+    power_ups: the static logs are separate power-ups (the turn-on bias dispersion across
+      them is fitted, with ≥ 3); without it no dispersion is reported.
+  """
+  profile_id: str | None = None
+  csv_map: Any = None
+  topics: Any = None
+  overwrite: bool = False
+  reference_temperature_c: float = 25.0
+  find_rest: bool = False
+  power_ups: bool = False
+
+
+def fit_profile(*, component_type: str, component: str, out, logs: Logs,
+                options: FitOptions | None = None) -> dict:
   """Fits and writes `out` (profile YAML), `<stem>_transport.yaml` (with timing logs),
   `<stem>_evidence.md`, `<stem>_fit.json` and plots beside it.
 
   Args:
     component_type: `fibril_sim/imu` or `fibril_sim/ahrs`.
     component: component id of the samples in the recordings.
-    static, six, timing, thermal: recording paths by role (thermal: IMU, one soaked log per
-      set-point, `reference_temperature_c` the T_ref of the fitted polynomial).
-    csv_map: `(mapping dict, mapping file name)` for CSV inputs.
-    topics: topic mapping for ROS bag inputs (`'imu=/imu/data'`, `fibril_mjx.io.bags`).
-    find_rest: IMU: find the stretches at rest inside each static log (`session.find_rest`).
-    power_ups: the static logs are separate power-ups (the turn-on bias dispersion across
-      them is fitted, with ≥ 3); without it no dispersion is reported.
+    logs: the recordings by role (`Logs`); options: `FitOptions`.
 
   Returns:
     `fit.json` content.
   """
+  static, six, timing, thermal = logs
+  opt = options or FitOptions()
+  profile_id, csv_map, topics, overwrite = opt.profile_id, opt.csv_map, opt.topics, opt.overwrite
+  reference_temperature_c, find_rest, power_ups = (opt.reference_temperature_c, opt.find_rest,
+                                                   opt.power_ups)
   fit = registry.get(component_type).profile_fit
   if fit is None:
     raise ConfigError('--type', 'type', 'fit-profile supports '

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import jax
-
 from fibril_mjx.batch import physics_c
 from fibril_mjx.batch.simulation import Simulation
 from fibril_mjx.builder.build import build
@@ -12,16 +10,6 @@ from fibril_mjx.errors import ConfigError
 from fibril_mjx.workflows.tune import shooting
 from fibril_mjx.workflows.tune.problem import Problem
 from fibril_mjx.workflows.tune.rollouts import RolloutProblem
-
-
-def _auto(problems: list[str]) -> tuple[str, str]:
-  """`gradients: auto`: `(how, why)` from the manifest's closed-loop problems and the host."""
-  if problems:
-    return 'exact', f'auto: exact through MJX, because {problems[0]}'
-  if jax.default_backend() != 'cpu':
-    return 'exact', f'auto: exact through MJX on the {jax.default_backend()} accelerator'
-  return 'fd', ('auto: MuJoCo C rollouts with exact device derivatives on a CPU host '
-                '(nothing closes a loop on physics)')
 
 
 def make_problem(spec, *, progress=None) -> Problem:
@@ -38,8 +26,9 @@ def make_problem(spec, *, progress=None) -> Problem:
       raise ConfigError(spec.path, 'optimizer.gradients', 'fd runs the physics on MuJoCo C open '
                         f'loop (controls first), but {problems[0]}; use gradients: exact (or '
                         'auto)', how)
-    if how == 'auto':
-      how, why = _auto(problems)
+    if how == 'auto':   # the physics chooser of run and campaign: MuJoCo C is fd, MJX exact
+      backend, why = physics_c.choose(built, 'auto')
+      how = 'fd' if backend == 'c' else 'exact'
     nominal = Simulation(built, physics='c' if how == 'fd' else 'mjx')
   if spec.free_starts and how != 'fd':
     raise ConfigError(spec.path, 'windows.free_starts', 'free window starts need gradients fd '

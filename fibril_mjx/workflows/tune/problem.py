@@ -16,6 +16,7 @@ from fibril_mjx.mechanisms import host
 from fibril_mjx.physics import mjcf
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.errors import ConfigError, FibrilError, did_you_mean
+from fibril_mjx.batch.simulation import Options, Start
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.builder.build import DCMOTOR_PARAMS
 from fibril_mjx.workflows.tune.params import (resolve_params, stochastic_overrides,
@@ -220,13 +221,14 @@ class Problem:
 
   def _reset1(self, u, data0, cmds0):
     mx, params = self._apply(u)
-    return self.sim.reset(params, self._keys, model=mx, commands=cmds0, data0=data0)
+    return self.sim.reset(params, self._keys, model=mx, commands=cmds0, start=Start(data0=data0))
 
   def _advance1(self, u, state, cmds):
     """One window of one start: `(state at its end, {term: (L, D) samples}, {term: (new_data
     (L,), sample_tick (L,))})`."""
     mx, params = self._apply(u)
-    state, outs = self.sim.run(params, state, self.L, True, commands=cmds, model=mx)
+    state, outs, _ = self.sim.run(params, state, self.L, commands=cmds, model=mx,
+                                  options=Options(record=True))
     fields, timing = {}, {}
     for i, t in enumerate(self.spec.loss):
       d = outs['sensor'][t.component]
@@ -243,7 +245,7 @@ class Problem:
     first, data0, cmds0 = start
     mx, params = self._apply(u)
     fresh = self._reset1(u, data0, cmds0)
-    kept = self.sim.refresh(mx, params, state)
+    kept = self.sim.refresh(params, state, model=mx)
     return jax.tree.map(lambda a, b: jnp.where(first, a, b), fresh, kept)
 
   def _window_resid(self, u, state, cmds, maps, start):

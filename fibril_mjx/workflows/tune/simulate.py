@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.io import recording as rec_mod
+from fibril_mjx.batch.simulation import Options, Start
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.mechanisms.rng import world_keys
 
@@ -52,17 +53,19 @@ def simulate_recordings(manifest, *, overrides=None, seed: int = 0, duration_s: 
     m = sim.mj_model
     off = lambda x, x0, k: None if x is None else np.tile(   # noqa: E731
         np.asarray(x, np.float64) - np.asarray(x0, np.float64), (nw, 1)).reshape(nw, k)
-    _, trace = sim.rollout(params, keys, n, qpos_offset=off(qpos0, sim.data0.qpos, m.nq),
-                           qvel_offset=off(qvel0, np.zeros(m.nv), m.nv), share_physics=False)
+    start = Start(qpos_offset=off(qpos0, sim.data0.qpos, m.nq),
+                  qvel_offset=off(qvel0, np.zeros(m.nv), m.nv))
+    _, trace, _ = sim.rollout(params, keys, n, start=start,
+                              options=Options(share_physics=False))
   else:
     d0 = sim.data0
     if qpos0 is not None:
       d0 = d0.replace(qpos=jnp.asarray(qpos0, d0.qpos.dtype))
     if qvel0 is not None:
       d0 = d0.replace(qvel=jnp.asarray(qvel0, d0.qvel.dtype))
-    st = jax.jit(lambda p, k: sim.reset(p, k, data0=d0))(params, keys)
+    st = jax.jit(lambda p, k: sim.reset(p, k, start=Start(data0=d0)))(params, keys)
     out0 = sim.outputs(st)
-    st, outs = sim.run(params, st, n)
+    st, outs, _ = sim.run(params, st, n)
     trace = jax.tree.map(lambda a, b: jnp.concatenate([a[:, None], jnp.swapaxes(b, 0, 1)], 1),
                          out0, outs)
   trace = jax.tree.map(np.asarray, trace)

@@ -20,7 +20,7 @@ import yaml
 from scipy import stats as sps
 
 from fibril_mjx.batch import physics_c
-from fibril_mjx.batch.simulation import Simulation
+from fibril_mjx.batch.simulation import Options, Simulation
 from fibril_mjx.batch.simulation import load as load_simulation
 from fibril_mjx.config.version import __version__
 from fibril_mjx.analysis import plotting
@@ -151,7 +151,7 @@ def segments(sim, params, keys, n_ticks, seg, observe_truth=False, model=None):
   rollout (its outputs cut into the same segments). `model`: per-world MJCF fields (MuJoCo
   C only: `placements`)."""
   if getattr(sim, 'physics', 'mjx') == 'c':
-    _, tr = sim.rollout(params, keys, n_ticks, record=True, model=model)
+    _, tr, _ = sim.rollout(params, keys, n_ticks, model=model, options=Options(record=True))
     tr = jax.tree.map(np.asarray, tr)
     return (jax.tree.map(lambda x: x[:, :1], tr),
             (jax.tree.map(lambda x, k=k: x[:, 1 + k:1 + k + seg], tr)
@@ -163,7 +163,7 @@ def segments(sim, params, keys, n_ticks, seg, observe_truth=False, model=None):
   def rest(state):
     done = 0
     while done < n_ticks:
-      state, outs = sim.run(params, state, seg, record=True, observe_truth=observe_truth)
+      state, outs, _ = sim.run(params, state, seg, options=Options(record=True))
       yield jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), outs)
       done += seg
   return first, rest(state)

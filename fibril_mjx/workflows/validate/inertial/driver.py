@@ -106,8 +106,8 @@ def run_inertial(manifest_path, component, ctype, cfg, out, *, static_duration_s
     n_w = len(places) * worlds
     progress(f'dynamic rig: {len(places)} sites x {worlds} worlds x {plan.n_ticks} ticks '
              f'(dt {plan.dt:g} s)')
-    _, trace = sim.rollout(sim.default_params(n_w), world_keys(seed + 1, n_w), plan.n_ticks,
-                           model=placements(sim.mj_model, list(places.values()), worlds))
+    _, trace, _ = sim.rollout(sim.default_params(n_w), world_keys(seed + 1, n_w), plan.n_ticks,
+                              model=placements(sim.mj_model, list(places.values()), worlds))
     trace = {k: by_place(jax.tree.map(np.asarray, trace[k][DUT]), places, worlds)
              for k in ('sensor', 'truth')}
     progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
