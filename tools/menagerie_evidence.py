@@ -61,7 +61,7 @@ def _write(out: pathlib.Path, name: str, doc: dict) -> pathlib.Path:
 
 def specific_force(sim, ticks: int):
   """`(|a| - g of the delivered samples, of the truth)` of world 0, `(ticks + 1,)` each."""
-  _, tr = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1), ticks)
+  _, tr, _ = sim.rollout(sim.default_params(1), fibril_mjx.world_keys(0, 1), ticks)
   a = np.linalg.norm(np.asarray(tr['sensor']['imu'].sample.linear_acceleration)[0], axis=-1)
   t = np.linalg.norm(np.asarray(tr['truth']['imu']['linear_acceleration'])[0], axis=-1)
   return a - G, t - G, tr

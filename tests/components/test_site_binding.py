@@ -81,7 +81,7 @@ def test_added_sensors_read_what_hand_written_ones_read_in_mujoco_c(tmp_path):
 
 def test_a_component_bound_by_site_delivers_what_its_twin_bound_by_name_delivers(tmp_path):
   sim = fm.load(nh.manifest(tmp_path, _twins(), XML, {'keyframe': 'tumble'}), physics='c')
-  _, tr = sim.rollout(sim.default_params(1), fm.world_keys(0, 1), 25)
+  _, tr, _ = sim.rollout(sim.default_params(1), fm.world_keys(0, 1), 25)
   truth = {'range': 'distance_m', 'air': 'probe_ground_speed_m_s',
            'gnss': 'antenna_velocity_m_s', 'baro': 'site_z_m'}
   for kind, field in truth.items():

@@ -44,11 +44,11 @@ def test_fit_profile_names_the_types_with_a_profile_fit(tmp_path):
   with pytest.raises(ConfigError, match=r"^--type: type = 'fibril_sim/gnss': fit-profile "
                      r"supports fibril_sim/ahrs, fibril_sim/imu$"):
     fit_profile.fit_profile(component_type='fibril_sim/gnss', component='g',
-                            out=tmp_path / 'p.yaml', static=['x.npz'])
+                            out=tmp_path / 'p.yaml', logs=fit_profile.Logs(static=['x.npz']))
   with pytest.raises(ConfigError, match=r"^--type: type = 'fibril_sim/ahrs': --thermal logs fit "
                      r"the thermal model of fibril_sim/imu$"):
     fit_profile.fit_profile(component_type='fibril_sim/ahrs', component='a',
-                            out=tmp_path / 'p.yaml', thermal=['x.npz'])
+                            out=tmp_path / 'p.yaml', logs=fit_profile.Logs(thermal=['x.npz']))
 
 
 def test_a_type_with_a_profile_fit_part_is_fitted_by_it(tmp_path):
@@ -65,7 +65,8 @@ def test_a_type_with_a_profile_fit_part_is_fitted_by_it(tmp_path):
   fibril_mjx.register('test/fit_toy', profile_fit=fit_profile.ProfileFit(static))
   try:
     fit_profile.fit_profile(component_type='test/fit_toy', component='t',
-                            out=tmp_path / 'p.yaml', static=[rec], find_rest=True)
+                            out=tmp_path / 'p.yaml', logs=fit_profile.Logs(static=[rec]),
+                            options=fit_profile.FitOptions(find_rest=True))
     profile = yaml.safe_load((tmp_path / 'p.yaml').read_text())
   finally:
     registry.unregister('test/fit_toy')
