@@ -57,9 +57,20 @@ def per_sample(sensor: dict) -> dict:
 
 
 def describe(values: np.ndarray) -> dict:
+  """Mean, median, 95th percentile and maximum of `values` (all NaN when there are none)."""
   v = np.asarray(values, np.float64)
+  if v.size == 0:
+    return dict.fromkeys(('mean', 'p50', 'p95', 'max'), float('nan'))
   return {'mean': float(v.mean()), 'p50': float(np.percentile(v, 50)),
           'p95': float(np.percentile(v, 95)), 'max': float(v.max())}
+
+
+def finite_rows(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
+  """Per-world metric values of the worlds kept (not diverged) that are finite."""
+  v = np.asarray(v, np.float64)[keep]
+  if v.ndim == 0:
+    return v
+  return v[np.all(np.isfinite(v), axis=tuple(range(1, v.ndim)))]
 
 
 def plot_lines(path, time_s, title: str, panels: list, hist=None, points=None):

@@ -53,21 +53,6 @@ def _jsonable(v):
   return v
 
 
-def _finite_rows(v: np.ndarray, keep: np.ndarray) -> np.ndarray:
-  """Per-world metric values of the worlds kept (not diverged) that are finite."""
-  v = np.asarray(v, np.float64)[keep]
-  if v.ndim == 0:
-    return v
-  return v[np.all(np.isfinite(v), axis=tuple(range(1, v.ndim)))]
-
-
-def _describe(v: np.ndarray) -> dict:
-  if v.size == 0:
-    nan = float('nan')
-    return {'mean': nan, 'p50': nan, 'p95': nan, 'max': nan}
-  return common.describe(v)
-
-
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
   """How `run` runs its worlds and writes its directory (defaults: the CLI's).
@@ -317,7 +302,7 @@ def _component_summary(sim, metrics, status, keep, bad) -> tuple[dict, list]:
                  + (f' ({bad.size} diverged excluded)' if bad.size else '')
                  + ': mean / p50 / p95 / max')
     for k, v in metrics[cid].items():
-      d = _describe(_finite_rows(v, keep))
+      d = common.describe(common.finite_rows(v, keep))
       comp['metrics'][k] = d
       lines.append(f'  {k:<34} {d["mean"]:.4g} / {d["p50"]:.4g} / {d["p95"]:.4g} / '
                    f'{d["max"]:.4g}')
@@ -434,7 +419,7 @@ def _plots(tmp: pathlib.Path, sim, arrays, metrics, keep, time_s, *, title, seed
     plot_fn = analysis.for_type(c.type).plot
     if plot_fn is None:
       continue
-    finite_metrics = {k: _finite_rows(v, keep) for k, v in metrics[cid].items()}
+    finite_metrics = {k: common.finite_rows(v, keep) for k, v in metrics[cid].items()}
     try:
       with np.errstate(all='ignore'):
         plot_fn(tmp / f'{cid}.png', cid, time_s,
