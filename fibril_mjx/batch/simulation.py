@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.batch import batched
+from fibril_mjx.batch.batched import Controller, Options, Start  # noqa: F401 (public here)
 from fibril_mjx.batch import lapack
 from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
@@ -31,9 +32,6 @@ from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.mechanisms import rng
 from fibril_mjx.physics.mjx import warp_model_and_data
-
-
-Start, Controller, Options = batched.Start, batched.Controller, batched.Options
 
 
 class Rollout(NamedTuple):
