@@ -84,7 +84,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / 'tests' / 'workflows'))
+sys.path[:0] = [str(ROOT / 'tests'), str(ROOT / 'tests' / 'workflows')]
 import test_tune_fd  # noqa: E402  (the dcmotor rig)
 import fibril_mjx  # noqa: E402
 from fibril_mjx.io import recording  # noqa: E402
