@@ -248,15 +248,18 @@ def _optical_flow(s, hdr, ctx):
 
 
 # The `ros` part of each built-in type (export-mcap imports this module).
-registry.register('fibril_sim/imu', ros=imu_messages)
-registry.register('fibril_sim/ahrs', ros=imu_messages)
-registry.register('fibril_sim/motor', ros=joint_messages)
-registry.register('fibril_mjx/attitude_ekf', ros=_attitude_ekf)
-registry.register('fibril_sim/magnetometer', ros=_magnetometer)
-registry.register('fibril_sim/barometer', ros=_barometer)
-registry.register('fibril_sim/airspeed', ros=_airspeed)
-registry.register('fibril_sim/gnss', ros=_gnss)
-registry.register('fibril_sim/rangefinder', ros=_rangefinder)
-registry.register('fibril_sim/lidar', ros=_lidar)
-registry.register('fibril_sim/camera', ros=_camera)
-registry.register('fibril_sim/optical_flow', ros=_optical_flow)
+for _type, _ros in {
+    'fibril_sim/imu': imu_messages,
+    'fibril_sim/ahrs': imu_messages,
+    'fibril_sim/motor': joint_messages,
+    'fibril_mjx/attitude_ekf': _attitude_ekf,
+    'fibril_sim/magnetometer': _magnetometer,
+    'fibril_sim/barometer': _barometer,
+    'fibril_sim/airspeed': _airspeed,
+    'fibril_sim/gnss': _gnss,
+    'fibril_sim/rangefinder': _rangefinder,
+    'fibril_sim/lidar': _lidar,
+    'fibril_sim/camera': _camera,
+    'fibril_sim/optical_flow': _optical_flow,
+}.items():
+  registry.register(_type, ros=_ros)
