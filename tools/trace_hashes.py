@@ -48,9 +48,10 @@ def hashes(path: pathlib.Path, n_worlds: int, n_ticks: int, seed: int) -> dict:
   sim = fibril_mjx.load(path)
   params = sim.default_params(n_worlds)
   keys = fibril_mjx.world_keys(seed, n_worlds)
-  out = leaf_hashes(sim.reset(params, keys), 'reset')
+  per_id = lambda st: st._replace(components=sim.component_states(st))  # noqa: E731
+  out = leaf_hashes(per_id(sim.reset(params, keys)), 'reset')
   final, trace, _ = sim.rollout(params, keys, n_ticks)
-  out.update(leaf_hashes(final, 'final'))
+  out.update(leaf_hashes(per_id(final), 'final'))
   out.update(leaf_hashes(trace, 'trace'))
   return out
 

@@ -187,22 +187,22 @@ def run(batch: Batch, params, state, carry, commands, n_ticks: int, record: bool
       return ()
     return out if controller.observe_truth else {'sensor': out['sensor']}
 
+  # each group's Params read stacked, as its state is kept (`pipeline.pack`): no stacking
+  # per tick
+  state = state._replace(components=pipeline.pack(built, state.components, axis=1))
+  loop_params = pipeline.pack(built, params, axis=1)
+
   def body(c, cmd):
     st, ctl, obs = c
     if controller is not None:   # before tick 0 nothing has been observed: no controller call
       act = lambda: jax.vmap(controller.policy)(obs, ctl)   # noqa: E731
       first = lambda: (tick0_commands(built, st, jax.eval_shape(act)[0]), ctl)  # noqa
       cmd, ctl = act() if integrate is not None else jax.lax.cond(st.tick < 0, first, act)
-    st, out = step(batch, params, st, cmd, integrate=integrate)
+    st, out = step(batch, loop_params, st, cmd, integrate=integrate)
     return (st, ctl, observe(out)), (out if record else None)
   obs0 = observe(outputs(built, state))   # before tick 0 (integrate None): never read
-  # the loop carries each group's state stacked (`pipeline.pack`): no stacking per tick
-  grouped = bool(built.stacked_groups)
-  per_world = lambda f, st: st._replace(components=jax.vmap(  # noqa: E731
-      functools.partial(f, built))(st.components)) if grouped else st
-  (state, carry, _), outs = jax.lax.scan(body, (per_world(pipeline.pack, state), carry, obs0),
-                                         commands, length=n_ticks)
-  return (per_world(pipeline.unpack, state), carry), outs
+  (state, carry, _), outs = jax.lax.scan(body, (state, carry, obs0), commands, length=n_ticks)
+  return (state, carry), outs
 
 
 def tick0_commands(built: Built, state: SimState, like: dict) -> dict:

@@ -189,6 +189,7 @@ def device_pass(built: Built, record: bool, params, keys, frames, cmds, latency)
   tick's code is compiled once. Traceable; `device_program` is its `jax.jit`."""
   def one(p, key, fr, cs, lat):
     st = pipeline.before_frame0(built, p, key, jax.tree.map(lambda x: x[0], fr), latency=lat)
+    p = pipeline.pack(built, p)   # each group's Params stacked once, not per tick
 
     def body(s, xs):
       frame, c = xs

@@ -256,6 +256,12 @@ class Simulation:
     """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of the current tick (one program)."""
     return _outputs(self.built, state)
 
+  def component_states(self, state: SimState) -> dict:
+    """`{component id: state}` of a batch's `state`, leaves `(nworld, ...)`: the components'
+    state is kept by group (the members of a group stacked along a member axis,
+    `pipeline.pack`); this is its per-id view."""
+    return pipeline.unpack(self.built, state.components, axis=1)
+
   def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
            options: Options | None = None) -> tuple[SimState, dict]:
     """Advances every world one tick (`state.tick` → `state.tick + 1`); returns `(state,

@@ -88,12 +88,25 @@ class Built:
         {protocol.SENSOR, protocol.ESTIMATOR} & c.roles))
 
   @functools.cached_property
+  def forward_before_tick0(self) -> bool:
+    """Whether `pipeline.before_tick0` forwards the initial state: an actuator reads more of
+    it than `qpos` / `qvel` before tick 0's forward (its `reads_forward`, True where a type
+    does not say), or a dcmotor's initial activation is read beside actuators."""
+    acts = [c for c in self.components.values() if protocol.ACTUATOR in c.roles]
+    return bool(acts) and (self.dcmotor is not None
+                           or any(getattr(c, 'reads_forward', True) for c in acts))
+
+  @functools.cached_property
+  def groups(self) -> tuple:
+    """Every group, actuators' and sensing components' alike, each once (an actuator with
+    feedback is in both lists); every component is in one."""
+    return tuple({g.key: g for g in self.actuator_groups + self.sensing_groups}.values())
+
+  @functools.cached_property
   def stacked_groups(self) -> tuple:
-    """The groups of several members, actuators' and sensing components' alike, each once
-    (an actuator with feedback is in both lists): what a loop over ticks carries stacked
+    """The groups of several members: what a loop over ticks carries stacked
     (`pipeline.pack`)."""
-    return tuple({g.key: g for g in self.actuator_groups + self.sensing_groups
-                  if g.stacked}.values())
+    return tuple(g for g in self.groups if g.stacked)
 
   def _key(self):
     return (self.manifest.sha256, tuple(self.components.items()), self.actuator_script,

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fibril_mjx.core import protocol
+from fibril_mjx.mechanisms import rng
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +96,14 @@ def split(component) -> tuple[Any, list]:
   return _replaced(component, values), leaves
 
 
-def member(skeleton, numbers) -> Any:
+def member(skeleton, numbers, id_hash=None) -> Any:
   """The component of one member of a group: `skeleton` with its per-member numbers (traced
-  scalars under the group's `vmap`)."""
+  scalars under the group's `vmap`); with `id_hash` (`Group.id_hashes`), its `id` is that
+  hash, which names its random streams (`rng.stream_key`) when it is initialized."""
   leaves = iter(numbers)
-  return _replaced(skeleton, {name: _walk(getattr(skeleton, name), lambda _: next(leaves))
-                              for name in type(skeleton).per_member})
+  values = {name: _walk(getattr(skeleton, name), lambda _: next(leaves))
+            for name in type(skeleton).per_member}
+  return _replaced(skeleton, values if id_hash is None else {**values, 'id': id_hash})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -123,6 +126,11 @@ class Group:
     """The key of the group's stacked state in a packed `components` dict
     (`pipeline.pack`): its ids joined by '|' (never a component id)."""
     return '|'.join(self.ids)
+
+  @property
+  def id_hashes(self) -> np.ndarray:
+    """`(members,)` uint32: `rng.name_hash` of each member's id."""
+    return np.asarray([rng.name_hash(cid) for cid in self.ids], np.uint32)
 
   @property
   def stacked(self) -> bool:

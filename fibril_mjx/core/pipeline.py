@@ -221,9 +221,7 @@ def sense(built: Built, params, comps, data, tick, dues):
   for g in built.sensing_groups:
     comps.update(_on_group(g, params, comps, lambda c, p, s: (c.sense(
         p, s, data, tick, dues[g.ids[0]], env),))[0])
-    states = _members(g, comps[g.key]) if g.key in comps and g.stacked else comps
-    for cid in g.ids:
-      env[cid] = built.components[cid].output(states[cid])
+    env.update(_group_outputs(built, g, comps, lambda c, s: c.output(s)))
   return comps
 
 
@@ -240,8 +238,8 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
   over the members, on the group's skeleton with each member's bindings (`groups.member`),
   its Params, State and `per_member` inputs stacked along the member axis. A member's result
   is the one `fn` gives it alone (the members share everything else `fn` reads). Where
-  `comps` holds the group's state stacked (`pack`), it is read and returned as
-  `{g.key: stacked state}`."""
+  `comps` (`params`) holds the group's state (Params) stacked (`pack`), it is read from there,
+  and the state returned as `{g.key: stacked state}`."""
   if not g.stacked:
     cid = g.ids[0]
     state, *rest = fn(g.skeleton, params[cid], comps[cid], *(x[cid] for x in per_member))
@@ -249,35 +247,75 @@ def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
   packed = g.key in comps
   state, *rest = jax.vmap(lambda numbers, p, s, *more: fn(
       groups_lib.member(g.skeleton, numbers), p, s, *more))(
-          g.numbers, _stack([params[cid] for cid in g.ids]),
-          comps[g.key] if packed else _stack([comps[cid] for cid in g.ids]),
+          g.numbers, _stacked(g, params), _stacked(g, comps),
           *(_stack([x[cid] for cid in g.ids]) for x in per_member))
   return ({g.key: state} if packed else _members(g, state), *rest)
+
+
+def _stacked(g: groups_lib.Group, tree: dict):
+  """Group `g`'s members' entries of `tree` stacked along the member axis (read as they are
+  where `tree` is packed)."""
+  return tree[g.key] if g.key in tree else _stack([tree[cid] for cid in g.ids])
+
+
+def _group_outputs(built: Built, g: groups_lib.Group, comps, fn) -> dict:
+  """`{id: fn(component, state)}` of every member of `g`: where the group's state is packed,
+  `fn` runs once under a `vmap` over the members and only its (small) result is sliced per
+  member, not the whole state."""
+  if g.key not in comps or not g.stacked:
+    return {cid: fn(built.components[cid], comps[cid]) for cid in g.ids}
+  return _members(g, jax.vmap(lambda numbers, s: fn(groups_lib.member(g.skeleton, numbers), s))(
+      g.numbers, comps[g.key]))
 
 
 def _members(g: groups_lib.Group, stacked) -> dict:
   return {cid: jax.tree.map(lambda x, i=i: x[i], stacked) for i, cid in enumerate(g.ids)}
 
 
-def pack(built: Built, comps: dict) -> dict:
-  """One world's `{id: state}` with the state of each group of several members stacked
-  under its `Group.key` instead (what a loop over ticks carries: `step` then reads and
-  writes each group's state in place, with no stacking and slicing per tick). `unpack`
-  reverses it; `step` takes and returns either layout."""
-  out = dict(comps)
+def pack(built: Built, tree: dict, axis: int = 0) -> dict:
+  """`{id: state}` (or `{id: Params}`) with the entries of each group of several members
+  stacked along a member axis at `axis` (0 for one world, 1 for a batch) under its
+  `Group.key` instead. A world's state is kept packed (`before_tick0` packs it), so that
+  `step` reads and writes each group's state in place, with no stacking and slicing per tick;
+  `step` takes either layout, for its state and its params. Entries already packed stay."""
+  out = dict(tree)
   for g in built.stacked_groups:
     if g.ids[0] in out:
-      out[g.key] = _stack([out.pop(cid) for cid in g.ids])
+      out[g.key] = jax.tree.map(lambda *x: jnp.stack(x, axis), *[out.pop(cid) for cid in g.ids])
   return out
 
 
-def unpack(built: Built, comps: dict) -> dict:
-  """`pack` reversed: one world's `{id: state}`."""
-  out = dict(comps)
+def unpack(built: Built, tree: dict, axis: int = 0) -> dict:
+  """`pack` reversed: `{id: state}` in manifest order (`Simulation.component_states` for a
+  batch)."""
+  out = dict(tree)
   for g in built.stacked_groups:
     if g.key in out:
-      out.update(_members(g, out.pop(g.key)))
+      stacked = out.pop(g.key)
+      out.update({cid: jax.tree.map(lambda x, i=i: jax.lax.index_in_dim(x, i, axis, False),
+                                    stacked) for i, cid in enumerate(g.ids)})
   return {cid: out[cid] for cid in built.components}
+
+
+def _write_ctrl(g: groups_lib.Group, ctrl, written):
+  """`ctrl` with group `g`'s controls from `written` (its members' `ctrl` after they wrote:
+  one, or stacked along the member axis, each member's own channels taken)."""
+  if not g.stacked:
+    return written
+  return ctrl.at[g.writes].set(written[np.arange(len(g.ids))[:, None], g.writes])
+
+
+def actuate(built: Built, params, comps, data, ctrl, commands, tick, dues):
+  """The before-physics half of a tick: every actuator group applies its members' commands
+  at `data` (the state before the tick's forward); returns `(comps, ctrl)`. `commands` and
+  `dues` from `tick_inputs`."""
+  comps = dict(comps)
+  for g in built.actuator_groups:
+    states, written = _on_group(g, params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
+        p, s, data, ctrl, cmd, tick, dues[g.ids[0]]), commands)
+    comps.update(states)
+    ctrl = _write_ctrl(g, ctrl, written)
+  return comps, ctrl
 
 
 def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
@@ -287,15 +325,7 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, 
   `dcmotor.Pending` the next integration needs. `forward` None: `data` is a `Frame` whose
   physics was computed outside (its dcmotors too)."""
   ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
-  comps = dict(comps)
-  for g in built.actuator_groups:
-    states, written = _on_group(g, params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
-        p, s, data, ctrl, cmd, tick, pre[g.ids[0]]), commands)
-    comps.update(states)
-    if g.stacked:   # each member's own controls, from the ctrl it wrote
-      ctrl = ctrl.at[g.writes].set(written[np.arange(len(g.ids))[:, None], g.writes])
-    else:
-      ctrl = written
+  comps, ctrl = actuate(built, params, comps, data, ctrl, commands, tick, pre)
   if forward is None:
     data = data.replace(ctrl=ctrl)
   elif built.dcmotor is None:
@@ -323,9 +353,20 @@ def finite(data, comps) -> jax.Array:
 
 def outputs(built: Built, state: SimState) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
-  comps, items = unpack(built, state.components), built.components.items()
-  return {'sensor': {cid: c.output(comps[cid]) for cid, c in items},
-          'truth': {cid: c.truth(comps[cid], state.data) for cid, c in items}}
+  truth = {}
+  for g in built.groups:
+    truth.update(_group_outputs(built, g, state.components,
+                                lambda c, s: c.truth(s, state.data)))
+  return {'sensor': sensor_outputs(built, state.components),
+          'truth': {cid: truth[cid] for cid in built.components}}
+
+
+def sensor_outputs(built: Built, comps: dict) -> dict:
+  """`{id: Delivered}`: what each component of one world holds delivered (either layout)."""
+  out = {}
+  for g in built.groups:
+    out.update(_group_outputs(built, g, comps, lambda c, s: c.output(s)))
+  return {cid: out[cid] for cid in built.components}
 
 
 # ---------------------------------------------------------------- public one-world API
@@ -363,9 +404,9 @@ def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos
   is `init`); a loop over ticks 0 … n that starts here (`integrate=None`) holds each tick's
   code once. Arguments as in `init`.
 
-  The initial state is forwarded here only when an actuator reads it before tick 0's forward
-  (its held command): tick 0's own forward recomputes every derived field from `qpos`,
-  `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held in a
+  The initial state is forwarded here only when an actuator reads more of it than `qpos` /
+  `qvel` before tick 0's forward (`Built.forward_before_tick0`): tick 0's own forward
+  recomputes every derived field from `qpos`, `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held in a
   `Pending` whose `state` `step` takes at tick 0 (its other fields: zeros of their shapes)."""
   mx = built.mx if mx is None else mx
   data = built.data0 if data0 is None else data0
@@ -373,7 +414,7 @@ def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos
     data = data.replace(qpos=data.qpos + qpos_offset)
   if qvel_offset is not None:
     data = data.replace(qvel=data.qvel + qvel_offset)
-  if actuators(built):
+  if built.forward_before_tick0:
     data = mjx.forward(mx, data)   # what the actuators start from
   comps = _init_components(built, params, key, latency)
   dc = ()
@@ -385,8 +426,19 @@ def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos
 
 
 def _init_components(built: Built, params, key, latency) -> dict:
-  comps = {cid: c.init(params[cid], key) for cid, c in built.components.items()}
-  return latencies.apply(comps, latency)   # this world's latencies, before anything is sent
+  """The components' initial states, packed (`pack`): a group's members initialized under
+  one `vmap`, each with its own id's random streams; then the world's latencies (before
+  anything is sent)."""
+  comps = {}
+  for g in built.groups:
+    if not g.stacked:
+      comps[g.key] = g.skeleton.init(params[g.key], key)
+      continue
+    comps[g.key] = jax.vmap(lambda numbers, h, p, g=g: groups_lib.member(
+        g.skeleton, numbers, h).init(p, key))(g.numbers, g.id_hashes, _stacked(g, params))
+  if latency:
+    comps = pack(built, latencies.apply(unpack(built, comps), latency))
+  return comps
 
 
 def initial_ctrl(built: Built) -> jax.Array:
@@ -399,10 +451,12 @@ def initial_ctrl(built: Built) -> jax.Array:
 def _reset_ctrl(built: Built, params, comps, data):
   """`ctrl` before tick 0: `initial_ctrl`, each actuator's channels overwritten by what it
   holds before its first application."""
-  ctrl = initial_ctrl(built)
-  comps = dict(comps)
-  for cid, c in actuators(built):   # what an actuator holds before its first application
-    comps[cid], ctrl = c.reset_ctrl(params[cid], comps[cid], data, ctrl)
+  ctrl, comps = initial_ctrl(built), dict(comps)
+  for g in built.actuator_groups:   # what an actuator holds before its first application
+    states, written = _on_group(g, params, comps, lambda c, p, s, ctrl=ctrl: c.reset_ctrl(
+        p, s, data, ctrl))
+    comps.update(states)
+    ctrl = _write_ctrl(g, ctrl, written)
   return ctrl, comps
 
 

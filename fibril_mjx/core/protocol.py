@@ -117,6 +117,9 @@ class Actuator(Component, Protocol):
 
   Attributes:
     bindings: the bound MuJoCo actuators (`ActuatorBinding`s), one driver per actuator.
+    reads_forward: optional class attribute; False where `reset_ctrl` and `actuate` read only
+      `qpos` / `qvel` of the state they act on (then the initial state is not forwarded before
+      tick 0 for them; absent: True).
   """
   bindings: tuple
 

@@ -30,9 +30,12 @@ def world_keys(seed: int, n_worlds: int, first_world: int = 0) -> jax.Array:
   return jax.vmap(lambda i: jax.random.fold_in(root, i))(idx)
 
 
-def stream_key(world_key: jax.Array, component_id: str, source: str) -> jax.Array:
-  """Base key of one error source of one component in one world."""
-  k = jax.random.fold_in(world_key, name_hash(component_id))
+def stream_key(world_key: jax.Array, component_id, source: str) -> jax.Array:
+  """Base key of one error source of one component in one world. `component_id` is the id,
+  or its `name_hash` (the members of a group are initialized under one `vmap`, each with its
+  id's hash: `fibril_mjx/core/groups.py`)."""
+  cid = name_hash(component_id) if isinstance(component_id, str) else component_id
+  k = jax.random.fold_in(world_key, cid)
   return jax.random.fold_in(k, name_hash(source))
 
 

@@ -377,10 +377,8 @@ class OnPlayground(FibrilEnv):
     tick = ps.tick + 1
     clocks, cmds, pre, post = pipeline.tick_inputs(
         built, ps.clocks, self._commands(action), tick)
-    comps, ctrl = dict(ps.components), ps.ctrl
-    for cid, c in pipeline.actuators(built):
-      comps[cid], ctrl = c.actuate(params[cid], comps[cid], ps.data, ctrl, cmds[cid], tick,
-                                   pre[cid])
+    comps, ctrl = pipeline.actuate(built, params, ps.components, ps.data, ps.ctrl, cmds, tick,
+                                   pre)
     if b.act:
       ids = np.asarray([a[0] for a in b.act])
       action = jnp.asarray(action).at[ids].set(ctrl[ids].astype(jnp.asarray(action).dtype))
@@ -430,11 +428,10 @@ class OnPlayground(FibrilEnv):
 
   def _observe(self, env_obs, ps):
     """The env's observation with the `observe:` entries set to the delivered samples."""
-    comps = self.built.components
-    states = pipeline.unpack(self.built, ps.components)
+    delivered = pipeline.sensor_outputs(self.built, ps.components)
     obs = dict(env_obs) if isinstance(env_obs, dict) else {None: env_obs}
     for key, start, stop, cid, field, index in self.binding.observe:
-      v = getattr(comps[cid].output(states[cid]).sample, field)
+      v = getattr(delivered[cid].sample, field)
       v = jnp.ravel(v if index is None else jnp.ravel(v)[index])
       k = key or ('state' if isinstance(env_obs, dict) else None)
       obs[k] = obs[k].at[start:stop].set(v.astype(obs[k].dtype))

@@ -197,6 +197,7 @@ class _Results:
   def add(self, sim, flat: dict, state) -> None:
     """Appends one chunk's metrics (from its flattened host outputs `flat`), its status
     counters and divergence ticks (from its final `state`)."""
+    states = sim.component_states(state)
     for cid, c in sim.components.items():
       metric_fn = analysis.for_type(c.type).metrics
       if metric_fn is not None:
@@ -205,7 +206,7 @@ class _Results:
                         common.group(flat, 'truth', cid))
         for k, v in m.items():
           self.metrics[cid].setdefault(k, []).append(np.asarray(v))
-      for k, v in c.status(state.components[cid]).items():
+      for k, v in c.status(states[cid]).items():
         self.status[cid].setdefault(k, []).append(np.asarray(v))
     self.diverged.append(np.asarray(state.diverged))
 

@@ -80,28 +80,33 @@ def test_grouped_step_is_bitwise_the_step_one_by_one(tmp_path, monkeypatch):
     for _ in range(60):
       states.append(step(states[-1]))
     return states
-  for a, b in zip(rollout(grouped), rollout(alone)):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+  for a, b in zip(rollout(grouped), rollout(alone), strict=True):
+    assert set(a.components) == {'ma|mb', 'vc'} and set(b.components) == {'ma', 'mb', 'vc'}
+    a = a._replace(components=pipeline.unpack(grouped, a.components))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_a_loop_carries_the_group_stacked(tmp_path):
-  """`pack` / `unpack` round trip; `step` on the packed layout gives the per-id step's state."""
+def test_a_world_keeps_the_group_stacked(tmp_path):
+  """`init` keeps each group's state stacked; `pack` / `unpack` round trip; `step` on the
+  per-id layout gives the packed step's state, per id."""
   built = _load(tmp_path).built
   params, key = pipeline.default_params(built), fibril_mjx.world_keys(3, 1)[0]
-  state = pipeline.init(built, params, key)
-  packed = pipeline.pack(built, state.components)
-  assert set(packed) == {'ma|mb', 'vc'}
-  for a, b in zip(jax.tree.leaves(pipeline.unpack(built, packed)),
-                  jax.tree.leaves(state.components)):
+  stacked = pipeline.init(built, params, key)
+  assert set(stacked.components) == {'ma|mb', 'vc'}
+  by_id = stacked._replace(components=pipeline.unpack(built, stacked.components))
+  assert list(by_id.components) == ['ma', 'mb', 'vc']
+  for a, b in zip(jax.tree.leaves(pipeline.pack(built, by_id.components)),
+                  jax.tree.leaves(stacked.components), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
-  by_id, stacked = state, state._replace(components=packed)
+  packed_params = pipeline.pack(built, params)
+  step_packed = jax.jit(lambda s: pipeline.step(built, packed_params, s)[0])
   for _ in range(20):
-    by_id, stacked = step(by_id), step(stacked)
+    by_id, stacked = step(by_id), step_packed(stacked)
   assert set(stacked.components) == {'ma|mb', 'vc'}
   for a, b in zip(jax.tree.leaves(by_id.components),
-                  jax.tree.leaves(pipeline.unpack(built, stacked.components))):
+                  jax.tree.leaves(pipeline.unpack(built, stacked.components)), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -153,6 +158,8 @@ def test_a_grouped_run_is_bitwise_the_run_one_by_one(tmp_path, monkeypatch):
     return sim.run(p, st, 30)[:2]
   (a_state, a_trace), (b_state, b_trace) = run(grouped), run(alone)
   assert set(a_trace['sensor']) == {'ea', 'eb', 'ec'}
+  assert set(a_state.components) == {'ea|eb', 'ec'}   # kept stacked between calls
+  a_state = a_state._replace(components=grouped.component_states(a_state))
   for x, y in zip(jax.tree.leaves((a_state, a_trace)), jax.tree.leaves((b_state, b_trace)),
                   strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -182,3 +189,31 @@ def test_a_binding_dataclass_must_say_what_shapes_the_trace():
                       'see fibril_mjx/core/groups.py)')
   else:
     raise AssertionError('no error')
+
+
+def test_a_world_latency_reaches_one_member_of_a_group(tmp_path, monkeypatch):
+  """A per-world latency for one member (`init(..., latency=)`): the grouped init gives that
+  member, and only it, the latency; every leaf equal to the ungrouped init's, and the same
+  after 40 ticks."""
+  grouped = _load(tmp_path / 'grouped').built
+  assert grouped.stacked_groups[0].ids == ('ma', 'mb')
+  monkeypatch.setattr(groups, 'form', _alone)
+  alone = _load(tmp_path / 'alone').built
+  params, key = pipeline.default_params(grouped), fibril_mjx.world_keys(4, 1)[0]
+  latency = {'mb': {'feedback_latency_s': (jax.numpy.float32(0.01), jax.numpy.int32(5))}}
+
+  def rollout(built):
+    step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
+    st = pipeline.init(built, params, key, latency=latency)
+    first = st
+    for _ in range(40):
+      st = step(st)
+    return [s._replace(components=pipeline.unpack(built, s.components)) for s in (first, st)]
+  nominal = pipeline.init(alone, params, key)
+  for a, b in zip(rollout(grouped), rollout(alone), strict=True):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  first = rollout(grouped)[0].components
+  differs = lambda cid: any(np.any(np.asarray(x) != np.asarray(y)) for x, y in zip(  # noqa
+      jax.tree.leaves(first[cid]), jax.tree.leaves(nominal.components[cid])))
+  assert differs('mb') and not differs('ma')

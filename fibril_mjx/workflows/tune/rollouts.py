@@ -132,6 +132,7 @@ class RolloutProblem(Problem):
       params = jax.tree.map(lambda x: x[0], params)
       st = pipeline.before_frame0(built, params, self._keys[0], jax.tree.map(lambda x: x[0], fr),
                                   latency=lat)
+      params = pipeline.pack(built, params)   # each group's Params stacked once, not per tick
 
       def body(s, xs):
         frame, c = xs
