@@ -333,12 +333,8 @@ class Simulation:
               ) -> Rollout:
     """Reset then `n_ticks` steps of every world, in one program per host chunk.
 
-    The world axis (`fibril_mjx.batch.worlds`): worlds are sharded over `options.devices`
-    (default every local device; on a CPU host set
-    `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX initializes to get N
-    devices, as `fibril-mjx` does with one per core), run in LAPACK-safe sub-batches inside
-    the program, and optionally in host chunks of `options.chunk_worlds` (memory only). A
-    world's result depends on none of these.
+    Worlds are laid out by `fibril_mjx.batch.worlds` (devices, LAPACK-safe sub-batches, host
+    chunks of `options.chunk_worlds`); a world's result depends on none of these.
 
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
