@@ -292,8 +292,8 @@ class Icm42688pEmulator:
     return b
 
   def end_transaction(self) -> None:
-    """Chip select released: a packet read in part is rewound unless
-    FIFO_RESUME_PARTIAL_RD is set (ASSUMPTION, module docstring)."""
+    """Chip select released: a packet read in part is rewound unless FIFO_RESUME_PARTIAL_RD is
+    set (an assumption: docs/internals/interfaces.md, "ICM-42688-P")."""
     if self.partial and not int(self.regs[FIFO_CONFIG1]) & FIFO_RESUME_PARTIAL_RD:
       self.partial = 0
 
