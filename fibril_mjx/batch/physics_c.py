@@ -1,33 +1,20 @@
 """Physics outside the loop: MuJoCo C through `mujoco.rollout` (`physics='c'`) and recorded
 state logs through `mj_forward` (`physics='trajectory'`), under the same device layer.
 
-Open loop, one tick k is what the in-loop pipeline does (SPEC §4), cut in three passes:
+Open loop, one tick k is what the in-loop pipeline does (SPEC §4), in three passes:
+1. **controls** — the pipeline over the command trace on placeholder frames, the same compiled
+   program as pass 3 (a component whose controls read the physics is refused up front:
+   `open_loop_problems`);
+2. **physics** — `mujoco.rollout` of every world under those controls (the `sensordata` of step
+   k is that of `x_k` with `ctrl_k`, the in-loop stamp), or a log's `x_k` through `mj_forward`
+   (`mj_inverse` with the log's accelerations);
+3. **devices** — `pipeline.step_frame` over the recorded frames, the actuators re-run beside
+   them, so every component's state is the in-loop one.
 
-1. **Controls.** The pipeline runs over the command trace in JAX on placeholder frames (the
-   initial state at every tick): transports, schedules, timeouts, the manifest's scripts —
-   everything that makes `ctrl_k`. Nothing there reads the physics (a component whose controls
-   do is refused up front: `open_loop_problems`), so the controls are known before any physics
-   runs. It is the same compiled program as pass 3 (its outputs are dropped): one compilation
-   instead of two, for the cost of running the sensors once more on nothing.
-2. **Physics.** MuJoCo C rolls every world out with those controls (`mujoco.rollout`: its thread
-   pool, one `MjData` per thread, per-world `MjModel`s when MJCF fields vary per world). A
-   rollout step is `mj_step` = forward then integrate, so the `sensordata` recorded at step k
-   is that of `x_k` with `ctrl_k` — the stamp the in-loop pipeline gives it — and the state
-   recorded after it is `x_{k+1}`. A trajectory log gives `x_k` directly; `mj_forward` (or
-   `mj_inverse` with the log's own accelerations) gives its `sensordata`.
-3. **Devices.** Sensors, feedback and estimators run in JAX over the recorded frames
-   (`pipeline.step_frame`), with the actuators re-run beside them so every component's state
-   is exactly the in-loop one. They read physics only through MuJoCo sensors (the probes of
-   `fibril_mjx.core.context`), so what they see is what MuJoCo C computed.
-
-Worlds are processed in chunks (`chunk_worlds`, by default sized so a chunk's recorded
-`sensordata` stays under `FRAME_BUDGET_BYTES`), padded to one shape (at least two lanes: XLA
-compiles a batch of one to other scalar code) so that one compiled program serves every
-chunk. A world's result depends only on its inputs: MuJoCo C's worlds are
-independent of the thread that runs them, and the JAX passes are the per-world functions of
-the pipeline vmapped over a chunk.
+Worlds go in chunks (`chunk_worlds`; recorded `sensordata` under `FRAME_BUDGET_BYTES`) padded to
+one shape of at least two lanes, so one program serves every chunk and a world's result depends
+only on its inputs. The passes explained: docs/concepts/physics-backends.md.
 """
-
 from __future__ import annotations
 
 import copy

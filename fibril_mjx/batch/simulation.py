@@ -220,17 +220,12 @@ class Simulation:
         `mjx.Model` that every world uses instead of `sim.mx` (e.g. `sim.mx.replace(...)`, to
         differentiate wrt MJCF fields), traced as an argument (the embedded model lets XLA
         fold constants).
-      start: where each world starts (`Start`): `qpos_offset` / `qvel_offset` `(nworld, nq)` /
-        `(nworld, nv)` added to the model's initial `qpos` / `qvel` before the first
-        `mjx.forward`; `latency`, per-world transport latencies `{component id: {field:
-        seconds}}` for the fields of `latency_fields()`, each a scalar or `(nworld,)`, rounded
-        up to whole ticks on the host exactly as a manifest value is (at most the built
-        latency, which sized the queue; host values, not differentiable); `data0`, the
-        `mjx.Data` every world starts from instead of `sim.data0` (e.g. a recorded initial
-        state).
-      options: `Options`: `share_physics` (default False here: True computes the physics once
-        for all worlds when `physics_sharing` allows it; the state's `data` then has no world
-        axis), `devices`, `sub_batch`.
+      start: where each world starts (`Start`). Its `latency` `{component id: {field:
+        seconds}}` (fields of `latency_fields()`, scalar or `(nworld,)`) is rounded up to whole
+        ticks on the host as a manifest value is, at most the built latency (which sized the
+        queue); host values, not differentiable.
+      options: `Options` (`share_physics` False by default here; when True and shared, the
+        state's `data` has no world axis).
 
     Inside a user's `jit` / `vmap` / `grad` (traced inputs) the batch runs as one plain
     vmap: the caller owns the world axis.
@@ -339,12 +334,8 @@ class Simulation:
               ) -> Rollout:
     """Reset then `n_ticks` steps of every world, in one program per host chunk.
 
-    The world axis (`fibril_mjx.batch.worlds`): worlds are sharded over `options.devices`
-    (default every local device; on a CPU host set
-    `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX initializes to get N
-    devices, as `fibril-mjx` does with one per core), run in LAPACK-safe sub-batches inside
-    the program, and optionally in host chunks of `options.chunk_worlds` (memory only). A
-    world's result depends on none of these.
+    Worlds are laid out by `fibril_mjx.batch.worlds` (devices, LAPACK-safe sub-batches, host
+    chunks of `options.chunk_worlds`); a world's result depends on none of these.
 
     Args:
       params: `{id: Params}` with a leading `(nworld,)` axis.
@@ -354,11 +345,9 @@ class Simulation:
       controller: a `Controller` (see `run`): it sees the outputs of tick k and issues the
         commands of tick k + 1 (tick 0 gets the scripted or null commands).
       model, start: per-world MJCF fields and where each world starts, as in `reset`.
-      options: `Options`. `share_physics` (default True here): when `physics_sharing` allows
-        it (sensor-only Monte Carlo), run the physics once and broadcast its data to every
-        world's components; False forces one physics rollout per world (shared and per-world
-        sensor outputs agree to float rounding; each is bitwise reproducible). `stall_s`:
-        watchdog (`worlds.Watchdog`), `worlds.WorldsStalled` after so long idle.
+      options: `Options` (`share_physics` True by default here: sensor-only Monte Carlo runs
+        the physics once for every world; shared and per-world outputs agree to float
+        rounding, each bitwise reproducible).
 
     Returns:
       `Rollout(state, trace, carry)`: trace leaves `(nworld, n_ticks + 1, ...)` with tick 0

@@ -1,38 +1,17 @@
 """The world axis (SPEC §1.4, §8): how a batch of worlds is laid out on devices, split into
-sub-batches inside one program, padded, chunked on the host and watched.
+sub-batches inside one program, padded, chunked on the host and watched. `Simulation`'s verbs,
+`fibril-mjx run` and the benchmarks all use it, so a world's result is the same whatever path
+runs it.
 
-Everything that touches the world axis lives here; `Simulation` (reset / step / run /
-rollout), `fibril-mjx run` and the benchmarks use it, so a world's result is the same
-whatever path runs it.
-
-Layout of one program over `n` worlds (`Layout`):
-
-* **devices** — the worlds are split evenly over `D` devices (`jax.shard_map` over a 1-D mesh
-  named `worlds`; `check_vma=False` because MJX's solver trips the replication check).
-  On a CPU host, `fibril-mjx` exposes one XLA device per core
-  (`--xla_force_host_platform_device_count`, see `cpu_flags`); from Python, call
-  `fibril_mjx.cpu_flags()` (or set `XLA_FLAGS`) before JAX initializes.
-* **sub-batches** — on each device the worlds are reshaped to `(m, k)` and `lax.map` runs the
-  vmapped single-world code over the `m` sub-batches of `k` worlds. `k` is chosen so that no
-  batched LAPACK call of the step (Cholesky of the mass matrix and of the Newton Hessian,
-  triangular solves) reaches the work at which jaxlib 0.10's CPU kernels split their batch over
-  the intra-op thread pool (`batch × cost_per_matrix ≥ 200 000` FLOP, `jaxlib/cpu/
-  lapack_kernels.cc: GetLapackBatchChunkSize`): two such calls running concurrently on the
-  pool's workers each wait for sub-tasks queued on that same, fully occupied pool — the
-  deadlock seen as a hang at 0 % CPU with 1024+ worlds of a contact model. Below the split
-  the kernel runs inline and cannot wait on the pool (`fibril_mjx.batch.lapack`).
-* **padding** — the world count is padded to `D·m·k` with copies of world 0 (dropped from the
-  results); `k ≥ 2` always, because XLA compiles a batch of exactly one world to different
-  (scalar) code whose results can differ in the last bit. With `cpu_flags` (no FMA
-  contraction) and the lane-independent small-matrix products of `fibril_mjx.mechanisms.smallmat`, world
-  `w`'s outputs are bitwise identical whatever the batch, chunk, sub-batch or device count it
-  runs in.
-
-Host chunks (`chunks`) only bound memory; `Watchdog` turns a program that stops making
-progress (no CPU time for `stall_s`) into a `WorldsStalled` error naming the model and world
-count instead of a silent hang.
+`Layout` of one program over `n` worlds: `D` devices (`jax.shard_map` over the 1-D mesh
+`worlds`, one XLA CPU device per core with `cpu_flags`), on each `m` sub-batches of `k` worlds
+that `lax.map` runs through the vmapped single-world code, padded to `D·m·k` with copies of
+world 0 (dropped from the results). `k ≥ 2`, and small enough that no batched LAPACK call of
+the step splits its batch over the intra-op thread pool (`fibril_mjx.batch.lapack`). Host
+chunks (`chunks`) only bound memory; `Watchdog` turns a program that stops making progress
+into a `WorldsStalled` error. Why each rule (the LAPACK deadlock, a batch of one, bitwise
+identity across layouts): docs/internals/performance.md, "The world axis of one program".
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -106,12 +85,10 @@ def cpu_flags(n: int | None = None, *, bitwise: bool = True, environ=None) -> in
   * **devices**: asks XLA for `n` CPU devices (default: one per usable core) unless XLA_FLAGS
     already sets a count (an explicit `n` replaces it).
   * **bitwise** (x86 only): caps XLA's CPU code generation at AVX (`--xla_cpu_max_isa=AVX`)
-    unless XLA_FLAGS already sets an ISA. XLA always lets LLVM fuse a multiply and an add into
-    one FMA instruction where the ISA has it, and whether it does depends on how the
-    surrounding loop was fused and vectorized — which changes with the batch size, the
-    number of sub-batches and the device count. Without FMA every world's arithmetic is the
-    same operations in the same order in any layout, so its results are bitwise identical
-    whatever batch, chunk or device count it runs in (its cost: docs/internals/performance.md).
+    unless XLA_FLAGS already sets an ISA. Without FMA contraction (which LLVM applies
+    differently with the batch size, sub-batches and device count) a world's results are
+    bitwise identical in any layout (why, and the cost: docs/internals/performance.md,
+    "Every core, and the same bits in any layout").
     `bitwise=False` (CLI `--cpu-isa native`) keeps the host's full ISA; results then agree
     only to float rounding across layouts.
   * **loops**: `loop_flags` (every `lax.scan` over ticks XLA can compile as one kernel is).

@@ -29,8 +29,8 @@ def _setup_jax():
   cache = os.environ.get('FIBRIL_MJX_CACHE',
                          os.path.join(os.path.expanduser('~'), '.cache', 'fibril_mjx', 'jax'))
   jax.config.update('jax_compilation_cache_dir', cache)
-  # every compilation: a tune's programs compile in well under JAX's default 1 s, and kept
-  # they save a new process about a third of a small fit (bench/README.md)
+  # every compilation, not only those over JAX's default 1 s (why: docs/internals/performance.md,
+  # "Compilation cache")
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 

@@ -18,30 +18,10 @@ Times: a sample's header stamp becomes `sample_time_s`, the bag's receive (log) 
 earliest receive time in the bag or header stamp of a mapped topic), computed in integer
 nanoseconds. Topics without a header (`Float64MultiArray`, `Float64`) use the receive time.
 
-Messages → sample fields (`bag_fields.READERS`, `ROS type → reader`; units of the sample
-types):
-
-| ROS message | sample fields |
-| --- | --- |
-| `sensor_msgs/Imu` | `angular_velocity`, `linear_acceleration`; `orientation` `[w, x, y, z]` unless `orientation_covariance[0] = -1`; `*_variance` from the covariance diagonals when known (not all zero) |
-| `sensor_msgs/MagneticField` | `magnetic_field_ut` (T × 1e6), `variance` (µT²) |
-| `sensor_msgs/FluidPressure` | `pressure_pa`, `variance`; `differential_pressure_pa` for a `fibril_sim/airspeed` component (see `types`) |
-| `sensor_msgs/Temperature` | `temperature_k` (°C + 273.15) |
-| `sensor_msgs/NavSatFix` | `latitude_e7`, `longitude_e7` (int), `height_m`, `fix_type` (3 with a fix, 0 without), `horizontal_accuracy_m`, `vertical_accuracy_m` (√ of the covariance diagonal, when its type is known) |
-| `geometry_msgs/TwistWithCovarianceStamped`, `TwistStamped` | `velocity_enu_m_s`, `speed_accuracy_m_s` (√ covariance[0], when known) |
-| `sensor_msgs/Range` | `distance_m` (±inf kept, REP 117), `in_range` (finite and within min/max), `variance` (when the message has it) |
-| `sensor_msgs/JointState` | `position`, `velocity`, `applied_effort` (= effort) of one entry; empty arrays are left out |
-| `geometry_msgs/QuaternionStamped`, `Vector3Stamped` | `orientation` `[w, x, y, z]`; `gyro_bias` (an estimator, as `export-mcap` writes it) |
-| commands: `sensor_msgs/JointState` | `kind` (motor command kind: position, velocity or effort, the first non-empty array), `value` |
-| commands: `std_msgs/Float64MultiArray`, `Float64` | `value`, `issued` (a scalar actuator command) |
-
-An optional sample field is kept when every message of the topic has it. Problems are one
-line naming the bag, the topic and the field (`fibril_mjx.errors.ConfigError`): a topic not in
-the bag, a type with no reader, header stamps that do not increase, a stamp later than its
-receive time, and values in a wrong unit (a magnetic field above 0.01 T — µT or gauss; an
-absolute pressure below 3 kPa — hPa or kPa; a temperature above 200 °C — kelvin; a latitude
-beyond ±90° or a longitude beyond ±180°; a negative range; accelerations whose median norm
-is about 1 — g instead of m/s²).
+Messages become sample fields through `bag_fields.READERS` (`ROS type → reader`; the table:
+docs/internals/interfaces.md, "ROS bags"). A problem is one line naming the bag, the topic and
+the field (`fibril_mjx.errors.ConfigError`): a missing topic, a type with no reader, stamps that
+do not increase or come after their receive time, values in a wrong unit.
 """
 
 from __future__ import annotations

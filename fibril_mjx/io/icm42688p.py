@@ -18,41 +18,10 @@ Pieces:
   `max_burst_bytes` models a DMA / transfer-size limit: a limit that is not a multiple of the
   packet size splits packets across bursts — the burst-read boundary error of the tests.
 
-Sources (profiles/evidence/consumer_mems_imu.md, "ICM-42688-P bus emulation"): the TDK datasheet
-DS-000347 (register map §13–§14 and FIFO packet structure §6, through the register names and
-values the Zephyr driver `drivers/sensor/tdk/icm42688/icm42688_reg.h` and the PX4 driver
-`InvenSense_ICM42688P_registers.hpp` transcribe — OFFICIAL-derived) for: register addresses,
-WHO_AM_I = 0x47, GYRO_CONFIG0 / ACCEL_CONFIG0 field codes (FS_SEL 7:5, ODR 3:0), INT_STATUS
-bits (DATA_RDY 3, FIFO_THS 2, FIFO_FULL 1, RESET_DONE 4), FIFO_CONFIG mode 7:6, FIFO_CONFIG1
-enables, FIFO header bits (MSG 7, ACCEL 6, GYRO 5, 20-bit 4, TIMESTAMP_FSYNC 3:2 = 10 for an
-ODR timestamp, ODR-changed 1:0), packet sizes 8 (packets 1, 2), 16 (packet 3), 20 (packet 4),
-packet 3 layout (header, accel X/Y/Z, gyro X/Y/Z big-endian 16-bit, temperature int8, 16-bit
-timestamp), FIFO temperature °C = raw/2.07 + 25, TEMP_DATA °C = raw/132.48 + 25, sensitivity
-32768/FS LSB per unit (16.4 LSB/dps at ±2000 dps, 2048 LSB/g at ±16 g), INTF_CONFIG0 default
-0x30 (big-endian sensor data and FIFO count, count in bytes), SPI read bit 0x80, FIFO size
-2048 bytes (PX4 `FIFO::SIZE`), a burst from INT_STATUS through FIFO_COUNT into FIFO_DATA (PX4
-reads INT_STATUS, FIFO_COUNTH, FIFO_COUNTL and the FIFO in one transfer).
-
-ASSUMPTION (not verified against the datasheet text here): the address auto-increments on a
-burst and stays at FIFO_DATA (0x30) once reached (consistent with the PX4 transfer layout);
-in stream mode a full FIFO discards the oldest packet to accept a new one, in stop-on-full mode
-it discards the new one, both counting FIFO_LOST_PKT (0x6C low byte, 0x6D high byte); with
-FIFO_RESUME_PARTIAL_RD = 0 (FIFO_CONFIG1 bit 6, default) a packet read only in part stays in the
-FIFO and the next read starts at its header again, with 1 the next read resumes after the last
-byte read; reading an empty FIFO returns 0x80 bytes (header "FIFO empty", FIFO_HOLD_LAST_DATA_EN
-0); register defaults other than those named above (FIFO_CONFIG 0x00 bypass, FIFO_CONFIG1
-0x00, watermark 0, PWR_MGMT0 0x00 sensors off, INT_SOURCE0 0x10, INT_CONFIG0 0x00); the FIFO
-watermark (FIFO_CONFIG2 low byte, FIFO_CONFIG3 bits 3:0 high) counts bytes and FIFO_THS_INT
-sets at count ≥ watermark (> with FIFO_WM_GT_TH); −32768 is never produced (values saturate at
-±32767); the packet's 16-bit timestamp is the acquisition time in µs modulo 2¹⁶ (TMST_RES 0);
-an ODR change sets the header's ODR-changed bit on the next packet only; the accelerometer and
-gyroscope share the gyroscope's ODR (ACCEL_CONFIG0's ODR is stored, not used); interrupt bits
-clear when INT_STATUS is read (INT_CONFIG0 FIFO_THS_INT_CLEAR 00 / 01), or, for FIFO_THS with
-INT_CONFIG0 bits 3:2 = 10 / 11, also when FIFO data are read; INT1 is a level that is high
-while a status bit enabled in INT_SOURCE0 is set; values are encoded at 32768/FS LSB per unit
-(16.384 LSB/dps at ±2000 dps, as the Zephyr decoder's scale shifts and PX4 use), where the
-datasheet's sensitivity table and Zephyr `icm42688.h` give the rounded nominal 16.4 LSB/dps
-(0.1 % apart; the device profile's `angular_velocity_resolution` uses 1/16.4 dps).
+Register addresses and values follow the TDK datasheet DS-000347 as the Zephyr and PX4 drivers
+transcribe it. Where each value comes from, and what is assumed where the datasheet text was not
+checked (burst auto-increment, a full FIFO, partial reads, interrupt clears, LSB scale):
+docs/internals/interfaces.md, "ICM-42688-P register emulation".
 """
 
 from __future__ import annotations
@@ -323,8 +292,8 @@ class Icm42688pEmulator:
     return b
 
   def end_transaction(self) -> None:
-    """Chip select released: a packet read in part is rewound unless
-    FIFO_RESUME_PARTIAL_RD is set (ASSUMPTION, module docstring)."""
+    """Chip select released: a packet read in part is rewound unless FIFO_RESUME_PARTIAL_RD is
+    set (an assumption: docs/internals/interfaces.md, "ICM-42688-P")."""
     if self.partial and not int(self.regs[FIFO_CONFIG1]) & FIFO_RESUME_PARTIAL_RD:
       self.partial = 0
 

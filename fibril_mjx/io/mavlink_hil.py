@@ -1,48 +1,13 @@
-"""The HIL packet boundary: delivered samples as MAVLink `HIL_SENSOR` and `HIL_GPS` messages.
+"""The HIL packet boundary: delivered samples as MAVLink `HIL_SENSOR` and `HIL_GPS` messages
+(packed by `pymavlink`, MAVLink 2 common set), what a flight controller in HIL mode receives.
 
-A simulated sensor meets the software under test at one of several boundaries (algorithmic,
-middleware, HIL, bus emulation, sensor stimulation); this module is the HIL one: what a flight
-controller in HIL mode receives over its link. It is *not* a bus emulation
-(`fibril_mjx.io.icm42688p` is one, for one IMU) and not "full HIL". Messages are packed by
-`pymavlink` (MAVLink 2, the common message set of the pinned pymavlink,
-`pymavlink/dialects/v20/common.xml`); nothing here encodes bytes.
-
-One `HIL_SENSOR` per tick on which any of the selected IMU, magnetometer, barometer or airspeed
-components delivered a sample (`new_data`), one `HIL_GPS` per delivered GNSS sample. Field
-meanings and units as the message definitions state them:
-
-| MAVLink field | unit | from |
-| --- | --- | --- |
-| `xacc..zacc` | m/s² | IMU `linear_acceleration` (specific force; at rest z reads −g in FRD) |
-| `xgyro..zgyro` | rad/s | IMU `angular_velocity` |
-| `xmag..zmag` | gauss | magnetometer `magnetic_field_ut` / 100 |
-| `abs_pressure` | hPa | barometer `pressure_pa` / 100 |
-| `diff_pressure` | hPa | airspeed `differential_pressure_pa` / 100 |
-| `pressure_alt` | m | ISA altitude of `pressure_pa` (`pressure_altitude_m`) |
-| `temperature` | °C | barometer `temperature_k` − 273.15 |
-| `fields_updated` | bitmask | `HIL_SENSOR_UPDATED_FLAGS`: the bits of the sources delivered this tick |
-| `HIL_GPS.lat/lon` | degE7 | GNSS `latitude_e7` / `longitude_e7` |
-| `HIL_GPS.alt` | mm, MSL | GNSS `height_m` (ellipsoid) − `geoid_separation_m` |
-| `eph`, `epv` | DOP × 100 | GNSS `hdop`, `vdop` (UINT16_MAX when not finite) |
-| `vel` | cm/s | horizontal speed of `velocity_enu_m_s` |
-| `vn`, `ve`, `vd` | cm/s, NED | `(v_n, v_e, −v_u)` of `velocity_enu_m_s` |
-| `cog` | cdeg in [0, 36000) | `atan2(v_e, v_n)`; UINT16_MAX (unknown) when `vel` is 0 |
-| `satellites_visible` | | GNSS `satellites` (used in the solution; the sample has no "visible" count) |
-
-A field whose source delivered nothing this tick holds its last delivered value (0 before the
-first) and its bits are clear: the bitmask says what is new, as the message set defines it.
-`time_usec` is the sample stamp (`sample_tick · dt`, simulation time since 0, which a receiver
-reads as time since boot): the IMU sample's when the IMU delivered this tick, else the newest
-stamp among the delivered sources (MAVLink carries one stamp per message, so the acquisition
-stamps of the other sources in the same message are not carried). The `.tlog` timestamp of each
-message is its arrival (`arrival_tick · dt`). Health is not carried: a sample the transport
-dropped is absent (its bits clear), a sample delivered with an INVALID health is sent as
-delivered.
-
-Axes: MAVLink's body frame is x forward, y right, z down (FRD, NED body). `body_axes='flu'`
-(default) takes each selected sensor's site axes to be the body's x forward, y left, z up (as
-in `assets/examples/survey_quad.xml`) and maps them by `(x, −y, −z)`; `'frd'` passes them
-through. Sites that are rotated against the body must be aligned before export (not done here).
+One `HIL_SENSOR` per tick on which a selected IMU, magnetometer, barometer or airspeed
+component delivered a sample (`new_data`; `fields_updated` has the bits of those sources, the
+others hold their last value), one `HIL_GPS` per delivered GNSS sample. `time_usec` is the
+sample stamp (`sample_tick · dt`), the `.tlog` time the arrival (`arrival_tick · dt`).
+`body_axes='flu'` (default) maps site axes x forward, y left, z up to MAVLink's FRD body by
+`(x, −y, −z)`; `'frd'` passes them through. Each field's unit and source, the stamp of a
+message with several sources, and health: docs/internals/interfaces.md, "MAVLink HIL".
 """
 
 from __future__ import annotations

@@ -12,57 +12,11 @@ stamps are the sample's acquisition time (`sample_tick · dt`); the MCAP log tim
 time). The MCAP message sequence is the sample's `sequence`.
 
 Which messages a component writes is its type's `ros` part in `fibril_mjx.core.registry` (the
-built-in ones are registered in `io/ros_messages.py`); a converter turns one delivered sample into `(topic suffix,
-message)` pairs:
-
-| component type | topic | message |
-| --- | --- | --- |
-| `fibril_sim/imu`, `fibril_sim/ahrs` | `<id>/imu` | `sensor_msgs/msg/Imu` |
-| `fibril_sim/magnetometer` | `<id>/magnetic_field` | `sensor_msgs/msg/MagneticField` (T) |
-| `fibril_sim/barometer` | `<id>/pressure`, `<id>/temperature` | `sensor_msgs/msg/FluidPressure` (Pa), `sensor_msgs/msg/Temperature` (°C) |
-| `fibril_sim/airspeed` | `<id>/differential_pressure` | `sensor_msgs/msg/FluidPressure`: the pitot − static differential pressure (Pa) |
-| `fibril_sim/gnss` | `<id>/fix`, `<id>/velocity` | `sensor_msgs/msg/NavSatFix`, `geometry_msgs/msg/TwistWithCovarianceStamped` (ENU) |
-| `fibril_sim/rangefinder` | `<id>/range` | `sensor_msgs/msg/Range` |
-| `fibril_sim/lidar` | `<id>/scan` (`<id>/scan_<ring>`) | `sensor_msgs/msg/LaserScan` per elevation ring |
-| `fibril_sim/camera` | `<id>/camera_info`, `<id>/landmarks` | `sensor_msgs/msg/CameraInfo`, `geometry_msgs/msg/PolygonStamped` (u, v px; depth m) |
-| `fibril_sim/optical_flow` | `<id>/flow`, `<id>/body_rate`, `<id>/quality` | `geometry_msgs/msg/Vector3Stamped` ×2, `std_msgs/msg/UInt8` (no standard flow message) |
-| `fibril_sim/motor` (and any type with `position`, `velocity`, `applied_effort`) | `<id>/joint_states` | `sensor_msgs/msg/JointState` (name = component id, effort = applied effort) |
-| `fibril_mjx/attitude_ekf` (and any type with `orientation` but no rates) | `<id>/orientation`, `<id>/gyro_bias` | `geometry_msgs/msg/QuaternionStamped`, `geometry_msgs/msg/Vector3Stamped` |
-
-A type without a registered converter is exported by its fields when they are those of a row
-above (rates → Imu, orientation → QuaternionStamped, position/velocity/applied effort →
-JointState, gyro bias → Vector3Stamped); a component with neither is named in a warning
-(`UnmappedComponentWarning`, and `export-mcap` prints it), never skipped silently. A new
-sensor type gives its mapping as the `ros` part of its registration (`fibril_mjx.register(type,
-ros=...)` adds that part alone):
-
-```python
-def thermometer_ros(s, header, ctx):     # s: {field: value of this sample}
-  return [('temperature', mcap_export.TYPES['sensor_msgs/msg/Temperature'](
-      header=header, temperature=float(s['temperature_k']) - 273.15, variance=0.0))]
-
-fibril_mjx.register('acme/thermometer', build=build, config_model=Config, ros=thermometer_ros)
-```
-
-`ctx` (`Context`) carries the component id, its resolved config fields (`ctx.field(name)`, from
-the run's meta.json) and the world namespace.
-
-Conventions: covariances are diagonal, from the sample variances (Imu `orientation_variance`
-is roll, pitch, yaw); an Imu without orientation has `orientation_covariance[0] = -1` as ROS 2
-specifies; a sample without variances leaves its covariance all zero ("unknown"); truth
-messages carry zero covariances. Quaternions go from `[w, x, y, z]` to ROS `(x, y, z, w)`.
-MagneticField is in tesla (the sample's µT × 1e-6, variance µT² × 1e-12). Airspeed: ROS 2 has
-no differential-pressure or airspeed message, so the pitot's sample (a pressure difference,
-Pa) goes out as `FluidPressure` on its own `differential_pressure` topic, not converted to a
-speed. GNSS: `NavSatFix.status` is `STATUS_FIX` with a fix (`fix_type ≥ 2`) and
-`STATUS_NO_FIX` otherwise (service GPS), latitude / longitude in degrees from the 1e-7
-integers, altitude the ellipsoidal height, `position_covariance` diag(σh², σh², σv²) in ENU
-from the delivered accuracies (`COVARIANCE_TYPE_DIAGONAL_KNOWN`); the velocity is ENU with
-linear covariance diag(σvh², σvh², σvv²) (σvh the delivered speed accuracy, σvv the configured
-vertical velocity noise) and the angular diagonal −1 (not measured). Range follows REP 117 as
-the ROS 2 message documents it: `range` +inf for no return / beyond `max_range`, −inf below
-`min_range` (the sample's own ±inf), `radiation_type` INFRARED, `min_range` / `max_range` the
-configured limits, `field_of_view` 0 (a single beam), `variance` the sample variance.
+built-in ones are registered in `io/ros_messages.py`): a converter turns one delivered sample
+into `(topic suffix, message)` pairs. A type without one is exported by its fields when they
+are those of a built-in row, else named in a warning (`UnmappedComponentWarning`), never
+skipped silently. The topics per type, the message conventions (covariances, units, REP 117)
+and a new type's converter: docs/internals/interfaces.md, "MCAP export".
 """
 
 from __future__ import annotations

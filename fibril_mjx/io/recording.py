@@ -1,29 +1,14 @@
 """Recordings: logs of real or simulated devices in one file, for fitting and tuning.
 
-A recording is one `.npz` (NumPy) or `.parquet` (needs `pyarrow`) file of named arrays (a ROS
-bag with a topic mapping reads as the same thing: `read_recording(bag, topics=...)`,
-`fibril_mjx.io.bags`):
-
-| key | shape | meaning |
-| --- | --- | --- |
-| `sensor/<component id>/<field>` | `(S, ...)` | delivered samples of one sensing component, e.g. `angular_velocity (S, 3)` |
-| `sensor/<component id>/sample_time_s` | `(S,)` | acquisition time of each sample (device or host clock), strictly increasing |
-| `sensor/<component id>/arrival_time_s` | `(S,)` | when the consumer received it, non-decreasing, ≥ the sample time |
-| `sensor/<component id>/sequence` | `(S,)` | optional acquisition counter (gaps = lost samples) |
-| `command/<component id>/<field>` | `(C, ...)` | optional commands issued to an actuator component |
-| `command/<component id>/time_s` | `(C,)` | their issue times, non-decreasing |
-| `truth/<component id>/<field>`, `truth/<component id>/time_s` | `(T, ...)`, `(T,)` | optional ground truth (simulated recordings); fitting never reads it |
-| `initial/qpos`, `initial/qvel` | `(nq,)`, `(nv,)` | optional initial MuJoCo state |
-| `meta` | JSON text | `{"manifest": ..., "source": ..., "units": {...}, ...}` |
-
-Times are seconds on one clock per recording. Field names and units are those of the
-component's sample type (`fibril_sim/imu_sample/v1`: rad/s, m/s² ...). `read_recording`
-validates the file and reports the first problem as one line `file: key = value: rule`
-(missing field, non-monotonic time, NaN, shape mismatch). `read_csv` imports a CSV log with
-a column mapping; `recording_from_trace` turns one world of a simulated rollout into a
-recording (samples where `new_data`, truth kept under `truth/`).
+A recording is one `.npz` or `.parquet` file of named arrays (`sensor/<id>/<field>` with
+`sample_time_s`, `arrival_time_s` and optional `sequence`; optional `command/`, `truth/`,
+`initial/` arrays and a JSON `meta`; every key, shape and rule: docs/guides/validate-fit.md,
+"Recording format"), or a ROS bag with a topic mapping (`fibril_mjx.io.bags`). Times are
+seconds on one clock per recording; field names and units are those of the component's sample
+type. `read_recording` reports the first problem as one line `file: key = value: rule`;
+`read_csv` imports a CSV log with a column mapping; `recording_from_trace` turns one world of a
+simulated rollout into a recording (samples where `new_data`, truth under `truth/`).
 """
-
 from __future__ import annotations
 
 import gzip

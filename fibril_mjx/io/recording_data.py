@@ -1,6 +1,6 @@
 """A recording in memory (`Recording`) and its checks (`validate`): what every reader of
-`fibril_mjx.io.recording` and `fibril_mjx.io.bags` returns. The layout of the arrays is in
-`fibril_mjx.io.recording`'s module doc."""
+`fibril_mjx.io.recording` and `fibril_mjx.io.bags` returns. The layout of the arrays:
+docs/guides/validate-fit.md, "Recording format"."""
 
 from __future__ import annotations
 

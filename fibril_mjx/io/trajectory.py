@@ -19,22 +19,10 @@ those names; Parquet: columns `qpos_0 … qpos_{nq-1}`, `qvel_0 …`, `qacc_0 �
 - Without `ctrl`, the controls are what the manifest's actuators write (their command script
   or trace), as in a `c` run.
 
-What it reproduces: positions, orientations and velocities exactly as logged, and every
-position- and velocity-stage sensor (gyro, magnetometer, framepos, velocimeter, jointpos ...).
-Accelerations (accelerometer, force sensors, `actuatorfrc`):
-
-- With `qacc`, they are the log's: `mj_inverse` at each frame with the logged accelerations,
-  so a prescribed motion (a coning or sculling test, a motion-capture trajectory with its
-  second derivative) has the exact specific force at the accelerometer — `qacc` is the
-  derivative of `qvel` in MuJoCo's coordinates (for a free joint: the linear acceleration of
-  the body origin in the world frame, then the angular acceleration in the body frame).
-- Without it, they come from MuJoCo's forward dynamics of each logged state under the controls
-  (`mj_forward`): exact for a log that MuJoCo itself produced with the same model and
-  controls, a model of the forces otherwise. A log of a real robot whose forces the model does
-  not know (contact with unmodelled objects, a human pushing) gives the accelerations of the
-  modelled forces, not of the recorded motion: give `qacc` (e.g. the analytic or smoothed
-  second derivative of the motion) to replay that motion's own accelerations. No
-  acceleration is differenced from the log here.
+Positions, orientations and velocities are reproduced as logged. Accelerations (accelerometer,
+force sensors, `actuatorfrc`) are the log's own with `qacc` (`mj_inverse`), else MuJoCo's
+forward dynamics of each logged state (`mj_forward`); never differenced from the log. What that
+means for a log MuJoCo did not make: docs/internals/interfaces.md, "Trajectory logs".
 """
 
 from __future__ import annotations

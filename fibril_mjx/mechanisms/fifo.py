@@ -1,27 +1,16 @@
-"""FIFO delivery (SPEC §4 "FIFO delivery"): a device FIFO read in batches on the reader's
-schedule — the transport mode `delivery: fifo` of a sensing component.
+"""FIFO delivery (SPEC §4 "FIFO delivery", where the rules are written out): a device FIFO read
+in batches on the reader's schedule — the transport mode `delivery: fifo` of a sensing
+component.
 
-Samples are acquired on the component's schedule (its output data rate) into a FIFO of
-`fifo_depth` samples. The reader starts a read either at the instants of its own schedule
-(`fifo_read_period_s`, `fifo_read_phase_s`) or at the first tick the FIFO holds
-`fifo_watermark` samples (the watermark interrupt), never while a read is still in flight; a
-read latches `min(count, fifo_read_max)` samples, oldest first, and takes them out of the
-FIFO; they arrive together `ceil(fifo_read_delay_s / dt)` ticks later (the bus transfer), while
-the FIFO keeps filling. A sample that finds the FIFO full is lost and counted in `overflow`:
-`drop_oldest` (the ICM-42688-P's stream mode) overwrites the oldest sample, `drop_newest`
-(stop-on-full) discards the new one. Sequence numbers are acquisition indices, so a reader sees
-the gap.
-
-Order within tick k: acquisitions of k enter the FIFO → the read in flight arrives if its tick
-has come → a read starts if one is due → with no read delay it arrives at k.
-
-What a consumer sees (`Batch`, held between reads): up to `B = fifo_read_max` samples, each
-with its own acquisition stamp (`sample_tick`) and `sequence`, their `count`, and the read's
-`arrival_tick`. The host views `rows` (one row per delivered sample) and `by_acquisition`
-(one row per acquisition tick, a `Delivered`-shaped trace) let per-sample consumers read it.
-With the default `delivery: queue` nothing here is traced.
+Samples acquired on the component's schedule enter a FIFO of `fifo_depth` samples; a read
+starts at the reader's instants or at the watermark, never while one is in flight, latches
+`min(count, fifo_read_max)` samples, oldest first, and arrives `ceil(fifo_read_delay_s / dt)`
+ticks later. A full FIFO loses a sample (`drop_oldest` / `drop_newest`, counted in
+`overflow`). Order within tick k: acquisitions enter → the read in flight arrives → a due read
+starts → with no read delay it arrives at k. A consumer sees a `Batch` held between reads; the
+host views `rows` and `by_acquisition` unpack it per sample. With the default
+`delivery: queue` nothing here is traced.
 """
-
 from __future__ import annotations
 
 import dataclasses

@@ -3,8 +3,8 @@
 XLA's CPU backend lowers a batched `dot_general` (`@`, `einsum`) and `jnp.linalg.solve` to
 library kernels (Eigen, LAPACK) that pick a vector or scalar path per matrix from its memory
 alignment, so the same 6×6 product can round differently depending on which lane of the
-batch, which batch size or which device a world runs in (measured on the attitude EKF:
-differences of 1e-10…1e-7). These helpers spell the products out as elementwise multiplies
+batch, which batch size or which device a world runs in (docs/internals/performance.md,
+"Determinism"). These helpers spell the products out as elementwise multiplies
 and adds in a fixed order, which XLA emits as plain loops: every lane computes the same
 operations, so a world's result is bitwise the same in any batch (SPEC §1.4 determinism).
 They act on the last two axes and broadcast over leading axes; meant for n ≤ ~8.

@@ -18,33 +18,13 @@ Either way `env.sim` is the `Simulation` of the devices (its `mj_model`: the MJC
 sensors the components read appended; `sim.components`: the devices by id), which the PyTorch
 bridge (`fibril_mjx.rl.torch_bridge.TorchPipeline(env.sim)`) runs too.
 
-The manifest env:
-
-- The state is one world's `pipeline.SimState` (`fibril_mjx.core.pipeline`), advanced by
-  `pipeline.step`; under a vmap every leaf (the tick too) gets the env axis (`SyncVmap`: the
-  tick and clocks stay shared).
-- Observations are what the robot would see: the *delivered* outputs of the task's sensor and
-  feedback components (latency, noise, lost samples, the held value between deliveries) with
-  each component's `new_data` flag, plus the task's goal. Truth (the components' ideal outputs)
-  is kept apart in `info['truth']` for privileged critics, or as `obs['privileged_state']`
-  with `privileged_obs=True` (Brax PPO's `value_obs_key`).
-- Actions become actuator component commands through the task's `commands(action)`, built with
-  the components' `command(...)` helpers: issued at the first physics tick of a step, nothing
-  issued on the other `control_ticks - 1` ticks (the adapters hold, time out, ... as modelled).
-- Timing: an observation is the outputs of the last tick of a step (a sample describes the
-  state at its stamp, so the policy sees that tick's state), and the action is issued at the
-  next tick, the first of the next step. A reset therefore runs ticks 0 … `control_ticks − 1`
-  (null / scripted commands) and observes tick `control_ticks − 1`: each step then covers ticks
-  `n·P … n·P + P − 1` (P = `control_ticks`), so an actuator whose application instants fall on
-  multiples of P applies the action at the first tick of the step, as a policy running at the
-  actuator's cadence expects.
-- Randomization: a reset draws the world key from the rng (so noise, turn-on biases and jitter
-  differ per reset), the task goal from `sample_goal`, the terms of `vary=` (latencies, biases,
-  misalignment, scale, noise, MJCF fields, initial state; drawn from the campaign streams of
-  the world key), and the Params from `randomize(rng, params)` when given (else `params`,
-  default the manifest's). The draws hold for the episode (`info['params']`, `info['model']`,
-  `info['draws']`); `restart` is `reset` (a control period of ticks), so `wrappers.AutoReset`
-  redraws them at every episode boundary, and only there.
+The manifest env steps one world's `pipeline.SimState` with `pipeline.step`; it observes the
+*delivered* outputs of `Task.observe` (truth apart, `info['truth']` or `privileged_obs`) and
+issues the action's commands at the first tick of a step. Timing: a step covers ticks
+`n·P … n·P + P − 1` (P = `control_ticks`) and observes its last tick; a reset runs ticks
+0 … P − 1. A reset (and so `restart`) draws the world key, the goal, the `vary=` terms and
+`randomize`'s Params, which hold for the episode. The reasons, term by term:
+docs/internals/rl.md, "The manifest env".
 """
 
 from __future__ import annotations

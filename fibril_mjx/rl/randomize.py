@@ -13,16 +13,12 @@
 - `apply(params, draws)` → one world's Params, per-world `mjx.Model` fields, initial-state
   offsets and transport latencies (in seconds and whole ticks), which `pipeline.init` takes.
 
-What can vary is what a campaign varies per world: Params fields (bias, turn-on bias spread,
-misalignment, scale, noise, bandwidth, ...), transport latencies, MJCF physical fields, dcmotor
-parameters and initial-state offsets. Static config (`dist: choice` of a period, a profile)
-needs one compiled program per value and is refused here. The compiled-in set follows from
-what is varied: the simulator is rebuilt with the varied Params fields in `vary=` (a term the
-manifest leaves at its default is otherwise compiled out) and each varied latency at the upper
-bound of its distribution (which sizes the queue: a whole-tick latency's own field, a continuous
-one's `<field>_max_s`, SPEC §6.1.1), so a latency needs a bounded distribution.
-Episode-persistent terms (a turn-on bias drawn from the world key, a misalignment or a bias
-drawn here) are drawn once per reset and held in the episode's Params and state.
+What can vary is what a campaign varies per world: Params fields, transport latencies, MJCF
+physical fields, dcmotor parameters and initial-state offsets; static config (`dist: choice` of
+a period, a profile) would need a program per value and is refused. The simulator is rebuilt
+with the varied Params fields compiled in and each varied latency's queue sized for the upper
+bound of its distribution (a continuous one's `<field>_max_s`, SPEC §6.1.1), so a latency needs
+a bounded distribution. The draws are made once per reset and held for the episode.
 """
 
 from __future__ import annotations

@@ -1,34 +1,8 @@
 """The wrappers of the RL env (`fibril_mjx.rl.env.FibrilEnv`, from a manifest or from a
-Playground env): auto-reset with new device draws per episode, and the batch.
-
-Brax's `AutoResetWrapper` (and Playground's `BraxAutoResetWrapper` by default) restarts a
-finished episode from the state its first `reset` cached, so an env replays its first
-episode's device draws for the whole training run; Playground's `full_reset=True` redraws them
-by running the env's whole `reset` for every env at every step. `AutoReset` here has the same
-interface and place (on top of `EpisodeWrapper`) and restarts the finished envs with
-`env.restart(state, fold_in(first key, episode count))`:
-
-- `restart` is computed only on steps where some env finished (`lax.cond` on the batch —
-  a real branch, since the wrapper sits outside the batch's vmap): with a common time limit
-  every env finishes on the same step, so a step costs one control period and one restart is
-  added per episode length;
-- a restart draws the episode's device terms (`vary=`, the world key) anew. On an env built
-  from a manifest it is the env's `reset` (a control period of ticks); on an env built from a
-  Playground env it keeps the physics of the env's cached first state (as Playground's cached
-  auto-reset does) and redraws and restarts only the devices on it: no env `reset` per step;
-- the finished envs take the restart's `FibrilEnv.EPISODE_FIELDS` (the physics state),
-  observation and `FibrilEnv.EPISODE_INFO` entries of `info`; the episode bookkeeping
-  (`steps`, `truncation`, `episode_metrics`, ...) and the step's `reward` / `done` / `metrics`
-  stay those of the finished step, as with Brax's wrapper.
-
-`SyncVmap` is Brax's `VmapWrapper` for envs that stay in step: with no termination besides
-the common time limit (`Task.done` None), every env of a batch starts and ends its episodes on
-the same env step, so their tick counter and schedule clocks are equal and the batch keeps
-one copy (as `Simulation` does): an acquisition instant stays a real branch instead of a
-select over the batch that computes every sensor's acquisition at every tick.
-
-`wrap_for_training` has the signature of Brax's `envs.training.wrap` (Brax PPO's
-`wrap_env_fn`) for either kind of env.
+Playground env): `AutoReset` (new device draws per episode), `SyncVmap` (a batch of envs in
+step) and `wrap_for_training` (the signature of Brax's `envs.training.wrap`, Brax PPO's
+`wrap_env_fn`, for either kind of env). How they differ from Brax's and Playground's
+wrappers, and why: docs/internals/rl.md, "Auto-reset with new draws".
 """
 
 from __future__ import annotations
@@ -52,7 +26,11 @@ class _Wrapper:
 
 
 class AutoReset(_Wrapper):
-  """Restarts finished episodes with new device draws (module doc).
+  """Restarts the finished envs with `env.restart(state, fold_in(first key, episode count))`,
+  new device draws per episode, on the steps where some env finished (`lax.cond` on the
+  batch). The finished envs take the restart's `FibrilEnv.EPISODE_FIELDS`, observation and
+  `FibrilEnv.EPISODE_INFO` entries; the episode bookkeeping (`steps`, `truncation`, ...) and
+  the step's `reward` / `done` / `metrics` stay the finished step's, as with Brax's wrapper.
 
   Args:
     env: an env whose `unwrapped` is a one-world `FibrilEnv`, one world or under one vmap

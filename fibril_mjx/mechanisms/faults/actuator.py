@@ -1,29 +1,17 @@
 """Actuator faults: the config entries, static plan, per-world Params and State, and the
-traced stages that act on what an actuator component writes (SPEC §6.5).
+traced stages that act on what an actuator component writes (SPEC §6.5, where every type is
+defined).
 
 An actuator component's `faults:` list holds time windows `[start_s, end_s)` with the sensor
-faults' semantics (`apply.window`: active at a tick inside the window, bounds rounded up to
-ticks; `end_s` absent = to the end of the episode); `start_s`, `end_s` and `value` are
-per-world `FaultParams`, so a campaign's `vary:` and the RL env's per-episode randomization
-draw them (`ID.faults[i].start_s`). Types, per bound MuJoCo actuator ("channel"), every tick:
-
-| type | what the actuator does inside the window |
-| --- | --- |
-| `loss_of_authority` | produces `λ·F`, `F` the force the component's control would produce; `λ = value`, or with `ramp_s` going linearly from 1 at `start_s` to `value` at `start_s + ramp_s` |
-| `derating` | the joint effort (Σ channel force × gear) is clipped to `value` × its limit (the MJCF `forcerange` × gear ∩ joint `actuatorfrcrange`, or the component's own, e.g. the servo's `torque_limit`); the channels are scaled alike |
-| `stuck` | the control of each channel stays at its value in force before the window's first tick, or at `value` (ctrl units; one per channel) |
-| `command_dropout` | commands issued in the window are lost before the transport: the held value and the watchdog see no command (counted in `fault_dropped_commands`) |
-
-The force of a channel is MuJoCo's affine actuator force `gain·clip(ctrl) + b0 + b1·length +
-b2·velocity` (clamped to `forcerange`) at the tick's state, and the control that produces the
-faulted force is written back (`binding.ctrl_for_force`); outside every window the control is
-the component's own, untouched. Loss of authority and derating therefore need channels of
-fixed gain without activation dynamics (`<motor>`, `<position>`, `<velocity>`), not a
-`dcmotor`. The fault state is in the truth trace (`fault_active`, `fault_authority`,
-`fault_derating`, `fault_stuck`, `fault_command_dropout`, and `fault_ctrl`, the controls
-written) and never in the delivered output.
+faults' semantics (`apply.window`); `start_s`, `end_s` and `value` are per-world `FaultParams`
+(`ID.faults[i].start_s` in a `vary:`). Per bound MuJoCo actuator ("channel"), every tick:
+`loss_of_authority` (`λ·F`), `derating` (joint effort clipped to `value` × its limit),
+`stuck` (control held), `command_dropout` (commands lost before the transport). `F` is
+MuJoCo's affine actuator force at the tick's state and the control that produces the faulted
+force is written back (`binding.ctrl_for_force`), so loss of authority and derating need
+fixed-gain channels (`<motor>`, `<position>`, `<velocity>`; not `dcmotor`). The fault state is
+in the truth trace (`fault_*`, `fault_ctrl`), never in the delivered output.
 """
-
 from __future__ import annotations
 
 import dataclasses

@@ -16,7 +16,7 @@ from fibril_mjx.mechanisms.faults.spec import (BAD, DATA_TYPES, DEGRADED, FaultP
 # ----------------------------------------------------------------------- health machine
 
 def transition(health, streak, condition, invalid_after_missed: int, recovery_samples: int):
-  """One step of the health state machine (module docstring table).
+  """One step of the health state machine (docs/internals/faults.md, "Health").
 
   Args:
     health, streak: int32 current state and its counter.
@@ -126,8 +126,8 @@ def reset_edges(plan: FaultPlan, fps, st, fs: FaultState, tick, dt: float, reset
 
 
 def packet(plan: FaultPlan, fps, fs: FaultState, sample, cond, n, tick, dt: float):
-  """What the faults make of acquisition `n` (module docstring): data faults → condition →
-  health → stale packet.
+  """What the faults make of acquisition `n` (docs/internals/faults.md, "Sensor fault types"):
+  data faults → condition → health → stale packet.
 
   Args:
     fps: tuple of `FaultParams`; fs: the `FaultState` after the reset edges.

@@ -12,22 +12,12 @@ actuator latency (`latency_mode: continuous`, SPEC §6.1.1) is an ordinary conti
 near-collinear groups get the combinations the data fixes (`identifiability.py`); `tune_fleet`
 fits many units in one batch (`fleet.py`); the fit itself (`optimise.py`, `lsq.py`) is shared.
 
-The contract of a fit, written out with the tune file in docs/guides/tuning.md (every field of
-the tune file: `spec.py`):
-
-- the manifest is loaded with every stochastic term at zero and the fitted component fields
-  varied (a static field is rejected with the reason); quantization and saturation have
-  straight-through derivatives (`fibril_mjx.mechanisms.signal.straight_through`);
-- residual = weight × (model − recorded) at the recorded sample times; loss = mean squared
-  residual (`norm: l2`) or SciPy's `soft_l1` with ε = 0.05 weighted units (`norm: l1`);
-- a parameter with a zero Jacobian column is an error; near-collinear groups are reported with
-  the combinations the data fixes;
-- `starts` guesses, each its own `least_squares` run (`gauss_newton`), their evaluations
-  batched; `adam` / `lbfgs` (optax) keep the bounds by projection;
-- ± is 2σ of the Gauss–Newton covariance `σ̂²·c·(JᵀJ)⁻¹`, `σ̂² = rᵀr/(N−P)`,
-  `c = (1+ρ)/(1−ρ)` with ρ the residuals' lag-1 autocorrelation;
-- a fit whose best start ends where it started says so (`TuneResult.moved`, `stop`, `advice`)
-  and `fibril-mjx tune` exits 1.
+The contract of a fit — stochastic terms at zero, straight-through quantization, the residual
+and loss (`norm: l2 | l1`), starts, bounds, the ± (2σ of `σ̂²·c·(JᵀJ)⁻¹`, `σ̂² = rᵀr/(N−P)`,
+`c = (1+ρ)/(1−ρ)`, ρ the residuals' lag-1 autocorrelation) and the not-moved check
+(`TuneResult.moved`, exit 1) — is
+written out with the tune file in docs/guides/tuning.md (every field of the tune file:
+`spec.py`).
 """
 
 from __future__ import annotations

@@ -5,16 +5,15 @@ the problem's residuals and forward-mode Jacobians.
 Each start (or fleet unit) is its own `least_squares` run — its own trust region, its own
 accepted steps and its own termination — on a thread of its own; the runs' evaluation
 requests are gathered into one batched call of the problem (`_Batch`), so multi-start and a
-fleet step every start together as before (one MJX program for the batch, one
-`mujoco.rollout` call on the thread pool).
+fleet step every start together (one MJX program for the batch, one `mujoco.rollout` call on
+the thread pool).
 
 Norms (`optimizer.norm`) map to SciPy's `loss`:
   - `l2` → `'linear'`: the sum of squared weighted residuals.
   - `l1` → `'soft_l1'` with `f_scale = L1_SCALE`: ρ(r) = 2·c²·(√(1 + (r/c)²) − 1), which is
     2·c·|r| once |r| ≫ c — the mean absolute error — and quadratic within c of zero, so its
-    derivative is continuous where |r| has a kink and the trust-region model stays valid
-    (`'huber'` is |r|-like too but its curvature jumps at c; `'cauchy'` and `'arctan'` are
-    redescending, not an absolute error).
+    derivative is continuous where |r| has a kink (why not `'huber'`, `'cauchy'` or
+    `'arctan'`: docs/internals/tuning.md, "The l1 norm").
 """
 
 from __future__ import annotations

@@ -16,14 +16,9 @@ every tick) that MuJoCo C computes for the physical parameters, read by the devi
   for both kinds, and only the physics is finite-differenced. A parameter of an actuator
   component also changes the controls: its column gets both the difference of the rollouts
   under its perturbed controls and its direct effect on the devices.
-- **Windows**: none. MuJoCo C rolls a whole recording out in a few milliseconds and a finite
-  difference over it is the derivative of the whole recording, so the fit is single shooting
-  with its exact Jacobian; `windows.free_starts` is true multiple shooting
-  (`shooting.ShootingProblem`), a plain window length applies to `gradients: exact`.
-
-One compiled device program serves every iteration and start (its world count is fixed by
-the problem); a second fit of the same model in a new process finds its compilation in JAX's
-persistent compilation cache.
+- **Windows**: none — single shooting with its exact Jacobian (`windows.free_starts` is
+  multiple shooting, `shooting.ShootingProblem`); why: docs/internals/tuning.md, "Single
+  shooting on MuJoCo C".
 """
 
 from __future__ import annotations
