@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import pathlib
 from typing import NamedTuple
 
@@ -121,7 +122,7 @@ class Overrides(NamedTuple):
   worlds: int | None = None
   duration_s: float | None = None
   chunk_worlds: int | None = None
-  policy: str | None = None
+  policy: str | os.PathLike | None = None
   design: str | None = None
   seed: int | None = None
 
