@@ -151,8 +151,9 @@ def main(argv=None):
       plain_same(plan, inputs)
       t_plain.append(time.perf_counter() - t0)
       t0 = time.perf_counter()
-      execute.run(CAMPAIGN, tmp / f'out{rep}', worlds=worlds, duration_s=duration,
-                  chunk_worlds=CHUNK, progress=False, report=False, plan=plan)
+      execute.run(CAMPAIGN, tmp / f'out{rep}',
+                  spec.Overrides(worlds=worlds, duration_s=duration, chunk_worlds=CHUNK),
+                  progress=False, report=False, plan=plan)
       t_camp.append(time.perf_counter() - t0)
     print('plain s:', ' '.join(f'{t:.2f}' for t in t_plain), ' campaign s:',
           ' '.join(f'{t:.2f}' for t in t_camp))

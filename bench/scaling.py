@@ -173,8 +173,8 @@ def campaign_speedup(out, worlds, duration_s):
     runs = []
     for _ in range(2):
       d = pathlib.Path(tempfile.mkdtemp()) / 'c'
-      execute.run(path, d, worlds=worlds, duration_s=duration_s, plan=plan, report=False,
-                  progress=False)
+      execute.run(path, d, spec.Overrides(worlds=worlds, duration_s=duration_s), plan=plan,
+                  report=False, progress=False)
       runs.append(time.perf_counter() - t0)
       rows[physics] = execute.read_rows(d)
       t0 = time.perf_counter()

@@ -58,8 +58,8 @@ def run(out, *, timesteps=200_000, envs=64, episode_length=200, seed=0, worlds=N
                                  hidden=(train_kw or {}).get('hidden', (32, 32)))
     t1 = time.perf_counter()
     mc = out / f'{name}_campaign'
-    campaign.run(campaign_file, mc, worlds=worlds, duration_s=duration_s, policy=path,
-                 progress=False)
+    campaign.run(campaign_file, mc, campaign.Overrides(worlds=worlds, duration_s=duration_s,
+                                                       policy=path), progress=False)
     camp_s = time.perf_counter() - t1
     rows = campaign.read_rows(mc)
     n = len(rows['world'])

@@ -20,7 +20,7 @@ import shutil
 
 import numpy as np
 
-from fibril_mjx.workflows.campaign import execute, parts
+from fibril_mjx.workflows.campaign import execute, parts, spec
 
 CAMPAIGN = pathlib.Path(__file__).resolve().parents[1] / 'manifests' / 'campaigns' / \
     'ahrs_robustness.yaml'
@@ -39,8 +39,8 @@ def main(argv=None) -> dict:
   out.mkdir(parents=True, exist_ok=True)
 
   # 1. Locally: the same as `fibril-mjx campaign CAMPAIGN --out DIR --worlds N ...`.
-  execute.run(CAMPAIGN, out / 'local', worlds=worlds, chunk_worlds=chunk, duration_s=seconds,
-              progress=False)
+  over = spec.Overrides(worlds=worlds, chunk_worlds=chunk, duration_s=seconds)
+  execute.run(CAMPAIGN, out / 'local', over, progress=False)
   rows = parts.read_rows(out / 'local')
   summary = json.loads((out / 'local' / 'summary.json').read_text())
   crit = summary['criteria']['attitude']
@@ -51,8 +51,7 @@ def main(argv=None) -> dict:
   # pass ray_address='HEAD:6379' (--ray-address) to use a running cluster.
   same = None
   if not args.no_ray:
-    execute.run(CAMPAIGN, out / 'ray', worlds=worlds, chunk_worlds=chunk, duration_s=seconds,
-                backend='ray', progress=False)
+    execute.run(CAMPAIGN, out / 'ray', over, backend='ray', progress=False)
     rows_ray = parts.read_rows(out / 'ray')
     same = all(np.array_equal(rows[k], rows_ray[k]) for k in rows)
     print(f'Ray rows equal the local rows: {same}')

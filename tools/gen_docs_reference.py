@@ -6,7 +6,8 @@
   file formats, read from their JSON Schemas (`fibril_mjx.workflows.schema`, what
   `fibril-mjx schema` prints).
 - `reference/components/<type>.md` and `reference/components/index.md`: every registered
-  component type — its module docstring, every config field (type, default, constraints, unit
+  component type — its module docstring, every part the registry holds for it (`registry.PARTS`,
+  with the module that registered it), every config field (type, default, constraints, unit
   read off the field name) from the type's schema, and the built-in profiles for it with their
   sources and the fields they set.
 - `reference/profiles.md`: every shipped profile.
@@ -20,6 +21,7 @@ memory; nothing generated is committed). To look at them as files:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import pathlib
 import re
@@ -294,6 +296,35 @@ def component_types() -> list[str]:
   return sorted(schema.component_config_models())
 
 
+def _registry():
+  """The one registry (`fibril_mjx.core.registry`) with every part of every layer registered:
+  the command line imports every workflow and exporter, whose modules register their parts."""
+  import fibril_mjx.cli  # noqa: F401
+  from fibril_mjx.core import registry
+  return registry
+
+
+def _registered_by(value) -> str:
+  """What a registry part is: the module that provides it (a function or a record), the value
+  itself (a name, a tuple of field names), or the keys of a mapping (`bag`: ROS types)."""
+  if isinstance(value, (str, tuple)):
+    return _code(list(value) if isinstance(value, tuple) else value)
+  if isinstance(value, dict):
+    return 'for ' + ', '.join(f'`{k}`' for k in value)
+  mod = inspect.getmodule(value if callable(value) or isinstance(value, type) else type(value))
+  return f'`{mod.__name__}`' if mod is not None else '?'
+
+
+def _parts_rows(entry) -> list[str]:
+  """The table of every part the registry holds for `entry`'s type (`registry.PARTS` order)."""
+  registry = _registry()
+  rows = ['| part | registered |', '| --- | --- |']
+  for part in ('build',) + tuple(p for p in registry.PARTS if p != 'build'):
+    value = getattr(entry, part)
+    rows.append(f'| `{part}` | {"—" if value is None else _registered_by(value)} |')
+  return rows
+
+
 def component_file(type_name: str) -> str:
   return 'reference/components/' + _slug(type_name.replace('/', '-')) + '.md'
 
@@ -315,16 +346,17 @@ def component_page(type_name: str) -> str:
   s = schema.manifest_schema()
   defs = s['$defs']
   cfg = defs.get(f'{schema._def_name(type_name)}_config', {})
-  entry = registry.get(type_name)
+  entry = _registry().get(type_name)
   mod = sys.modules.get(entry.build.__module__)
   doc = (mod.__doc__ or '').strip() if mod else ''
-  parts = sorted(k for k in ('metrics', 'plot', 'validation_rig', 'ros')
-                 if getattr(entry, k, None) is not None)
-  lines = [f'# `{type_name}`', '',
-           f'Module `{entry.build.__module__}`. Registered parts: `build`'
-           + ''.join(f', `{p}`' for p in parts) + '.', '']
+  lines = [f'# `{type_name}`', '', f'Module `{entry.build.__module__}`.', '']
   if doc:
     lines += ['## What it models', '', doc, '']
+  lines += ['## Registered parts', '',
+            'Every part the registry (`fibril_mjx.register`) holds for this type, with the module '
+            'that registered it (the value, for a part that is data); — : the type has none, '
+            'and the workflow that reads that part skips it.', '']
+  lines += _parts_rows(entry) + ['']
   lines += ['## Config fields', '',
             'Every field of the `config:` mapping of a `components[]` entry with '
             f'`type: {type_name}`, from the type\'s JSON Schema. "required" fields may come '
@@ -362,17 +394,25 @@ def component_page(type_name: str) -> str:
 
 
 def components_index() -> str:
-  from fibril_mjx.core import registry
+  registry = _registry()
   lines = ['# Component types', '',
            'Every component type a manifest may name (`components[].type`), generated from the '
            'registry and the JSON Schemas by `tools/gen_docs_reference.py`. Each page lists '
-           'every config field with its type, default and unit, and the built-in profiles with '
-           'their sources.', '', '| type | module | built-in profiles |', '| --- | --- | --- |']
+           'every part the registry holds for the type, every config field with its type, '
+           'default and unit, and the built-in profiles with their sources. The parts '
+           f'({", ".join(f"`{p}`" for p in registry.PARTS)}) are described in '
+           '`fibril_mjx/core/registry.py`.', '',
+           '| type | module | parts besides `build`, `config_model` | built-in profiles |',
+           '| --- | --- | --- | --- |']
   cat = _catalog()
   for t in component_types():
     profs = sorted(p.id for p in cat.profiles.values() if t in p.component_types)
     page = component_file(t).split('/')[-1]
-    lines.append(f'| [`{t}`]({page}) | `{registry.get(t).build.__module__}` | '
+    entry = registry.get(t)
+    parts = [p for p in registry.PARTS if p not in ('build', 'config_model')
+             and getattr(entry, p) is not None]
+    lines.append(f'| [`{t}`]({page}) | `{entry.build.__module__}` | '
+                 + (', '.join(f'`{p}`' for p in parts) or '—') + ' | '
                  + (', '.join(f'`{p}`' for p in profs) or '—') + ' |')
   return '\n'.join(lines) + '\n'
 

@@ -22,6 +22,7 @@ from fibril_mjx.workflows import fit_profile, plan, profiles as profiles_cli, re
 from fibril_mjx.workflows import run as runner
 from fibril_mjx.workflows import stopping, validate
 from fibril_mjx.workflows.campaign import execute as campaign_run
+from fibril_mjx.workflows.campaign import spec as campaign_spec
 
 
 def _setup_jax():
@@ -210,9 +211,10 @@ def _add_validation_commands(sub) -> None:
 
 
 def _cmd_campaign(args) -> int:
-  campaign_run.run(args.campaign, args.out, worlds=args.worlds, duration_s=args.duration,
-                   chunk_worlds=args.chunk_worlds, resume=args.resume, backend=args.backend,
-                   ray_address=args.ray_address, policy=args.policy)
+  over = campaign_spec.Overrides(worlds=args.worlds, duration_s=args.duration,
+                                chunk_worlds=args.chunk_worlds, policy=args.policy)
+  campaign_run.run(args.campaign, args.out, over, resume=args.resume, backend=args.backend,
+                   ray_address=args.ray_address)
   return 0
 
 

@@ -35,9 +35,9 @@ def check(test: Callable[[Any], bool], rule: str) -> pydantic.BeforeValidator:
   return pydantic.BeforeValidator(run)
 
 
-# libyaml's safe loader where PyYAML was built with it (the same documents, about ten times
-# faster than the pure-Python one: a tune or campaign reads dozens of profile files); a syntax
-# error is reported by the pure-Python one, whose messages name what it expected
+# libyaml's safe loader where PyYAML was built with it (the same documents, faster: a tune or
+# campaign reads dozens of profile files; docs/internals/performance.md, "Reading YAML"); a
+# syntax error is reported by the pure-Python one, whose messages name what it expected
 _LOADER = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)
 
 

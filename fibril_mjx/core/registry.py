@@ -1,6 +1,6 @@
 """One registry of component types: manifest `type` → every part the package knows it by.
 
-A component type has up to nine parts, each owned by one layer:
+A component type has up to ten parts, each owned by one layer:
 
 | part | owner | what |
 | --- | --- | --- |
@@ -13,6 +13,7 @@ A component type has up to nine parts, each owned by one layer:
 | `bag` | io/bag_fields | `{ROS type: reader}`: how a recorded message becomes this type's sample fields where the shared reader of that ROS type does not fit (`fibril_mjx.io.bags`) |
 | `profile_fit` | workflows/fit_profile | what `fibril-mjx fit-profile` fits for the type (a record: the static-log fit, whether thermal logs apply) |
 | `mavlink` | io/mavlink_hil | the MAVLink HIL source the type feeds (`'imu'`, `'mag'`, `'baro'`, `'airspeed'`, `'gps'`): preferred for it when several components have its fields (`fibril-mjx export-mavlink`) |
+| `assembly_channels` | components | the config fields naming the MuJoCo actuators an assembly (SPEC §3.3) binds: its gear is written into each (`fibril_mjx.physics.assemblies`); a type without it cannot be bound |
 
 Every type, built-in or a user's, registers with one call, `register(type, build=...,
 config_model=..., ...)` (`fibril_mjx.register`): it adds the parts it is given to the type's
@@ -54,6 +55,7 @@ class Entry:
     bag: `{ROS type: reader}`, recorded messages → sample fields (`fibril_mjx.io.bag_fields`).
     profile_fit: what `fit-profile` fits (`fibril_mjx.workflows.fit_profile.driver.ProfileFit`).
     mavlink: the MAVLink HIL source it feeds (`fibril_mjx.io.mavlink_hil`).
+    assembly_channels: config fields naming the actuators an assembly's gear is written into.
   """
   type: str
   build: Callable | None = None
@@ -65,6 +67,7 @@ class Entry:
   bag: Mapping | None = None
   profile_fit: object | None = None
   mavlink: str | None = None
+  assembly_channels: tuple[str, ...] | None = None
 
 
 PARTS = tuple(f.name for f in dataclasses.fields(Entry) if f.name != 'type')
@@ -88,7 +91,7 @@ def register(type_name: str, build: Callable | None = None, *, replace: bool = F
     build: its `build` part (a type with one is a type a manifest may name).
     replace: replace parts already set (else setting one again is an error).
     **parts: its other parts by name (`PARTS`: config_model, metrics, plot, validation_rig,
-      ros, bag, profile_fit, mavlink; module doc; None: not given). A type without them is
+      ros, bag, profile_fit, mavlink, assembly_channels; module doc; None: not given). A type without them is
       built, run and traced, just not summarized, validated or exported.
 
   Returns:

@@ -1,11 +1,12 @@
 """Assemblies (SPEC §3.3) and parameter overlays (SPEC §3.4), applied to the MjSpec before compile.
 
-An assembly declares the robot-specific transmission of one `fibril_sim/motor` or
-`fibril_sim/motion_motor` component once: its resolved gear is written into every MuJoCo
-actuator channel the component binds, and a wheel / pulley radius becomes the component's
-logical scale (`logical_units_per_joint_unit = radius`: logical position in metres of
-travel). `actuator_count` declares how many identical motors the aggregate MJCF actuator stands
-for (per-motor feedback current = aggregate force / N × `feedback_current_per_force`).
+An assembly declares the robot-specific transmission of one actuator component once: its
+resolved gear is written into every MuJoCo actuator channel the component binds (the config
+fields its type registers as `assembly_channels`, `fibril_mjx.core.registry`; a type without
+them cannot be bound), and a wheel / pulley radius becomes the component's logical scale
+(`logical_units_per_joint_unit = radius`: logical position in metres of travel).
+`actuator_count` declares how many identical motors the aggregate MJCF actuator stands for
+(per-motor feedback current = aggregate force / N × `feedback_current_per_force`).
 
 An overlay file (installed-unit calibration, e.g. written by tuning) sets MjSpec attributes
 (`mjcf:`) and component config fields (`components:`); overlays apply in manifest order after
@@ -23,13 +24,10 @@ import mujoco
 import numpy as np
 import pydantic
 
+from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.config.manifest import FieldValue, Manifest
 from fibril_mjx.config.validation import Strict, load_yaml, validate
-
-BINDABLE = {'fibril_sim/motor': ('actuator',),
-            'fibril_sim/motion_motor': ('position_actuator', 'velocity_actuator',
-                                        'feedforward_actuator')}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,10 +90,11 @@ def apply_assemblies(manifest: Manifest, spec: mujoco.MjSpec) -> dict[str, Resol
       raise ConfigError(file, f'{path}.component', 'no component of that id'
                         + did_you_mean(a.component, comps), a.component)
     j, entry = comps[a.component]
-    if entry.type not in BINDABLE:
-      raise ConfigError(file, f'{path}.component', 'assemblies bind fibril_sim/motor or '
-                        f'fibril_sim/motion_motor components; {a.component!r} is a {entry.type}',
-                        a.component)
+    fields = registry.get(entry.type).assembly_channels
+    if fields is None:
+      bindable = ' or '.join(registry.types('assembly_channels'))
+      raise ConfigError(file, f'{path}.component', f'assemblies bind {bindable} components; '
+                        f'{a.component!r} is a {entry.type}', a.component)
     if a.component in out:
       raise ConfigError(file, f'{path}.component', f'already bound by {out[a.component].path} '
                         f'({out[a.component].id!r}); one assembly per component', a.component)
@@ -116,7 +115,7 @@ def apply_assemblies(manifest: Manifest, spec: mujoco.MjSpec) -> dict[str, Resol
     if not _finite_nonzero(ratio):
       raise ConfigError(file, f'{tpath}.ratio', 'must be finite and non-zero', ratio)
     channels = []
-    for field in BINDABLE[entry.type]:
+    for field in fields:
       name = (entry.config or {}).get(field)
       if not isinstance(name, str):
         continue  # the component reports the missing / bad field when it is built

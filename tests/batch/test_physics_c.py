@@ -246,10 +246,11 @@ def test_per_world_mjcf_fields_reach_mujoco_c(sims):
 
 def test_a_campaign_on_mujoco_c_records_its_backend_and_replays_a_row(tmp_path):
   from fibril_mjx.workflows import replay
-  from fibril_mjx.workflows.campaign import execute
+  from fibril_mjx.workflows.campaign import execute, spec
   path = REPO / 'manifests' / 'campaigns' / 'ahrs_robustness.yaml'
   out = tmp_path / 'mc'
-  meta = execute.run(path, out, worlds=6, duration_s=0.1, chunk_worlds=4, progress=False)
+  meta = execute.run(path, out, spec.Overrides(worlds=6, duration_s=0.1, chunk_worlds=4),
+                     progress=False)
   assert meta['options']['physics'] == 'c'
   assert meta['physics_choice'].startswith('auto: open loop on a CPU host')
   assert 'physics c (auto: open loop' in (out / 'summary.txt').read_text()

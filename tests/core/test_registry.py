@@ -320,7 +320,7 @@ def test_registering_twice_is_an_error_naming_the_type(toy):
     fibril_mjx.register(TOY, metrics=toy_metrics)
   with pytest.raises(ValueError, match=rf"component type '{TOY}': unknown part\(s\) rigs "
                      r"\(parts: build, config_model, metrics, plot, validation_rig, ros, bag, "
-                     r"profile_fit, mavlink\)$"):
+                     r"profile_fit, mavlink, assembly_channels\)$"):
     fibril_mjx.register(TOY, rigs=toy_rig)
   assert registry.get(TOY) is toy                     # nothing changed
 

@@ -60,6 +60,28 @@ def test_every_component_type_has_a_page_with_every_field(pages):
         assert f'| `{field}` |' in page, (t, field)
 
 
+def test_every_part_the_registry_holds_is_on_the_type_page(pages):
+  """Each type's page lists every registry part (`registry.PARTS`, whatever layer registered
+  it), with the module that registered it or its value, and — where the type has none."""
+  registry = gen._registry()
+  for t in gen.component_types():
+    page, entry = pages[gen.component_file(t)], registry.get(t)
+    for part in registry.PARTS:
+      assert f'| `{part}` | ' in page, (t, part)
+      assert (f'| `{part}` | — |' in page) == (getattr(entry, part) is None), (t, part)
+  motor = pages[gen.component_file('fibril_sim/motor')]
+  assert '| `assembly_channels` | `["actuator"]` |' in motor
+  imu = pages[gen.component_file('fibril_sim/imu')]
+  for row in ('| `validation_rig` | `fibril_mjx.workflows.validate.inertial.driver` |',
+              '| `profile_fit` | `fibril_mjx.workflows.fit_profile.driver` |',
+              '| `mavlink` | `"imu"` |', '| `ros` | `fibril_mjx.io.ros_messages` |'):
+    assert row in imu, row
+  assert '| `bag` | for `sensor_msgs/msg/FluidPressure` |' in pages[
+      gen.component_file('fibril_sim/airspeed')]
+  index = pages['reference/components/index.md']
+  assert all(f'`{part}`' in index for part in registry.PARTS)
+
+
 def test_profiles_are_listed_with_their_types(pages):
   cat = gen._catalog()
   page = pages['reference/profiles.md']

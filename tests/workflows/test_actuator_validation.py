@@ -217,7 +217,8 @@ CASES = {
         'assemblies[0].component', ('no component of that id',)),
     'assembly_component_type': (
         [scalar()], {'assemblies': [{'id': 'x', 'component': 's', 'transmission': gear(2)}]},
-        'assemblies[0].component', ("assemblies bind fibril_sim/motor", 'fibril_sim/scalar')),
+        'assemblies[0].component', ("assemblies bind fibril_sim/motion_motor or "
+                                    "fibril_sim/motor components", 'fibril_sim/scalar')),
     'assembly_duplicate_id': (
         [motor(), motor('vel1', cid='n')],
         {'assemblies': [{'id': 'x', 'component': 'm', 'transmission': gear(2)},

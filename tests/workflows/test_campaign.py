@@ -200,7 +200,7 @@ def test_rows_and_report(reference):
 def test_rows_do_not_depend_on_chunking(reference, rig):
   path, _, rows = reference
   out = rig / 'one_chunk'
-  execute.run(path, out, chunk_worlds=8, progress=False, report=False)
+  execute.run(path, out, spec.Overrides(chunk_worlds=8), progress=False, report=False)
   other = execute.read_rows(out)
   assert set(other) == set(rows)
   for k in rows:

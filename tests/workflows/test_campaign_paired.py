@@ -16,7 +16,7 @@ import yaml
 from scipy import stats
 
 from fibril_mjx import cli
-from fibril_mjx.workflows.campaign import execute, paired
+from fibril_mjx.workflows.campaign import execute, paired, spec
 from fibril_mjx.workflows import replay
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -139,7 +139,7 @@ def test_report_numbers_against_the_rows(run):
 def test_a_design_alone_reproduces_its_rows(run):
   """Determinism: one design run on its own gives its paired rows bitwise."""
   path, d, _, rows, _ = run
-  execute.run(path, d / 'alone', design='high', progress=False, report=False)
+  execute.run(path, d / 'alone', spec.Overrides(design='high'), progress=False, report=False)
   again = execute.read_rows(d / 'alone')
   for k, v in rows['high'].items():
     np.testing.assert_array_equal(again[k], v)

@@ -14,6 +14,7 @@ import numpy as np
 
 from fibril_mjx.workflows import validate
 from fibril_mjx.workflows.validate import inertial, thermal
+from fibril_mjx.workflows.validate.common import Request
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,8 +25,9 @@ def _sweep(tmp_path, perturb):
   dev = inertial.device_from_config('imu', ctype, cfg)
   rigs = tmp_path / 'rigs'
   rigs.mkdir()
-  return cfg, {c.name: c for c in inertial.thermal_sweep(
-      dev, cfg, perturb, rigs, 2, 0, 1.0, lambda *a: None, 0.0)}
+  req = Request('imu_thermal.yaml', 'imu', ctype, cfg, tmp_path, static_duration_s=1.0,
+                worlds=2, seed=0, perturb=perturb, progress=lambda *a: None, t0=0.0)
+  return cfg, {c.name: c for c in inertial.thermal_sweep(dev, req, rigs, 0, 1.0)}
 
 
 def test_sweep_recovers_k1_k2(tmp_path):

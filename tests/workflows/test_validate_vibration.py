@@ -16,6 +16,7 @@ import pytest
 
 from fibril_mjx.workflows import validate
 from fibril_mjx.workflows.validate.inertial import driver
+from fibril_mjx.workflows.validate.common import Request
 from fibril_mjx.workflows.validate.inertial.device import device_from_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -29,8 +30,9 @@ def _rig(tmp_path, perturb):
   ctype, cfg = validate.resolved_config(MANIFEST, 'imu')
   dev = device_from_config('imu', ctype, cfg)
   (tmp_path / 'rigs').mkdir()
-  checks = driver._vibration_rig(dev, cfg, perturb, tmp_path / 'rigs', WORLDS, 3, 2.0,
-                                 lambda *_: None, time.time())
+  req = Request(str(MANIFEST), 'imu', ctype, cfg, tmp_path, static_duration_s=10.0,
+                worlds=WORLDS, seed=0, perturb=perturb, progress=lambda *_: None, t0=time.time())
+  checks = driver._vibration_rig(dev, req, tmp_path / 'rigs', 3, 2.0)
   return cfg, {c.name: c for c in checks}
 
 

@@ -314,4 +314,5 @@ CONFIG_MODEL = MotionMotorConfigModel
 
 # The registration: this module is the type (found by the builder walking components/).
 from fibril_mjx.core import registry  # noqa: E402
-registry.register(TYPE, build=build, config_model=CONFIG_MODEL)
+registry.register(TYPE, build=build, config_model=CONFIG_MODEL,
+                  assembly_channels=tuple(field for field, _ in CHANNELS))

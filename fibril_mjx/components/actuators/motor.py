@@ -497,4 +497,4 @@ CONFIG_MODEL = MotorConfigModel
 
 # The registration: this module is the type (found by the builder walking components/).
 from fibril_mjx.core import registry  # noqa: E402
-registry.register(TYPE, build=build, config_model=CONFIG_MODEL)
+registry.register(TYPE, build=build, config_model=CONFIG_MODEL, assembly_channels=('actuator',))

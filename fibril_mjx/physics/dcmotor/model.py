@@ -238,27 +238,42 @@ def _lugre_next(a: jax.Array, z: jax.Array, vel: jax.Array, h: jax.Array) -> jax
   return exp_ah * z + int_h * vel
 
 
-def _command(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax.Array,
-             u: Sequence[jax.Array], s: DcMotorState, zero: jax.Array):
-  """The slew-limited first control and the position-error integral of dcmotor `i`.
+class _At(NamedTuple):
+  """Dcmotor `i` at one state: what its equations below read (scalars unless noted)."""
+
+  dset: DcMotorSet
+  p: DcMotorParams
+  i: int
+  h: jax.Array           # timestep, s
+  length: jax.Array      # actuator length
+  vel: jax.Array         # actuator velocity
+  s: DcMotorState        # activations before the step, `(n,)` fields
+  R0: jax.Array          # resistance at the reference temperature, ohm
+  K: jax.Array           # motor constant
+  zero: jax.Array        # 0 in the state's dtype
+
+
+def _command(m: _At, u: Sequence[jax.Array]):
+  """The slew-limited first control and the position-error integral of dcmotor `m.i`.
 
   Returns:
     `(u_first, integral, slew_dot, integral_dot)`: the first control after the slew limit
     (zero without inputs), the integral activation and the two activation derivatives (zero
     for absent slots).
   """
+  dset, p, i, s, zero = m.dset, m.p, m.i, m.s, m.zero
   u_first = u[0] if dset.inputs[i] else zero
   slew_dot = zero
   if dset.has(i, 'slew'):
     u_prev = s.slew[i]
-    step = p.slew_limit[i] * h
+    step = p.slew_limit[i] * m.h
     u_eff = jnp.clip(u_first, u_prev - step, u_prev + step)
-    slew_dot = (u_eff - u_prev) / h
+    slew_dot = (u_eff - u_prev) / m.h
     u_first = u_eff
   x_i, integral_dot = zero, zero
   if dset.has(i, 'integral'):
     x_i = s.integral[i]
-    rate = u_first - length
+    rate = u_first - m.length
     if dset.has_imax[i]:
       imax = p.integral_limit[i]
       rate = jnp.where((imax > 0) & (x_i >= imax), jnp.minimum(rate, 0.0), rate)
@@ -267,74 +282,72 @@ def _command(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: j
   return u_first, x_i, slew_dot, integral_dot
 
 
-def _voltage(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
-             length: jax.Array, vel: jax.Array, u: Sequence[jax.Array], x_i: jax.Array,
-             zero: jax.Array) -> jax.Array:
-  """Terminal voltage of dcmotor `i`: the controller's output when any of pos / vel / ff is an
-  input (`u` the controls, the first slew-limited; `x_i` the error integral), else the
+def _voltage(m: _At, u: Sequence[jax.Array], x_i: jax.Array) -> jax.Array:
+  """Terminal voltage of dcmotor `m.i`: the controller's output when any of pos / vel / ff is
+  an input (`u` the controls, the first slew-limited; `x_i` the error integral), else the
   voltage input itself (zero for `input="none"`)."""
+  dset, p, i, K = m.dset, m.p, m.i, m.K
   inputs = dset.inputs[i]
   if not inputs:
-    return zero
+    return m.zero
   if not any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in inputs):
     return u[0]
-  sig = dict.fromkeys((INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE), zero)
+  sig = dict.fromkeys((INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE), m.zero)
   for k, b in enumerate(inputs):
     sig[b] = u[k]
-  torque = (p.kp[i] * (sig[INPUT_POS] - length) + p.kd[i] * (sig[INPUT_VEL] - vel)
+  torque = (p.kp[i] * (sig[INPUT_POS] - m.length) + p.kd[i] * (sig[INPUT_VEL] - m.vel)
             + p.ki[i] * x_i + sig[INPUT_FF])
-  voltage = (R0 / K) * torque + K * vel
+  voltage = (m.R0 / K) * torque + K * m.vel
   if dset.has_vmax[i]:
     vmax = p.voltage_limit[i]
     voltage = jnp.where(vmax > 0, jnp.clip(voltage, -vmax, vmax), voltage)
   return voltage + sig[INPUT_VOLTAGE]
 
 
-def _thermal(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
-             vel: jax.Array, voltage: jax.Array, s: DcMotorState, zero: jax.Array):
+def _thermal(m: _At, voltage: jax.Array):
   """Winding resistance at the current temperature and the temperature-rise derivative.
 
   Returns:
     `(R, temperature_dot)`: `R0` and zero without the thermal slot.
   """
+  dset, p, i, s = m.dset, m.p, m.i, m.s
   if not dset.has(i, 'temperature'):
-    return R0, zero
+    return m.R0, m.zero
   T = s.temperature[i]
-  R_eff = R0 * (1.0 + p.resistance_tempco[i] * (T + p.ambient_temperature[i]
-                                                 - p.reference_temperature[i]))
-  current = s.current[i] if dset.has(i, 'current') else (voltage - K * vel) / R_eff
+  R_eff = m.R0 * (1.0 + p.resistance_tempco[i] * (T + p.ambient_temperature[i]
+                                                   - p.reference_temperature[i]))
+  current = s.current[i] if dset.has(i, 'current') else (voltage - m.K * m.vel) / R_eff
   temperature_dot = ((R_eff * current * current - T / p.thermal_resistance[i])
                      / p.thermal_capacitance[i])
   return R_eff, temperature_dot
 
 
-def _current_rate(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, K: jax.Array,
-                  R: jax.Array, te: jax.Array, vel: jax.Array, voltage: jax.Array,
-                  s: DcMotorState, zero: jax.Array):
+def _current_rate(m: _At, R: jax.Array, te: jax.Array, voltage: jax.Array):
   """Winding-current derivative (rate-limited) and the step's decay `1 - exp(-h / te)`.
 
   Returns:
     `(current_dot, decay)`: zeros without the current slot.
   """
+  dset, p, i, K = m.dset, m.p, m.i, m.K
   if not dset.has(i, 'current'):
-    return zero, zero
-  rate = (voltage / R - K / R * vel - s.current[i]) / te
+    return m.zero, m.zero
+  rate = (voltage / R - K / R * m.vel - m.s.current[i]) / te
   if dset.has_current_rate[i]:
     dimax = p.current_rate_limit[i]
     rate = jnp.where(dimax > 0, jnp.clip(rate, -dimax, dimax), rate)
-  return rate, 1.0 - jnp.exp(-h / te)
+  return rate, 1.0 - jnp.exp(-m.h / te)
 
 
-def _advance(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, vel: jax.Array,
-             s: DcMotorState, now: dict, dot: dict, a_lugre: jax.Array, te: jax.Array,
+def _advance(m: _At, now: dict, dot: dict, a_lugre: jax.Array, te: jax.Array,
              decay: jax.Array) -> dict:
   """Next activations `{slot: scalar}` as MuJoCo's `mj_advance` makes them from the current
   ones `now` and the derivatives `dot` (used early for the last slot: actearly)."""
+  dset, p, i, s, h = m.dset, m.p, m.i, m.s, m.h
   nxt = dict(now)
   if dset.has(i, 'current'):
     nxt['current'] = s.current[i] + dot['current'] * te * decay
   if dset.has(i, 'bristle'):
-    nxt['bristle'] = _lugre_next(a_lugre, s.bristle[i], vel, h)
+    nxt['bristle'] = _lugre_next(a_lugre, s.bristle[i], m.vel, h)
   if dset.has(i, 'integral'):
     x_next = s.integral[i] + dot['integral'] * h
     if dset.has_imax[i]:
@@ -347,35 +360,34 @@ def _advance(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, vel: jax.
   return nxt
 
 
-def _force(dset: DcMotorSet, p: DcMotorParams, i: int, K: jax.Array, R_gain: jax.Array,
-           length: jax.Array, vel: jax.Array, voltage: jax.Array, s: DcMotorState,
-           current_next: jax.Array, bristle_dot: jax.Array) -> jax.Array:
-  """Actuator force of dcmotor `i`: K times the next current (or the steady-state current at
+def _force(m: _At, R_gain: jax.Array, voltage: jax.Array, current_next: jax.Array,
+           bristle_dot: jax.Array) -> jax.Array:
+  """Actuator force of dcmotor `m.i`: K times the next current (or the steady-state current at
   resistance `R_gain`), saturated, plus cogging, minus LuGre friction."""
+  dset, p, i, K = m.dset, m.p, m.i, m.K
   if dset.has(i, 'current'):
     force = K * current_next
   else:
-    force = K / R_gain * voltage - (K / R_gain) * K * vel
+    force = K / R_gain * voltage - (K / R_gain) * K * m.vel
   if dset.force_limited[i]:
     force = jnp.clip(force, p.forcerange[i, 0], p.forcerange[i, 1])
   if dset.has_cogging[i]:
-    force = force + p.cogging_amplitude[i] * jnp.sin(p.cogging_poles[i] * length
+    force = force + p.cogging_amplitude[i] * jnp.sin(p.cogging_poles[i] * m.length
                                                      + p.cogging_phase[i])
   if dset.has(i, 'bristle'):
-    force = force - (p.lugre_sigma0[i] * s.bristle[i] + p.lugre_sigma1[i] * bristle_dot)
+    force = force - (p.lugre_sigma0[i] * m.s.bristle[i] + p.lugre_sigma1[i] * bristle_dot)
   return force
 
 
-def _dforce_dvel(dset: DcMotorSet, p: DcMotorParams, i: int, R0: jax.Array, K: jax.Array,
-                 R_gain: jax.Array, decay: jax.Array, force: jax.Array,
-                 zero: jax.Array) -> jax.Array:
-  """d force / d velocity of dcmotor `i` as MuJoCo's implicitfast integrator uses it (zero for
-  the other integrators)."""
+def _dforce_dvel(m: _At, R_gain: jax.Array, decay: jax.Array, force: jax.Array) -> jax.Array:
+  """d force / d velocity of dcmotor `m.i` as MuJoCo's implicitfast integrator uses it (zero
+  for the other integrators)."""
+  dset, p, i, K = m.dset, m.p, m.i, m.K
   if dset.integrator != int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST):
-    return zero
-  dvdw = zero
+    return m.zero
+  dvdw = m.zero
   if any(b in (INPUT_POS, INPUT_VEL, INPUT_FF) for b in dset.inputs[i]):
-    dvdw = -p.kd[i] * jnp.maximum(_MINVAL, R0) / K + K
+    dvdw = -p.kd[i] * jnp.maximum(_MINVAL, m.R0) / K + K
   if dset.has(i, 'current'):
     dfdv = K * (dvdw - K) * decay / R_gain
   else:
@@ -392,22 +404,22 @@ def _motor(dset: DcMotorSet, p: DcMotorParams, i: int, h: jax.Array, length: jax
            vel: jax.Array, u: Sequence[jax.Array], s: DcMotorState) -> _Motor:
   """MuJoCo's dcmotor: activation derivatives, next activations and force of dcmotor `i`."""
   zero = jnp.zeros_like(vel)
-  R0, K = p.resistance_ohm[i], p.motorconst[i]
+  m = _At(dset, p, i, h, length, vel, s, p.resistance_ohm[i], p.motorconst[i], zero)
   dot = dict.fromkeys(SLOTS, zero)
   now = {k: getattr(s, k)[i] for k in SLOTS}
-  u_first, x_i, dot['slew'], dot['integral'] = _command(dset, p, i, h, length, u, s, zero)
-  voltage = _voltage(dset, p, i, R0, K, length, vel, [u_first, *u[1:]], x_i, zero)
+  u_first, x_i, dot['slew'], dot['integral'] = _command(m, u)
+  voltage = _voltage(m, [u_first, *u[1:]], x_i)
   te = jnp.maximum(_MINVAL, p.electrical_time_constant_s[i])
-  R, dot['temperature'] = _thermal(dset, p, i, R0, K, vel, voltage, s, zero)
+  R, dot['temperature'] = _thermal(m, voltage)
   a_lugre = zero
   if dset.has(i, 'bristle'):
     a_lugre = _lugre_rate(p, i, vel)
     dot['bristle'] = a_lugre * s.bristle[i] + vel
-  dot['current'], decay = _current_rate(dset, p, i, h, K, R, te, vel, voltage, s, zero)
-  nxt = _advance(dset, p, i, h, vel, s, now, dot, a_lugre, te, decay)
+  dot['current'], decay = _current_rate(m, R, te, voltage)
+  nxt = _advance(m, now, dot, a_lugre, te, decay)
   R_gain = jnp.maximum(_MINVAL, R)   # resistance at the current temperature
-  force = _force(dset, p, i, K, R_gain, length, vel, voltage, s, nxt['current'], dot['bristle'])
-  dfdv = _dforce_dvel(dset, p, i, R0, K, R_gain, decay, force, zero)
+  force = _force(m, R_gain, voltage, nxt['current'], dot['bristle'])
+  dfdv = _dforce_dvel(m, R_gain, decay, force)
   as_state = lambda dct: DcMotorState(*(dct[k] for k in SLOTS))
   return _Motor(force, as_state(dot), as_state(nxt), dfdv)
 

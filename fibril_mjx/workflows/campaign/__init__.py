@@ -6,11 +6,13 @@ A paired campaign (`designs:`) runs its designs on the same worlds and reports t
 differences and the variance reduction against independent keys (`paired.py`).
 
     from fibril_mjx.workflows import campaign
-    campaign.run('manifests/campaigns/ahrs_robustness.yaml', 'out/mc', worlds=512)
+    campaign.run('manifests/campaigns/ahrs_robustness.yaml', 'out/mc',
+                 campaign.Overrides(worlds=512))
     rows = campaign.read_rows('out/mc')          # {column: (nworld,)}, sorted by world
 """
 
 from fibril_mjx.workflows.campaign.execute import read_rows, run
+from fibril_mjx.workflows.campaign.spec import Overrides
 from fibril_mjx.workflows.campaign.spec import read as read_campaign
 
-__all__ = ['run', 'read_rows', 'read_campaign']
+__all__ = ['Overrides', 'run', 'read_rows', 'read_campaign']

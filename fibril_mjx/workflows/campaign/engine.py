@@ -386,8 +386,9 @@ class Plan:
   def sub_batch(self, sim) -> int:
     """Worlds per vmapped call, the same for every batch of the campaign whatever its size,
     device count or backend: XLA's CPU code for a batched call depends on its batch size,
-    which can change a world's last bits (measured on the EKF example). At most SUB_BATCH,
-    the chunk size and the LAPACK-safe size, as a power of two."""
+    which can change a world's last bits (docs/internals/performance.md, "Sub-batches and the
+    LAPACK deadlock"). At most SUB_BATCH, the chunk size and the LAPACK-safe size, as a power
+    of two."""
     # MJX's LAPACK-safe cap (a trace of its step); MuJoCo C runs no LAPACK in JAX
     cap = None if getattr(sim, 'physics', 'mjx') == 'c' else sim.sub_batch_cap()[0]
     k = min(SUB_BATCH, 1 << max(1, (self.campaign.chunk_worlds - 1).bit_length()))

@@ -83,7 +83,7 @@ def options(plan: engine.Plan) -> dict:
           **({'design': c.design} if c.design is not None else {})}
 
 
-def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
+def _ray_chunk(campaign_path, over: sp.Overrides, lo, hi, n_devices, cpu_isa='AVX'):
   """A Ray task: runs one chunk in a worker (the plan is built once per worker process) on
   as many XLA devices and the same CPU code generation as the driver, so that its rows are
   bitwise the driver's."""
@@ -94,10 +94,10 @@ def _ray_chunk(campaign_path, opts, lo, hi, n_devices, cpu_isa='AVX'):
     raise FibrilError(f'Ray worker: {len(jax.local_devices())} XLA device(s) and CPU ISA '
                       f'{worlds.cpu_isa()}, the driver uses {n_devices} and {cpu_isa}; rows '
                       'would not be bitwise equal to a local run')
-  key = (campaign_path, tuple(sorted(opts.items())))
+  key = (campaign_path, over)
   plans = globals().setdefault('_WORKER_PLANS', {})
   if key not in plans:
-    plans[key] = engine.Plan(sp.read(campaign_path, **opts))
+    plans[key] = engine.Plan(sp.read(campaign_path, **over._asdict()))
   return plans[key].run_chunk(lo, hi)
 
 
@@ -157,35 +157,31 @@ def resumed_chunks(out, meta: dict, old: dict) -> list[int]:
   return kept
 
 
-def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, resume=False,
-        backend='local', ray_address=None, report=True, progress=None, plan=None,
-        policy=None, design=None, seed=None) -> dict:
+def run(campaign_path, out, over: sp.Overrides = sp.Overrides(), *, resume=False,
+        backend='local', ray_address=None, report=True, progress=None, plan=None) -> dict:
   """Runs (or resumes) a campaign into `out`; returns `campaign.json`'s content.
 
   Args:
-    worlds, duration_s, chunk_worlds: replace the campaign file's values; `policy` its
-      `controller.policy` checkpoint (the same campaign for another policy).
+    over: values replacing the campaign file's (`worlds`, `duration_s`, `chunk_worlds`, the
+      `policy` checkpoint: the same campaign for another policy; `design` and `seed`: one
+      design of a paired campaign, what the paired run passes for each of its runs). A paired
+      campaign without `design` runs them all and returns the paired report (`paired.run`).
     resume: continue `out`, skipping completed chunks; refuses when any hash or option differs.
     backend: `local` (this process) or `ray` (each chunk a Ray task; `ray_address` of an
       existing cluster, e.g. `127.0.0.1:6379` or `ray://head:10001`; None starts a local one).
     plan: an `engine.Plan` already built for this campaign and these options (its compiled
       programs are reused, e.g. by `bench/campaign.py`); None builds one.
-    design, seed: one design of a paired campaign, and a seed replacing the file's (what the
-      paired run passes for each of its runs). A paired campaign without `design` runs them
-      all and returns the paired report (`paired.run`).
   """
   if backend not in ('local', 'ray'):
     raise FibrilError(f'--backend {backend!r}: must be local or ray')
-  opts = {'worlds': worlds, 'duration_s': duration_s, 'chunk_worlds': chunk_worlds,
-          'policy': None if policy is None else str(pathlib.Path(policy).resolve()),
-          'design': design, 'seed': seed}
-  camp = sp.read(campaign_path, **opts)
-  if camp.designs and design is None:
+  if over.policy is not None:
+    over = over._replace(policy=str(pathlib.Path(over.policy).resolve()))
+  camp = sp.read(campaign_path, **over._asdict())
+  if camp.designs and over.design is None:
     if plan is not None:
       raise FibrilError(f'{campaign_path}: plan= is for one design; a paired campaign builds '
                         'one per design')
-    return paired.run(camp, out, run, resume=resume, progress=progress, report=report,
-                      **{k: v for k, v in opts.items() if k not in ('design', 'seed')},
+    return paired.run(camp, out, run, over, resume=resume, progress=progress, report=report,
                       backend=backend, ray_address=ray_address)
   out = outdir.claim(out, overwrite=resume, hint='use --resume to continue it, or another --out')
   meta_path = out / 'campaign.json'
@@ -234,7 +230,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
         for i in todo:
           finish(i, plan.run_chunk(*plan.chunks[i]))
       else:
-        _run_ray(plan, camp, opts, todo, ray_address, finish)
+        _run_ray(plan, camp, over, todo, ray_address, finish)
   except OSError as e:
     err = outdir.write_error(e, out, kept())
     if err is None:
@@ -249,7 +245,7 @@ def run(campaign_path, out, *, worlds=None, duration_s=None, chunk_worlds=None, 
   return meta
 
 
-def _run_ray(plan, camp, opts, todo, address, finish):
+def _run_ray(plan, camp, over, todo, address, finish):
   try:
     import ray
   except ImportError:
@@ -268,7 +264,7 @@ def _run_ray(plan, camp, opts, todo, address, finish):
     while queue or pending:
       while queue and len(pending) < slots:
         i = queue.pop(0)
-        pending[task.remote(path, opts, *plan.chunks[i], n_devices, worlds.cpu_isa())] = i
+        pending[task.remote(path, over, *plan.chunks[i], n_devices, worlds.cpu_isa())] = i
       ready, _ = ray.wait(list(pending), num_returns=1)
       for ref in ready:
         finish(pending.pop(ref), ray.get(ref))

@@ -173,10 +173,10 @@ def _design_error(e: ConfigError, design: sp.Design) -> ConfigError:
   return e
 
 
-def plan(file, design: sp.Design, **read) -> engine.Plan:
-  """The `engine.Plan` of one design (`read`: `spec.read`'s options, e.g. `seed`); errors of
-  its `set:` values name them."""
-  camp = sp.read(file, design=design.name, **read)
+def plan(file, design: sp.Design, over: sp.Overrides) -> engine.Plan:
+  """The `engine.Plan` of one design (`over`: the values replacing the file's, e.g. `seed`);
+  errors of its `set:` values name them."""
+  camp = sp.read(file, **over._replace(design=design.name)._asdict())
   try:
     return engine.Plan(camp)
   except ConfigErrors as e:
@@ -185,34 +185,35 @@ def plan(file, design: sp.Design, **read) -> engine.Plan:
     raise _design_error(e, design) from None
 
 
-def run(camp, out, run_one, *, resume=False, progress=None, report=True, **kw) -> dict:
+def run(camp, out, run_one, over: sp.Overrides, **options) -> dict:
   """Runs every design of the paired campaign `camp`, the unpaired reruns, and the report.
 
   Args:
     camp: the paired `spec.Campaign` (its `designs`).
     out: the campaign directory.
-    run_one: `execute.run` (one design: `run_one(file, out, design=, seed=, ...)`).
-    kw: `execute.run`'s options (worlds, duration_s, chunk_worlds, policy, backend, ...).
+    run_one: `execute.run` (one design: `run_one(file, out, over, plan=, **options)`).
+    over: the values replacing the file's (`design` and `seed` are set per run here).
+    options: `execute.run`'s keyword options (resume, report, progress, backend, ...).
 
   Returns:
     `paired.json`'s content.
   """
-  out = outdir.claim(out, overwrite=resume, hint='use --resume to continue it, or another --out')
-  read = {k: kw[k] for k in ('worlds', 'duration_s', 'chunk_worlds', 'policy') if k in kw}
+  out = outdir.claim(out, overwrite=options.get('resume', False),
+                     hint='use --resume to continue it, or another --out')
   # every design's plan first: a bad design fails before anything runs
-  plans = {d.name: plan(camp.file, d, **read) for d in camp.designs}
+  plans = {d.name: plan(camp.file, d, over) for d in camp.designs}
   out.mkdir(parents=True, exist_ok=True)
-  opts = dict(resume=resume, progress=progress, report=report, **kw)
   rows, unpaired, seeds = {}, {}, {}
   for d in camp.designs:
-    run_one(camp.file, out / 'designs' / d.name, design=d.name, plan=plans[d.name], **opts)
+    run_one(camp.file, out / 'designs' / d.name, over._replace(design=d.name),
+            plan=plans[d.name], **options)
     rows[d.name] = parts.read_rows(out / 'designs' / d.name)
   if camp.unpaired:
     for i, d in enumerate(camp.designs[1:], 1):
       seeds[d.name] = unpaired_seed(camp.seed, i)
-      p = plan(camp.file, d, seed=seeds[d.name], **read)
-      run_one(camp.file, out / 'unpaired' / d.name, design=d.name, seed=seeds[d.name], plan=p,
-              **opts)
+      one = over._replace(seed=seeds[d.name])
+      run_one(camp.file, out / 'unpaired' / d.name, one._replace(design=d.name),
+              plan=plan(camp.file, d, one), **options)
       unpaired[d.name] = parts.read_rows(out / 'unpaired' / d.name)
   meta = json.loads((out / 'designs' / camp.designs[0].name / 'campaign.json').read_text())
   metrics = [m for m in meta['metrics'] if all(m in r for r in rows.values())
@@ -223,6 +224,6 @@ def run(camp, out, run_one, *, resume=False, progress=None, report=True, **kw) -
   text = lines(res, camp, seeds)
   parts.write_atomic(out / 'paired.txt', ('\n'.join(text) + '\n').encode())
   parts.write_atomic(out / 'paired.json', json.dumps(res, indent=2, default=float).encode())
-  if report:
+  if options.get('report', True):
     print('\n'.join(text))
   return res

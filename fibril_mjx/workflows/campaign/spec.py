@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import pathlib
+from typing import NamedTuple
 
 from fibril_mjx.builder.vary import Distribution, distribution
 from fibril_mjx.config.campaign import (DISTRIBUTIONS, OPTIONAL, SCENARIO_KEYS, TOP_KEYS,
@@ -25,7 +27,7 @@ from fibril_mjx.config.validation import load_yaml, validate
 from fibril_mjx.errors import ConfigError, ConfigErrors, did_you_mean
 
 __all__ = ['DISTRIBUTIONS', 'OPTIONAL', 'SCENARIO_KEYS', 'TOP_KEYS', 'Campaign', 'Controller',
-           'Criterion', 'Design', 'Distribution', 'Metric', 'read']
+           'Criterion', 'Design', 'Distribution', 'Metric', 'Overrides', 'read']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +107,24 @@ class Campaign:
   designs: tuple[Design, ...] = ()       # a paired campaign's designs, in file order
   design: str | None = None              # the design this campaign runs (None: not one)
   unpaired: bool = True                  # rerun designs on independent keys (paired only)
+
+
+class Overrides(NamedTuple):
+  """Values that replace a campaign file's when it is read (`read`'s options; None: the
+  file's), e.g. the command line's `--worlds`.
+
+  Attributes:
+    worlds, duration_s, chunk_worlds, seed: replace the file's fields of these names.
+    policy: the checkpoint of `controller.policy` (relative to the working directory).
+    design: one design of a paired campaign (module docstring).
+  """
+
+  worlds: int | None = None
+  duration_s: float | None = None
+  chunk_worlds: int | None = None
+  policy: str | os.PathLike | None = None
+  design: str | None = None
+  seed: int | None = None
 
 
 def _controller(c: ControllerModel, policy: pathlib.Path) -> Controller:

@@ -181,19 +181,21 @@ def _fit_least_squares(prob: Problem, U, r, J, lo, hi, bar, N: int, found: list)
           np.stack([x.J for x in runs]), runs, found)
 
 
-def _fit_optax(prob: Problem, method: str, learning_rate: float, U, r, J, cost, lo, hi, bar,
-               N: int):
-  """Adam, or L-BFGS with a backtracking line search per start, on all starts in one batch
-  (one iteration per step of `bar`); a start keeps its point where a step raised its cost.
+def _fit_optax(prob: Problem, U, r, J, lo, hi, bar, N: int):
+  """The tune file's `method`: Adam (at its `learning_rate`), or L-BFGS with a backtracking
+  line search per start, on all starts in one batch from the rows `U` (transformed residuals
+  `r`, Jacobians `J`; one iteration per step of `bar`); a start keeps its point where a step
+  raised its cost.
 
   Returns:
     `(U, r, J, cost, curve)`: the final rows, residuals, Jacobians and costs `(S,)`, and the
     training loss per iteration (a list of `(S,)`).
   """
   import optax
-  S = U.shape[0]
+  S, method = U.shape[0], prob.spec.method
+  cost = np.sum(r ** 2, axis=1)
   if method == 'adam':
-    opt = optax.adam(learning_rate)
+    opt = optax.adam(prob.spec.learning_rate)
   else:
     opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
   state = jax.vmap(opt.init)(jnp.asarray(U))
@@ -251,8 +253,7 @@ def _fit(prob: Problem, U, r, J, lo, hi, N: int, found: list):
                disable=not prob.progress, leave=False)
     U0 = U
     r, J = lsq.transform(r, J, _norm(prob))
-    U, r, J, _, curve = _fit_optax(prob, spec.method, spec.learning_rate, U, r, J,
-                                   np.sum(r ** 2, axis=1), lo, hi, bar, N)
+    U, r, J, _, curve = _fit_optax(prob, U, r, J, lo, hi, bar, N)
     moved = np.any(U != U0, axis=1)
     runs = [lsq.Run(U[s], r[s], J[s], [], 0 if moved[s] else 2,
                     f'{spec.method}: {spec.iterations} iterations', bool(moved[s]))

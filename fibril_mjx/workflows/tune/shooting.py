@@ -44,6 +44,34 @@ from fibril_mjx.workflows.tune.rollouts import FD_STEP, RolloutProblem, pad
 DEFECT_WEIGHT = 1e4   # continuity residual per unit of a state coordinate
 
 
+class _Windows:
+  """The window rollouts of one `ShootingProblem.evaluate`: world k ran the job `jobs[k]` =
+  `(kind, start, recording, window, column, state component)` (kind `base`, `phys`: a physical
+  column perturbed by `steps[k]`, or `z`: a window-start component perturbed by `steps[k]`),
+  giving `frames` `(n, Lw, ...)` and end states `ends` `(n, ns)`."""
+
+  def __init__(self, jobs, steps, frames: Frame, ends: np.ndarray, W: int, L: int):
+    self.at = {job: k for k, job in enumerate(jobs)}
+    self.steps, self.frames, self.ends, self.W, self.L = steps, frames, ends, W, L
+
+  def step(self, kind, s, r, w, c=-1, j=-1) -> float:
+    """The finite-difference step of a job (0 for `base`)."""
+    return self.steps[self.at[(kind, s, r, w, c, j)]]
+
+  def end(self, kind, s, r, w, c=-1, j=-1) -> np.ndarray:
+    """The end state `(ns,)` of a job."""
+    return self.ends[self.at[(kind, s, r, w, c, j)]]
+
+  def trajectory(self, kind, s, r, c=-1, wz=-1, j=-1) -> Frame:
+    """Frames `(L + 1, ...)` of start s on recording r, window `wz` (or all) perturbed."""
+    parts = []
+    for w in range(self.W):
+      key = (kind, s, r, w, c, j) if kind == 'phys' or (kind == 'z' and w == wz) else \
+          ('base', s, r, w, -1, -1)
+      parts.append(jax.tree.map(lambda a, k=self.at[key]: a[k], self.frames))
+    return jax.tree.map(lambda *a: np.concatenate(a)[:self.L + 1], *parts)
+
+
 class ShootingProblem(RolloutProblem):
   """A `RolloutProblem` with free window starts on its training recordings (see the module
   docstring). `evaluate` on the training set takes coordinates `(S, P + n_nuisance)`; with
@@ -146,57 +174,47 @@ class ShootingProblem(RolloutProblem):
       starts.append(x0)
       wins.append(w)
       steps.append(h)
-    fr, ends = self._windows(np.stack(us), np.stack(starts), wins)
-    at = {job: k for k, job in enumerate(jobs)}
-
-    def trajectory(kind, s, r, c=-1, wz=-1, j=-1):
-      """Frames `(L + 1, ...)` of start s on recording r, window `wz` (or all) perturbed."""
-      parts = []
-      for w in range(W):
-        key = (kind, s, r, w, c, j) if kind == 'phys' or (kind == 'z' and w == wz) else \
-            ('base', s, r, w, -1, -1)
-        parts.append(jax.tree.map(lambda a, k=at[key]: a[k], fr))
-      return jax.tree.map(lambda *a: np.concatenate(a)[:self.L + 1], *parts)
-
-    base = [trajectory('base', s, r) for s, r in sr]
+    win = _Windows(jobs, steps, *self._windows(np.stack(us), np.stack(starts), wins), W, self.L)
+    base = [win.trajectory('base', s, r) for s, r in sr]
     base = Frame(*(np.stack(x) for x in zip(*base)))
     _, fields, timing = self.forward(Up, ds, latency, frames=(base, np.repeat(Up, self.R, 0)))
     if not ds.maps:
       self.build_maps(ds, timing)
     r_data, per = self.residuals(fields, ds)
-    end = lambda kind, s, r, w, c=-1, j=-1: ends[at[(kind, s, r, w, c, j)]]   # noqa: E731
     defects = np.zeros((S, self.n_defects))
     for s in range(S):
       for r in range(self.R):
         z = Z[s].reshape(self.R, W - 1, ns)[r]
         for w in range(1, W):
           k = ((r * (W - 1)) + w - 1) * ns
-          defects[s, k:k + ns] = DEFECT_WEIGHT * (end('base', s, r, w - 1) - z[w - 1])
+          defects[s, k:k + ns] = DEFECT_WEIGHT * (win.end('base', s, r, w - 1) - z[w - 1])
     r_all = np.concatenate([r_data, defects], axis=1)
     if not jacobian:
       return r_all, per, None
-    return r_all, per, self._jacobian_shooting(U, ds, sr, steps, jobs, at, fr, ends, base,
-                                               trajectory, latency)
+    return r_all, per, self._jacobian_shooting(U, ds, sr, win, base, latency)
 
-  def _jacobian_shooting(self, U, ds, sr, steps, jobs, at, fr, ends, base, trajectory,
-                         latency):
+  def _jacobian_shooting(self, U, ds, sr, win: _Windows, base: Frame, latency):
+    """`(S, residuals, P + n_nuisance)`: the Jacobian of `evaluate`'s residuals from its window
+    rollouts `win` (finite differences of the physics, tangents through the device pipeline)
+    and the single-shooting-equivalent frames `base` `(S·R, L + 1, ...)`."""
     S, P, W, ns = U.shape[0], len(self.params), self.W, self.ns
     phys = self.physical
     dev = [i for i in range(P) if i not in phys]
     nz_r = (W - 1) * ns                      # window starts of one recording
-    h = {job: steps[k] for k, job in enumerate(jobs)}
+    h = win.step
+    end = win.end
     # per world: tangents of the physical columns, then of its recording's window starts
     dfr = []
     for k, (s, r) in enumerate(sr):
       rows = []
       for c in phys:
-        t = trajectory('phys', s, r, c=c)
-        rows.append(jax.tree.map(lambda a, b, hh=h[('phys', s, r, 0, c, -1)]: (a - b) / hh, t,
+        t = win.trajectory('phys', s, r, c=c)
+        rows.append(jax.tree.map(lambda a, b, hh=h('phys', s, r, 0, c): (a - b) / hh, t,
                                  jax.tree.map(lambda x: x[k], base)))
       for w in range(1, W):
         for j in range(ns):
-          t = trajectory('z', s, r, wz=w, j=j)
-          rows.append(jax.tree.map(lambda a, b, hh=h[('z', s, r, w, -1, j)]: (a - b) / hh, t,
+          t = win.trajectory('z', s, r, wz=w, j=j)
+          rows.append(jax.tree.map(lambda a, b, hh=h('z', s, r, w, -1, j): (a - b) / hh, t,
                                    jax.tree.map(lambda x: x[k], base)))
       dfr.append(jax.tree.map(lambda *xs: np.stack(xs).astype(np.float32), *rows))
     dfr = jax.tree.map(lambda *xs: np.stack(xs), *dfr)
@@ -213,7 +231,6 @@ class ShootingProblem(RolloutProblem):
     Jw = np.asarray(Jw, np.float64)[:n]      # (n, R_w, Pp + nz_r + Pd)
     n_w = Jw.shape[1]
     J = np.zeros((S, self.R * n_w + self.n_defects, P + self.n_nuisance))
-    end = lambda kind, s, r, w, c=-1, j=-1: ends[at[(kind, s, r, w, c, j)]]   # noqa: E731
     for k, (s, r) in enumerate(sr):
       rows = slice(r * n_w, (r + 1) * n_w)
       Js = J[s]   # a view: one advanced index at a time keeps the rows first
@@ -226,7 +243,7 @@ class ShootingProblem(RolloutProblem):
         dr = slice(d0 + (w - 1) * ns, d0 + w * ns)
         for c in phys:
           J[s, dr, c] = DEFECT_WEIGHT * (end('phys', s, r, w - 1, c) - end('base', s, r, w - 1)
-                                         ) / h[('phys', s, r, 0, c, -1)]
+                                         ) / h('phys', s, r, 0, c)
         zc = P + r * nz_r + (w - 1) * ns
         J[s, dr, zc:zc + ns] -= DEFECT_WEIGHT * np.eye(ns)
         if w >= 2:   # the end of window w − 1 depends on its own start z_{w−1}
@@ -234,5 +251,5 @@ class ShootingProblem(RolloutProblem):
           for j in range(ns):
             J[s, dr, zp + j] = DEFECT_WEIGHT * (end('z', s, r, w - 1, -1, j)
                                                 - end('base', s, r, w - 1)) / \
-                h[('z', s, r, w - 1, -1, j)]
+                h('z', s, r, w - 1, -1, j)
     return J

@@ -12,6 +12,7 @@ import math
 import pathlib
 import time
 import types
+from typing import Callable, NamedTuple
 
 import jax
 import mujoco
@@ -301,6 +302,33 @@ def write_rig(dirpath, name, xml, doc):
   return path
 
 
+class Request(NamedTuple):
+  """One `validate` request as a rig runner receives it: the component and `validate.run`'s
+  options, resolved.
+
+  Attributes:
+    manifest_path: the user's manifest.
+    component: the component's id; ctype: its type; cfg: its resolved config fields.
+    out: the claimed output directory.
+    static_duration_s: length of the static records (s).
+    worlds: worlds per rig (independent realizations); seed: the first rig's seed.
+    perturb: fields changed in the simulated device only (the checks use `cfg`).
+    progress: prints one progress line; t0: the run's start (`time.time()`).
+  """
+
+  manifest_path: str
+  component: str
+  ctype: str
+  cfg: dict
+  out: pathlib.Path
+  static_duration_s: float
+  worlds: int
+  seed: int
+  perturb: dict
+  progress: Callable[[str], None]
+  t0: float
+
+
 @contextlib.contextmanager
 def staged_output(out):
   """The staged output directory of `out` (`fibril_mjx.io.outdir`), with `rigs/`: a reader
@@ -315,13 +343,18 @@ def _write_summary(tmp: pathlib.Path, summary: dict) -> None:
   (tmp / 'summary.txt').write_text(render(summary))
 
 
-def finish(tmp, manifest_path, component, dev, checks, perturb, dur, worlds, seed, t0):
-  """The summary of a rig run (`_summary`, wall time since `t0`), written into `tmp`; `dev`
-  has `type` and `config` (a `(type, config)` pair is taken too)."""
-  if isinstance(dev, tuple):
-    dev = types.SimpleNamespace(type=dev[0], config=dev[1])
-  summary = _summary(manifest_path, component, dev, checks, perturb, dur, worlds, seed,
-                     time.time() - t0)
+def finish(tmp, request: Request, checks, *, dev=None, duration_s: float | None = None):
+  """The summary of a rig run (`_summary`, wall time since `request.t0`), written into `tmp`.
+
+  Args:
+    dev: what the summary names the device by (`type`, `config`); None: the request's.
+    duration_s: the static record length reported; None: `request.static_duration_s`.
+  """
+  if dev is None:
+    dev = types.SimpleNamespace(type=request.ctype, config=request.cfg)
+  dur = request.static_duration_s if duration_s is None else duration_s
+  summary = _summary(request.manifest_path, request.component, dev, checks, request.perturb,
+                     dur, request.worlds, request.seed, time.time() - request.t0)
   _write_summary(tmp, summary)
   return summary
 
@@ -380,19 +413,36 @@ def fmt_any(v):
 # ------------------------------------------------------------------------------- registry
 
 
-def one_type_rig(run):
-  """A `run(manifest_path, cid, cfg, out, **options)` of one component type as the registry's
-  `validation_rig(manifest_path, cid, ctype, cfg, out, **options)` (the type is implied)."""
+def as_rig(run):
+  """A runner `run(request: Request) -> summary` as the registry's `validation_rig(manifest_path,
+  cid, ctype, cfg, out, **options)` (options: `Request`'s fields after `out`)."""
   def rig(manifest_path, cid, ctype, cfg, out, **options):
-    return run(manifest_path, cid, cfg, out, **options)
+    return run(Request(manifest_path, cid, ctype, cfg, out, **options))
   rig.__module__, rig.__doc__ = run.__module__, run.__doc__
   return rig
 
 
+class Bench(NamedTuple):
+  """The bench body of a static rig (`bench_xml`): its position and its box geom's half-sizes
+  and extra attributes (MJCF strings)."""
+
+  pos: str = ''
+  box: str = '0.05 0.05 0.01'
+  box_attrs: str = ''
+
+
+class Scene(NamedTuple):
+  """What a static rig has around its bench (`bench_xml`), as MJCF lines: an `<asset>` block,
+  a ground geom (before the bench) and worldbody lines after the bench (e.g. landmark sites)."""
+
+  asset: str = ''
+  ground: str = ''
+  world: str = ''
+
+
 def bench_xml(model: str, timestep: float, sites: str, *, sensors: str = '',
-              integrator: str | None = 'implicitfast', gravity: bool = True, pos: str = '',
-              box: str = '0.05 0.05 0.01', box_attrs: str = '', asset: str = '',
-              ground: str = '', world: str = '') -> str:
+              integrator: str | None = 'implicitfast', gravity: bool = True,
+              bench: Bench = Bench(), scene: Scene = Scene()) -> str:
   """The MJCF of a static validation rig: a `bench` body on a free yaw hinge about the vertical
   through its centre of mass (so MuJoCo C and MJX agree) carrying the device's `sites`.
 
@@ -400,10 +450,10 @@ def bench_xml(model: str, timestep: float, sites: str, *, sensors: str = '',
     sites, sensors: MJCF lines of the bench's sites and of the `<sensor>` block (none: no block).
     integrator: the `<option>` integrator, None for MuJoCo's default.
     gravity: gravity `0 0 -G` (False: none, e.g. for ray sensors).
-    pos, box, box_attrs: the bench's position and its box geom's size and extra attributes.
-    asset, ground, world: an `<asset>` block, a ground geom, and worldbody lines after the
-      bench (e.g. landmark sites).
+    bench, scene: the bench body and what is around it.
   """
+  pos, box, box_attrs = bench
+  asset, ground, world = scene
   opt = f'timestep="{timestep!r}"' + (f' integrator="{integrator}"' if integrator else '')
   opt += f' gravity="0 0 -{G!r}"' if gravity else ' gravity="0 0 0"'
   body = f' pos="{pos}"' if pos else ''

@@ -41,7 +41,8 @@ import numpy as np
 from fibril_mjx.workflows.validate import camera_motion
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, by_sequence, collect,
                                                   finish, fmt, segmented, staged_output,
-                                                  write_rig, bench_xml, one_type_rig, Check)
+                                                  write_rig, bench_xml, as_rig, Bench, Check,
+                                                  Request, Scene)
 from fibril_mjx.components.sensors import optical_flow
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -203,29 +204,45 @@ def _rotation_checks(cfg, z, data, dt, w_pk, freq, period) -> list[Check]:
   ]
 
 
-def run_flow(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
-             progress, t0) -> dict:
+def run_flow(req: Request) -> dict:
   """`validate` for `fibril_sim/optical_flow`: the translation and rotation rigs."""
+  cfg, worlds = req.cfg, req.worlds
   period = float(cfg['period_s'])
-  dur = min(static_duration_s, 20.0)
-  with staged_output(out) as tmp:
+  dur = min(req.static_duration_s, 20.0)
+  with staged_output(req.out) as tmp:
     rigs = tmp / 'rigs'
     h = _height(cfg)
     v = 0.5 * float(cfg['max_flow_rate_rad_s']) * h
-    xml, doc, h, dt = flow_rig(cfg, perturb, 'slide', v)
+    xml, doc, h, dt = flow_rig(cfg, req.perturb, 'slide', v)
     sim = rig_simulation(write_rig(rigs, 'slide', xml, doc))
-    progress(f'translation rig: {worlds} worlds x {dur:g} s at {v:g} m/s, {h:g} m')
-    z, _ = _run(sim, worlds, seed, dur, period)
+    req.progress(f'translation rig: {worlds} worlds x {dur:g} s at {v:g} m/s, {h:g} m')
+    z, _ = _run(sim, worlds, req.seed, dur, period)
     checks = _translation_checks(cfg, z, h, v, v * float(_site_x(xml)[0]))
     w_pk = 1.5 * float(cfg['max_angular_rate_rad_s'])
     freq = w_pk / (2 * math.pi * 0.3)       # ±0.3 rad of tilt: the ground stays in range
-    xml, doc, _, dt = flow_rig(cfg, perturb, 'hinge', w_pk, freq)
+    xml, doc, _, dt = flow_rig(cfg, req.perturb, 'hinge', w_pk, freq)
     sim = rig_simulation(write_rig(rigs, 'hinge', xml, doc))
-    progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
-    z, data = _run(sim, worlds, seed + 1, min(dur, 5.0), period)
+    req.progress(f'rotation rig: {worlds} worlds x {min(dur, 5.0):g} s, peak {w_pk:g} rad/s')
+    z, data = _run(sim, worlds, req.seed + 1, min(dur, 5.0), period)
     checks += _rotation_checks(cfg, z, data, dt, w_pk, freq, period)
-    return finish(tmp, manifest_path, component, (FLOW_TYPE, cfg), checks, perturb, dur,
-                  worlds, seed, t0)
+    return finish(tmp, req, checks, duration_s=dur)
+
+
+def _static_rig(req: Request, tmp, xml, doc, dur, fields, what: str) -> dict:
+  """`fields` of the `dut` of the static rig `(xml, doc)` (written to `tmp/rigs/static.*`) over
+  `dur` s, by sequence; `what` names the rig and its acquisitions in the progress line."""
+  period = float(req.cfg['period_s'])
+  sim = rig_simulation(write_rig(tmp / 'rigs', 'static', xml, doc))
+  req.progress(what.format(worlds=req.worlds, n=round(dur / period)))
+  return _run(sim, req.worlds, req.seed, dur, period, fields)[0]
+
+
+def _quietly(checks, *args) -> list[Check]:
+  """`checks(*args)` without NumPy's empty-slice warnings (a beam that never returns, a
+  landmark never seen, has no mean)."""
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', RuntimeWarning)
+    return checks(*args)
 
 
 # ----------------------------------------------------------------------------- lidar
@@ -243,11 +260,11 @@ def lidar_rig(cfg: dict, overrides: dict):
   h = max(1.0, 1.5 * lo)
   dt = min(0.002, float(cfg['period_s']) / 2)
   xml = bench_xml('fibril_validate_lidar_static', dt, '<site name="s_lidar"/>',
-                  integrator=None, gravity=False, pos=f'0 0 {h!r}', box='0.02 0.02 0.01',
-                  box_attrs=' rgba="0 0 0 0"',
-                  asset='<asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>',
-                  ground='<geom name="ground" type="plane" size="500 500 0.1" material="ground" '
-                         'group="0"/>')
+                  integrator=None, gravity=False,
+                  bench=Bench(f'0 0 {h!r}', '0.02 0.02 0.01', ' rgba="0 0 0 0"'),
+                  scene=Scene(asset='<asset><material name="ground" rgba="0.5 0.5 0.5 1"/></asset>',
+                              ground='<geom name="ground" type="plane" size="500 500 0.1" '
+                                     'material="ground" group="0"/>'))
   c = dict(cfg, **overrides)
   c = {k: v for k, v in c.items() if k != 'faults'}
   c.update(site='s_lidar', horizontal_samples=1, horizontal_min_deg=0.0, horizontal_max_deg=0.0,
@@ -313,24 +330,16 @@ def _lidar_checks(cfg, r, ok, h) -> list[Check]:
   ]
 
 
-def run_lidar(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
-              progress, t0) -> dict:
+def run_lidar(req: Request) -> dict:
   """`validate` for `fibril_sim/lidar`: the static fan rig."""
-  period = float(cfg['period_s'])
-  with staged_output(out) as tmp:
-    xml, doc, h = lidar_rig(cfg, perturb)
-    sim = rig_simulation(write_rig(tmp / 'rigs', 'static', xml, doc))
-    progress(f'lidar static fan rig: {worlds} worlds x {round(static_duration_s / period)} '
-             f'scans, {h:g} m above ground')
-    z, _ = _run(sim, worlds, seed, static_duration_s, period, ('range_m', 'beam_valid'))
+  with staged_output(req.out) as tmp:
+    xml, doc, h = lidar_rig(req.cfg, req.perturb)
+    z = _static_rig(req, tmp, xml, doc, req.static_duration_s, ('range_m', 'beam_valid'),
+                    f'lidar static fan rig: {{worlds}} worlds x {{n}} scans, {h:g} m above ground')
     r, ok = z['range_m'], z['beam_valid']
     keep = np.all(np.isfinite(ok), axis=-1)
     r, ok = r[:, keep.all(axis=0)], ok[:, keep.all(axis=0)].astype(bool)
-    with warnings.catch_warnings():     # a beam that never returns has no mean
-      warnings.simplefilter('ignore', RuntimeWarning)
-      checks = _lidar_checks(cfg, r, ok, h)
-    return finish(tmp, manifest_path, component, (LIDAR_TYPE, cfg), checks, perturb,
-                  static_duration_s, worlds, seed, t0)
+    return finish(tmp, req, _quietly(_lidar_checks, req.cfg, r, ok, h))
 
 
 # ---------------------------------------------------------------------------- camera
@@ -353,9 +362,11 @@ def camera_rig(cfg: dict, overrides: dict):
   sites = ''.join(f'    <site name="lm{i}" pos="{float(x)!r} {float(y)!r} {float(z)!r}"/>\n'
                   for i, (x, y, z) in enumerate(pts))
   dt = min(0.002, float(cfg['period_s']) / 2)
-  xml = bench_xml('fibril_validate_camera_static', dt, '<site name="s_cam" xyaxes="0 -1 0 0 0 -1"/>',
-                  integrator=None, gravity=False, box='0.02 0.02 0.02', box_attrs=' material="m"',
-                  asset='<asset><material name="m" rgba="0.5 0.5 0.5 1"/></asset>', world=sites)
+  xml = bench_xml('fibril_validate_camera_static', dt,
+                  '<site name="s_cam" xyaxes="0 -1 0 0 0 -1"/>', integrator=None, gravity=False,
+                  bench=Bench('', '0.02 0.02 0.02', ' material="m"'),
+                  scene=Scene(asset='<asset><material name="m" rgba="0.5 0.5 0.5 1"/></asset>',
+                              world=sites))
   c = dict(cfg, **overrides)
   c = {k: v for k, v in c.items() if k != 'faults'}
   c.update(site='s_cam', landmarks=[f'lm{i}' for i in range(len(pts))], latency_s=0.0,
@@ -408,29 +419,24 @@ def _camera_checks(cfg, uv, vis, rt, pts) -> list[Check]:
   ]
 
 
-def run_camera(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
-               progress, t0) -> dict:
-  """`validate` for `fibril_sim/camera`: the static landmark-grid rig."""
-  period = float(cfg['period_s'])
-  with staged_output(out) as tmp:
-    xml, doc, pts = camera_rig(cfg, perturb)
-    sim = rig_simulation(write_rig(tmp / 'rigs', 'static', xml, doc))
-    dur = min(static_duration_s, 20.0)
-    progress(f'camera static grid rig: {worlds} worlds x {round(dur / period)} frames, '
-             f'{len(pts)} landmarks')
-    z, _ = _run(sim, worlds, seed, dur, period, ('uv_px', 'visible', 'row_time_s'))
+def run_camera(req: Request) -> dict:
+  """`validate` for `fibril_sim/camera`: the static landmark-grid rig, then the moving rig."""
+  with staged_output(req.out) as tmp:
+    xml, doc, pts = camera_rig(req.cfg, req.perturb)
+    z = _static_rig(req, tmp, xml, doc, min(req.static_duration_s, 20.0),
+                    ('uv_px', 'visible', 'row_time_s'),
+                    'camera static grid rig: {worlds} worlds x {n} frames, '
+                    f'{len(pts)} landmarks')
     keep = np.all(np.isfinite(z['visible']), axis=(0, 2))
     vis = z['visible'][:, keep].astype(bool)
-    with warnings.catch_warnings():
-      warnings.simplefilter('ignore', RuntimeWarning)
-      checks = _camera_checks(cfg, z['uv_px'][:, keep], vis, z['row_time_s'][:, keep], pts)
-    checks += camera_motion.run_moving(cfg, perturb, tmp / 'rigs', worlds, seed + 1,
-                                       static_duration_s, progress)
-    return finish(tmp, manifest_path, component, (CAMERA_TYPE, cfg), checks, perturb,
-                  static_duration_s, worlds, seed, t0)
+    checks = _quietly(_camera_checks, req.cfg, z['uv_px'][:, keep], vis,
+                      z['row_time_s'][:, keep], pts)
+    checks += camera_motion.run_moving(req.cfg, req.perturb, tmp / 'rigs', req.worlds,
+                                       req.seed + 1, req.static_duration_s, req.progress)
+    return finish(tmp, req, checks)
 
 
 # The rigs of these types (validate finds this module by walking its package).
-registry.register(FLOW_TYPE, validation_rig=one_type_rig(run_flow))
-registry.register(LIDAR_TYPE, validation_rig=one_type_rig(run_lidar))
-registry.register(CAMERA_TYPE, validation_rig=one_type_rig(run_camera))
+registry.register(FLOW_TYPE, validation_rig=as_rig(run_flow))
+registry.register(LIDAR_TYPE, validation_rig=as_rig(run_lidar))
+registry.register(CAMERA_TYPE, validation_rig=as_rig(run_camera))

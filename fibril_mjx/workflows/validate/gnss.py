@@ -20,7 +20,7 @@ import numpy as np
 
 from fibril_mjx.workflows.validate.common import (rig_simulation, segments, K_SIGMA, fmt_any,
                                                   finish, staged_output, timing_checks, write_rig,
-                                                  bench_xml, one_type_rig, Check)
+                                                  bench_xml, as_rig, Bench, Check, Request)
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms import geodesy
 from fibril_mjx.mechanisms.rng import world_keys
@@ -61,7 +61,7 @@ def gnss_rig(cfg: dict, overrides: dict) -> tuple[str, dict]:
   user's outages and the lever arm are removed (the antenna is the site)."""
   period = float(cfg['period_s'])
   dt = period / gnss_substeps(period, float(cfg.get('latency_s', 0.0)))
-  xml = bench_xml('fibril_validate_gnss', dt, '<site name="s_nav"/>', pos='0 0 1',
+  xml = bench_xml('fibril_validate_gnss', dt, '<site name="s_nav"/>', bench=Bench('0 0 1'),
                   sensors='<velocimeter name="nav_vel" site="s_nav"/>')
   c = {k: v for k, v in dict(cfg, **overrides).items() if k not in GNSS_DROP}
   c['velocity_sensor'] = 'nav_vel'
@@ -422,34 +422,32 @@ def gnss_checks(noise: dict, outage: dict, cfg: dict, dt: float, fig_dir) -> lis
   return checks
 
 
-def run_gnss(manifest_path, component, cfg, out, *, static_duration_s, worlds, seed, perturb,
-             progress, t0) -> dict:
+def run_gnss(req: Request) -> dict:
   """`validate` for `fibril_sim/gnss`: the static GNSS rig (`gnss_rig`, `gnss_checks`)."""
-  with staged_output(out) as tmp:
+  cfg, worlds = req.cfg, req.worlds
+  with staged_output(req.out) as tmp:
     rigs = tmp / 'rigs'
-    xml, doc = gnss_rig(cfg, perturb)
+    xml, doc = gnss_rig(cfg, req.perturb)
     sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
     dt = sim.dt
-    n_acq = int(round(static_duration_s / period))
+    n_acq = int(round(req.static_duration_s / period))
     lat_ticks = int(math.ceil((float(cfg.get('latency_s', 0.0)) + 6 * float(
         cfg.get('jitter_s', 0.0))) / dt)) + 1
     k = int(round(period / dt))
     n_ticks = (n_acq + 1) * k + lat_ticks
     n_seg = int(math.ceil(n_ticks / 5000))
     seg = int(math.ceil(n_ticks / n_seg))
-    progress(f'static GNSS rig: 2 receivers x {worlds} worlds x {n_seg * seg} ticks '
+    req.progress(f'static GNSS rig: 2 receivers x {worlds} worlds x {n_seg * seg} ticks '
              f'(dt {dt:g} s, {n_acq} solutions)')
     origin = geodesy.Origin.build(float(cfg['origin_latitude_deg']),
                                   float(cfg['origin_longitude_deg']),
                                   float(cfg.get('origin_height_m', 0.0)))
-    sols = _gnss_collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+    sols = _gnss_collect(sim, sim.default_params(worlds), world_keys(req.seed, worlds),
                          n_seg * seg, seg, n_acq, origin)
-    progress(f'  simulated ({time.time() - t0:.0f} s); analysing')
-    checks = gnss_checks(sols['dut'], sols['dut_outage'], cfg, dt, tmp)
-    return finish(tmp, manifest_path, component, (GNSS_TYPE, cfg), checks, perturb,
-                  static_duration_s, worlds, seed, t0)
+    req.progress(f'  simulated ({time.time() - req.t0:.0f} s); analysing')
+    return finish(tmp, req, gnss_checks(sols['dut'], sols['dut_outage'], cfg, dt, tmp))
 
 
 # The rig of this type (validate finds this module by walking its package).
-registry.register(GNSS_TYPE, validation_rig=one_type_rig(run_gnss))
+registry.register(GNSS_TYPE, validation_rig=as_rig(run_gnss))

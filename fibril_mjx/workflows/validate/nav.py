@@ -17,7 +17,8 @@ import numpy as np
 
 from fibril_mjx.workflows.validate.common import (rig_simulation, K_SIGMA, by_sequence, collect,
                                                   finish, fmt, staged_output, write_rig,
-                                                  bench_xml, Check, k_student)
+                                                  bench_xml, Bench, Check, Request, Scene,
+                                                  k_student)
 from fibril_mjx.components.sensors import airspeed, barometer, magnetometer, rangefinder
 from fibril_mjx.core import registry
 from fibril_mjx.mechanisms.rng import world_keys
@@ -52,7 +53,7 @@ class NavRig:
   noise_per_range: str | None = None
 
   def __call__(self, manifest_path, component, ctype, cfg, out, **options) -> dict:
-    return run_nav(self, manifest_path, component, ctype, cfg, out, **options)
+    return run_nav(self, Request(manifest_path, component, ctype, cfg, out, **options))
 
 
 NAV_SKIP = 5     # leading samples dropped (filters started at the first value: a margin only)
@@ -74,10 +75,11 @@ def nav_rig(rig: NavRig, ctype: str, cfg: dict, overrides: dict, keep_gm=False
   sensors = ''.join(f'    <{kind} name="nav_{k}" site="s_nav"/>\n'
                     for k, kind in binds.items() if kind != 'site')
   xml = bench_xml('fibril_validate_nav_static', float(cfg['period_s']),
-                  '<site name="s_nav" zaxis="0 0 -1"/>', sensors=sensors, pos=f'0 0 {h!r}',
-                  asset='<asset><material name="ground" rgba="1 1 1 1"/></asset>',
-                  ground='<geom name="ground" type="plane" size="50 50 0.1" material="ground" '
-                         'contype="0" conaffinity="0"/>')
+                  '<site name="s_nav" zaxis="0 0 -1"/>', sensors=sensors,
+                  bench=Bench(f'0 0 {h!r}'),
+                  scene=Scene(asset='<asset><material name="ground" rgba="1 1 1 1"/></asset>',
+                              ground='<geom name="ground" type="plane" size="50 50 0.1" '
+                                     'material="ground" contype="0" conaffinity="0"/>'))
   c = dict(cfg, **overrides)    # a perturbed slow term only reaches the Gauss–Markov rig
   c = {k: v for k, v in c.items() if k not in drop and k != 'faults'}
   for k in zero:
@@ -136,37 +138,35 @@ def _nav_checks(rig: NavRig, cfg, z, h, dur_s) -> list[Check]:
   ]
 
 
-def run_nav(rig: NavRig, manifest_path, component, ctype, cfg, out, *, static_duration_s,
-            worlds, seed, perturb, progress, t0) -> dict:
+def run_nav(rig: NavRig, req: Request) -> dict:
   """`validate` for a navigation sensor: the static noise rig, then (where a Gauss–Markov
   term of `rig.gauss_markov` is configured) the Gauss–Markov rig."""
-  field = rig.field
-  with staged_output(out) as tmp:
+  field, cfg, worlds = rig.field, req.cfg, req.worlds
+  with staged_output(req.out) as tmp:
     rigs = tmp / 'rigs'
-    xml, doc, h = nav_rig(rig, ctype, cfg, perturb)
+    xml, doc, h = nav_rig(rig, req.ctype, cfg, req.perturb)
     sim = rig_simulation(write_rig(rigs, 'static', xml, doc))
     period = float(cfg['period_s'])
-    n_acq = int(round(static_duration_s / period))
+    n_acq = int(round(req.static_duration_s / period))
     n_seg = int(math.ceil((n_acq + 50) / 5000))
     seg = int(math.ceil((n_acq + 50) / n_seg))
-    progress(f'static noise rig: {worlds} worlds x {n_seg * seg} ticks '
-             f'({n_seg * seg * period:g} s)')
-    data = collect(sim, sim.default_params(worlds), world_keys(seed, worlds),
+    req.progress(f'static noise rig: {worlds} worlds x {n_seg * seg} ticks '
+                 f'({n_seg * seg * period:g} s)')
+    data = collect(sim, sim.default_params(worlds), world_keys(req.seed, worlds),
                    n_seg * seg, seg, (field,))
     z = by_sequence(data['dut'], field, n_acq)
-    checks = _nav_checks(rig, cfg, z, h, static_duration_s)
+    checks = _nav_checks(rig, cfg, z, h, req.static_duration_s)
     gm = [(sf, tf, wf) for sf, tf, wf in rig.gauss_markov
           if np.any(np.asarray(cfg.get(sf, 0.0)) > 0) and float(cfg.get(tf, 0.0)) > 0]
     if gm:
-      xml, doc, h = nav_rig(rig, ctype, cfg, perturb, keep_gm=True)
+      xml, doc, h = nav_rig(rig, req.ctype, cfg, req.perturb, keep_gm=True)
       sim = rig_simulation(write_rig(rigs, 'static_gm', xml, doc))
-      progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
-      data = collect(sim, sim.default_params(worlds), world_keys(seed + 1, worlds),
+      req.progress(f'static Gauss–Markov rig: {worlds} worlds x {n_seg * seg} ticks')
+      data = collect(sim, sim.default_params(worlds), world_keys(req.seed + 1, worlds),
                      n_seg * seg, seg, (field,))
       z = by_sequence(data['dut'], field, n_acq)
       checks.append(_nav_gm_check(rig, cfg, z, gm, xml, period))
-    return finish(tmp, manifest_path, component, (ctype, cfg), checks, perturb,
-                  static_duration_s, worlds, seed, t0)
+    return finish(tmp, req, checks)
 
 
 def _nav_gm_check(rig: NavRig, cfg, z, gm, xml, period) -> Check:

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from fibril_mjx.workflows.validate import thermal
-from fibril_mjx.workflows.validate.common import K_SIGMA, Check, bench_xml
+from fibril_mjx.workflows.validate.common import K_SIGMA, Check, Scene, bench_xml
 
 CHANNELS = ('angular_velocity', 'linear_acceleration')
 UNITS = {'angular_velocity': 'rad/s', 'linear_acceleration': 'm/s²'}
@@ -61,7 +61,7 @@ def rig(cfg: dict, period_s: float, overrides: dict) -> tuple[str, dict]:
            'contype="0" conaffinity="0"/></body>')
   xml = bench_xml('fibril_validate_vibration', period_s, '<site name="s_pz"/>',
                   sensors='<gyro name="g_pz" site="s_pz"/>\n'
-                          '<accelerometer name="a_pz" site="s_pz"/>', world=rotor)
+                          '<accelerometer name="a_pz" site="s_pz"/>', scene=Scene(world=rotor))
   xml = xml.replace('</mujoco>', f'  <actuator>\n    <velocity name="{ROTOR}_motor" '
                     f'joint="{joint}" kv="0.05"/>\n  </actuator>\n</mujoco>')
   c = dict(cfg)

@@ -12,7 +12,7 @@ from fibril_mjx.workflows.validate.common import (K_SIGMA, Check, axis_name, fmt
                                                   k_student, timing_checks)
 from fibril_mjx.workflows.validate.inertial.device import (Device, RATE_SITES, SKIP, SUBSTEPS,
                                                            UNITS, WINDOW)
-from fibril_mjx.workflows.validate.inertial.plots import plot_bode
+from fibril_mjx.workflows.validate.inertial.plots import Tones, plot_bode
 from fibril_mjx.workflows.validate.inertial.rigs import DynamicPlan
 from fibril_mjx.workflows.validate.inertial.signals import h_expected, reference_filter
 
@@ -185,8 +185,8 @@ def _bode(dev, plan, sens, truth, fig_dir):
     tol = k_complex(w_) * se + ch.resolution / (2 * amp) + 1e-4
     err = np.abs(h - h_exp)
     ok = bool(np.all(err <= tol))
-    plot = plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, ch.bandwidth_hz,
-                     dev.filter_rate, plan.dt)
+    plot = plot_bode(fig_dir, ch_name, Tones(tones, alias, above, h, h_exp), fs,
+                     ch.bandwidth_hz, dev.filter_rate, plan.dt)
     checks.append(Check(
         f'bode.{ch_name}', f'|H| and ∠H (deg) per tone, axis {axis_name(a)}; tones {fmt(tones)} Hz '
         f'(output Nyquist {fs / 2:g} Hz; {fmt(tones[above])} Hz shows at {fmt(alias[above])} Hz)',

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,9 +33,28 @@ def plot_allan(fig_dir, ch_name, units, rows):
   return plotting.save(fig, path)
 
 
-def plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt):
+class Tones(NamedTuple):
+  """The sine-sweep tones of one channel and the channel's response at them.
+
+  Attributes:
+    hz: `(k,)` tone frequencies (Hz).
+    alias_hz: `(k,)` the frequency each tone shows at in the output (Hz).
+    above: `(k,)` bool, the tone lies above the output Nyquist frequency.
+    measured, expected: `(k,)` complex responses H (measured, of the configured filter).
+  """
+
+  hz: np.ndarray
+  alias_hz: np.ndarray
+  above: np.ndarray
+  measured: np.ndarray
+  expected: np.ndarray
+
+
+def plot_bode(fig_dir, ch_name, tones: Tones, fs, bw, rate, dt):
   """Measured vs expected gain and phase per tone of one channel against the configured
-  filter's curve, saved under `fig_dir`; returns its path."""
+  filter's curve (bandwidth `bw` Hz run at `rate`: 'physics' every `dt` s, else at the output
+  rate `fs` Hz), saved under `fig_dir`; returns its path."""
+  alias, above, h, h_exp = tones.alias_hz, tones.above, tones.measured, tones.expected
   plt = plotting.pyplot()
   fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
   f = np.linspace(fs / 1000, fs / 2, 500)
@@ -44,7 +64,7 @@ def plot_bode(fig_dir, ch_name, tones, alias, above, h, h_exp, fs, bw, rate, dt)
   a2.semilogx(f, np.degrees(np.angle(hc)), 'k-', lw=0.8)
   a1.semilogx(alias[~above], 20 * np.log10(np.abs(h[~above])), 'o', label='measured tone')
   a1.semilogx(alias[above], 20 * np.log10(np.abs(h[above])), 's', color='tab:red',
-              label=f'tone {tones[above][0]:.4g} Hz > Nyquist, at its alias')
+              label=f'tone {tones.hz[above][0]:.4g} Hz > Nyquist, at its alias')
   a2.semilogx(alias, np.degrees(np.angle(h)), 'o')
   a2.semilogx(alias[above], np.degrees(np.angle(h[above])), 's', color='tab:red')
   a1.axvline(fs / 2, color='gray', ls=':')
