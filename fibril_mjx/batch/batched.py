@@ -136,9 +136,9 @@ def reset(batch: Batch, params, world_keys, start: Start = Start(), commands=Non
   built, mx = batch.built, batch.mx
 
   def one(m, p, key, cmd, qo, vo, lat):
-    kw = dict(data0=start.data0, qpos_offset=qo, qvel_offset=vo, latency=lat, mx=m)
-    return (pipeline.init(built, p, key, commands=cmd, impl=batch.impl, **kw) if tick0
-            else pipeline.before_tick0(built, p, key, **kw))
+    at = pipeline.WorldStart(start.data0, qo, vo, lat)
+    return (pipeline.init(built, p, key, at, commands=cmd, mx=m, impl=batch.impl) if tick0
+            else pipeline.before_tick0(built, p, key, at, mx=m))
   return jax.vmap(one, in_axes=(worlds.model_in_axes(mx, batch.model_fields), 0, 0, 0, 0, 0,
                                 0),
                   out_axes=state_axes(share))(mx, params, world_keys, commands,
@@ -209,7 +209,7 @@ def tick0_commands(built: Built, state: SimState, like: dict) -> dict:
   """A batch's tick-0 commands (`state` before tick 0) in a controller's layout `like` (its
   output's shapes): scripted, else null, as `pipeline.step` fills them (a rollout with a
   controller takes no command trace)."""
-  full = pipeline.tick_inputs(built, state.clocks, None, state.tick + 1)[1]   # every world's
+  full = pipeline.tick_inputs(built, state.clocks, None, state.tick + 1).commands  # every world's
   return {cid: jax.tree.map(lambda x, s: jnp.broadcast_to(x, s.shape).astype(s.dtype),
                             full[cid], like[cid]) for cid in like}
 

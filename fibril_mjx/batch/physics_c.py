@@ -8,7 +8,7 @@ Open loop, one tick k is what the in-loop pipeline does (SPEC §4), in three pas
 2. **physics** — `mujoco.rollout` of every world under those controls (the `sensordata` of step
    k is that of `x_k` with `ctrl_k`, the in-loop stamp), or a log's `x_k` through `mj_forward`
    (`mj_inverse` with the log's accelerations);
-3. **devices** — `pipeline.step_frame` over the recorded frames, the actuators re-run beside
+3. **devices** — `pipeline.step(..., frame=)` over the recorded frames, the actuators re-run beside
    them, so every component's state is the in-loop one.
 
 Worlds go in chunks (`chunk_worlds`; recorded `sensordata` under `FRAME_BUDGET_BYTES`) padded to
@@ -172,15 +172,16 @@ def device_pass(built: Built, record: bool, params, keys, frames, cmds, latency)
   """The whole pipeline over frames `(n_worlds, n_ticks + 1, ...)` and commands of the same
   ticks (`batched.world_trace`, or None): pass 3 on the recorded frames, pass 1 on
   placeholders (only its controls kept). Returns `(final state, outputs (n_worlds, n_ticks +
-  1, ...) or None, controls)`: one scan of `pipeline.step_frame` from before tick 0, so each
+  1, ...) or None, controls)`: one scan of `pipeline.step(..., frame=)` from before tick 0, so each
   tick's code is compiled once. Traceable; `device_program` is its `jax.jit`."""
   def one(p, key, fr, cs, lat):
-    st = pipeline.before_frame0(built, p, key, jax.tree.map(lambda x: x[0], fr), latency=lat)
+    st = pipeline.before_tick0(built, p, key, pipeline.WorldStart(
+        latency=lat, frame=jax.tree.map(lambda x: x[0], fr)))
     p = pipeline.pack(built, p)   # each group's Params stacked once, not per tick
 
     def body(s, xs):
       frame, c = xs
-      s, out = pipeline.step_frame(built, p, s, frame, c)
+      s, out = pipeline.step(built, p, s, c, frame=frame)
       return s, ((out if record else None), s.ctrl)
     st, (outs, ctrl) = jax.lax.scan(body, st, (fr, cs))
     return st, outs, ctrl
@@ -380,7 +381,7 @@ def output_shapes(built: Built, params, keys, *, with_state: bool = False):
   frames = Frame(z(m.nq), z(m.nv), z(m.na), z(m.nsensordata), z(m.nu))
 
   def one(p, k, f):
-    st = pipeline.init_frame(built, p, k, f)
+    st = pipeline.init(built, p, k, pipeline.WorldStart(frame=f))
     return (st, pipeline.outputs(built, st)) if with_state else pipeline.outputs(built, st)
   return jax.eval_shape(jax.vmap(one), params, keys, frames)
 

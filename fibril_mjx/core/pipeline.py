@@ -140,11 +140,6 @@ def actuators(built: Built) -> tuple:
   return tuple((cid, c) for cid, c in built.components.items() if protocol.ACTUATOR in c.roles)
 
 
-def _sensing(built: Built) -> tuple:
-  return tuple((cid, c) for cid, c in built.components.items()
-               if protocol.SENSOR in c.roles or protocol.ESTIMATOR in c.roles)
-
-
 def null_commands(built: Built) -> dict:
   """`{actuator component id: command}` meaning "nothing issued this tick" (one world).
 
@@ -200,15 +195,24 @@ def _fill_commands(built: Built, commands, tick, script_dues):
   return out
 
 
-def tick_inputs(built: Built, clocks, commands, tick):
-  """The inputs of tick `tick` that depend on static config only: `(clocks after it,
-  commands, pre-physics dues, acquisition dues)`; the commands are given, else scripted, else
-  null."""
+class TickInputs(NamedTuple):
+  """The inputs of one tick that depend on static config only (`tick_inputs`): the tick,
+  the clocks after it, every actuator's command (given, else scripted, else null), and the
+  pre-physics (application) and acquisition dues `{id: {schedule: (due, n)}}`."""
+  tick: jax.Array
+  clocks: dict
+  commands: dict
+  pre: dict
+  post: dict
+
+
+def tick_inputs(built: Built, clocks, commands, tick) -> TickInputs:
+  """`TickInputs` of tick `tick` from the clocks before it and the commands given (or None)."""
   script_dues, clocks = _advance_script(built, clocks, tick)
   commands = _fill_commands(built, commands, tick, script_dues)
   pre, clocks = _advance_clocks(built, clocks, tick, True)
   post, clocks = _advance_clocks(built, clocks, tick, False)
-  return clocks, commands, pre, post
+  return TickInputs(tick, clocks, commands, pre, post)
 
 
 # ---------------------------------------------------------------- one tick of one world
@@ -318,21 +322,22 @@ def actuate(built: Built, params, comps, data, ctrl, commands, tick, dues):
   return comps, ctrl
 
 
-def _tick(built: Built, mx, params, data, ctrl, dc, comps, commands, tick, pre, post, forward):
-  """Tick `tick` at the state `x_tick` (SPEC §4): application of the tick's controls,
+def _tick(built: Built, mx, params, data, ctrl, dc, comps, inputs: TickInputs, forward):
+  """Tick `inputs.tick` at the state `x_tick` (SPEC §4): application of the tick's controls,
   `forward` (every stage and `sensordata` of `x_tick` with those controls), then the
   acquisitions and deliveries of the tick. `dc` is the dcmotor activation; returned as the
   `dcmotor.Pending` the next integration needs. `forward` None: `data` is a `Frame` whose
   physics was computed outside (its dcmotors too)."""
+  tick = inputs.tick
   ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
-  comps, ctrl = actuate(built, params, comps, data, ctrl, commands, tick, pre)
+  comps, ctrl = actuate(built, params, comps, data, ctrl, inputs.commands, tick, inputs.pre)
   if forward is None:
     data = data.replace(ctrl=ctrl)
   elif built.dcmotor is None:
     data = forward(mx, data.replace(ctrl=ctrl))
   else:
     data, dc = dcmotor.forward(built.dcmotor, params[DCMOTOR_PARAMS], mx, data, ctrl, dc)
-  return data, ctrl, dc, sense(built, params, comps, data, tick, post)
+  return data, ctrl, dc, sense(built, params, comps, data, tick, inputs.post)
 
 
 def finite(data, comps) -> jax.Array:
@@ -371,52 +376,72 @@ def sensor_outputs(built: Built, comps: dict) -> dict:
 
 # ---------------------------------------------------------------- public one-world API
 
-def init(built: Built, params: dict, key: jax.Array, *, commands: dict | None = None,
-         data0=None, qpos_offset=None, qvel_offset=None, latency: dict | None = None, mx=None,
-         impl: str = 'jax') -> SimState:
-  """Tick 0 of one world: its initial state and components, then the tick-0 application,
-  `mjx.forward` of the initial state with those controls, and the tick-0 acquisitions
-  (`outputs(built, state)`).
+class WorldStart(NamedTuple):
+  """Where one world starts (`before_tick0`, `init`); None: the manifest's.
 
-  Args:
-    built: the static `Built` (hashable; closed over or a static argument under `jit`).
-    params: `{component id: Params}` of this world (`default_params(built)`).
-    key: `(2,)` world key (`fibril_mjx.world_keys(seed, n)[w]`): every stream of the world.
-    commands: `{actuator component id: command}` issued at tick 0; a missing component gets
-      its scripted command (manifest `command_script`), else its null command.
+  Attributes:
     data0: the `mjx.Data` to start from (default `built.data0`, the model's initial state).
     qpos_offset, qvel_offset: `(nq,)` / `(nv,)` added to `data0`'s `qpos` / `qvel` before the
       first `mjx.forward`.
-    latency: this world's transport latencies `{component id: {field: (latency_s, delay_ticks)}}`
-      (a world's slice of `latency_inputs`).
+    latency: this world's transport latencies `{component id: {field: (latency_s,
+      delay_ticks)}}` (a world's slice of `latency_inputs`).
+    frame: tick 0's physics given as a `Frame` (an open-loop backend: MuJoCo C, a recorded
+      trajectory) instead of computed by MJX (`data0` and the offsets are then unused);
+      `step` then takes each later tick's `Frame` too.
+  """
+  data0: Any = None
+  qpos_offset: Any = None
+  qvel_offset: Any = None
+  latency: dict | None = None
+  frame: Frame | None = None
+
+
+def init(built: Built, params: dict, key: jax.Array, start: WorldStart = WorldStart(), *,
+         commands: dict | None = None, mx=None, impl: str = 'jax') -> SimState:
+  """Tick 0 of one world: its initial state and components, then the tick-0 application,
+  `mjx.forward` of the initial state with those controls (or `start.frame`), and the tick-0
+  acquisitions (`outputs(built, state)`).
+
+  Args:
+    built: the static `Built` (hashable; closed over or a static argument under `jit`).
+    params: `{component id: Params}` of this world (`default_params(built)`; `pack`ed or not).
+    key: `(2,)` world key (`fibril_mjx.world_keys(seed, n)[w]`): every stream of the world.
+    start: where the world starts (`WorldStart`).
+    commands: `{actuator component id: command}` issued at tick 0; a missing component gets
+      its scripted command (manifest `command_script`), else its null command.
     mx: the `mjx.Model` (default `built.mx`); pass it as an argument to trace or vary it.
     impl: physics implementation, `'jax'` (MJX-JAX) or `'warp'` (with a Warp `mx` / `data0`).
   """
-  state = before_tick0(built, params, key, data0=data0, qpos_offset=qpos_offset,
-                       qvel_offset=qvel_offset, latency=latency, mx=mx)
-  return step(built, params, state, commands, mx=mx, impl=impl, integrate=False)[0]
+  state = before_tick0(built, params, key, start, mx=mx)
+  return step(built, params, state, commands, frame=start.frame, mx=mx, impl=impl,
+              integrate=False)[0]
 
 
-def before_tick0(built: Built, params: dict, key: jax.Array, *, data0=None, qpos_offset=None,
-                 qvel_offset=None, latency: dict | None = None, mx=None) -> SimState:
-  """One world before its tick 0 (`tick` −1): the initial physics state, components and
-  clocks, nothing applied or acquired. `step(..., integrate=False)` from it runs tick 0 (that
-  is `init`); a loop over ticks 0 … n that starts here (`integrate=None`) holds each tick's
-  code once. Arguments as in `init`.
+def before_tick0(built: Built, params: dict, key: jax.Array, start: WorldStart = WorldStart(),
+                 *, mx=None) -> SimState:
+  """One world before its tick 0 (`tick` −1): the initial physics state, components (kept
+  `pack`ed) and clocks, nothing applied or acquired. `step(..., integrate=False)` from it
+  runs tick 0 (that is `init`); a loop over ticks 0 … n that starts here (`integrate=None`,
+  or with frames: each tick's `Frame`) holds each tick's code once. Arguments as in `init`.
 
   The initial state is forwarded here only when an actuator reads more of it than `qpos` /
   `qvel` before tick 0's forward (`Built.forward_before_tick0`): tick 0's own forward
-  recomputes every derived field from `qpos`, `qvel`, `act` and `ctrl`. dcmotors start from `mj_resetData`'s zero activations, held in a
-  `Pending` whose `state` `step` takes at tick 0 (its other fields: zeros of their shapes)."""
+  recomputes every derived field from `qpos`, `qvel`, `act` and `ctrl`. dcmotors start from
+  `mj_resetData`'s zero activations, held in a `Pending` whose `state` `step` takes at tick 0
+  (its other fields: zeros of their shapes)."""
+  comps = _init_components(built, params, key, start.latency)
+  if start.frame is not None:
+    ctrl, comps = _reset_ctrl(built, params, comps, start.frame)
+    return SimState(jnp.int32(-1), _clocks0(built), start.frame, ctrl, (), comps,
+                    jnp.int32(-1))
   mx = built.mx if mx is None else mx
-  data = built.data0 if data0 is None else data0
-  if qpos_offset is not None:   # per-world initial state (added before the first forward)
-    data = data.replace(qpos=data.qpos + qpos_offset)
-  if qvel_offset is not None:
-    data = data.replace(qvel=data.qvel + qvel_offset)
+  data = built.data0 if start.data0 is None else start.data0
+  if start.qpos_offset is not None:   # per-world initial state (added before the first forward)
+    data = data.replace(qpos=data.qpos + start.qpos_offset)
+  if start.qvel_offset is not None:
+    data = data.replace(qvel=data.qvel + start.qvel_offset)
   if built.forward_before_tick0:
     data = mjx.forward(mx, data)   # what the actuators start from
-  comps = _init_components(built, params, key, latency)
   dc = ()
   if built.dcmotor is not None:
     s = dcmotor.init(built.dcmotor, params[DCMOTOR_PARAMS], mx, data)
@@ -460,43 +485,9 @@ def _reset_ctrl(built: Built, params, comps, data):
   return ctrl, comps
 
 
-# ---------------------------------------------------------------- physics from outside the loop
-
-def init_frame(built: Built, params: dict, key: jax.Array, frame: Frame, *,
-               commands: dict | None = None, latency: dict | None = None) -> SimState:
-  """`init` with the physics of tick 0 given as a `Frame` (an open-loop backend: MuJoCo C, a
-  recorded trajectory) instead of computed by MJX. Same clocks, streams, transports and
-  components as `init`."""
-  state = before_frame0(built, params, key, frame, latency=latency)
-  return step_frame(built, params, state, frame, commands)[0]
-
-
-def before_frame0(built: Built, params: dict, key: jax.Array, frame: Frame, *,
-                  latency: dict | None = None) -> SimState:
-  """`before_tick0` with tick 0's physics given as a `Frame` (what the actuators start from):
-  `step_frame` from it runs tick 0 (that is `init_frame`), so a scan of `step_frame` over
-  every frame, tick 0's included, holds each tick's code once."""
-  comps = _init_components(built, params, key, latency)
-  ctrl, comps = _reset_ctrl(built, params, comps, frame)
-  return SimState(jnp.int32(-1), _clocks0(built), frame, ctrl, (), comps, jnp.int32(-1))
-
-
-def step_frame(built: Built, params: dict, state: SimState, frame: Frame,
-               commands: dict | None = None) -> tuple[SimState, dict]:
-  """`step` with the physics of the new tick given as a `Frame` (its state `x_{tick+1}` and
-  the `sensordata` of its forward): the application, acquisitions and deliveries of the tick,
-  exactly as `step` runs them on MJX's data. Returns `(state, outputs)`."""
-  tick = state.tick + 1
-  clocks, commands, pre, post = tick_inputs(built, state.clocks, commands, tick)
-  data, ctrl, dc, comps = _tick(built, None, params, frame, state.ctrl, (), state.components,
-                                commands, tick, pre, post, None)
-  diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
-  state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
-  return state, outputs(built, state)
-
-
 def step(built: Built, params: dict, state: SimState, commands: dict | None = None, *,
-         mx=None, impl: str = 'jax', integrate: bool | None = True) -> tuple[SimState, dict]:
+         frame: Frame | None = None, mx=None, impl: str = 'jax',
+         integrate: bool | None = True) -> tuple[SimState, dict]:
   """Tick `state.tick` → `state.tick + 1` of one world: integrates `x_tick` (whose forward the
   last tick computed) to `x_{tick+1}`, then runs that tick (application, forward,
   acquisitions).
@@ -504,6 +495,10 @@ def step(built: Built, params: dict, state: SimState, commands: dict | None = No
   Args:
     commands: `{actuator component id: command}` issued at the new tick; a missing component
       gets its scripted command, else its null command (as in `init`).
+    frame: the new tick's physics given as a `Frame` (its state `x_{tick+1}` and the
+      `sensordata` of its forward, computed outside: MuJoCo C, a recorded trajectory): the
+      application, acquisitions and deliveries of the tick run on it exactly as on MJX's
+      data; nothing is integrated or forwarded (`mx`, `impl`, `integrate` unused).
     mx, impl: as in `init`.
     integrate: False runs tick 0 from `before_tick0` (nothing to integrate); None decides by
       the tick, for a loop over ticks 0 … n (a `lax.cond` on the unbatched tick: tick 0's code
@@ -512,10 +507,23 @@ def step(built: Built, params: dict, state: SimState, commands: dict | None = No
   Returns:
     `(state, outputs(built, state))`.
   """
+  inputs = tick_inputs(built, state.clocks, commands, state.tick + 1)
+  if frame is not None:
+    data, ctrl, dc, comps = _tick(built, None, params, frame, state.ctrl, (), state.components,
+                                  inputs, None)
+  else:
+    data, ctrl, dc, comps = _physics_tick(built, params, state, inputs, mx, impl, integrate)
+  diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), inputs.tick,
+                       state.diverged)
+  state = SimState(inputs.tick, inputs.clocks, data, ctrl, dc, comps, diverged)
+  return state, outputs(built, state)
+
+
+def _physics_tick(built: Built, params, state: SimState, inputs: TickInputs, mx, impl,
+                  integrate):
+  """`_tick` on MJX's physics: `x_tick` integrated (as `integrate` says) and forwarded."""
   mx = built.mx if mx is None else mx
   forward, integrate_fn = impl_fns(impl)
-  tick = state.tick + 1
-  clocks, commands, pre, post = tick_inputs(built, state.clocks, commands, tick)
 
   def integrated(data, dc):
     if built.dcmotor is None:
@@ -525,14 +533,10 @@ def step(built: Built, params: dict, state: SimState, commands: dict | None = No
   def held(data, dc):   # tick 0: the initial state (dcmotors: the activations `before_tick0` set)
     return data, (() if built.dcmotor is None else dc.state)
   if integrate is None:
-    data, dc = jax.lax.cond(tick > 0, integrated, held, state.data, state.dcmotor)
+    data, dc = jax.lax.cond(inputs.tick > 0, integrated, held, state.data, state.dcmotor)
   else:
     data, dc = (integrated if integrate else held)(state.data, state.dcmotor)
-  data, ctrl, dc, comps = _tick(built, mx, params, data, state.ctrl, dc, state.components,
-                                commands, tick, pre, post, forward)
-  diverged = jnp.where((state.diverged < 0) & ~finite(data, comps), tick, state.diverged)
-  state = SimState(tick, clocks, data, ctrl, dc, comps, diverged)
-  return state, outputs(built, state)
+  return _tick(built, mx, params, data, state.ctrl, dc, state.components, inputs, forward)
 
 
 def refresh(built: Built, params: dict, state: SimState, *, mx=None,

@@ -212,8 +212,8 @@ class FibrilEnv:
     mx = self._model(model)
     # ticks 0 … control_ticks − 1: observe the last tick before the first step (see above),
     # in one scan from before tick 0 (tick 0 is the loop body's code: `pipeline.step`)
-    ps = pipeline.before_tick0(self.sim.built, params, k_world, data0=self.sim.data0, mx=mx,
-                               **init)
+    ps = pipeline.before_tick0(self.sim.built, params, k_world,
+                               pipeline.WorldStart(data0=self.sim.data0, **init), mx=mx)
     ps = self._advance(params, mx, ps, None, self.task.control_ticks, integrate=None)
     out = pipeline.outputs(self.sim.built, ps)
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()

@@ -352,7 +352,7 @@ class OnPlayground(FibrilEnv):
   # ---------------------------------------------------------------- env interface
 
   def reset(self, rng: jax.Array):
-    """The env's `reset(rng)`, then device tick 0 on its data (`pipeline.init_frame`) with
+    """The env's `reset(rng)`, then device tick 0 on its data (`pipeline.init` with `WorldStart(frame=...)`) with
     this episode's device draws from `fold_in(rng, DEVICE_KEY)`."""
     with self._swap() as env:
       st = env.reset(rng)
@@ -375,19 +375,18 @@ class OnPlayground(FibrilEnv):
     dev = info.pop(KEY)
     ps, params = dev['ps'], dev['params']
     tick = ps.tick + 1
-    clocks, cmds, pre, post = pipeline.tick_inputs(
-        built, ps.clocks, self._commands(action), tick)
-    comps, ctrl = pipeline.actuate(built, params, ps.components, ps.data, ps.ctrl, cmds, tick,
-                                   pre)
+    inputs = pipeline.tick_inputs(built, ps.clocks, self._commands(action), tick)
+    comps, ctrl = pipeline.actuate(built, params, ps.components, ps.data, ps.ctrl,
+                                   inputs.commands, tick, inputs.pre)
     if b.act:
       ids = np.asarray([a[0] for a in b.act])
       action = jnp.asarray(action).at[ids].set(ctrl[ids].astype(jnp.asarray(action).dtype))
     with self._swap() as env:
       st = env.step(state.replace(obs=dev['env_obs'], info=info), action)
     frame = self._frame(st.data, ctrl)
-    comps = pipeline.sense(built, params, comps, frame, tick, post)
+    comps = pipeline.sense(built, params, comps, frame, tick, inputs.post)
     diverged = jnp.where((ps.diverged < 0) & ~pipeline.finite(frame, comps), tick, ps.diverged)
-    ps = pipeline.SimState(tick, clocks, frame, ctrl, (), comps, diverged)
+    ps = pipeline.SimState(tick, inputs.clocks, frame, ctrl, (), comps, diverged)
     return self._finish(st, (ps, params), dev['first'])
 
   # ---------------------------------------------------------------- helpers
@@ -399,8 +398,8 @@ class OnPlayground(FibrilEnv):
     if self.randomization is not None:
       params, _, _, _, latency = self.randomization.apply(params,
                                                           self.randomization.draw(key))
-    ps = pipeline.init_frame(self.built, params, key, self._frame(data, data.ctrl),
-                             latency=latency)
+    ps = pipeline.init(self.built, params, key,
+                       pipeline.WorldStart(latency=latency, frame=self._frame(data, data.ctrl)))
     return ps, params
 
   def _finish(self, st, devices, first):

@@ -40,7 +40,7 @@ def to_torch(tree):
 
 
 class TorchPipeline:
-  """`pipeline.init_frame` / `step_frame` of `sim`, vmapped over worlds and jitted, on torch
+  """`pipeline.init` / `step` with frames (`WorldStart.frame`, `frame=`) of `sim`, vmapped over worlds and jitted, on torch
   tensors.
 
   Args:
@@ -57,11 +57,11 @@ class TorchPipeline:
     built = self.built
 
     def init(params, key, frame, commands):
-      st = pipeline.init_frame(built, params, key, frame, commands=commands)
+      st = pipeline.init(built, params, key, pipeline.WorldStart(frame=frame), commands=commands)
       return st, pipeline.outputs(built, st)
 
     def step(params, state, frame, commands):
-      return pipeline.step_frame(built, params, state, frame, commands)
+      return pipeline.step(built, params, state, commands, frame=frame)
     self._init = jax.jit(jax.vmap(init, in_axes=(pax, 0, 0, 0)))
     self._step = jax.jit(jax.vmap(step, in_axes=(pax, 0, 0, 0)))
 

@@ -204,7 +204,7 @@ def test_a_world_latency_reaches_one_member_of_a_group(tmp_path, monkeypatch):
 
   def rollout(built):
     step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
-    st = pipeline.init(built, params, key, latency=latency)
+    st = pipeline.init(built, params, key, pipeline.WorldStart(latency=latency))
     first = st
     for _ in range(40):
       st = step(st)

@@ -1,8 +1,8 @@
 """The device pipeline on torch tensors (`fibril_mjx.rl.torch_bridge.TorchPipeline`).
 
 A torch-driven loop over MuJoCo C physics (`mj_step`, then `mj_forward` for the `sensordata` of
-the new state, on the compiled model) against the JAX path: `pipeline.init_frame` /
-`step_frame` called in JAX on the same frames, one world at a time (no vmap). DLPack must not
+the new state, on the compiled model) against the JAX path: `pipeline.init` /
+`pipeline.step` with the frames given, called in JAX on the same frames, one world at a time (no vmap). DLPack must not
 copy: the JAX array a CPU tensor becomes reads the tensor's buffer, and back.
 """
 
@@ -54,8 +54,8 @@ def test_torch_loop_over_mujoco_c_equals_the_jax_path():
   assert isinstance(out['sensor']['imu'].sample.angular_velocity, torch.Tensor)
   # the JAX path, one world at a time
   params = sim.default_params()
-  init = jax.jit(lambda k, f: pipeline.init_frame(sim.built, params, k, f))
-  step = jax.jit(lambda s, f: pipeline.step_frame(sim.built, params, s, f))
+  init = jax.jit(lambda k, f: pipeline.init(sim.built, params, k, pipeline.WorldStart(frame=f)))
+  step = jax.jit(lambda s, f: pipeline.step(sim.built, params, s, frame=f))
   for w in range(N):
     fr = [pipeline.Frame(*(frames[w][t][k] for k in tb.FRAME)) for t in range(TICKS)]
     st = init(keys[w], fr[0])

@@ -3,7 +3,7 @@ derivatives for the device model on top of them (`RolloutProblem`).
 
 The residual of one recording is `r(F(θ_phys), θ)`: the frames `F` (states and `sensordata` of
 every tick) that MuJoCo C computes for the physical parameters, read by the device pipeline
-(`pipeline.init_frame` / `step_frame`, the pass 3 of `physics='c'`) under every parameter.
+(`pipeline.init` / `step` with frames (`WorldStart.frame`, `frame=`), the pass 3 of `physics='c'`) under every parameter.
 
 - **Residuals**: one `mujoco.rollout` of every start × recording (a thread per core), then the
   device pipeline over the recorded frames in one vmapped JAX program.
@@ -125,13 +125,13 @@ class RolloutProblem(Problem):
       one scan over ticks 0..L (frames and commands `cs` of every tick, or None)."""
       _, params = self._apply(u)
       params = jax.tree.map(lambda x: x[0], params)
-      st = pipeline.before_frame0(built, params, self._keys[0], jax.tree.map(lambda x: x[0], fr),
-                                  latency=lat)
+      st = pipeline.before_tick0(built, params, self._keys[0], pipeline.WorldStart(
+          latency=lat, frame=jax.tree.map(lambda x: x[0], fr)))
       params = pipeline.pack(built, params)   # each group's Params stacked once, not per tick
 
       def body(s, xs):
         frame, c = xs
-        s, out = pipeline.step_frame(built, params, s, frame, c)
+        s, out = pipeline.step(built, params, s, c, frame=frame)
         vals, tim = [], []
         for t in loss:
           d = out['sensor'][t.component]
