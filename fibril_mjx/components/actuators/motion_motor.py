@@ -215,22 +215,14 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
     s = s._replace(law=f_p + f_d + ff, reference=jnp.where(active, c.position, q))
     return s, self._ctrl(ctrl, q, qd, f_p, f_d, ff)
 
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    due, n = dues['feedback']
+  def feedback_sample(self, p: Params, s: State, data) -> Feedback:
+    """The feedback read from the tick's `mjx.Data` (the `Feedback` equations)."""
+    del s
     b = self.channels[0]
-
-    def acquire(st):
-      q, qd = binding.sensed_joint_state(b, data)
-      eff = binding.sensed_effort(b, data)
-      fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
+    q, qd = binding.sensed_joint_state(b, data)
+    eff = binding.sensed_effort(b, data)
+    return Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
                     / self.actuator_count)
-      return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
-                                          st.streams['feedback_jitter'],
-                                          st.streams['feedback_loss']))
-    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
-                              lambda st: st.fb_queue, lambda st: st.fb_held,
-                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
-
 
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied joint effort, the reference and commanded law of the

@@ -408,7 +408,8 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
 
   # ------------------------------------------------------------------ feedback
 
-  def _feedback(self, p: Params, s: State, data) -> Feedback:
+  def feedback_sample(self, p: Params, s: State, data) -> Feedback:
+    """The feedback read from the tick's `mjx.Data` (the `Feedback` equations)."""
     b = self.binding
     q, qd = binding.sensed_joint_state(b, data)
     sc = p.logical_units_per_joint_unit
@@ -416,18 +417,6 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
                     p.feedback_current_per_force * force / self.actuator_count,
                     actuation.normalized_output(b, force, sc))
-
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    """Tick `tick` (after physics): acquire feedback at instants, deliver after latency."""
-    due, n = dues['feedback']
-
-    def acquire(st):
-      q = tp.send(self.fb_transport, st.fb_queue, self._feedback(p, st, data), n, tick,
-                  st.streams['feedback_jitter'], st.streams['feedback_loss'])
-      return st._replace(fb_queue=q)
-    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
-                              lambda st: st.fb_queue, lambda st: st.fb_held,
-                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
   def truth(self, s: State, data) -> dict:
     """Logical position / velocity, the joint effort MuJoCo applied (qfrc_actuator, after the
