@@ -157,6 +157,10 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
 
+  # in a group (`core/groups.py`): channels, gear and fault limit per member; id, names label
+  per_member = ('channels', 'gear', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('joint', 'position_actuator', 'velocity_actuator', 'feedforward_actuator')
 
   @property
   def bindings(self) -> tuple:

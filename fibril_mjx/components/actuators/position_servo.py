@@ -237,6 +237,11 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
   params_type = Params
   reads_sensors_only = False   # the law reads qfrc_bias and qM of the previous forward
 
+  # in a group (`core/groups.py`): channel, mass-matrix address, fault limit per member
+  per_member = ('channel', 'madr', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('actuator',)
+
   @property
   def bindings(self) -> tuple:
     return (self.channel,)

@@ -121,6 +121,10 @@ class ScalarActuator(faulted.FaultedActuator, actuation.ContinuousLatencyParam,
   roles = frozenset({protocol.ACTUATOR})
   params_type = Params
 
+  # in a group (`core/groups.py`): binding and fault limit per member; id, names only label
+  per_member = ('binding', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('actuator',)
 
   @property
   def schedules(self) -> dict:
