@@ -49,15 +49,15 @@ XML = f"""<mujoco model="act_groups">
   </actuator>
 </mujoco>"""
 
-LINK = dict(application_period_s=0.004, command_latency_s=0.004, command_jitter_s=0.002,
+LINK = dict(application_period_s=0.004, command_latency_s=0.002, command_jitter_s=0.0005,
             command_loss_probability=0.1, timeout_s=0.02, feedback_period_s=0.004,
-            feedback_latency_s=0.004, feedback_jitter_s=0.002, feedback_loss_probability=0.2,
+            feedback_latency_s=0.002, feedback_jitter_s=0.0005, feedback_loss_probability=0.2,
             feedback_current_per_force=0.5)
 
 
 def _components():
   scalar = lambda cid, a: {'id': cid, 'type': 'fibril_sim/scalar_actuator',  # noqa: E731
-                           'config': {'actuator': a, 'latency_s': 0.004, 'timeout_s': 0.02,
+                           'config': {'actuator': a, 'latency_s': 0.002, 'timeout_s': 0.02,
                                       'application_period_s': 0.004, 'deadband': 0.01,
                                       'saturation_min': -0.5, 'saturation_max': 0.5}}
   servo = lambda cid, a: {'id': cid, 'type': 'fibril_sim/position_servo',  # noqa: E731
