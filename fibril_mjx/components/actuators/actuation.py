@@ -32,13 +32,18 @@ import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx.mechanisms import ring
+from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import sensing
 from fibril_mjx.mechanisms.faults.actuator import ActuatorFaultConfig
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.components import base
+from fibril_mjx.components.actuators import binding
 from fibril_mjx.core import protocol
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.mechanisms.schedule import Schedule, ticks_fraction
+
+# the named RNG streams of a motor-type component (command and feedback transports)
+MOTOR_SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
 
 # Fields that would duplicate a physical value of the MJCF (or the assembly) in a motor config,
 # with where the value belongs (SPEC §1 principle 1 and §6.2: `kp`, `ki`, `kd`, `effort_limit`,
@@ -425,6 +430,36 @@ def build_timing(cfg, ctx, origin, given: set = frozenset(), *, channels: int = 
   return application, feedback, fb_transport, link
 
 
+class JointFeedback(NamedTuple):
+  """The feedback of a joint-side motor type (`fibril_sim/motion_motor_feedback/v1`,
+  `fibril_sim/position_servo_feedback/v1`; joint units).
+
+  Attributes:
+    position, velocity: joint position / velocity.
+    applied_effort: the actuator force on the joint (`qfrc_actuator`, after the joint's
+      actuatorfrcrange; the sum of every actuator on the joint).
+    current: `feedback_current_per_force × qfrc_actuator / gear / actuator_count` (per motor,
+      from the motor-side force).
+  """
+  position: jax.Array
+  velocity: jax.Array
+  applied_effort: jax.Array
+  current: jax.Array
+
+
+def joint_feedback(b, current_per_force, actuator_count, data) -> JointFeedback:
+  """`JointFeedback` of the joint that binding `b` drives, after the tick's forward.
+
+  Args:
+    b: an `ActuatorBinding` on the joint (its `gear` is the motor-to-joint ratio).
+    current_per_force: `feedback_current_per_force` (per world); actuator_count: motors on
+      the joint.
+  """
+  q, qd = binding.sensed_joint_state(b, data)
+  eff = binding.sensed_effort(b, data)
+  return JointFeedback(q, qd, eff, current_per_force * eff / b.gear / actuator_count)
+
+
 class FeedbackOutput(base.ComponentBase):
   """Mixin of motor-type components: feedback through the sensing cycle, the delivered
   feedback as the output, and the status counting command loss / overflow / rejections,
@@ -442,6 +477,14 @@ class FeedbackOutput(base.ComponentBase):
     it through `fb_transport`."""
     return sensing.Cycle(self.fb_transport, self.feedback.dt, self._acquire_feedback,
                          slots=sensing.FEEDBACK, every_tick=self.feedback.every_tick)
+
+  def motor_state(self, world_key, neutral_feedback) -> dict:
+    """The State fields every motor type starts with, by name: `streams` (the keys of
+    `MOTOR_SOURCES`), the command `link`, the feedback queue `fb_queue` and the delivered
+    `fb_held` (holding `neutral_feedback` before the first delivery)."""
+    fb_queue, fb_held = tp.init(self.fb_transport, neutral_feedback)
+    return dict(streams={n: rng.stream_key(world_key, self.id, n) for n in MOTOR_SOURCES},
+                link=init(self.link, self.null_command()), fb_queue=fb_queue, fb_held=fb_held)
 
   def _acquire_feedback(self, p, s, data, tick, n):
     del tick, n

@@ -130,13 +130,7 @@ class ScalarActuator(faulted.FaultedActuator, actuation.ContinuousLatencyParam,
   def schedules(self) -> dict:
     return {'application': self.schedule}
 
-  @property
-  def bindings(self) -> tuple:
-    return (self.binding,)
-
-  @property
-  def accepted_kinds(self) -> tuple[str, ...]:
-    return ('value',)
+  accepted_kinds = ('value',)
 
   def default_params(self) -> Params:
     c = self.cfg
