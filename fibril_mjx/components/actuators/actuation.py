@@ -478,14 +478,6 @@ class FeedbackOutput(base.ComponentBase):
     return sensing.Cycle(self.fb_transport, self.feedback.dt, self._acquire_feedback,
                          slots=sensing.FEEDBACK, every_tick=self.feedback.every_tick)
 
-  def motor_state(self, world_key, neutral_feedback) -> dict:
-    """The State fields every motor type starts with, by name: `streams` (the keys of
-    `MOTOR_SOURCES`), the command `link`, the feedback queue `fb_queue` and the delivered
-    `fb_held` (holding `neutral_feedback` before the first delivery)."""
-    fb_queue, fb_held = tp.init(self.fb_transport, neutral_feedback)
-    return dict(streams={n: rng.stream_key(world_key, self.id, n) for n in MOTOR_SOURCES},
-                link=init(self.link, self.null_command()), fb_queue=fb_queue, fb_held=fb_held)
-
   def _acquire_feedback(self, p, s, data, tick, n):
     del tick, n
     return s, self.feedback_sample(p, s, data)
@@ -523,6 +515,14 @@ class MotorFields(ContinuousLatencyParam, FeedbackOutput):
   fb_transport: tp.Transport
   actuator_count: int
   fields: tuple = dataclasses.field(compare=False)
+
+  def motor_state(self, world_key, neutral_feedback) -> dict:
+    """The State fields every motor type starts with, by name: `streams` (the keys of
+    `MOTOR_SOURCES`), the command `link`, the feedback queue `fb_queue` and the delivered
+    `fb_held` (holding `neutral_feedback` before the first delivery)."""
+    fb_queue, fb_held = tp.init(self.fb_transport, neutral_feedback)
+    return dict(streams={n: rng.stream_key(world_key, self.id, n) for n in MOTOR_SOURCES},
+                link=init(self.link, self.null_command()), fb_queue=fb_queue, fb_held=fb_held)
 
 
 def motor_fields(cid: str, cfg, fields: dict, ctx, origin, actuator_count: int, **timing
