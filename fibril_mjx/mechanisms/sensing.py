@@ -8,9 +8,9 @@ fault plan (`fibril_mjx.mechanisms.faults`) → `send` into the transport → ev
 A component gives its cycle as a `Cycle`: its static timing, its fault plan (None: no fault
 code in the graph, no `faults` in Params and State) and its stages, the optional ones None
 where absent. A sensor's cycle reads its schedule, queue, output and transport streams under
-the names of `SENSOR`; an actuator's feedback runs the same cycle under those of `FEEDBACK`. `check` says at build time what a cycle lacks; the traced code branches on the
-declared stages only (a Python `if` on static structure, so an absent stage is absent from the
-graph).
+the names of `SENSOR`; an actuator's feedback runs the same cycle under those of `FEEDBACK`.
+`check` says at build time what a cycle lacks; the traced code branches on the declared
+stages only (a Python `if` on static structure, so an absent stage is absent from the graph).
 """
 
 from __future__ import annotations
