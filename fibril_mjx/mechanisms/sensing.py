@@ -7,9 +7,10 @@ fault plan (`fibril_mjx.mechanisms.faults`) → `send` into the transport → ev
 
 A component gives its cycle as a `Cycle`: its static timing, its fault plan (None: no fault
 code in the graph, no `faults` in Params and State) and its stages, the optional ones None
-where absent. `check` says at build time what a cycle lacks; the traced code branches on the
-declared stages only (a Python `if` on static structure, so an absent stage is absent from the
-graph).
+where absent. A sensor's cycle reads its schedule, queue, output and transport streams under
+the names of `SENSOR`; an actuator's feedback runs the same cycle under those of `FEEDBACK`.
+`check` says at build time what a cycle lacks; the traced code branches on the declared
+stages only (a Python `if` on static structure, so an absent stage is absent from the graph).
 """
 
 from __future__ import annotations
@@ -22,6 +23,21 @@ import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.mechanisms import transport as tp
+
+
+class Slots(NamedTuple):
+  """Where a cycle finds its parts: the schedule's key in `dues`, the State fields of the
+  delivery queue and of the delivered output, and the `streams` keys of the transport's
+  jitter and loss."""
+  schedule: str
+  queue: str
+  held: str
+  jitter: str
+  loss: str
+
+
+SENSOR = Slots('acquisition', 'queue', 'held', 'delivery_jitter', 'delivery_loss')
+FEEDBACK = Slots('feedback', 'fb_queue', 'fb_held', 'feedback_jitter', 'feedback_loss')
 
 
 class Cycle(NamedTuple):
@@ -41,6 +57,9 @@ class Cycle(NamedTuple):
       device reset of the fault plan (absent: a reset leaves the state as it is).
     condition: optional `(p, sample) -> int32` `faults.OK` or `faults.WEAK`: the component's own
       degraded condition (e.g. no GNSS fix), read where the fault plan is `weak`.
+    slots: the names of the schedule, queue, output and streams (`SENSOR`, `FEEDBACK`).
+    every_tick: the schedule has an instant every tick: acquire unconditionally (no
+      `lax.cond` in the graph); False: acquire under `lax.cond` on `due`.
   """
   transport: Any
   dt: float
@@ -50,6 +69,8 @@ class Cycle(NamedTuple):
   track: Callable | None = None
   on_reset: Callable | None = None
   condition: Callable | None = None
+  slots: Slots = SENSOR
+  every_tick: bool = False
 
 
 def check(cycle: Cycle, who: str) -> None:
@@ -74,13 +95,16 @@ def sense(cycle: Cycle, p, s, data, tick, dues, env):
   `lax.cond` stays a branch and off-instant ticks skip the acquisition work.
 
   Args:
-    p, s: the component's Params and State of one world (State with `streams` incl.
-      `delivery_jitter` and `delivery_loss`, `queue`, `held`, and `faults` with a fault plan).
+    p, s: the component's Params and State of one world (State with `streams` incl. the
+      jitter and loss keys of `cycle.slots`, its queue and held fields, and `faults` with a
+      fault plan).
     data: `mjx.Data` of `tick`.
-    dues: `{'acquisition': (due, n), ...}` of this tick, shared by all worlds.
+    dues: `{schedule: (due, n), ...}` of this tick (`cycle.slots.schedule`), shared by all
+      worlds.
     env: outputs of the components sensed before this one (read by `observe` only).
   """
-  due, n = dues['acquisition']
+  names = cycle.slots
+  due, n = dues[names.schedule]
   if cycle.observe is not None:
     s = cycle.observe(p, s, env, tick)
   if cycle.track is not None:
@@ -98,10 +122,11 @@ def sense(cycle: Cycle, p, s, data, tick, dues, env):
       sample, seq, stamp, active, fs = faults.packet(plan, p.faults, fs, sample, cond, n, tick,
                                                      cycle.dt)
       st = st._replace(faults=fs)
-    q = tp.send(cycle.transport, st.queue, sample, seq, stamp, st.streams['delivery_jitter'],
-                st.streams['delivery_loss'], active=active)
-    return st._replace(queue=q)
+    q = tp.send(cycle.transport, getattr(st, names.queue), sample, seq, stamp,
+                st.streams[names.jitter], st.streams[names.loss], active=active)
+    return st._replace(**{names.queue: q})
 
-  s = jax.lax.cond(due, acquire, lambda st: st, s)
-  queue, held = tp.receive(cycle.transport, s.queue, s.held, tick, dues)
-  return s._replace(queue=queue, held=held)
+  s = acquire(s) if cycle.every_tick else jax.lax.cond(due, acquire, lambda st: st, s)
+  queue, held = tp.receive(cycle.transport, getattr(s, names.queue), getattr(s, names.held),
+                           tick, dues)
+  return s._replace(**{names.queue: queue, names.held: held})

@@ -73,7 +73,7 @@ def test_law_and_friction_match_numpy_reference():
   cases['qd'][40:80] *= 1e-3                              # creeping
   with _x64():
     fn = jax.jit(jax.vmap(lambda a, t, kp, kd, q, qd, te, m: ps.servo_torques(
-        _params(), a, t, kp, kd, q, qd, te, m, 0.005)))
+        _params(), a, ps.ServoCommand(True, True, t, kp, kd), ps.Joint(q, qd, te, m), 0.005)))
     got = fn(*(jnp.asarray(cases[k]) for k in ('active', 'target', 'kp', 'kd', 'q', 'qd',
                                                  'tau_e', 'inertia')))
   ref = np.array([reference(P, *(cases[k][i] for k in cases), 0.005) for i in range(n)])
@@ -97,7 +97,8 @@ def test_gradients_match_finite_differences():
       p = _params(**dict(zip(fields, vec)))
       a = list(args)
       a[5] = qd
-      t = ps.servo_torques(p, *a)
+      t = ps.servo_torques(p, a[0], ps.ServoCommand(True, True, *a[1:4]), ps.Joint(*a[4:8]),
+                           a[8])
       return t.motor + t.friction
     x0 = jnp.asarray([P[f] for f in fields])
     g = np.asarray(jax.jacfwd(total)(x0))

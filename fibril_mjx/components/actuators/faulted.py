@@ -43,6 +43,12 @@ class FaultedActuator:
   fault_plan: fa.ActuatorFaultPlan | None = None
   fault_range: tuple[float, float] | None = None
 
+  @property
+  def bindings(self) -> tuple:
+    """The bound MuJoCo actuators (`binding.ActuatorBinding`s) in channel order: the
+    component's one `binding` (a type with several channels overrides it)."""
+    return (self.binding,)
+
   # ------------------------------------------------------------------ params
   # The paths `faults[i].start_s`, `.end_s`, `.value` are resolved for every component, sensor
   # or actuator, by `fibril_mjx.components.base` (`faults.param_path` of `fault_plan`).

@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import mujoco
 
 from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation, binding, faulted
@@ -48,7 +47,6 @@ from fibril_mjx.errors import ConfigError, did_you_mean
 
 TYPE = 'fibril_sim/motion_motor'
 SAMPLE_TYPE = 'fibril_sim/motion_motor_feedback/v1'
-SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
 CHANNELS = (('position_actuator', 'position'), ('velocity_actuator', 'velocity'),
             ('feedforward_actuator', 'motor'))
 
@@ -102,20 +100,7 @@ class Params(NamedTuple):
   faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
-class Feedback(NamedTuple):
-  """`fibril_sim/motion_motor_feedback/v1` (joint-side units).
-
-  Attributes:
-    position, velocity: joint position / velocity.
-    applied_effort: the joint's `qfrc_actuator` (sum of the three channels after the joint's
-      actuatorfrcrange).
-    current: `feedback_current_per_force × qfrc_actuator / gear / actuator_count` (per motor,
-      from the motor-side force).
-  """
-  position: jax.Array
-  velocity: jax.Array
-  applied_effort: jax.Array
-  current: jax.Array
+Feedback = actuation.JointFeedback   # `fibril_sim/motion_motor_feedback/v1`
 
 
 class State(NamedTuple):
@@ -157,14 +142,16 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
 
+  # in a group (`core/groups.py`): channels, gear and fault limit per member; id, names label
+  per_member = ('channels', 'gear', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('joint', 'position_actuator', 'velocity_actuator', 'feedforward_actuator')
 
   @property
   def bindings(self) -> tuple:
     return self.channels
 
-  @property
-  def accepted_kinds(self) -> tuple[str, ...]:
-    return ('motion',)
+  accepted_kinds = ('motion',)
 
   def default_params(self) -> Params:
     return Params(host.array(self.cfg.feedback_current_per_force), self.fault_params())
@@ -181,11 +168,10 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
                          f(extra.get('effort_ff', 0.0)))
 
   def init(self, params: Params, world_key) -> State:
-    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
-    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
-    return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
-                 self.null_command(), f, f, zi, z, z, fb_q, fb_h, self.init_faults())
+    return State(**self.motor_state(world_key, Feedback(z, z, z, z)), held=self.null_command(),
+                 latched=self.null_command(), active=f, stale=f, timeout_count=zi, law=z,
+                 reference=z, faults=self.init_faults())
 
   def _ctrl(self, ctrl, q, qd, f_p, f_d, ff):
     """Writes the three channels so that they produce the joint efforts f_p, f_d, ff now."""
@@ -215,22 +201,10 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
     s = s._replace(law=f_p + f_d + ff, reference=jnp.where(active, c.position, q))
     return s, self._ctrl(ctrl, q, qd, f_p, f_d, ff)
 
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    due, n = dues['feedback']
-    b = self.channels[0]
-
-    def acquire(st):
-      q, qd = binding.sensed_joint_state(b, data)
-      eff = binding.sensed_effort(b, data)
-      fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / self.gear
-                    / self.actuator_count)
-      return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
-                                          st.streams['feedback_jitter'],
-                                          st.streams['feedback_loss']))
-    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
-                              lambda st: st.fb_queue, lambda st: st.fb_held,
-                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
-
+  def feedback_sample(self, p: Params, s: State, data) -> Feedback:
+    del s
+    return actuation.joint_feedback(self.channels[0], p.feedback_current_per_force,
+                                    self.actuator_count, data)
 
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied joint effort, the reference and commanded law of the

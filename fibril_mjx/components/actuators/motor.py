@@ -40,7 +40,6 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation, binding, faulted
@@ -52,7 +51,6 @@ from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
 
 TYPE = 'fibril_sim/motor'
 SAMPLE_TYPE = 'fibril_sim/motor_feedback/v1'
-SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
 
 
 class MotorCommand(NamedTuple):
@@ -199,10 +197,6 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
   # ------------------------------------------------------------------ protocol basics
 
   @property
-  def bindings(self) -> tuple:
-    return (self.binding,)
-
-  @property
   def semantic(self) -> str:
     return self.binding.semantic
 
@@ -228,15 +222,13 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
                         jnp.bool_(False), jnp.float32(0.0))
 
   def init(self, params: Params, world_key) -> State:
-    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi = jnp.float32(0.0), jnp.int32(0)
-    link = actuation.init(self.link, self.null_command())
     plan = Plan(z, z, jnp.float32(1.0), z, z, z, z, z, zi)
     gen = Generator(z, z, jnp.bool_(False), jnp.int32(NONE), z, plan)
-    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z, z))
-    return State(streams, link, Held(jnp.int32(NONE), z, z, jnp.bool_(False)), gen, z,
-                 jnp.bool_(False), zi, fb_q, fb_h, params.logical_units_per_joint_unit,
-                 self.init_faults())
+    return State(**self.motor_state(world_key, Feedback(z, z, z, z, z)),
+                 held=Held(jnp.int32(NONE), z, z, jnp.bool_(False)), gen=gen, applied=z,
+                 stale=jnp.bool_(False), timeout_count=zi,
+                 scale=params.logical_units_per_joint_unit, faults=self.init_faults())
 
   # ------------------------------------------------------------------ commands
 
@@ -408,7 +400,8 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
 
   # ------------------------------------------------------------------ feedback
 
-  def _feedback(self, p: Params, s: State, data) -> Feedback:
+  def feedback_sample(self, p: Params, s: State, data) -> Feedback:
+    """The feedback read from the tick's `mjx.Data` (the `Feedback` equations)."""
     b = self.binding
     q, qd = binding.sensed_joint_state(b, data)
     sc = p.logical_units_per_joint_unit
@@ -416,18 +409,6 @@ class Motor(faulted.FaultedActuator, actuation.MotorFields):
     return Feedback((q - s.held.zero) * sc, qd * sc, force * b.gear / sc,
                     p.feedback_current_per_force * force / self.actuator_count,
                     actuation.normalized_output(b, force, sc))
-
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    """Tick `tick` (after physics): acquire feedback at instants, deliver after latency."""
-    due, n = dues['feedback']
-
-    def acquire(st):
-      q = tp.send(self.fb_transport, st.fb_queue, self._feedback(p, st, data), n, tick,
-                  st.streams['feedback_jitter'], st.streams['feedback_loss'])
-      return st._replace(fb_queue=q)
-    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
-                              lambda st: st.fb_queue, lambda st: st.fb_held,
-                              lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick, due)
 
   def truth(self, s: State, data) -> dict:
     """Logical position / velocity, the joint effort MuJoCo applied (qfrc_actuator, after the

@@ -46,7 +46,6 @@ import jax.numpy as jnp
 import pydantic
 
 from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import rng
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components.actuators import actuation, binding, faulted
@@ -56,7 +55,6 @@ from fibril_mjx.errors import ConfigError
 
 TYPE = 'fibril_sim/position_servo'
 SAMPLE_TYPE = 'fibril_sim/position_servo_feedback/v1'
-SOURCES = ('command_jitter', 'command_loss', 'feedback_jitter', 'feedback_loss')
 
 FORBIDDEN = {
     'kp': 'kp is a field of each servo command (ServoCommand.kp, firmware units, per command)',
@@ -172,25 +170,35 @@ def friction_torque(p: Params, tau_m, tau_e, qd, inertia, dt: float):
   return -jnp.sign(stop) * jnp.minimum(jnp.abs(stop), budget)
 
 
-def servo_torques(p: Params, active, target, kp, kd, q, qd, tau_e, inertia, dt: float
-                  ) -> Torques:
-  """The whole joint torque of one tick (see the module docstring): `Torques`."""
-  duty, tau_m = motor_torque(p, active, target, kp, kd, q, qd)
-  return Torques(duty, tau_m, friction_torque(p, tau_m, tau_e, qd, inertia, dt))
-
-
-class Feedback(NamedTuple):
-  """`fibril_sim/position_servo_feedback/v1` (joint side).
+class Joint(NamedTuple):
+  """The joint as the law reads it at one tick (joint side, each `()`).
 
   Attributes:
-    position, velocity: joint position (rad) / velocity (rad/s).
-    applied_effort: the actuator's force on the joint (`qfrc_actuator`, motor + friction).
-    current: `feedback_current_per_force × qfrc_actuator / gear / actuator_count`.
+    q, qd: position (rad) and velocity (rad/s).
+    tau_e: external torque on the joint, `−qfrc_bias` (N·m).
+    inertia: the joint's mass-matrix diagonal (kg·m²).
   """
-  position: jax.Array
-  velocity: jax.Array
-  applied_effort: jax.Array
-  current: jax.Array
+  q: jax.Array
+  qd: jax.Array
+  tau_e: jax.Array
+  inertia: jax.Array
+
+
+def servo_torques(p: Params, active, command: ServoCommand, joint: Joint, dt: float
+                  ) -> Torques:
+  """The whole joint torque of one tick (see the module docstring): `Torques`.
+
+  Args:
+    active: bool, torque on; command: the latched command (its `position`, `kp`, `kd`);
+    joint: the joint's state; dt: the physics step (s).
+  """
+  duty, tau_m = motor_torque(p, active, command.position, command.kp, command.kd, joint.q,
+                             joint.qd)
+  return Torques(duty, tau_m, friction_torque(p, tau_m, joint.tau_e, joint.qd, joint.inertia,
+                                              dt))
+
+
+Feedback = actuation.JointFeedback   # `fibril_sim/position_servo_feedback/v1`
 
 
 class State(NamedTuple):
@@ -229,7 +237,7 @@ def joint_inertia(dof: int, madr: int, data) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
   """A built `fibril_sim/position_servo` (static; `cfg` a `PositionServoConfigModel`)."""
-  channel: binding.ActuatorBinding
+  binding: binding.ActuatorBinding
   madr: int          # the joint's dof_Madr (sparse mass matrix)
 
   type = TYPE
@@ -237,13 +245,12 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
   params_type = Params
   reads_sensors_only = False   # the law reads qfrc_bias and qM of the previous forward
 
-  @property
-  def bindings(self) -> tuple:
-    return (self.channel,)
+  # in a group (`core/groups.py`): binding, mass-matrix address, fault limit per member
+  per_member = ('binding', 'madr', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('actuator',)
 
-  @property
-  def accepted_kinds(self) -> tuple[str, ...]:
-    return ('position',)
+  accepted_kinds = ('position',)
 
   def default_params(self) -> Params:
     return Params(*(host.array(getattr(self.cfg, f)) for f in Params._fields[:-1]),
@@ -267,21 +274,17 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
     return 'its firmware law reads the measured joint position and velocity every tick'
 
   def init(self, params: Params, world_key) -> State:
-    streams = {s: rng.stream_key(world_key, self.id, s) for s in SOURCES}
     z, zi, f = jnp.float32(0.0), jnp.int32(0), jnp.bool_(False)
-    fb_q, fb_h = tp.init(self.fb_transport, Feedback(z, z, z, z))
-    return State(streams, actuation.init(self.link, self.null_command()), self.null_command(),
-                 self.null_command(), f, f, zi, Torques(z, z, z), fb_q, fb_h,
-                 self.init_faults())
+    return State(**self.motor_state(world_key, Feedback(z, z, z, z)), held=self.null_command(),
+                 latched=self.null_command(), active=f, stale=f, timeout_count=zi,
+                 torques=Torques(z, z, z), faults=self.init_faults())
 
   def _law(self, p: Params, s: State, data, ctrl):
     """`(state, ctrl)` with this tick's torques written to the motor channel."""
-    b = self.channel
+    b = self.binding
     q, qd = binding.joint_state(b, data)
-    c = s.latched
-    tau_e = -data.qfrc_bias[b.dofadr]
-    t = servo_torques(p, s.active, c.position, c.kp, c.kd, q, qd, tau_e,
-                      joint_inertia(b.dofadr, self.madr, data), self.application.dt)
+    joint = Joint(q, qd, -data.qfrc_bias[b.dofadr], joint_inertia(b.dofadr, self.madr, data))
+    t = servo_torques(p, s.active, s.latched, joint, self.application.dt)
     force = (t.motor + t.friction) / b.gear
     ctrl = binding.set_ctrl(ctrl, b, binding.ctrl_for_force(b, force, b.gear * q,
                                                                  b.gear * qd))
@@ -297,35 +300,23 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
                                       dues['application'][0])
     return self._law(p, s, data, ctrl)
 
-  def sense(self, p: Params, s: State, data, tick, dues, env) -> State:
-    due, n = dues['feedback']
-    b = self.channel
-
-    def acquire(st):
-      q, qd = binding.sensed_joint_state(b, data)
-      eff = binding.sensed_effort(b, data)
-      fb = Feedback(q, qd, eff, p.feedback_current_per_force * eff / b.gear
-                    / self.actuator_count)
-      return st._replace(fb_queue=tp.send(self.fb_transport, st.fb_queue, fb, n, tick,
-                                          st.streams['feedback_jitter'],
-                                          st.streams['feedback_loss']))
-    return actuation.sense_feedback(self.feedback, self.fb_transport, acquire, s,
-                                    lambda st: st.fb_queue, lambda st: st.fb_held,
-                                    lambda st, q, h: st._replace(fb_queue=q, fb_held=h), tick,
-                                    due)
+  def feedback_sample(self, p: Params, s: State, data) -> Feedback:
+    del s
+    return actuation.joint_feedback(self.binding, p.feedback_current_per_force,
+                                    self.actuator_count, data)
 
   def truth(self, s: State, data) -> dict:
     """Joint position / velocity, applied effort, and this tick's duty, motor torque and
     friction torque (joint side)."""
-    q, qd = binding.sensed_joint_state(self.channel, data)
+    q, qd = binding.sensed_joint_state(self.binding, data)
     return {'position': q, 'velocity': qd,
-            'applied_effort': binding.sensed_effort(self.channel, data),
+            'applied_effort': binding.sensed_effort(self.binding, data),
             'duty': s.torques.duty, 'motor_torque': s.torques.motor,
             'friction_torque': s.torques.friction, 'active': s.active,
             **self.fault_truth(s)}
 
   def describe(self) -> list[str]:
-    c, b = self.cfg, self.channel
+    c, b = self.cfg, self.binding
     lim = 'none' if math.isinf(c.torque_limit) else f'{c.torque_limit:g} N·m'
     return [f'joint {b.joint}; motor channel {b.name} (ctrl[{b.ctrladr}], gear {b.gear:g})',
             'command semantic: (position, kp, kd) in firmware units, latched at application '

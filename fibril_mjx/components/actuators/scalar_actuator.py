@@ -121,18 +121,16 @@ class ScalarActuator(faulted.FaultedActuator, actuation.ContinuousLatencyParam,
   roles = frozenset({protocol.ACTUATOR})
   params_type = Params
 
+  # in a group (`core/groups.py`): binding and fault limit per member; id, names only label
+  per_member = ('binding', 'fault_range')
+  labels = ('id', 'fields')
+  member_config = ('actuator',)
 
   @property
   def schedules(self) -> dict:
     return {'application': self.schedule}
 
-  @property
-  def bindings(self) -> tuple:
-    return (self.binding,)
-
-  @property
-  def accepted_kinds(self) -> tuple[str, ...]:
-    return ('value',)
+  accepted_kinds = ('value',)
 
   def default_params(self) -> Params:
     c = self.cfg
