@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx.batch import worlds
-from fibril_mjx.core import pipeline
+from fibril_mjx.core import groups, pipeline
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.errors import FibrilError, did_you_mean
@@ -187,10 +187,10 @@ def run(batch: Batch, params, state, carry, commands, n_ticks: int, record: bool
       return ()
     return out if controller.observe_truth else {'sensor': out['sensor']}
 
-  # each group's Params read stacked, as its state is kept (`pipeline.pack`): no stacking
+  # each group's Params read stacked, as its state is kept (`groups.pack`): no stacking
   # per tick
-  state = state._replace(components=pipeline.pack(built, state.components, axis=1))
-  loop_params = pipeline.pack(built, params, axis=1)
+  state = state._replace(components=groups.pack(built, state.components, axis=1))
+  loop_params = groups.pack(built, params, axis=1)
 
   def body(c, cmd):
     st, ctl, obs = c

@@ -8,8 +8,8 @@ Open loop, one tick k is what the in-loop pipeline does (SPEC §4), in three pas
 2. **physics** — `mujoco.rollout` of every world under those controls (the `sensordata` of step
    k is that of `x_k` with `ctrl_k`, the in-loop stamp), or a log's `x_k` through `mj_forward`
    (`mj_inverse` with the log's accelerations);
-3. **devices** — `pipeline.step(..., frame=)` over the recorded frames, the actuators re-run beside
-   them, so every component's state is the in-loop one.
+3. **devices** — `pipeline.step(..., frame=)` over the recorded frames, the actuators re-run
+   beside them, so every component's state is the in-loop one.
 
 Worlds go in chunks (`chunk_worlds`; recorded `sensordata` under `FRAME_BUDGET_BYTES`) padded to
 one shape of at least two lanes, so one program serves every chunk and a world's result depends
@@ -30,7 +30,7 @@ from mujoco import rollout as mj_rollout
 
 from fibril_mjx.batch import batched
 from fibril_mjx.batch import worlds
-from fibril_mjx.core import latencies, pipeline
+from fibril_mjx.core import groups, latencies, pipeline
 from fibril_mjx.core.built import Built
 from fibril_mjx.core.context import DCMOTOR_PARAMS
 from fibril_mjx.core.pipeline import Frame
@@ -177,7 +177,7 @@ def device_pass(built: Built, record: bool, params, keys, frames, cmds, latency)
   def one(p, key, fr, cs, lat):
     st = pipeline.before_tick0(built, p, key, pipeline.WorldStart(
         latency=lat, frame=jax.tree.map(lambda x: x[0], fr)))
-    p = pipeline.pack(built, p)   # each group's Params stacked once, not per tick
+    p = groups.pack(built, p)   # each group's Params stacked once, not per tick
 
     def body(s, xs):
       frame, c = xs

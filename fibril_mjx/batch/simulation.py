@@ -27,7 +27,7 @@ from fibril_mjx.batch import physics_c
 from fibril_mjx.batch import worlds
 from fibril_mjx.builder import build
 from fibril_mjx.config.manifest import read_manifest
-from fibril_mjx.core import latencies, pipeline
+from fibril_mjx.core import groups, latencies, pipeline
 from fibril_mjx.core.pipeline import SimState
 from fibril_mjx.errors import FibrilError
 from fibril_mjx.mechanisms import rng
@@ -254,8 +254,8 @@ class Simulation:
   def component_states(self, state: SimState) -> dict:
     """`{component id: state}` of a batch's `state`, leaves `(nworld, ...)`: the components'
     state is kept by group (the members of a group stacked along a member axis,
-    `pipeline.pack`); this is its per-id view."""
-    return pipeline.unpack(self.built, state.components, axis=1)
+    `groups.pack`); this is its per-id view."""
+    return groups.unpack(self.built, state.components, axis=1)
 
   def step(self, params: dict, state: SimState, commands: dict | None = None, *, model=None,
            options: Options | None = None) -> tuple[SimState, dict]:

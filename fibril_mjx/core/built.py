@@ -105,7 +105,7 @@ class Built:
   @functools.cached_property
   def stacked_groups(self) -> tuple:
     """The groups of several members: what a loop over ticks carries stacked
-    (`pipeline.pack`)."""
+    (`groups.pack`)."""
     return tuple(g for g in self.groups if g.stacked)
 
   def _key(self):

@@ -29,6 +29,8 @@ import copy
 import dataclasses
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fibril_mjx.core import protocol
@@ -124,7 +126,7 @@ class Group:
   @property
   def key(self) -> str:
     """The key of the group's stacked state in a packed `components` dict
-    (`pipeline.pack`): its ids joined by '|' (never a component id)."""
+    (`groups.pack`): its ids joined by '|' (never a component id)."""
     return '|'.join(self.ids)
 
   @property
@@ -136,6 +138,54 @@ class Group:
   def stacked(self) -> bool:
     """Stepped under a `vmap` over members (more than one member)."""
     return len(self.ids) > 1
+
+  # ------------------------------------------------------------ traced: one world
+
+  def run(self, params: dict, comps: dict, fn, *per_member):
+    """`fn(component, params, state, *per_member) -> (state, *rest)` of every member,
+    returned as `({id: state}, *rest)` (`rest` stacked along the member axis when the group
+    has several members).
+
+    A group of one calls `fn` on its component; a larger group calls it once, under
+    `jax.vmap` over the members, on the skeleton with each member's bindings (`member`), its
+    Params, State and `per_member` inputs stacked along the member axis. A member's result is
+    the one `fn` gives it alone (the members share everything else `fn` reads). Where `comps`
+    (`params`) holds the group's state (Params) `pack`ed it is read from there, and the state
+    returned as `{key: stacked state}`."""
+    if not self.stacked:
+      cid = self.ids[0]
+      state, *rest = fn(self.skeleton, params[cid], comps[cid], *(x[cid] for x in per_member))
+      return ({cid: state}, *rest)
+    state, *rest = jax.vmap(lambda numbers, p, s, *more: fn(
+        member(self.skeleton, numbers), p, s, *more))(
+            self.numbers, self.entries(params), self.entries(comps),
+            *(_stack([x[cid] for cid in self.ids]) for x in per_member))
+    return ({self.key: state} if self.key in comps else self.members(state), *rest)
+
+  def entries(self, tree: dict):
+    """The members' entries of `tree` stacked along the member axis (as they are where
+    `tree` is packed)."""
+    return tree[self.key] if self.key in tree else _stack([tree[cid] for cid in self.ids])
+
+  def outputs(self, components: dict, comps: dict, fn) -> dict:
+    """`{id: fn(component, state)}` of every member (`components`: the built ones by id):
+    where the group's state is packed, `fn` runs once under a `vmap` over the members and
+    only its (small) result is sliced per member, not the whole state."""
+    if self.key not in comps or not self.stacked:
+      return {cid: fn(components[cid], comps[cid]) for cid in self.ids}
+    return self.members(jax.vmap(lambda numbers, s: fn(member(self.skeleton, numbers), s))(
+        self.numbers, comps[self.key]))
+
+  def members(self, stacked) -> dict:
+    """`{id: its slice}` of a tree stacked along the member axis (axis 0)."""
+    return {cid: jax.tree.map(lambda x, i=i: x[i], stacked) for i, cid in enumerate(self.ids)}
+
+  def write_ctrl(self, ctrl, written):
+    """`ctrl` with the group's controls from `written` (its members' `ctrl` after they wrote:
+    one, or stacked along the member axis, each member's own channels taken)."""
+    if not self.stacked:
+      return written
+    return ctrl.at[self.writes].set(written[np.arange(len(self.ids))[:, None], self.writes])
 
   def describe(self) -> str:
     kind = self.skeleton.type
@@ -177,3 +227,33 @@ def form(components: dict, role_filter) -> tuple[Group, ...]:
     out.append(Group(ids, split(components[ids[0]])[0], numbers,
                      np.asarray([_writes(components[cid]) for cid in ids], np.int32)))
   return tuple(out)
+
+
+def _stack(trees, axis: int = 0):
+  return jax.tree.map(lambda *x: jnp.stack(x, axis), *trees)
+
+
+def pack(built, tree: dict, axis: int = 0) -> dict:
+  """`{id: state}` (or `{id: Params}`) of a `Built`'s components with the entries of each
+  group of several members stacked along a member axis at `axis` (0 for one world, 1 for a
+  batch) under its `Group.key` instead. A world's state is kept packed from its `init` on
+  (`pipeline.before_tick0`), so that a step reads and writes each group's state in place,
+  with no stacking and slicing per tick; `pipeline.step` takes either layout, for its state
+  and its params. Entries already packed stay."""
+  out = dict(tree)
+  for g in built.stacked_groups:
+    if g.ids[0] in out:
+      out[g.key] = _stack([out.pop(cid) for cid in g.ids], axis)
+  return out
+
+
+def unpack(built, tree: dict, axis: int = 0) -> dict:
+  """`pack` reversed: `{id: state}` in manifest order (`Simulation.component_states` for a
+  batch)."""
+  out = dict(tree)
+  for g in built.stacked_groups:
+    if g.key in out:
+      stacked = out.pop(g.key)
+      out.update({cid: jax.tree.map(lambda x, i=i: jax.lax.index_in_dim(x, i, axis, False),
+                                    stacked) for i, cid in enumerate(g.ids)})
+  return {cid: out[cid] for cid in built.components}

@@ -223,90 +223,10 @@ def sense(built: Built, params, comps, data, tick, dues):
   `dues` from `tick_inputs`."""
   comps, env = dict(comps), {}
   for g in built.sensing_groups:
-    comps.update(_on_group(g, params, comps, lambda c, p, s: (c.sense(
+    comps.update(g.run(params, comps, lambda c, p, s: (c.sense(
         p, s, data, tick, dues[g.ids[0]], env),))[0])
-    env.update(_group_outputs(built, g, comps, lambda c, s: c.output(s)))
+    env.update(g.outputs(built.components, comps, lambda c, s: c.output(s)))
   return comps
-
-
-def _stack(trees):
-  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
-
-
-def _on_group(g: groups_lib.Group, params, comps, fn, *per_member):
-  """`fn(component, params, state, *per_member) -> (state, *rest)` of every member of group
-  `g`, returned as `({id: state}, *rest)` (`rest` stacked along the member axis when the group
-  has several members).
-
-  A group of one calls `fn` on its component; a larger group calls it once, under `jax.vmap`
-  over the members, on the group's skeleton with each member's bindings (`groups.member`),
-  its Params, State and `per_member` inputs stacked along the member axis. A member's result
-  is the one `fn` gives it alone (the members share everything else `fn` reads). Where
-  `comps` (`params`) holds the group's state (Params) stacked (`pack`), it is read from there,
-  and the state returned as `{g.key: stacked state}`."""
-  if not g.stacked:
-    cid = g.ids[0]
-    state, *rest = fn(g.skeleton, params[cid], comps[cid], *(x[cid] for x in per_member))
-    return ({cid: state}, *rest)
-  packed = g.key in comps
-  state, *rest = jax.vmap(lambda numbers, p, s, *more: fn(
-      groups_lib.member(g.skeleton, numbers), p, s, *more))(
-          g.numbers, _stacked(g, params), _stacked(g, comps),
-          *(_stack([x[cid] for cid in g.ids]) for x in per_member))
-  return ({g.key: state} if packed else _members(g, state), *rest)
-
-
-def _stacked(g: groups_lib.Group, tree: dict):
-  """Group `g`'s members' entries of `tree` stacked along the member axis (read as they are
-  where `tree` is packed)."""
-  return tree[g.key] if g.key in tree else _stack([tree[cid] for cid in g.ids])
-
-
-def _group_outputs(built: Built, g: groups_lib.Group, comps, fn) -> dict:
-  """`{id: fn(component, state)}` of every member of `g`: where the group's state is packed,
-  `fn` runs once under a `vmap` over the members and only its (small) result is sliced per
-  member, not the whole state."""
-  if g.key not in comps or not g.stacked:
-    return {cid: fn(built.components[cid], comps[cid]) for cid in g.ids}
-  return _members(g, jax.vmap(lambda numbers, s: fn(groups_lib.member(g.skeleton, numbers), s))(
-      g.numbers, comps[g.key]))
-
-
-def _members(g: groups_lib.Group, stacked) -> dict:
-  return {cid: jax.tree.map(lambda x, i=i: x[i], stacked) for i, cid in enumerate(g.ids)}
-
-
-def pack(built: Built, tree: dict, axis: int = 0) -> dict:
-  """`{id: state}` (or `{id: Params}`) with the entries of each group of several members
-  stacked along a member axis at `axis` (0 for one world, 1 for a batch) under its
-  `Group.key` instead. A world's state is kept packed (`before_tick0` packs it), so that
-  `step` reads and writes each group's state in place, with no stacking and slicing per tick;
-  `step` takes either layout, for its state and its params. Entries already packed stay."""
-  out = dict(tree)
-  for g in built.stacked_groups:
-    if g.ids[0] in out:
-      out[g.key] = jax.tree.map(lambda *x: jnp.stack(x, axis), *[out.pop(cid) for cid in g.ids])
-  return out
-
-
-def unpack(built: Built, tree: dict, axis: int = 0) -> dict:
-  """`pack` reversed: `{id: state}` in manifest order (`Simulation.component_states` for a
-  batch)."""
-  out = dict(tree)
-  for g in built.stacked_groups:
-    if g.key in out:
-      stacked = out.pop(g.key)
-      out.update({cid: jax.tree.map(lambda x, i=i: jax.lax.index_in_dim(x, i, axis, False),
-                                    stacked) for i, cid in enumerate(g.ids)})
-  return {cid: out[cid] for cid in built.components}
-
-
-def _write_ctrl(g: groups_lib.Group, ctrl, written):
-  """`ctrl` with group `g`'s controls from `written` (its members' `ctrl` after they wrote:
-  one, or stacked along the member axis, each member's own channels taken)."""
-  if not g.stacked:
-    return written
-  return ctrl.at[g.writes].set(written[np.arange(len(g.ids))[:, None], g.writes])
 
 
 def actuate(built: Built, params, comps, data, ctrl, commands, tick, dues):
@@ -315,10 +235,10 @@ def actuate(built: Built, params, comps, data, ctrl, commands, tick, dues):
   `dues` from `tick_inputs`."""
   comps = dict(comps)
   for g in built.actuator_groups:
-    states, written = _on_group(g, params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
+    states, written = g.run(params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
         p, s, data, ctrl, cmd, tick, dues[g.ids[0]]), commands)
     comps.update(states)
-    ctrl = _write_ctrl(g, ctrl, written)
+    ctrl = g.write_ctrl(ctrl, written)
   return comps, ctrl
 
 
@@ -360,8 +280,8 @@ def outputs(built: Built, state: SimState) -> dict:
   """`{'sensor': {id: Delivered}, 'truth': {id: {...}}}` of one world's current tick."""
   truth = {}
   for g in built.groups:
-    truth.update(_group_outputs(built, g, state.components,
-                                lambda c, s: c.truth(s, state.data)))
+    truth.update(g.outputs(built.components, state.components,
+                           lambda c, s: c.truth(s, state.data)))
   return {'sensor': sensor_outputs(built, state.components),
           'truth': {cid: truth[cid] for cid in built.components}}
 
@@ -370,7 +290,7 @@ def sensor_outputs(built: Built, comps: dict) -> dict:
   """`{id: Delivered}`: what each component of one world holds delivered (either layout)."""
   out = {}
   for g in built.groups:
-    out.update(_group_outputs(built, g, comps, lambda c, s: c.output(s)))
+    out.update(g.outputs(built.components, comps, lambda c, s: c.output(s)))
   return {cid: out[cid] for cid in built.components}
 
 
@@ -404,7 +324,8 @@ def init(built: Built, params: dict, key: jax.Array, start: WorldStart = WorldSt
 
   Args:
     built: the static `Built` (hashable; closed over or a static argument under `jit`).
-    params: `{component id: Params}` of this world (`default_params(built)`; `pack`ed or not).
+    params: `{component id: Params}` of this world (`default_params(built)`; `groups.pack`ed
+      or not).
     key: `(2,)` world key (`fibril_mjx.world_keys(seed, n)[w]`): every stream of the world.
     start: where the world starts (`WorldStart`).
     commands: `{actuator component id: command}` issued at tick 0; a missing component gets
@@ -420,7 +341,7 @@ def init(built: Built, params: dict, key: jax.Array, start: WorldStart = WorldSt
 def before_tick0(built: Built, params: dict, key: jax.Array, start: WorldStart = WorldStart(),
                  *, mx=None) -> SimState:
   """One world before its tick 0 (`tick` −1): the initial physics state, components (kept
-  `pack`ed) and clocks, nothing applied or acquired. `step(..., integrate=False)` from it
+  `groups.pack`ed) and clocks, nothing applied or acquired. `step(..., integrate=False)` from it
   runs tick 0 (that is `init`); a loop over ticks 0 … n that starts here (`integrate=None`,
   or with frames: each tick's `Frame`) holds each tick's code once. Arguments as in `init`.
 
@@ -451,8 +372,8 @@ def before_tick0(built: Built, params: dict, key: jax.Array, start: WorldStart =
 
 
 def _init_components(built: Built, params, key, latency) -> dict:
-  """The components' initial states, packed (`pack`): a group's members initialized under
-  one `vmap`, each with its own id's random streams; then the world's latencies (before
+  """The components' initial states, packed (`groups.pack`): a group's members initialized
+  under one `vmap`, each with its own id's random streams; then the world's latencies (before
   anything is sent)."""
   comps = {}
   for g in built.groups:
@@ -460,9 +381,9 @@ def _init_components(built: Built, params, key, latency) -> dict:
       comps[g.key] = g.skeleton.init(params[g.key], key)
       continue
     comps[g.key] = jax.vmap(lambda numbers, h, p, g=g: groups_lib.member(
-        g.skeleton, numbers, h).init(p, key))(g.numbers, g.id_hashes, _stacked(g, params))
+        g.skeleton, numbers, h).init(p, key))(g.numbers, g.id_hashes, g.entries(params))
   if latency:
-    comps = pack(built, latencies.apply(unpack(built, comps), latency))
+    comps = groups_lib.pack(built, latencies.apply(groups_lib.unpack(built, comps), latency))
   return comps
 
 
@@ -478,10 +399,10 @@ def _reset_ctrl(built: Built, params, comps, data):
   holds before its first application."""
   ctrl, comps = initial_ctrl(built), dict(comps)
   for g in built.actuator_groups:   # what an actuator holds before its first application
-    states, written = _on_group(g, params, comps, lambda c, p, s, ctrl=ctrl: c.reset_ctrl(
+    states, written = g.run(params, comps, lambda c, p, s, ctrl=ctrl: c.reset_ctrl(
         p, s, data, ctrl))
     comps.update(states)
-    ctrl = _write_ctrl(g, ctrl, written)
+    ctrl = g.write_ctrl(ctrl, written)
   return ctrl, comps
 
 

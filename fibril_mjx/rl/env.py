@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx.batch.simulation import Simulation, load
-from fibril_mjx.core import pipeline
+from fibril_mjx.core import groups, pipeline
 from fibril_mjx.rl import wrappers
 from fibril_mjx.rl.randomize import DeviceRandomization
 
@@ -257,7 +257,7 @@ class FibrilEnv:
   def _advance(self, params, mx, ps, trace, n_ticks: int, integrate: bool | None = True):
     """`n_ticks` one-world steps in a `lax.scan`; `trace` `{id: (n_ticks, ...)}` or None
     (scripted / null commands); `integrate` as in `pipeline.step`."""
-    params = pipeline.pack(self.sim.built, params)   # a group's Params stacked once per call
+    params = groups.pack(self.sim.built, params)   # a group's Params stacked once per call
 
     def body(st, cmd):
       st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=mx, impl=self.sim.impl,

@@ -352,8 +352,8 @@ class OnPlayground(FibrilEnv):
   # ---------------------------------------------------------------- env interface
 
   def reset(self, rng: jax.Array):
-    """The env's `reset(rng)`, then device tick 0 on its data (`pipeline.init` with `WorldStart(frame=...)`) with
-    this episode's device draws from `fold_in(rng, DEVICE_KEY)`."""
+    """The env's `reset(rng)`, then device tick 0 on its data (`pipeline.init` with
+    `WorldStart(frame=...)`) with this episode's device draws from `fold_in(rng, DEVICE_KEY)`."""
     with self._swap() as env:
       st = env.reset(rng)
     first = {'data': st.data, 'env_obs': st.obs}

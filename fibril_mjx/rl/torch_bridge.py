@@ -40,8 +40,8 @@ def to_torch(tree):
 
 
 class TorchPipeline:
-  """`pipeline.init` / `step` with frames (`WorldStart.frame`, `frame=`) of `sim`, vmapped over worlds and jitted, on torch
-  tensors.
+  """`pipeline.init` / `step` with frames (`WorldStart.frame`, `frame=`) of `sim`, vmapped
+  over worlds and jitted, on torch tensors.
 
   Args:
     sim: a `Simulation` (`fibril_mjx.load(...)`).

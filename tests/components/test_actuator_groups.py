@@ -88,7 +88,7 @@ def _alone(components, role_filter):
 def _rollout(sim):
   final, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(5, 2), 80,
                                 controller=Controller(policy, init=jnp.int32(0)))
-  return final, trace
+  return final._replace(components=sim.component_states(final)), trace   # per id
 
 
 @pytest.fixture(scope='module')

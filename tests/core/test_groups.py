@@ -82,7 +82,7 @@ def test_grouped_step_is_bitwise_the_step_one_by_one(tmp_path, monkeypatch):
     return states
   for a, b in zip(rollout(grouped), rollout(alone), strict=True):
     assert set(a.components) == {'ma|mb', 'vc'} and set(b.components) == {'ma', 'mb', 'vc'}
-    a = a._replace(components=pipeline.unpack(grouped, a.components))
+    a = a._replace(components=groups.unpack(grouped, a.components))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -94,19 +94,19 @@ def test_a_world_keeps_the_group_stacked(tmp_path):
   params, key = pipeline.default_params(built), fibril_mjx.world_keys(3, 1)[0]
   stacked = pipeline.init(built, params, key)
   assert set(stacked.components) == {'ma|mb', 'vc'}
-  by_id = stacked._replace(components=pipeline.unpack(built, stacked.components))
+  by_id = stacked._replace(components=groups.unpack(built, stacked.components))
   assert list(by_id.components) == ['ma', 'mb', 'vc']
-  for a, b in zip(jax.tree.leaves(pipeline.pack(built, by_id.components)),
+  for a, b in zip(jax.tree.leaves(groups.pack(built, by_id.components)),
                   jax.tree.leaves(stacked.components), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   step = jax.jit(lambda s: pipeline.step(built, params, s)[0])
-  packed_params = pipeline.pack(built, params)
+  packed_params = groups.pack(built, params)
   step_packed = jax.jit(lambda s: pipeline.step(built, packed_params, s)[0])
   for _ in range(20):
     by_id, stacked = step(by_id), step_packed(stacked)
   assert set(stacked.components) == {'ma|mb', 'vc'}
   for a, b in zip(jax.tree.leaves(by_id.components),
-                  jax.tree.leaves(pipeline.unpack(built, stacked.components)), strict=True):
+                  jax.tree.leaves(groups.unpack(built, stacked.components)), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -208,7 +208,7 @@ def test_a_world_latency_reaches_one_member_of_a_group(tmp_path, monkeypatch):
     first = st
     for _ in range(40):
       st = step(st)
-    return [s._replace(components=pipeline.unpack(built, s.components)) for s in (first, st)]
+    return [s._replace(components=groups.unpack(built, s.components)) for s in (first, st)]
   nominal = pipeline.init(alone, params, key)
   for a, b in zip(rollout(grouped), rollout(alone), strict=True):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):

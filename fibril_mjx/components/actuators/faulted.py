@@ -42,6 +42,9 @@ class FaultedActuator:
   """
   fault_plan: fa.ActuatorFaultPlan | None = None
   fault_range: tuple[float, float] | None = None
+  # `reset_ctrl` / `actuate` read the joint state `qpos` / `qvel` only (`binding.joint_state`):
+  # the initial state needs no forward before tick 0 for them (`Built.forward_before_tick0`)
+  reads_forward = False
 
   @property
   def bindings(self) -> tuple:

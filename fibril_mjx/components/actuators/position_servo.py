@@ -244,6 +244,7 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
   sample_type = SAMPLE_TYPE
   params_type = Params
   reads_sensors_only = False   # the law reads qfrc_bias and qM of the previous forward
+  reads_forward = True         # ... before tick 0 too: the initial state is forwarded for it
 
   # in a group (`core/groups.py`): binding, mass-matrix address, fault limit per member
   per_member = ('binding', 'madr', 'fault_range')

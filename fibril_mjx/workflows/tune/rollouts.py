@@ -33,7 +33,7 @@ import mujoco
 import numpy as np
 
 from fibril_mjx.batch import physics_c
-from fibril_mjx.core import latencies, pipeline
+from fibril_mjx.core import groups, latencies, pipeline
 from fibril_mjx.core.pipeline import Frame
 from fibril_mjx.mechanisms import signal as sig
 from fibril_mjx.physics import mjcf, mjcf_fields
@@ -127,7 +127,7 @@ class RolloutProblem(Problem):
       params = jax.tree.map(lambda x: x[0], params)
       st = pipeline.before_tick0(built, params, self._keys[0], pipeline.WorldStart(
           latency=lat, frame=jax.tree.map(lambda x: x[0], fr)))
-      params = pipeline.pack(built, params)   # each group's Params stacked once, not per tick
+      params = groups.pack(built, params)   # each group's Params stacked once, not per tick
 
       def body(s, xs):
         frame, c = xs
