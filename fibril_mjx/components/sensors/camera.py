@@ -54,6 +54,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -91,8 +92,22 @@ class _OwnConfig(faults.DeviceConfig):
 CameraConfigModel = em.config_model(
     'CameraConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/camera` '
     '(px, s, m): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'distortion',
-                                   'readout_time_s', 'exposure_s', 'min_depth_m'), ERRORS)
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `distortion` `(5,)`), faults."""
+  # the sensor's own
+  fx_px: jax.Array
+  fy_px: jax.Array
+  cx_px: jax.Array
+  cy_px: jax.Array
+  distortion: jax.Array
+  readout_time_s: jax.Array
+  exposure_s: jax.Array
+  min_depth_m: jax.Array
+  # white noise
+  pixel_noise_stddev_px: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -115,7 +130,12 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+class State(NamedTuple):
+  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
@@ -146,6 +166,7 @@ class Camera(ViewFields, base.SensorBase):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  state_type = State
   errors = ERRORS
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 

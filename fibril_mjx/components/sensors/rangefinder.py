@@ -29,6 +29,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -67,9 +68,21 @@ class _OwnConfig(faults.DeviceConfig):
 RangefinderConfigModel = em.config_model(
     'RangefinderConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/rangefinder` (m, deg): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'max_incidence_deg'), ERRORS,
-                        doc='Per-world parameters (config names; `max_incidence_deg` as its '
-                        'cosine is computed in the graph), faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `max_incidence_deg` as its cosine in the graph), faults."""
+  # the sensor's own
+  min_range_m: jax.Array
+  max_range_m: jax.Array
+  max_incidence_deg: jax.Array
+  # white noise
+  noise_stddev_m: jax.Array
+  noise_fraction: jax.Array
+  incidence_noise_gain: jax.Array
+  # quantization
+  resolution_m: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -87,7 +100,12 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+class State(NamedTuple):
+  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +117,7 @@ class Rangefinder(base.SiteFields, base.SensorBase):
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
+  state_type = State
   errors = ERRORS
   always_used = ('min_range_m', 'max_range_m')
 
