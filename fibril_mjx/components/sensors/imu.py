@@ -236,6 +236,10 @@ class Imu(inertial.RateSensor, base.SensorBase):
   params_type = Params
   state_type = State
   errors = ERRORS
+  # in a group (`core/groups.py`): its MuJoCo sensors' and site probes' addresses per member
+  per_member = ('sensors', 'orientation', 'velocity')
+  labels = ('id', 'fields')
+  member_config = ('gyroscope_sensor', 'accelerometer_sensor', 'site')
 
   @property
   def samples(self) -> tuple:
@@ -280,8 +284,7 @@ class Imu(inertial.RateSensor, base.SensorBase):
                  None if integ is None else integ.init())
 
   def _read(self, sensordata):
-    g_b, a_b = self.sensors
-    return sensordata[g_b.adr:g_b.adr + 3], sensordata[a_b.adr:a_b.adr + 3]
+    return tuple(b.read(sensordata) for b in self.sensors)
 
   def _inputs(self, p: Params, s: State, data, tick):
     """`(raw, inputs)`: the MuJoCo `(gyro, accel)`, and the same plus the vibration term when
