@@ -169,6 +169,11 @@ class Barometer(base.SiteFields, base.SensorBase):
   params_type = Params
   state_type = State
   errors = ERRORS
+  # in a group (`core/groups.py`): its sites' probes and velocimeter per member (the throttle
+  # actuator shapes the trace: shared)
+  per_member = ('site_id', 'site', 'velocity', 'velocity_site', 'velocity_pose')
+  labels = ('id', 'fields')
+  member_config = ('site', 'velocity_sensor')
   always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 
   def _temperature_on(self) -> bool:
@@ -192,7 +197,7 @@ class Barometer(base.SiteFields, base.SensorBase):
   def air_speed(self, p: Params, data):
     """Air-relative speed of the velocimeter's site, m/s."""
     b = self.velocity
-    v = data.sensordata[b.adr:b.adr + 3]
+    v = b.read(data.sensordata)
     rot = self.velocity_pose.mat(data)
     return jnp.linalg.norm(v - smallmat.matvec(rot.T, p.wind_m_s))
 

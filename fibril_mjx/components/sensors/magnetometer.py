@@ -164,6 +164,10 @@ class Magnetometer(base.SiteFields, base.SensorBase):
   params_type = Params
   state_type = State
   errors = ERRORS
+  # in a group (`core/groups.py`): its site's probes per member
+  per_member = ('site_id', 'site')
+  labels = ('id', 'fields')
+  member_config = ('site',)
 
   def default_params(self) -> Params:
     c = self.cfg
