@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import jax
 import pydantic
@@ -27,6 +27,15 @@ from fibril_mjx.config.validation import Strict, validate
 Corr = Annotated[float, pydantic.Field(gt=-1, lt=1)]
 Positive3 = tuple[Positive, Positive, Positive]
 Corr3 = tuple[Corr, Corr, Corr]
+
+
+class SensorState(NamedTuple):
+  """Per-world state of a sensor whose error model keeps none: the RNG stream keys, the
+  delivery queue, the held output, the faults (None without a fault plan)."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 class SamplingConfig(Strict):

@@ -100,10 +100,10 @@ class Probe:
 @dataclasses.dataclass(frozen=True)
 class SitePose:
   """A site's world position (`framepos`) and orientation (the columns of `site_xmat`)."""
+  shaping = ()   # nothing of its own shapes the trace (`core/groups.py`)
   site: str
   position: Probe
   axes: tuple
-  shaping = ()   # nothing of its own shapes the trace (`core/groups.py`)
 
   def pos(self, data):
     return self.position.read(data)

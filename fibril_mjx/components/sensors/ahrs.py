@@ -183,8 +183,7 @@ class Ahrs(inertial.RateSensor, base.SensorBase):
   type = TYPE
   sample_type = SAMPLE_TYPE
   samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]

@@ -111,8 +111,7 @@ class Airspeed(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('wind_m_s', 'air_density_kg_m3')
 

@@ -166,8 +166,7 @@ class Barometer(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   # in a group (`core/groups.py`): its sites' probes and velocimeter per member (the throttle
   # actuator shapes the trace: shared)

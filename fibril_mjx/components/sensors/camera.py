@@ -54,7 +54,6 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
-from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -130,12 +129,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState | None
+State = base.SensorState   # no error-model state: streams, queue, held, faults
 
 
 def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
@@ -165,8 +159,7 @@ class Camera(ViewFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 

@@ -192,8 +192,7 @@ class Gnss(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
   always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')

@@ -233,8 +233,7 @@ class Imu(inertial.RateSensor, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   # in a group (`core/groups.py`): its MuJoCo sensors' and site probes' addresses per member
   per_member = ('sensors', 'orientation', 'velocity')

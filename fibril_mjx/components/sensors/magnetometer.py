@@ -161,8 +161,7 @@ class Magnetometer(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   # in a group (`core/groups.py`): its site's probes per member
   per_member = ('site_id', 'site')

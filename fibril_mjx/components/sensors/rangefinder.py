@@ -29,7 +29,6 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
-from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -100,12 +99,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState | None
+State = base.SensorState   # no error-model state: streams, queue, held, faults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,8 +110,7 @@ class Rangefinder(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   # in a group (`core/groups.py`): its site's probes and its MuJoCo rangefinder per member
   per_member = ('site_id', 'site', 'sensor')
