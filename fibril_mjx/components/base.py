@@ -368,10 +368,13 @@ class SensorBase(ComponentBase):
     return self.describe_errors([]) if self.errors is not None else self.describe_terms([], ())
 
   def describe_errors(self, lines, own_terms=()) -> list[str]:
-    """`describe_terms` with the error model's plan lines and switch fields."""
+    """`describe_terms` with the error model's plan lines (and the stream of each term that
+    can share one: `common-mode stream: <name | none>`) and switch fields."""
     switches = tuple(f for t in self.errors.terms for f in t.switches)
-    return self.describe_terms(list(lines) + ['error model:'] + self.errors.plan(self._on),
-                               tuple(own_terms) + switches)
+    shared = [f'common-mode stream: {getattr(self.cfg, t.shared) or "none"}'
+              for t in self.errors.terms if t.shared is not None]
+    return self.describe_terms(list(lines) + shared + ['error model:']
+                               + self.errors.plan(self._on), tuple(own_terms) + switches)
 
   def describe_terms(self, lines, terms) -> list[str]:
     """The usual `describe`: timing, the sensor's own `lines`, the fields of `terms` that are

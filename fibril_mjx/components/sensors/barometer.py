@@ -238,7 +238,7 @@ class Barometer(base.SiteFields, base.SensorBase):
         f'site {c.site!r}: ISA pressure (P0 {c.sea_level_pressure_pa:g} Pa, T0 '
         f'{c.sea_level_temperature_k:g} K), height offset {c.altitude_offset_m:g} m',
         f'throttle table on {c.throttle_actuator or "none"}; airspeed table via '
-        f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}'],
+        f'{c.velocity_sensor or "none"}'],
         ('sea_level_pressure_pa', 'sea_level_temperature_k', 'temperature_coefficient_pa_per_k',
          'temperature_offset_k', 'reference_temperature_k', 'throttle_bias_pa',
          'airspeed_bias_pa'))

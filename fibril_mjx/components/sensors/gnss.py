@@ -270,8 +270,7 @@ class Gnss(base.SiteFields, base.SensorBase):
     return self.describe_errors([
         f'antenna: site {self.velocity.site!r} + lever arm {list(c.lever_arm_m)} m; origin '
         f'{c.origin_latitude_deg:.7f}°, {c.origin_longitude_deg:.7f}°, {c.origin_height_m:g} m',
-        f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s; common-mode '
-        f'stream: {c.common_mode_stream or "none"}'],
+        f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s'],
         ('lever_arm_m',))
 
 

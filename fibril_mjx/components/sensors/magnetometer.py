@@ -236,8 +236,7 @@ class Magnetometer(base.SiteFields, base.SensorBase):
     return self.describe_errors([
         f'site {c.site!r} (id {self.site_id}); Earth field (world, µT) '
         f'{[round(float(v), 3) for v in earth_field(c)]}',
-        f'currents from: {", ".join(self.current_ids) or "none"}',
-        f'common-mode stream: {c.common_mode_stream or "none"}'],
+        f'currents from: {", ".join(self.current_ids) or "none"}'],
         ('hard_iron_ut', 'soft_iron', 'current_lag_s'))
 
 
