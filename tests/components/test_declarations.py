@@ -43,11 +43,24 @@ XML = """<mujoco><worldbody><body><freejoint/><geom size="0.1" mass="1"/>
   <site name="s"/></body></worldbody></mujoco>"""
 
 
-def test_a_state_without_a_field_of_the_error_model_is_a_one_line_error(tmp_path):
+@pytest.fixture(scope='module')
+def built(tmp_path_factory):
   comp = {'id': 'baro', 'type': 'fibril_sim/barometer',
           'config': {'site': 's', 'period_s': 0.01, 'bias_instability_stddev_pa': 1.0,
-                     'bias_correlation_time_s': 10.0}}
-  built = fibril_mjx.load(write_manifest(tmp_path, XML, [comp])).components['baro']
+                     'bias_correlation_time_s': 10.0, 'common_mode_stddev_pa': 2.0,
+                     'common_mode_correlation_time_s': 60.0, 'common_mode_stream': 'weather'}}
+  path = write_manifest(tmp_path_factory.mktemp('baro'), XML, [comp])
+  return fibril_mjx.load(path).components['baro']
+
+
+def test_the_plan_names_a_shared_common_mode_stream(built):
+  """The common-mode term's stream, read off the error model (`describe_errors`)."""
+  lines = built.describe()
+  assert 'common-mode stream: weather' in lines
+  assert lines.index('common-mode stream: weather') < lines.index('error model:')
+
+
+def test_a_state_without_a_field_of_the_error_model_is_a_one_line_error(built):
 
   class NoDrift(NamedTuple):
     streams: dict
