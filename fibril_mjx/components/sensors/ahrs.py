@@ -113,9 +113,8 @@ SOURCES = (ORIENTATION.streams + tuple(s for e in RATES.values() for s in e.chai
 
 
 class Params(NamedTuple):
-  """Per-world parameters: `thermal` (its Params), the orientation's and rate outputs' fields,
-  faults."""
-  # the sensor's own
+  """Per-world parameters: `thermal` (its Params, always present, read when the model is on),
+  the orientation's and rate outputs' error model fields (manifest names), faults."""
   thermal: thermal.ThermalParams
   # orientation (error model)
   orientation_bandwidth_hz: jax.Array

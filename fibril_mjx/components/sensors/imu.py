@@ -142,8 +142,8 @@ ImuConfigModel = pydantic.create_model(
 
 
 class Params(NamedTuple):
-  """Per-world parameters: `thermal`, `vibration` (their Params), the channels' fields, faults."""
-  # the sensor's own
+  """Per-world parameters: `thermal`, `vibration` (their Params, always present, read when their
+  model is on), the channels' error model fields (manifest names), faults."""
   thermal: thermal.ThermalParams
   vibration: vibration.VibrationParams
   # angular_velocity (error model)
