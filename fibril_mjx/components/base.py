@@ -160,10 +160,10 @@ class ComponentBase:
   params_type = None               # its Params NamedTuple, where Params are flat
   fault_plan = None                # its static fault plan (a dataclass field where it has one)
   # grouping (`core/groups.py`): the fields whose numbers are per-member bindings (none: the
-  # component is a group of one), the fields that only name it, its config fields naming
-  # bindings
+  # component is a group of one), the fields that only name it (every component's id and plan
+  # fields), its config fields naming bindings
   per_member: tuple = ()
-  labels: tuple = ()
+  labels: tuple = ('id', 'fields')
   member_config: tuple = ()
 
   def closes_loop(self) -> str:

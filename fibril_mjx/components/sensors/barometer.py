@@ -171,7 +171,6 @@ class Barometer(base.SiteFields, base.SensorBase):
   # in a group (`core/groups.py`): its sites' probes and velocimeter per member (the throttle
   # actuator shapes the trace: shared)
   per_member = ('site_id', 'site', 'velocity', 'velocity_site', 'velocity_pose')
-  labels = ('id', 'fields')
   member_config = ('site', 'velocity_sensor')
   always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 

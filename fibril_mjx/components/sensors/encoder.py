@@ -79,9 +79,8 @@ class Encoder(base.SensorBase):
   params_type, state_type = Params, State
   errors = ERRORS
   reads_sensors_only = True
-  # in a group (`core/groups.py`): the joint's probe addresses per member; id, names label
+  # in a group (`core/groups.py`): the joint's probe addresses per member
   per_member = ('probe',)
-  labels = ('id', 'fields')
   member_config = ('joint',)
 
   def init(self, p: Params, world_key) -> State:

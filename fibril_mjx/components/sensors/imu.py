@@ -237,7 +237,6 @@ class Imu(inertial.RateSensor, base.SensorBase):
   errors = ERRORS
   # in a group (`core/groups.py`): its MuJoCo sensors' and site probes' addresses per member
   per_member = ('sensors', 'orientation', 'velocity')
-  labels = ('id', 'fields')
   member_config = ('gyroscope_sensor', 'accelerometer_sensor', 'site')
 
   @property

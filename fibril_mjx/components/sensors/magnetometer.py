@@ -165,7 +165,6 @@ class Magnetometer(base.SiteFields, base.SensorBase):
   errors = ERRORS
   # in a group (`core/groups.py`): its site's probes per member
   per_member = ('site_id', 'site')
-  labels = ('id', 'fields')
   member_config = ('site',)
 
   def default_params(self) -> Params:

@@ -114,7 +114,6 @@ class Rangefinder(base.SiteFields, base.SensorBase):
   errors = ERRORS
   # in a group (`core/groups.py`): its site's probes and its MuJoCo rangefinder per member
   per_member = ('site_id', 'site', 'sensor')
-  labels = ('id', 'fields')
   member_config = ('rangefinder_sensor', 'site')
   always_used = ('min_range_m', 'max_range_m')
 
