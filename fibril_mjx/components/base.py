@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import jax
 import pydantic
@@ -27,6 +27,15 @@ from fibril_mjx.config.validation import Strict, validate
 Corr = Annotated[float, pydantic.Field(gt=-1, lt=1)]
 Positive3 = tuple[Positive, Positive, Positive]
 Corr3 = tuple[Corr, Corr, Corr]
+
+
+class SensorState(NamedTuple):
+  """Per-world state of a sensor whose error model keeps none: the RNG stream keys, the
+  delivery queue, the held output, the faults (None without a fault plan)."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 class SamplingConfig(Strict):
@@ -151,10 +160,10 @@ class ComponentBase:
   params_type = None               # its Params NamedTuple, where Params are flat
   fault_plan = None                # its static fault plan (a dataclass field where it has one)
   # grouping (`core/groups.py`): the fields whose numbers are per-member bindings (none: the
-  # component is a group of one), the fields that only name it, its config fields naming
-  # bindings
+  # component is a group of one), the fields that only name it (every component's id and plan
+  # fields), its config fields naming bindings
   per_member: tuple = ()
-  labels: tuple = ()
+  labels: tuple = ('id', 'fields')
   member_config: tuple = ()
 
   def closes_loop(self) -> str:
@@ -359,10 +368,13 @@ class SensorBase(ComponentBase):
     return self.describe_errors([]) if self.errors is not None else self.describe_terms([], ())
 
   def describe_errors(self, lines, own_terms=()) -> list[str]:
-    """`describe_terms` with the error model's plan lines and switch fields."""
+    """`describe_terms` with the error model's plan lines (and the stream of each term that
+    can share one: `common-mode stream: <name | none>`) and switch fields."""
     switches = tuple(f for t in self.errors.terms for f in t.switches)
-    return self.describe_terms(list(lines) + ['error model:'] + self.errors.plan(self._on),
-                               tuple(own_terms) + switches)
+    shared = [f'common-mode stream: {getattr(self.cfg, t.shared) or "none"}'
+              for t in self.errors.terms if t.shared is not None]
+    return self.describe_terms(list(lines) + shared + ['error model:']
+                               + self.errors.plan(self._on), tuple(own_terms) + switches)
 
   def describe_terms(self, lines, terms) -> list[str]:
     """The usual `describe`: timing, the sensor's own `lines`, the fields of `terms` that are

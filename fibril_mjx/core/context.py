@@ -29,8 +29,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 
 from fibril_mjx.errors import ConfigError, did_you_mean
 
@@ -53,6 +55,20 @@ class SensorBinding:
   adr: int
   dim: int
   site: str
+
+  shaping = ('field', 'type', 'dim')   # what shapes the trace (`core/groups.py`)
+
+  def read(self, sensordata):
+    """`sensordata[adr : adr + dim]`; `adr` may be traced (a member of a group)."""
+    return section(sensordata, self.adr, self.dim)
+
+
+def section(sensordata, adr, dim: int):
+  """`sensordata[adr : adr + dim]`, with `adr` an int or traced (a member of a group,
+  `core/groups.py`: then a dynamic slice)."""
+  if isinstance(adr, (int, np.integer)):
+    return sensordata[adr:adr + dim]
+  return jax.lax.dynamic_slice_in_dim(sensordata, adr, dim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,12 +94,13 @@ class Probe:
                        '(fibril_mjx.load), or on ProbeSet.compile(spec) of the context')
     if self.dim == 1:
       return data.sensordata[self.adr]
-    return data.sensordata[self.adr:self.adr + self.dim]
+    return section(data.sensordata, self.adr, self.dim)
 
 
 @dataclasses.dataclass(frozen=True)
 class SitePose:
   """A site's world position (`framepos`) and orientation (the columns of `site_xmat`)."""
+  shaping = ()   # nothing of its own shapes the trace (`core/groups.py`)
   site: str
   position: Probe
   axes: tuple

@@ -28,8 +28,7 @@ its test against a float64 NumPy model: docs/howto/new-error-term.md walks throu
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,
                                           Chain, ConfigField, Ctx, Partition, Term, chain,
-                                          config_model, params_type, partition, sample_type,
-                                          state_type, stream_keys)
+                                          config_model, partition, sample_type, stream_keys)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, lowpass,
                                            narrowband, quantization, random_walk, saturation,
@@ -38,6 +37,5 @@ from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, const
 __all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
            'Ctx', 'Partition', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode',
            'config_model', 'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
-           'narrowband', 'params_type', 'partition', 'quantization', 'random_walk',
-           'sample_type', 'saturation',
-           'sinusoids', 'state_type', 'stream_keys', 'turn_on_bias', 'white_noise']
+           'narrowband', 'partition', 'quantization', 'random_walk', 'sample_type', 'saturation',
+           'sinusoids', 'stream_keys', 'turn_on_bias', 'white_noise']

@@ -4,9 +4,10 @@ A `Term` is static data plus pure functions. It declares its manifest fields (wi
 pydantic annotation and default, so "left at its default → absent from the graph" needs no
 second list), the Params fields it reads, its State fields (with their zero value), its RNG
 stream names, its kind and, where defined, its per-sample variance. `chain(*terms)` composes
-terms (or chains) in application order; a sensor's config fields, Params, State, stream names,
-plan lines, the fields that `tune` holds at zero and those a static `validate` rig removes are
-then read off its chain. A sensor with several signal paths, each with its own State (an inertial
+terms (or chains) in application order; a sensor's config fields, stream names, plan lines, the
+fields that `tune` holds at zero and those a static `validate` rig removes are then read off its
+chain, and the Params and State it declares are checked against the chain's when it is built
+(`components/base.py` `check_declared`). A sensor with several signal paths, each with its own State (an inertial
 sensor's channels), composes one chain per path and declares them together with `partition`.
 """
 
@@ -325,27 +326,6 @@ def config_model(name: str, base: type, errors: Chain, doc: str, module: str):
   if clash:
     raise ValueError(f'{name}: fields both in the sensor and its error model: {sorted(clash)}')
   return pydantic.create_model(name, __base__=base, __doc__=doc, __module__=module, **fields)
-
-
-def params_type(name: str, own: tuple[str, ...], *parts, doc: str = ''):
-  """Flat Params NamedTuple: `own` fields, then each part's (a Chain, a Partition or a tuple of
-  names), then `faults` (the `fibril_mjx.mechanisms.faults` entries)."""
-  names = list(own)
-  for part in parts:
-    names += [f for f in (part.params if isinstance(part, _Declared) else part)
-              if f not in names]
-  cls = typing.NamedTuple(name, [(f, jax.Array) for f in names] + [('faults', tuple)])
-  cls.__doc__ = doc or f'Per-world parameters: {", ".join(names)}, faults.'
-  return cls
-
-
-def state_type(name: str, before: tuple[str, ...], errors: Chain, after: tuple[str, ...],
-               doc: str = ''):
-  """Per-world State NamedTuple: `streams`, `before`, the error model's state, `after`."""
-  names = ('streams',) + tuple(before) + errors.state + tuple(after)
-  cls = typing.NamedTuple(name, [(f, Any) for f in names])
-  cls.__doc__ = doc or f'Per-world state: {", ".join(names)}.'
-  return cls
 
 
 # The fields a sensor's Sample ends with, and their docs (in the docstring's Attributes).

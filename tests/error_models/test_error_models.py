@@ -344,10 +344,6 @@ def test_chain_derives_config_params_state_streams_and_plan():
   assert {f.name: f.default for f in c.config} == {
       'b_on': (0.0,) * 3, 'b': (0.0,) * 3, 'gm_s': (0.0,) * 3, 'gm_tau': 0.0, 'w': (0.0,) * 3,
       'q': 0.0}
-  params = em.params_type('Params', ('own',), c)
-  assert params._fields == ('own',) + c.params + ('faults',)
-  state = em.state_type('State', ('x',), c, ('queue',))
-  assert state._fields == ('streams', 'x', 'turn_on', 'gm', 'queue')
   plan = c.plan(lambda f: f == 'w')
   assert plan[3] == '  white noise [stochastic] (w): on'
   assert plan[0] == '  turn-on bias [slow] (b_on): off (compiled out)'
@@ -390,8 +386,6 @@ def test_partition_declares_its_chains_together():
   plan = part.plan(lambda f: f == 'accel_w')
   assert plan[0] == '  gyro:' and plan[4] == '  accel:'
   assert plan[6] == '    white noise [stochastic] (accel_w): on'
-  params = em.params_type('Params', ('own',), part)
-  assert params._fields == ('own',) + part.params + ('faults',)
   with pytest.raises(ValueError, match='stream is drawn by two terms'):
     em.partition(a=path('gyro'), b=path('gyro'))
   with pytest.raises(TypeError, match='not a chain'):

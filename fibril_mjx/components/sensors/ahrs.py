@@ -111,12 +111,34 @@ ERRORS = em.partition(orientation=ORIENTATION, **{ch: e.chain for ch, e in RATES
 SOURCES = (ORIENTATION.streams + tuple(s for e in RATES.values() for s in e.chain.streams)
            + ('delivery_jitter', 'delivery_loss'))
 
-Params = em.params_type(
-    'Params', ('thermal',), ORIENTATION, *(e.chain for e in RATES.values()), doc="""\
-Per-world, differentiable parameters: `thermal` (`thermal.ThermalParams`), always present, used
-when the model is on; the orientation's and the rate outputs' error model fields, named as in
-the manifest (e.g. `params.angular_velocity_bias`); `faults` (`faults.FaultParams` per manifest
-`faults` entry).""")
+
+class Params(NamedTuple):
+  """Per-world parameters: `thermal` (its Params, always present, read when the model is on),
+  the orientation's and rate outputs' error model fields (manifest names), faults."""
+  thermal: thermal.ThermalParams
+  # orientation (error model)
+  orientation_bandwidth_hz: jax.Array
+  orientation_noise_stddev_rad: jax.Array
+  orientation_noise_correlation: jax.Array
+  yaw_rate_bias_stddev_rad_s: jax.Array
+  orientation_resolution_rad: jax.Array
+  # angular_velocity (error model)
+  angular_velocity_scale: jax.Array
+  angular_velocity_bias: jax.Array
+  angular_velocity_noise_stddev: jax.Array
+  angular_velocity_noise_correlation: jax.Array
+  angular_velocity_bandwidth_hz: jax.Array
+  angular_velocity_limit_rad_s: jax.Array
+  angular_velocity_resolution: jax.Array
+  # linear_acceleration (error model)
+  linear_acceleration_scale: jax.Array
+  linear_acceleration_bias: jax.Array
+  linear_acceleration_noise_stddev: jax.Array
+  linear_acceleration_noise_correlation: jax.Array
+  linear_acceleration_bandwidth_hz: jax.Array
+  linear_acceleration_limit_m_s2: jax.Array
+  linear_acceleration_resolution: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = inertial.sample_type('Sample', ('orientation', 'orientation_variance'), doc="""\
@@ -160,7 +182,7 @@ class Ahrs(inertial.RateSensor, base.SensorBase):
   type = TYPE
   sample_type = SAMPLE_TYPE
   samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]

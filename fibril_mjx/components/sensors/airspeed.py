@@ -23,7 +23,9 @@ of this component) and `R` site → world:
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -31,6 +33,7 @@ import numpy as np
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import Positive, Vec3
@@ -60,8 +63,24 @@ AirspeedConfigModel = em.config_model(
     'AirspeedConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/airspeed` (Pa, m/s, kg/m³, s): its own fields and its error model\'s.',
     __name__)
-Params = em.params_type('Params', ('wind_m_s', 'air_density_kg_m3'), ERRORS,
-                        doc='Per-world parameters (config names), faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names), faults."""
+  # the sensor's own
+  wind_m_s: jax.Array
+  air_density_kg_m3: jax.Array
+  # first-order lag
+  response_time_s: jax.Array
+  # constant bias
+  offset_pa: jax.Array
+  # white noise
+  noise_stddev_pa: jax.Array
+  # saturation
+  range_pa: jax.Array
+  # quantization
+  resolution_pa: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = em.sample_type('Sample', ('differential_pressure_pa',), doc="""\
@@ -72,7 +91,16 @@ Sample = em.sample_type('Sample', ('differential_pressure_pa',), doc="""\
   """)
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+class State(NamedTuple):
+  """Per-world state: the RNG stream keys, the error model's, the delivery queue, the held output,
+  the faults."""
+  streams: dict
+  lagged: jax.Array  # first-order lag
+  started: jax.Array  # first-order lag
+  clip_count: jax.Array  # saturation
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +111,7 @@ class Airspeed(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('wind_m_s', 'air_density_kg_m3')
 

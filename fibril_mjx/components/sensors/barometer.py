@@ -25,7 +25,9 @@ velocimeter; one is added at `site` when it is not set; wind `wind_m_s` in the w
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -33,6 +35,7 @@ import numpy as np
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding, SitePose, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive, Vec3
@@ -88,13 +91,40 @@ class _OwnConfig(faults.DeviceConfig):
 BarometerConfigModel = em.config_model(
     'BarometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/barometer` (Pa, K, m): its own fields and those of its error model.', __name__)
-OWN_PARAMS = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k',
-              'temperature_coefficient_pa_per_k', 'temperature_offset_k',
-              'reference_temperature_k', 'throttle_bias_points', 'throttle_bias_pa', 'wind_m_s',
-              'airspeed_bias_points_m_s', 'airspeed_bias_pa')
-Params = em.params_type('Params', OWN_PARAMS, ERRORS, doc='Per-world parameters (config '
-                        'names; tables as arrays): the sensor\'s own, its error model\'s, '
-                        'faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; tables as arrays): its own, its error model's, faults."""
+  # the sensor's own
+  altitude_offset_m: jax.Array
+  sea_level_pressure_pa: jax.Array
+  sea_level_temperature_k: jax.Array
+  temperature_coefficient_pa_per_k: jax.Array
+  temperature_offset_k: jax.Array
+  reference_temperature_k: jax.Array
+  throttle_bias_points: jax.Array
+  throttle_bias_pa: jax.Array
+  wind_m_s: jax.Array
+  airspeed_bias_points_m_s: jax.Array
+  airspeed_bias_pa: jax.Array
+  # turn-on bias
+  bias_turn_on_stddev_pa: jax.Array
+  # constant bias
+  bias_pa: jax.Array
+  # Gauss–Markov drift
+  bias_instability_stddev_pa: jax.Array
+  bias_correlation_time_s: jax.Array
+  # common-mode process
+  common_mode_stddev_pa: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  # white noise
+  noise_stddev_pa: jax.Array
+  # range limits
+  pressure_min_pa: jax.Array
+  pressure_max_pa: jax.Array
+  # quantization
+  resolution_pa: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = em.sample_type('Sample', ('pressure_pa', 'temperature_k'), doc="""\
@@ -106,7 +136,17 @@ Sample = em.sample_type('Sample', ('pressure_pa', 'temperature_k'), doc="""\
   """)
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+class State(NamedTuple):
+  """Per-world state: the RNG stream keys, the error model's, the delivery queue, the held output,
+  the faults."""
+  streams: dict
+  turn_on: jax.Array  # turn-on bias
+  gm: jax.Array  # Gauss–Markov drift
+  common: jax.Array  # common-mode process
+  clip_count: jax.Array  # range limits
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +166,12 @@ class Barometer(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
+  # in a group (`core/groups.py`): its sites' probes and velocimeter per member (the throttle
+  # actuator shapes the trace: shared)
+  per_member = ('site_id', 'site', 'velocity', 'velocity_site', 'velocity_pose')
+  member_config = ('site', 'velocity_sensor')
   always_used = ('altitude_offset_m', 'sea_level_pressure_pa', 'sea_level_temperature_k')
 
   def _temperature_on(self) -> bool:
@@ -151,7 +195,7 @@ class Barometer(base.SiteFields, base.SensorBase):
   def air_speed(self, p: Params, data):
     """Air-relative speed of the velocimeter's site, m/s."""
     b = self.velocity
-    v = data.sensordata[b.adr:b.adr + 3]
+    v = b.read(data.sensordata)
     rot = self.velocity_pose.mat(data)
     return jnp.linalg.norm(v - smallmat.matvec(rot.T, p.wind_m_s))
 
@@ -193,7 +237,7 @@ class Barometer(base.SiteFields, base.SensorBase):
         f'site {c.site!r}: ISA pressure (P0 {c.sea_level_pressure_pa:g} Pa, T0 '
         f'{c.sea_level_temperature_k:g} K), height offset {c.altitude_offset_m:g} m',
         f'throttle table on {c.throttle_actuator or "none"}; airspeed table via '
-        f'{c.velocity_sensor or "none"}; common-mode stream: {c.common_mode_stream or "none"}'],
+        f'{c.velocity_sensor or "none"}'],
         ('sea_level_pressure_pa', 'sea_level_temperature_k', 'temperature_coefficient_pa_per_k',
          'temperature_offset_k', 'reference_temperature_k', 'throttle_bias_pa',
          'airspeed_bias_pa'))

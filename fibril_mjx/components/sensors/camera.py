@@ -91,8 +91,22 @@ class _OwnConfig(faults.DeviceConfig):
 CameraConfigModel = em.config_model(
     'CameraConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/camera` '
     '(px, s, m): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'distortion',
-                                   'readout_time_s', 'exposure_s', 'min_depth_m'), ERRORS)
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `distortion` `(5,)`), faults."""
+  # the sensor's own
+  fx_px: jax.Array
+  fy_px: jax.Array
+  cx_px: jax.Array
+  cy_px: jax.Array
+  distortion: jax.Array
+  readout_time_s: jax.Array
+  exposure_s: jax.Array
+  min_depth_m: jax.Array
+  # white noise
+  pixel_noise_stddev_px: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -115,7 +129,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+State = base.SensorState   # no error-model state: streams, queue, held, faults
 
 
 def project(x_c, fx, fy, cx, cy, dist, distorted: bool):
@@ -145,7 +159,7 @@ class Camera(ViewFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
 

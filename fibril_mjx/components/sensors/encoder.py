@@ -26,7 +26,6 @@ from fibril_mjx import error_models as em
 from fibril_mjx.error_models.terms import NonNeg
 from fibril_mjx.mechanisms import faults
 from fibril_mjx.mechanisms import host
-from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, JointProbe
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
@@ -66,12 +65,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-class State(NamedTuple):
-  """Per-world state: the RNG stream keys, the delivery queue, the held output, the faults."""
-  streams: dict
-  queue: tp.QueueState
-  held: tp.Delivered
-  faults: faults.FaultState | None
+State = base.SensorState   # no error-model state: streams, queue, held, faults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +76,11 @@ class Encoder(base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
-  state_type = State
+  params_type, state_type = Params, State
   errors = ERRORS
   reads_sensors_only = True
-  # in a group (`core/groups.py`): the joint's probe addresses per member; id, names label
+  # in a group (`core/groups.py`): the joint's probe addresses per member
   per_member = ('probe',)
-  labels = ('id', 'fields')
   member_config = ('joint',)
 
   def init(self, p: Params, world_key) -> State:

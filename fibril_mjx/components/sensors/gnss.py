@@ -49,6 +49,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, geodesy, smallmat
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext, SensorBinding, Wanted
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
@@ -101,10 +102,32 @@ class _OwnConfig(faults.DeviceConfig):
 GnssConfigModel = em.config_model(
     'GnssConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/gnss` '
     '(m, m/s, s, degrees): its own fields and those of its error model.', __name__)
-Params = em.params_type(
-    'Params', ('lever_arm_m',), ERRORS, ('outage_start_s', 'outage_end_s', 'reacquisition_s',
-                                         'hdop', 'vdop', 'no_fix_accuracy_m'),
-    doc='Per-world parameters (config names; outages `(n_outages,)`), faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; outages `(n_outages,)`), faults."""
+  # the sensor's own
+  lever_arm_m: jax.Array
+  # Gauss–Markov drift
+  horizontal_error_stddev_m: jax.Array
+  horizontal_correlation_time_s: jax.Array
+  vertical_error_stddev_m: jax.Array
+  vertical_correlation_time_s: jax.Array
+  # common-mode process
+  common_mode_horizontal_stddev_m: jax.Array
+  common_mode_vertical_stddev_m: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  # white noise
+  horizontal_velocity_noise_stddev_m_s: jax.Array
+  vertical_velocity_noise_stddev_m_s: jax.Array
+  # the sensor's own
+  outage_start_s: jax.Array
+  outage_end_s: jax.Array
+  reacquisition_s: jax.Array
+  hdop: jax.Array
+  vdop: jax.Array
+  no_fix_accuracy_m: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -135,10 +158,17 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', ('lever_arm',), ERRORS, ('last_fix', 'queue', 'held', 'faults'),
-                     doc='Per-world state: streams, the lever arm (for truth), the error '
-                     'model\'s (position error `(3,)` E, N, U; unit common-mode process '
-                     '`(3,)`), the last fixed solution, queue, held output, faults.')
+class State(NamedTuple):
+  """Per-world state: stream keys, the lever arm (for truth), the error model's, the last fix,
+  queue, held output, faults."""
+  streams: dict
+  lever_arm: jax.Array
+  error: jax.Array  # Gauss–Markov drift
+  common: jax.Array  # common-mode process
+  last_fix: Sample
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 def _neutral(origin: geodesy.Origin) -> Sample:
@@ -162,7 +192,7 @@ class Gnss(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
   fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
   always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')
@@ -240,8 +270,7 @@ class Gnss(base.SiteFields, base.SensorBase):
     return self.describe_errors([
         f'antenna: site {self.velocity.site!r} + lever arm {list(c.lever_arm_m)} m; origin '
         f'{c.origin_latitude_deg:.7f}°, {c.origin_longitude_deg:.7f}°, {c.origin_height_m:g} m',
-        f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s; common-mode '
-        f'stream: {c.common_mode_stream or "none"}'],
+        f'outages: {len(c.outage_start_s)}, reacquisition {c.reacquisition_s:g} s'],
         ('lever_arm_m',))
 
 

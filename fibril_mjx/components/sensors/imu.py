@@ -141,12 +141,42 @@ ImuConfigModel = pydantic.create_model(
   """, **{f'{ch}_{f}': spec for ch in CHANNELS for f, spec in CHANNEL_SPEC.items()})
 
 
-Params = em.params_type(
-    'Params', ('thermal', 'vibration'), *(RATES[ch].chain for ch in CHANNELS), doc="""\
-Per-world, differentiable parameters: `thermal` (`thermal.ThermalParams`) and `vibration`
-(`vibration.VibrationParams`), always present, used when their model is on; the channels' error
-model fields named as in the manifest (e.g. `params.angular_velocity_bias`); `faults`
-(`faults.FaultParams` per manifest `faults` entry).""")
+class Params(NamedTuple):
+  """Per-world parameters: `thermal`, `vibration` (their Params, always present, read when their
+  model is on), the channels' error model fields (manifest names), faults."""
+  thermal: thermal.ThermalParams
+  vibration: vibration.VibrationParams
+  # angular_velocity (error model)
+  angular_velocity_scale: jax.Array
+  angular_velocity_misalignment: jax.Array
+  angular_velocity_bias: jax.Array
+  angular_velocity_bias_turn_on_stddev: jax.Array
+  angular_velocity_bias_instability_stddev: jax.Array
+  angular_velocity_bias_correlation_time_s: jax.Array
+  angular_velocity_random_walk: jax.Array
+  angular_velocity_noise_density: jax.Array
+  angular_velocity_narrowband_stddev: jax.Array
+  angular_velocity_narrowband_frequency_hz: jax.Array
+  angular_velocity_narrowband_bandwidth_hz: jax.Array
+  angular_velocity_bandwidth_hz: jax.Array
+  angular_velocity_limit: jax.Array
+  angular_velocity_resolution: jax.Array
+  # linear_acceleration (error model)
+  linear_acceleration_scale: jax.Array
+  linear_acceleration_misalignment: jax.Array
+  linear_acceleration_bias: jax.Array
+  linear_acceleration_bias_turn_on_stddev: jax.Array
+  linear_acceleration_bias_instability_stddev: jax.Array
+  linear_acceleration_bias_correlation_time_s: jax.Array
+  linear_acceleration_random_walk: jax.Array
+  linear_acceleration_noise_density: jax.Array
+  linear_acceleration_narrowband_stddev: jax.Array
+  linear_acceleration_narrowband_frequency_hz: jax.Array
+  linear_acceleration_narrowband_bandwidth_hz: jax.Array
+  linear_acceleration_bandwidth_hz: jax.Array
+  linear_acceleration_limit: jax.Array
+  linear_acceleration_resolution: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 Sample = inertial.sample_type('Sample', doc="""`fibril_sim/imu_sample/v1` (device axes = site
@@ -203,8 +233,11 @@ class Imu(inertial.RateSensor, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
+  # in a group (`core/groups.py`): its MuJoCo sensors' and site probes' addresses per member
+  per_member = ('sensors', 'orientation', 'velocity')
+  member_config = ('gyroscope_sensor', 'accelerometer_sensor', 'site')
 
   @property
   def samples(self) -> tuple:
@@ -249,8 +282,7 @@ class Imu(inertial.RateSensor, base.SensorBase):
                  None if integ is None else integ.init())
 
   def _read(self, sensordata):
-    g_b, a_b = self.sensors
-    return sensordata[g_b.adr:g_b.adr + 3], sensordata[a_b.adr:a_b.adr + 3]
+    return tuple(b.read(sensordata) for b in self.sensors)
 
   def _inputs(self, p: Params, s: State, data, tick):
     """`(raw, inputs)`: the MuJoCo `(gyro, accel)`, and the same plus the vibration term when

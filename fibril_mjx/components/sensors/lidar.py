@@ -42,6 +42,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, rng
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -93,9 +94,23 @@ class _OwnConfig(faults.DeviceConfig):
 LidarConfigModel = em.config_model(
     'LidarConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/lidar` '
     '(m, deg, s): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'dropout_probability',
-                                   'reference_range_m', 'group_reflectivity',
-                                   'max_incidence_deg'), ERRORS)
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names), faults."""
+  # the sensor's own
+  min_range_m: jax.Array
+  max_range_m: jax.Array
+  dropout_probability: jax.Array
+  reference_range_m: jax.Array
+  group_reflectivity: jax.Array
+  max_incidence_deg: jax.Array
+  # white noise
+  noise_stddev_m: jax.Array
+  noise_fraction: jax.Array
+  # quantization
+  resolution_m: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -113,9 +128,14 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults', 'ideal'), doc=(
-    'Per-world state: streams, queue, held output, faults, `ideal` (distance (N,), cos '
-    'incidence (N,)) of the latest scan.'))
+class State(NamedTuple):
+  """Per-world state: stream keys, queue, held output, faults, `ideal` (distance, cos incidence) of
+  the last scan."""
+  streams: dict
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
+  ideal: tuple
 
 
 def beam_pattern(cfg) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +160,7 @@ class Lidar(ViewFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('min_range_m', 'max_range_m')
 

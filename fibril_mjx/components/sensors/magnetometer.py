@@ -31,6 +31,7 @@ apart from the measurement. Terms left at their default are absent from the grap
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 import math
 
 import jax
@@ -42,6 +43,7 @@ from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults, smallmat
 from fibril_mjx.mechanisms import signal as sig
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Vec3
@@ -86,11 +88,32 @@ MagnetometerConfigModel = em.config_model(
     'MagnetometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/magnetometer` (fields in µT unless named): its own and its error model\'s.',
     __name__)
-OWN_PARAMS = ('earth_field_ut', 'hard_iron_ut', 'soft_iron', 'current_coefficients_ut_per_a',
-              'current_lag_s')
-Params = em.params_type('Params', OWN_PARAMS, ERRORS, doc='Per-world parameters (config '
-                        'names; `earth_field_ut` resolved from D/I/F; '
-                        '`current_coefficients_ut_per_a` `(n_currents, 3)`), faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `earth_field_ut` from D/I/F,
+  `current_coefficients_ut_per_a` `(n_currents, 3)`), faults."""
+  # the sensor's own
+  earth_field_ut: jax.Array
+  hard_iron_ut: jax.Array
+  soft_iron: jax.Array
+  current_coefficients_ut_per_a: jax.Array
+  current_lag_s: jax.Array
+  # common-mode process
+  common_mode_stddev_ut: jax.Array
+  common_mode_correlation_time_s: jax.Array
+  # turn-on bias
+  bias_turn_on_stddev_ut: jax.Array
+  # Gauss–Markov drift
+  bias_instability_stddev_ut: jax.Array
+  bias_correlation_time_s: jax.Array
+  # white noise
+  noise_stddev_ut: jax.Array
+  # saturation
+  range_ut: jax.Array
+  # quantization
+  resolution_ut: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 def earth_field(cfg: MagnetometerConfigModel) -> np.ndarray:
@@ -111,10 +134,19 @@ Sample = em.sample_type('Sample', ('magnetic_field_ut',), doc="""\
   """)
 
 
-State = em.state_type('State', ('earth_field', 'current'), ERRORS, ('queue', 'held', 'faults'),
-                     doc='Per-world state: streams, the world Earth field (for truth), lagged '
-                     'currents `(n,)`, the error model\'s (unit common-mode process, turn-on '
-                     'and Gauss–Markov bias `(3,)`, clip counts), queue, held output, faults.')
+class State(NamedTuple):
+  """Per-world state: stream keys, the world Earth field (truth), lagged currents, the error
+  model's, queue, held, faults."""
+  streams: dict
+  earth_field: jax.Array
+  current: jax.Array
+  common: jax.Array  # common-mode process
+  turn_on: jax.Array  # turn-on bias
+  gm: jax.Array  # Gauss–Markov drift
+  clip_count: jax.Array  # saturation
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +161,11 @@ class Magnetometer(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
+  # in a group (`core/groups.py`): its site's probes per member
+  per_member = ('site_id', 'site')
+  member_config = ('site',)
 
   def default_params(self) -> Params:
     c = self.cfg
@@ -200,8 +235,7 @@ class Magnetometer(base.SiteFields, base.SensorBase):
     return self.describe_errors([
         f'site {c.site!r} (id {self.site_id}); Earth field (world, µT) '
         f'{[round(float(v), 3) for v in earth_field(c)]}',
-        f'currents from: {", ".join(self.current_ids) or "none"}',
-        f'common-mode stream: {c.common_mode_stream or "none"}'],
+        f'currents from: {", ".join(self.current_ids) or "none"}'],
         ('hard_iron_ut', 'soft_iron', 'current_lag_s'))
 
 

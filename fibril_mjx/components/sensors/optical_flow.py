@@ -54,6 +54,7 @@ import pydantic
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import faults
+from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -115,10 +116,31 @@ OpticalFlowConfigModel = em.config_model(
     'OpticalFlowConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/optical_flow` (rad, m, s, px): its own fields and its error model\'s.',
     __name__)
-Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s',
-                                   'max_angular_rate_rad_s', 'exposure_s',
-                                   'blur_half_quality_px', 'illumination', 'group_texture'),
-                        ERRORS)
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names), faults."""
+  # the sensor's own
+  min_range_m: jax.Array
+  max_range_m: jax.Array
+  max_flow_rate_rad_s: jax.Array
+  max_angular_rate_rad_s: jax.Array
+  exposure_s: jax.Array
+  blur_half_quality_px: jax.Array
+  illumination: jax.Array
+  group_texture: jax.Array
+  # white noise
+  noise_stddev_rad: jax.Array
+  noise_per_m_rad: jax.Array
+  # scale factor
+  gyro_scale: jax.Array
+  # turn-on bias
+  gyro_bias_turn_on_stddev_rad_s: jax.Array
+  # constant bias
+  gyro_bias_rad_s: jax.Array
+  # white noise
+  gyro_noise_density: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -147,8 +169,15 @@ class Acc(NamedTuple):
   ticks: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults', 'acc'), doc=(
-    'Per-world state: streams, queue, held output, faults, `acc` (the frame\'s `Acc`).'))
+class State(NamedTuple):
+  """Per-world state: stream keys, the error model's, queue, held output, faults, `acc` (the frame's
+  `Acc`)."""
+  streams: dict
+  gyro_turn_on: jax.Array  # turn-on bias
+  queue: tp.QueueState
+  held: tp.Delivered
+  faults: faults.FaultState | None
+  acc: Acc
 
 
 def _zero_acc():
@@ -164,7 +193,7 @@ class OpticalFlow(ViewFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
 

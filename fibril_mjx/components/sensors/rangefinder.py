@@ -67,9 +67,21 @@ class _OwnConfig(faults.DeviceConfig):
 RangefinderConfigModel = em.config_model(
     'RangefinderConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
     '`fibril_sim/rangefinder` (m, deg): its own fields and its error model\'s.', __name__)
-Params = em.params_type('Params', ('min_range_m', 'max_range_m', 'max_incidence_deg'), ERRORS,
-                        doc='Per-world parameters (config names; `max_incidence_deg` as its '
-                        'cosine is computed in the graph), faults.')
+
+
+class Params(NamedTuple):
+  """Per-world parameters (config names; `max_incidence_deg` as its cosine in the graph), faults."""
+  # the sensor's own
+  min_range_m: jax.Array
+  max_range_m: jax.Array
+  max_incidence_deg: jax.Array
+  # white noise
+  noise_stddev_m: jax.Array
+  noise_fraction: jax.Array
+  incidence_noise_gain: jax.Array
+  # quantization
+  resolution_m: jax.Array
+  faults: tuple  # `faults.FaultParams` per manifest `faults` entry
 
 
 class Sample(NamedTuple):
@@ -87,7 +99,7 @@ class Sample(NamedTuple):
   health: jax.Array
 
 
-State = em.state_type('State', (), ERRORS, ('queue', 'held', 'faults'))
+State = base.SensorState   # no error-model state: streams, queue, held, faults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +110,11 @@ class Rangefinder(base.SiteFields, base.SensorBase):
 
   type = TYPE
   sample_type = SAMPLE_TYPE
-  params_type = Params
+  params_type, state_type = Params, State
   errors = ERRORS
+  # in a group (`core/groups.py`): its site's probes and its MuJoCo rangefinder per member
+  per_member = ('site_id', 'site', 'sensor')
+  member_config = ('rangefinder_sensor', 'site')
   always_used = ('min_range_m', 'max_range_m')
 
   def init(self, p: Params, world_key) -> State:

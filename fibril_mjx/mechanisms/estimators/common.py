@@ -80,26 +80,6 @@ class Estimator(NamedTuple):
   attitude: Callable
 
 
-# The fields an EKF's state has after its attitude.
-STATE_TAIL = ('gyro_bias', 'cov', 'gyro_prev', 'gyro_prev_valid')
-
-
-def ekf_state_type(name: str, title: str, attitude: str, attitude_doc: str, cov_doc: str):
-  """An EKF's state NamedTuple: `attitude`, then `STATE_TAIL` (all `jax.Array`), documented
-  by `title`, `attitude_doc` and `cov_doc` (what the `(6, 6)` covariance is of)."""
-  cls = NamedTuple(name, [(f, jax.Array) for f in (attitude,) + STATE_TAIL])
-  cls.__doc__ = f"""{title}
-
-  Attributes:
-    {attitude}: {attitude_doc}
-    gyro_bias: `(3,)` gyro bias estimate, rad/s.
-    cov: `(6, 6)` covariance of {cov_doc}.
-    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
-    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
-  """
-  return cls
-
-
 # ------------------------------------------------------------------------- helpers
 
 

@@ -3,19 +3,33 @@ docstring)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
 from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, accel_noise, diag_cov,
                                                      kalman_update, process_noise, skew,
-                                                     tree_where, ekf_state_type, ekf_step)
+                                                     tree_where, ekf_step)
 
 
-QuatEkfState = ekf_state_type(
-    'QuatEkfState', 'State of the quaternion (error-state) EKF.', 'q',
-    '`(4,)` unit quaternion body → world, `[w, x, y, z]`.',
-    '`[δθ (rad, world frame), δb (rad/s)]`')
+class QuatEkfState(NamedTuple):
+  """State of the quaternion (error-state) EKF.
+
+  Attributes:
+    q: `(4,)` unit quaternion body → world, `[w, x, y, z]`.
+    gyro_bias: `(3,)` gyro bias estimate, rad/s.
+    cov: `(6, 6)` covariance of `[δθ (rad, world frame), δb (rad/s)]`.
+    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
+    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
+  """
+  q: jax.Array
+  gyro_bias: jax.Array
+  cov: jax.Array
+  gyro_prev: jax.Array
+  gyro_prev_valid: jax.Array
 
 
 def quat_ekf_init(params: EkfParams, q0, att_std_rad, bias_std_radps,

@@ -3,19 +3,33 @@ compare with (see the package docstring)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import quat, smallmat
 from fibril_mjx.mechanisms.smallmat import matmul as mm
 from fibril_mjx.mechanisms.estimators.common import (EkfParams, Estimator, accel_noise, diag_cov,
                                                      kalman_update, process_noise, tree_where,
-                                                     ekf_state_type, ekf_step)
+                                                     ekf_step)
 
 
-RpyEkfState = ekf_state_type(
-    'RpyEkfState', 'State of the Euler-angle EKF.', 'rpy',
-    '`(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].',
-    '`[roll, pitch, yaw, b_x, b_y, b_z]`')
+class RpyEkfState(NamedTuple):
+  """State of the Euler-angle EKF.
+
+  Attributes:
+    rpy: `(3,)` roll, pitch, yaw (Z-Y-X), rad; roll and yaw wrapped to (−π, π].
+    gyro_bias: `(3,)` gyro bias estimate, rad/s.
+    cov: `(6, 6)` covariance of `[roll, pitch, yaw, b_x, b_y, b_z]`.
+    gyro_prev: `(3,)` previous gyro sample, rad/s (for the angular acceleration).
+    gyro_prev_valid: bool `()`, whether `gyro_prev` holds a sample.
+  """
+  rpy: jax.Array
+  gyro_bias: jax.Array
+  cov: jax.Array
+  gyro_prev: jax.Array
+  gyro_prev_valid: jax.Array
 
 
 def euler_rate_matrix(rpy):
