@@ -85,3 +85,13 @@ def imu_recording(gyro, accel, sample_time_s, arrival_time_s, initial: dict):
                'linear_acceleration': np.asarray(accel, np.float32),
                'sample_time_s': sample_time_s, 'arrival_time_s': arrival_time_s}},
       initial=initial, meta={'source': 'MuJoCo C mj_forward at each stamp + NumPy noise (tests)'})
+
+
+def per_id(built, state, axis: int = 0):
+  """`state` (one world, or a batch with `axis=1`) with its components and clocks per
+  component id, a group's clock repeated for each member: what the same manifest holds with
+  every component a group of one (`groups.unpack`; the clocks have no world axis)."""
+  from fibril_mjx.core import command_script, groups
+  clocks = {cid: state.clocks[g.key] for g in built.groups for cid in g.ids}
+  clocks[command_script.KEY] = state.clocks[command_script.KEY]
+  return state._replace(components=groups.unpack(built, state.components, axis), clocks=clocks)

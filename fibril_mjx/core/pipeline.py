@@ -68,7 +68,7 @@ class SimState(NamedTuple):
 
   Attributes:
     tick: int32 scalar (tick k is time k·dt).
-    clocks: `{component id: {schedule name: ScheduleState}}`.
+    clocks: `{group key: {schedule name: ScheduleState}}` (one per group, `_clocks0`).
     data: `mjx.Data` after the forward of tick `tick` (the state `x_tick` with the tick's
       controls; its `sensordata` is that of `x_tick`).
     ctrl: `(nu,)` controls in the compiled model's layout (what actuators wrote at tick
@@ -152,27 +152,29 @@ def null_commands(built: Built) -> dict:
 # ---------------------------------------------------------------- the tick's shared inputs
 
 def _clocks0(built: Built) -> dict:
-  clocks = {cid: {name: schedule.init(s) for name, s in c.schedules.items()}
-            for cid, c in built.components.items()}
+  """`{group key: {schedule name: ScheduleState}}` (a group's members share their schedules:
+  one clock each), and the command script's under `command_script.KEY`."""
+  clocks = {g.key: {name: schedule.init(s) for name, s in _leader(built, g).schedules.items()}
+            for g in built.groups}
   clocks[command_script.KEY] = {k: schedule.init(s)
                                 for k, s in built.command_script.schedules.items()}
   return clocks
 
 
+def _leader(built: Built, g: groups_lib.Group):
+  return built.components[g.ids[0]]
+
+
 def _advance_clocks(built: Built, clocks, tick, pre_physics: bool):
-  """Advances the schedules of one phase at `tick`; returns `(dues, clocks)`."""
+  """Advances the schedules of one phase at `tick`, once per group; returns `(dues, clocks)`,
+  both keyed by group key."""
   dues, new = {}, dict(clocks)
-  leader = {cid: g.ids[0] for g in built.actuator_groups + built.sensing_groups
-            for cid in g.ids}
-  for cid, c in built.components.items():
-    if leader.get(cid, cid) != cid:   # a group's members share their schedules: one advance
-      dues[cid], new[cid] = dues[leader[cid]], new[leader[cid]]
-      continue
-    dues[cid], new[cid] = {}, dict(clocks[cid])
-    for name, s in c.schedules.items():
+  for g in built.groups:
+    dues[g.key], new[g.key] = {}, dict(clocks[g.key])
+    for name, s in _leader(built, g).schedules.items():
       if (name in protocol.PRE_PHYSICS) == pre_physics:
-        due, n, new[cid][name] = schedule.advance(s, clocks[cid][name], tick)
-        dues[cid][name] = (due, n)
+        due, n, new[g.key][name] = schedule.advance(s, clocks[g.key][name], tick)
+        dues[g.key][name] = (due, n)
   return dues, new
 
 
@@ -198,7 +200,7 @@ def _fill_commands(built: Built, commands, tick, script_dues):
 class TickInputs(NamedTuple):
   """The inputs of one tick that depend on static config only (`tick_inputs`): the tick,
   the clocks after it, every actuator's command (given, else scripted, else null), and the
-  pre-physics (application) and acquisition dues `{id: {schedule: (due, n)}}`."""
+  pre-physics (application) and acquisition dues `{group key: {schedule: (due, n)}}`."""
   tick: jax.Array
   clocks: dict
   commands: dict
@@ -224,7 +226,7 @@ def sense(built: Built, params, comps, data, tick, dues):
   comps, env = dict(comps), {}
   for g in built.sensing_groups:
     comps.update(g.run(params, comps, lambda c, p, s: (c.sense(
-        p, s, data, tick, dues[g.ids[0]], env),))[0])
+        p, s, data, tick, dues[g.key], env),))[0])
     env.update(g.outputs(built.components, comps, lambda c, s: c.output(s)))
   return comps
 
@@ -236,7 +238,7 @@ def actuate(built: Built, params, comps, data, ctrl, commands, tick, dues):
   comps = dict(comps)
   for g in built.actuator_groups:
     states, written = g.run(params, comps, lambda c, p, s, cmd, ctrl=ctrl: c.actuate(
-        p, s, data, ctrl, cmd, tick, dues[g.ids[0]]), commands)
+        p, s, data, ctrl, cmd, tick, dues[g.key]), commands)
     comps.update(states)
     ctrl = g.write_ctrl(ctrl, written)
   return comps, ctrl

@@ -17,7 +17,7 @@ from fibril_mjx.components.actuators import position_servo as ps
 from fibril_mjx.components.actuators import scalar_actuator as sa
 from fibril_mjx.core import groups
 from fibril_mjx.workflows import plan
-from ref_helpers import write_manifest
+from ref_helpers import per_id, write_manifest
 
 BAR = '<geom type="capsule" fromto="0 0 0 {l} 0 0" size="0.02" mass="{m}"/>'
 XML = f"""<mujoco model="act_groups">
@@ -88,7 +88,7 @@ def _alone(components, role_filter):
 def _rollout(sim):
   final, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(5, 2), 80,
                                 controller=Controller(policy, init=jnp.int32(0)))
-  return final._replace(components=sim.component_states(final)), trace   # per id
+  return per_id(sim.built, final, axis=1), trace
 
 
 @pytest.fixture(scope='module')

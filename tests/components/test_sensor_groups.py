@@ -11,7 +11,7 @@ import pytest
 import fibril_mjx
 from fibril_mjx.core import groups
 from fibril_mjx.workflows import plan
-from ref_helpers import write_manifest
+from ref_helpers import per_id, write_manifest
 
 # (MJX rays need a material in the model) three hinged arms, each with a site off its axis and one whose z axis points down at the floor;
 # driven apart by raw ctrl sines
@@ -84,7 +84,8 @@ def _sensors(tmp, odd=True):
 def _run(sim):
   p = sim.default_params(2)
   st = sim.reset(p, fibril_mjx.world_keys(5, 2))
-  return sim.run(p, st, 30)[:2]
+  st, trace = sim.run(p, st, 30)[:2]
+  return per_id(sim.built, st, axis=1), trace
 
 
 def test_sensors_on_different_sites_group_and_the_plan_says_so(tmp_path):
