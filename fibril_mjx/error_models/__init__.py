@@ -9,7 +9,7 @@ A sensor writes its error model once, as a chain of terms in application order:
     ERRORS = em.chain(BIAS, NOISE)
 
 and reads everything else off `ERRORS`: its config fields
-(`em.config_model`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
+(`em.with_errors`), Params (`em.params_type`), State (`em.state_type`; a Sample ends with
 `em.SAMPLE_TAIL`, `em.sample_type`), stream names
 (`ERRORS.streams`, `em.stream_keys`), the plan lines (`ERRORS.plan(on)`), the variance of a
 sample (`ERRORS.variance`), the build-time rules (`ERRORS.check`), the fields `tune` holds at
@@ -28,7 +28,7 @@ its test against a float64 NumPy model: docs/howto/new-error-term.md walks throu
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,
                                           Chain, ConfigField, Ctx, Partition, Term, chain,
-                                          config_model, partition, sample_type, stream_keys)
+                                          partition, sample_type, stream_keys, with_errors)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, lowpass,
                                            narrowband, quantization, random_walk, saturation,
@@ -36,6 +36,6 @@ from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, const
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
            'Ctx', 'Partition', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode',
-           'config_model', 'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
+           'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
            'narrowband', 'partition', 'quantization', 'random_walk', 'sample_type', 'saturation',
-           'sinusoids', 'stream_keys', 'turn_on_bias', 'white_noise']
+           'sinusoids', 'stream_keys', 'turn_on_bias', 'white_noise', 'with_errors']

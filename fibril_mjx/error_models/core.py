@@ -319,13 +319,20 @@ def partition(**chains: Chain) -> Partition:
   return Partition(chains)
 
 
-def config_model(name: str, base: type, errors: Chain, doc: str, module: str):
-  """`base` (the sensor's own fields) extended with the config fields of `errors`."""
+def with_errors(base: type, errors: Chain) -> type:
+  """`base` (a sensor's own fields) extended with the config fields of `errors`, in that order:
+  the base a sensor's declared config model inherits,
+
+      class CameraConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+        \"\"\"Validated manifest config of `fibril_sim/camera` ...\"\"\"
+  """
   fields = {c.name: (c.annotation, c.default) for c in errors.config}
   clash = set(fields) & set(base.model_fields)
   if clash:
-    raise ValueError(f'{name}: fields both in the sensor and its error model: {sorted(clash)}')
-  return pydantic.create_model(name, __base__=base, __doc__=doc, __module__=module, **fields)
+    raise ValueError(f'{base.__module__}: fields both in the sensor and its error model: '
+                     f'{sorted(clash)}')
+  return pydantic.create_model(f'{base.__name__}WithErrors', __base__=base,
+                               __module__=base.__module__, **fields)
 
 
 # The fields a sensor's Sample ends with, and their docs (in the docstring's Attributes).

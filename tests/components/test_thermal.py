@@ -1,4 +1,4 @@
-"""IMU thermal model (`components/thermal.py`) against a float64 NumPy reference.
+"""IMU thermal model (`components/sensors/thermal.py`) against a float64 NumPy reference.
 
 The example manifest `manifests/imu_thermal.yaml` runs with the white noise and the output LSBs
 of the rate channels switched off and short time constants (overrides), so every sample is

@@ -1,4 +1,4 @@
-"""Rotor vibration at the IMU (`components/vibration.py`), `manifests/imu_vibration.yaml`.
+"""Rotor vibration at the IMU (`components/sensors/vibration.py`), `manifests/imu_vibration.yaml`.
 
 Reference, float64 NumPy / SciPy, written here: with the rotor at its commanded speed ω, line k
 of axis a is a sinusoid at `order_k · ω / 2π` Hz of amplitude `g_a · (ω/ω_ref)² · A[k, a]`

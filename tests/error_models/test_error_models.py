@@ -349,6 +349,30 @@ def test_chain_derives_config_params_state_streams_and_plan():
   assert plan[0] == '  turn-on bias [slow] (b_on): off (compiled out)'
 
 
+def test_with_errors_adds_the_chains_fields_after_the_sensors_own_and_refuses_a_clash():
+  class Own(faults.DeviceConfig):
+    joint: str
+
+  chain = em.chain(em.constant_bias('offset_rad'), em.white_noise('noise_stddev_rad'))
+
+  class Declared(em.with_errors(Own, chain)):
+    """A declared config model."""
+
+  fields = list(Declared.model_fields)
+  assert fields[:len(faults.DeviceConfig.model_fields)] == list(faults.DeviceConfig.model_fields)
+  assert fields[-3:] == ['joint', 'offset_rad', 'noise_stddev_rad']
+  cfg = Declared(joint='hinge', period_s=0.01, noise_stddev_rad=0.1)
+  assert (cfg.offset_rad, cfg.noise_stddev_rad) == (0.0, 0.1)
+  assert Declared.model_json_schema()['description'] == 'A declared config model.'
+
+  class Clash(faults.DeviceConfig):
+    offset_rad: float = 1.0
+
+  with pytest.raises(ValueError, match=r"fields both in the sensor and its error model: "
+                                       r"\['offset_rad'\]"):
+    em.with_errors(Clash, chain)
+
+
 def test_drift_fields_are_the_slow_terms_that_move_within_an_episode():
   """A static rig removes the drift (Gauss–Markov, random walk, common mode) but keeps the
   per-episode turn-on bias (constant in an episode: the per-world mean removes it) and the

@@ -1,6 +1,6 @@
-"""`validate`'s temperature sweep with soak (`validate/thermal.py`): the configured k1, k2 of the
-example manifest are recovered within the stated tolerance, and a simulated device whose k1
-differs from its configuration fails the k1 check (and only it).
+"""`validate`'s temperature sweep with soak (`workflows/validate/thermal.py`): the configured
+k1, k2 of the example manifest are recovered within the stated tolerance, and a simulated
+device whose k1 differs from its configuration fails the k1 check (and only it).
 
 The lag is shortened (τ = 0.02 s: a 0.2 s soak) and the record is 1 s per set-point so the rig
 runs in seconds; the tolerance is the check's own (4 standard errors from the configured noise).

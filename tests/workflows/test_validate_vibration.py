@@ -1,11 +1,11 @@
-"""`fibril-mjx validate` on an IMU with rotor vibration (`validate/vibration.py`,
+"""`fibril-mjx validate` on an IMU with rotor vibration (`workflows/validate/vibration.py`,
 `manifests/imu_vibration.yaml`): the rotor rig recovers the configured line amplitudes and a
 device whose blade-pass line is 10 % stronger on z than configured fails exactly that check.
 
 The reference is the manifest's configuration: per line and axis `|G · (g ∘ A_k ∘ e^{iφ_k})|`
 at the reference speed (`G` = identity here: the ICM-42688-P profile has no scale or
 cross-axis terms), within 4 standard errors of the world-averaged least-squares phasor — from
-the configured noise at the line (`validate/vibration.py`), so a device noisier than
+the configured noise at the line (`workflows/validate/vibration.py`), so a device noisier than
 configured fails."""
 
 import pathlib

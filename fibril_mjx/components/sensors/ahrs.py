@@ -3,8 +3,8 @@
 Output dynamics (first-order filters) plus residual errors (bias, AR(1) noise, a per-episode
 yaw-rate bias shared by gyro Z and yaw drift, saturation, resolution); not a vendor filter.
 Terms whose manifest value is the default are absent from the traced graph. The thermal model
-of `components/thermal.py` (ambient table, sensor lag, bias and scale polynomials) acts on the
-rate outputs when a coefficient is set; `temperature_output: true` delivers the module's
+of `components/sensors/thermal.py` (ambient table, sensor lag, bias and scale polynomials) acts
+on the rate outputs when a coefficient is set; `temperature_output: true` delivers the module's
 temperature channel (`temperature_c`: its own lag, noise and resolution), as the IMU's.
 
 Every error term is a term of `fibril_mjx.error_models`: the orientation's in `ORIENTATION`, the

@@ -59,10 +59,9 @@ class _OwnConfig(faults.DeviceConfig):
   air_density_kg_m3: Positive = 1.225
 
 
-AirspeedConfigModel = em.config_model(
-    'AirspeedConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/airspeed` (Pa, m/s, kg/m³, s): its own fields and its error model\'s.',
-    __name__)
+class AirspeedConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/airspeed` (Pa, m/s, kg/m³, s): its own fields and its
+  error model's."""
 
 
 class Params(NamedTuple):

@@ -88,9 +88,9 @@ class _OwnConfig(faults.DeviceConfig):
   airspeed_bias_pa: tuple[float, ...] = ()
 
 
-BarometerConfigModel = em.config_model(
-    'BarometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/barometer` (Pa, K, m): its own fields and those of its error model.', __name__)
+class BarometerConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/barometer` (Pa, K, m): its own fields and those of its
+  error model."""
 
 
 class Params(NamedTuple):

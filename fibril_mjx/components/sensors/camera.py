@@ -88,9 +88,9 @@ class _OwnConfig(faults.DeviceConfig):
   rolling_iterations: int = pydantic.Field(4, ge=1, le=20)
 
 
-CameraConfigModel = em.config_model(
-    'CameraConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/camera` '
-    '(px, s, m): its own fields and its error model\'s.', __name__)
+class CameraConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/camera` (px, s, m): its own fields and its error
+  model's."""
 
 
 class Params(NamedTuple):

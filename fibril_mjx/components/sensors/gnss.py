@@ -99,9 +99,9 @@ class _OwnConfig(faults.DeviceConfig):
   no_fix_accuracy_m: float = pydantic.Field(9999.0, ge=100)
 
 
-GnssConfigModel = em.config_model(
-    'GnssConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/gnss` '
-    '(m, m/s, s, degrees): its own fields and those of its error model.', __name__)
+class GnssConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/gnss` (m, m/s, s, degrees): its own fields and those
+  of its error model."""
 
 
 class Params(NamedTuple):

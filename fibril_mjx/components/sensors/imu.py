@@ -16,12 +16,12 @@ internal rate before decimation to the output data rate, so vibration above the 
 frequency is attenuated, not aliased. `output` filters the samples at the output period
 (`noise_before_filter: true` requires it).
 
-The thermal model (`components/thermal.py`: ambient table, the sensor's first-order lag,
+The thermal model (`components/sensors/thermal.py`: ambient table, the sensor's first-order lag,
 bias `k1·ΔT + k2·ΔT²` and scale `1 + ks·ΔT` per channel, an optional delivered `temperature_c`
 sample field) is absent unless a coefficient is set or `temperature_output: true`. Vibration
-from a rotor (`components/vibration.py`: lines at orders of a hinge joint's rotation, modulated
-with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input, before
-the gain and the filter, when `vibration_joint` is set.
+from a rotor (`components/sensors/vibration.py`: lines at orders of a hinge joint's rotation,
+modulated with its speed, a transmission gain, a broadband floor) is added to the MuJoCo input,
+before the gain and the filter, when `vibration_joint` is set.
 
 `integration: average | delta` (`components/sensors/delta_imu.py`): the rate fields become the
 means of the physics-rate signal over each output window, and `delta` adds the window's

@@ -29,7 +29,7 @@ Per acquisition `k` with `Δ = period_s` (terms whose switch is off are absent f
    `noise_before_filter` (output rate only);
 4. an optional extra additive term from the sensor (the AHRS's yaw-rate bias on z, the IMU's
    temperature bias), and an optional per-axis gain on the filtered signal (the IMU's
-   temperature scale, `components/thermal.py`);
+   temperature scale, `components/sensors/thermal.py`);
 5. **range**: saturation to `±limit`, per-axis flags, cumulative clip counts;
 6. **resolution**: `q·round(z/q)`.
 

@@ -91,9 +91,9 @@ class _OwnConfig(faults.DeviceConfig):
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
 
 
-LidarConfigModel = em.config_model(
-    'LidarConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of `fibril_sim/lidar` '
-    '(m, deg, s): its own fields and its error model\'s.', __name__)
+class LidarConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/lidar` (m, deg, s): its own fields and its error
+  model's."""
 
 
 class Params(NamedTuple):

@@ -84,10 +84,9 @@ class _OwnConfig(faults.DeviceConfig):
   current_lag_s: NonNeg = 0.0
 
 
-MagnetometerConfigModel = em.config_model(
-    'MagnetometerConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/magnetometer` (fields in µT unless named): its own and its error model\'s.',
-    __name__)
+class MagnetometerConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/magnetometer` (fields in µT unless named): its own and
+  its error model's."""
 
 
 class Params(NamedTuple):

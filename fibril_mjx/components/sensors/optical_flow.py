@@ -112,10 +112,9 @@ class _OwnConfig(faults.DeviceConfig):
   group_texture: tuple[Unit, Unit, Unit, Unit, Unit, Unit] = (1.0,) * 6
 
 
-OpticalFlowConfigModel = em.config_model(
-    'OpticalFlowConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/optical_flow` (rad, m, s, px): its own fields and its error model\'s.',
-    __name__)
+class OpticalFlowConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/optical_flow` (rad, m, s, px): its own fields and its
+  error model's."""
 
 
 class Params(NamedTuple):

@@ -64,9 +64,9 @@ class _OwnConfig(faults.DeviceConfig):
   max_incidence_deg: float = pydantic.Field(90.0, gt=0, le=90)
 
 
-RangefinderConfigModel = em.config_model(
-    'RangefinderConfigModel', _OwnConfig, ERRORS, 'Validated manifest config of '
-    '`fibril_sim/rangefinder` (m, deg): its own fields and its error model\'s.', __name__)
+class RangefinderConfigModel(em.with_errors(_OwnConfig, ERRORS)):
+  """Validated manifest config of `fibril_sim/rangefinder` (m, deg): its own fields and its error
+  model's."""
 
 
 class Params(NamedTuple):

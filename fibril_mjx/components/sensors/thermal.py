@@ -77,10 +77,9 @@ class _OwnConfig(Strict):
     return self
 
 
-ThermalConfig = em.config_model(
-    'ThermalConfig', _OwnConfig, DELIVERED, 'Config fields of the thermal model; a sensor\'s '
-    'config model inherits them (°C, s; `*_bias_temperature_k1` in channel units per K, `_k2` '
-    'per K², `*_scale_temperature_k1` per K).', __name__)
+class ThermalConfig(em.with_errors(_OwnConfig, DELIVERED)):
+  """Config fields of the thermal model; a sensor's config model inherits them (°C, s;
+  `*_bias_temperature_k1` in channel units per K, `_k2` per K², `*_scale_temperature_k1` per K)."""
 
 
 # Manifest fields that are Params (per world), in ThermalParams order.

@@ -83,7 +83,7 @@ def sweep_rig(cfg: dict, plan: SweepPlan, overrides: dict) -> tuple[str, dict]:
     times += [s, s + plan.plateau_s - eps]
     temps += [plan.t_ref + lvl] * 2
   c = dict(cfg)
-  if c.get('vibration_joint'):   # the rotor has its own rig (validate/vibration.py)
+  if c.get('vibration_joint'):   # the rotor has its own rig (workflows/validate/vibration.py)
     c['vibration_joint'] = ''
   c.update({'ambient_temperature_time_s': times, 'ambient_temperature_c': temps})
   c.update(overrides)

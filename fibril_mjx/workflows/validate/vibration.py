@@ -1,5 +1,5 @@
 """The rotor-vibration check of `fibril-mjx validate` for a `fibril_sim/imu` with a vibration
-term (`components/vibration.py`): line amplitudes at a known rotor speed.
+term (`components/sensors/vibration.py`): line amplitudes at a known rotor speed.
 
 Rig: the device on a static bench (z up) and, apart from it, a rotor on a hinge joint named as
 the device's `vibration_joint`, held by a velocity servo at `vibration_reference_speed_rad_s`

@@ -11,7 +11,7 @@
 | `bode.<channel>` | nested hinges / slides, one tone each | magnitude and phase against the configured first-order filter, one tone above the output Nyquist frequency (shown at its alias) |
 | `timing` | all rig sensors | sample period, latency, jitter, loss vs the configured transport |
 | `geometry` | static poses, known rotation | sign and unit of each axis under gravity and a known rotation |
-| `thermal.<channel>.k1/k2` | one static pose under a soaked temperature staircase (IMU with a thermal model; `validate/thermal.py`) | bias temperature coefficients |
+| `thermal.<channel>.k1/k2` | one static pose under a soaked temperature staircase (IMU with a thermal model; `workflows/validate/thermal.py`) | bias temperature coefficients |
 
 The other rigs hold the ambient at `reference_temperature_c`, so a thermal model leaves them
 unchanged.

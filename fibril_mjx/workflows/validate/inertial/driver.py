@@ -28,7 +28,7 @@ from fibril_mjx.workflows.validate.inertial.static import static_checks
 
 
 def thermal_sweep(dev, req: Request, rigs, seed, window_s):
-  """The temperature sweep with soak (`validate/thermal.py`)."""
+  """The temperature sweep with soak (`workflows/validate/thermal.py`)."""
   cfg, worlds = req.cfg, req.worlds
   plan = thermal.sweep_plan(cfg, dev.period_s, window_s)
   xml, doc = thermal.sweep_rig(cfg, plan, req.perturb)
@@ -46,7 +46,7 @@ def thermal_sweep(dev, req: Request, rigs, seed, window_s):
 
 
 def _vibration_rig(dev, req: Request, rigs, seed, window_s):
-  """The rotor rig: line amplitudes at the reference speed (`validate/vibration.py`)."""
+  """The rotor rig: line amplitudes at the reference speed (`workflows/validate/vibration.py`)."""
   cfg, worlds = req.cfg, req.worlds
   xml, doc = vibration.rig(cfg, dev.period_s, req.perturb)
   sim = rig_simulation(write_rig(rigs, 'vibration', xml, doc))
