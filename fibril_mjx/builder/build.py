@@ -17,6 +17,12 @@ from fibril_mjx.physics.mjcf import compile_spec, keyframe_id, load_spec, reject
 registry.discover(components)
 
 
+def assembly_channels() -> dict:
+  """`{component type: its assembly channel fields}` of the types that register
+  `assembly_channels` (what `physics/assemblies.py` binds, layered below the registry)."""
+  return {t: registry.get(t).assembly_channels for t in registry.types('assembly_channels')}
+
+
 def _check_vary(manifest, components: dict, vary: dict) -> dict:
   """`vary` names existing components and per-world (Params) fields."""
   file = str(manifest.path)
@@ -53,7 +59,7 @@ def build(manifest, vary: dict | None = None) -> Built:
   spec = load_spec(manifest.model_path, manifest.packages)
   # Robot geometry and calibration are materialized into the spec before compile (SPEC §3.3,
   # §3.4): assembly gears first, then overlays in manifest order.
-  resolved_assemblies = assemblies.apply_assemblies(manifest, spec)
+  resolved_assemblies = assemblies.apply_assemblies(manifest, spec, assembly_channels())
   overlays, overlay_fields = assemblies.apply_overlays(manifest, spec)
   mj_model = compile_spec(spec, manifest.model_path)
   reject_mjx_ignored(mj_model, manifest.model_path)

@@ -24,7 +24,6 @@ import mujoco
 import numpy as np
 import pydantic
 
-from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError, did_you_mean
 from fibril_mjx.config.manifest import FieldValue, Manifest
 from fibril_mjx.config.validation import Strict, load_yaml, validate
@@ -68,8 +67,11 @@ def _finite_nonzero(x) -> bool:
   return x is not None and math.isfinite(x) and x != 0
 
 
-def apply_assemblies(manifest: Manifest, spec: mujoco.MjSpec) -> dict[str, ResolvedAssembly]:
-  """Validates `assemblies` and writes each resolved gear into the spec's actuators.
+def apply_assemblies(manifest: Manifest, spec: mujoco.MjSpec,
+                     bindable: dict[str, tuple]) -> dict[str, ResolvedAssembly]:
+  """Validates `assemblies` and writes each resolved gear into the spec's actuators;
+  `bindable` `{component type: its config fields naming the actuators an assembly drives}`,
+  the types that register `assembly_channels` (`fibril_mjx.core.registry`).
 
   Returns:
     `{component id: ResolvedAssembly}`.
@@ -90,11 +92,10 @@ def apply_assemblies(manifest: Manifest, spec: mujoco.MjSpec) -> dict[str, Resol
       raise ConfigError(file, f'{path}.component', 'no component of that id'
                         + did_you_mean(a.component, comps), a.component)
     j, entry = comps[a.component]
-    fields = registry.get(entry.type).assembly_channels
+    fields = bindable.get(entry.type)
     if fields is None:
-      bindable = ' or '.join(registry.types('assembly_channels'))
-      raise ConfigError(file, f'{path}.component', f'assemblies bind {bindable} components; '
-                        f'{a.component!r} is a {entry.type}', a.component)
+      raise ConfigError(file, f'{path}.component', f'assemblies bind {" or ".join(bindable)} '
+                        f'components; {a.component!r} is a {entry.type}', a.component)
     if a.component in out:
       raise ConfigError(file, f'{path}.component', f'already bound by {out[a.component].path} '
                         f'({out[a.component].id!r}); one assembly per component', a.component)

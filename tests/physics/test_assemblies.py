@@ -10,7 +10,7 @@ import types
 import mujoco
 import pytest
 
-import fibril_mjx.builder.build  # noqa: F401  (registers the built-in types)
+from fibril_mjx.builder import build   # registers the built-in types
 from fibril_mjx.core import registry
 from fibril_mjx.errors import ConfigError
 from fibril_mjx.physics import assemblies
@@ -44,14 +44,15 @@ def _manifest(ctype: str):
 
 def test_an_assembly_writes_its_gear_into_the_channels_the_type_registers(geared):
   spec = mujoco.MjSpec.from_string(XML)
-  out = assemblies.apply_assemblies(_manifest(geared), spec)
+  out = assemblies.apply_assemblies(_manifest(geared), spec, build.assembly_channels())
   assert out['g'].channels == ('a', 'b') and out['g'].gear == 2.5
   assert [spec.actuator(n).gear[0] for n in 'abc'] == [2.5, 2.5, 1.0]
 
 
 def test_a_type_without_channels_is_refused_naming_the_registered_types(geared):
   with pytest.raises(ConfigError) as info:
-    assemblies.apply_assemblies(_manifest('test/plain'), mujoco.MjSpec.from_string(XML))
+    assemblies.apply_assemblies(_manifest('test/plain'), mujoco.MjSpec.from_string(XML),
+                                build.assembly_channels())
   bindable = ' or '.join(registry.types('assembly_channels'))
   assert {'fibril_sim/motor', 'fibril_sim/motion_motor', 'test/geared'} <= set(
       registry.types('assembly_channels'))

@@ -41,7 +41,7 @@ import mujoco
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding, faulted
+from fibril_mjx.components.actuators import actuation, binding, faulted, motor_feedback
 from fibril_mjx.components import base
 from fibril_mjx.errors import ConfigError, did_you_mean
 
@@ -100,7 +100,7 @@ class Params(NamedTuple):
   faults: tuple = ()   # the `FaultParams` of the `faults:` entries
 
 
-Feedback = actuation.JointFeedback   # `fibril_sim/motion_motor_feedback/v1`
+Feedback = motor_feedback.JointFeedback   # `fibril_sim/motion_motor_feedback/v1`
 
 
 class State(NamedTuple):
@@ -132,9 +132,9 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
+class MotionMotor(faulted.FaultedActuator, motor_feedback.MotorFields):
   """A built `fibril_sim/motion_motor` (static; `cfg` a `MotionMotorConfigModel`, the common
-  fields of `actuation.MotorFields`)."""
+  fields of `motor_feedback.MotorFields`)."""
   channels: tuple  # (P, D, FF) ActuatorBindings
   gear: float
 
@@ -203,7 +203,7 @@ class MotionMotor(faulted.FaultedActuator, actuation.MotorFields):
 
   def feedback_sample(self, p: Params, s: State, data) -> Feedback:
     del s
-    return actuation.joint_feedback(self.channels[0], p.feedback_current_per_force,
+    return motor_feedback.joint_feedback(self.channels[0], p.feedback_current_per_force,
                                     self.actuator_count, data)
 
   def truth(self, s: State, data) -> dict:
@@ -279,7 +279,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
   return MotionMotor(tuple(channels), gears.pop(),
-                     **actuation.motor_fields(cid, cfg, fields, ctx, origin,
+                     **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin,
                                               asm.actuator_count if asm else 1),
                      **faulted.build(cfg, tuple(channels), ctx, origin))
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding, faulted
+from fibril_mjx.components.actuators import actuation, binding, faulted, motor_feedback
 from fibril_mjx.components import base
 from fibril_mjx.mechanisms.trajectory import Plan, trapezoid_plan, trapezoid_sample  # noqa: F401
 from fibril_mjx.components.actuators.motor_config import (  # noqa: F401
@@ -178,9 +178,9 @@ class State(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Motor(faulted.FaultedActuator, actuation.MotorFields):
+class Motor(faulted.FaultedActuator, motor_feedback.MotorFields):
   """A built `fibril_sim/motor` component (static, hashable; `cfg` a `MotorConfigModel`,
-  the common fields of `actuation.MotorFields`)."""
+  the common fields of `motor_feedback.MotorFields`)."""
   type = TYPE
   sample_type = SAMPLE_TYPE
   params_type = Params
@@ -470,7 +470,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
   b = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   check_compatible(cfg, given, b, origin)
   return Motor(b, accepted_for(cfg, b.semantic), source,
-               **actuation.motor_fields(cid, cfg, fields, ctx, origin, count, continuous=''),
+               **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin, count, continuous=''),
                **faulted.build(cfg, (b,), ctx, origin))
 
 

@@ -48,7 +48,7 @@ import pydantic
 from fibril_mjx.mechanisms import host
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.core.context import BuildContext
-from fibril_mjx.components.actuators import actuation, binding, faulted
+from fibril_mjx.components.actuators import actuation, binding, faulted, motor_feedback
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
 from fibril_mjx.errors import ConfigError
@@ -198,7 +198,7 @@ def servo_torques(p: Params, active, command: ServoCommand, joint: Joint, dt: fl
                                               dt))
 
 
-Feedback = actuation.JointFeedback   # `fibril_sim/position_servo_feedback/v1`
+Feedback = motor_feedback.JointFeedback   # `fibril_sim/position_servo_feedback/v1`
 
 
 class State(NamedTuple):
@@ -235,7 +235,7 @@ def joint_inertia(dof: int, madr: int, data) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
+class PositionServo(faulted.FaultedActuator, motor_feedback.MotorFields):
   """A built `fibril_sim/position_servo` (static; `cfg` a `PositionServoConfigModel`)."""
   binding: binding.ActuatorBinding
   madr: int          # the joint's dof_Madr (sparse mass matrix)
@@ -303,7 +303,7 @@ class PositionServo(faulted.FaultedActuator, actuation.MotorFields):
 
   def feedback_sample(self, p: Params, s: State, data) -> Feedback:
     del s
-    return actuation.joint_feedback(self.binding, p.feedback_current_per_force,
+    return motor_feedback.joint_feedback(self.binding, p.feedback_current_per_force,
                                     self.actuator_count, data)
 
   def truth(self, s: State, data) -> dict:
@@ -354,7 +354,7 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
                       'torque_limit', b.name)
   madr = int(ctx.model.dof_Madr[b.dofadr])
   limit = None if math.isinf(cfg.torque_limit) else (-cfg.torque_limit, cfg.torque_limit)
-  return PositionServo(b, madr, **actuation.motor_fields(cid, cfg, fields, ctx, origin,
+  return PositionServo(b, madr, **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin,
                                                          asm.actuator_count if asm else 1),
                        **faulted.build(cfg, (b,), ctx, origin, limit=limit, limit_rule=(
                            'the servo limits its torque itself and torque_limit is unset')))
