@@ -101,11 +101,13 @@ def split(component) -> tuple[Any, list]:
 def member(skeleton, numbers, id_hash=None) -> Any:
   """The component of one member of a group: `skeleton` with its per-member numbers (traced
   scalars under the group's `vmap`); with `id_hash` (`Group.id_hashes`), its `id` is that
-  hash, which names its random streams (`rng.stream_key`) when it is initialized."""
+  hash as an `rng.MemberId`, which names its random streams (`rng.stream_key`) when it is
+  initialized and refuses to be formatted."""
   leaves = iter(numbers)
   values = {name: _walk(getattr(skeleton, name), lambda _: next(leaves))
             for name in type(skeleton).per_member}
-  return _replaced(skeleton, values if id_hash is None else {**values, 'id': id_hash})
+  return _replaced(skeleton, values if id_hash is None
+                   else {**values, 'id': rng.MemberId(id_hash)})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

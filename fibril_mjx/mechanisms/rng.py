@@ -30,11 +30,31 @@ def world_keys(seed: int, n_worlds: int, first_world: int = 0) -> jax.Array:
   return jax.vmap(lambda i: jax.random.fold_in(root, i))(idx)
 
 
+class MemberId:
+  """A group member's `id` while it is initialized under its group's `vmap`
+  (`fibril_mjx/core/groups.py`): the member id's `name_hash`, traced. `stream_key` reads it;
+  formatting it is refused, since the text of a traced hash would be alike for every member
+  (their streams would then coincide)."""
+
+  def __init__(self, hash_: jax.Array):
+    self.hash = hash_
+
+  def __format__(self, spec: str) -> str:
+    raise TypeError('a grouped component\'s init reads its id only through '
+                    'rng.stream_key(world_key, self.id, source) (fibril_mjx/core/groups.py)')
+
+  def __str__(self) -> str:
+    return self.__format__('')
+
+  def __repr__(self) -> str:
+    return 'MemberId(<the hash of a group member\'s id>)'
+
+
 def stream_key(world_key: jax.Array, component_id, source: str) -> jax.Array:
   """Base key of one error source of one component in one world. `component_id` is the id,
-  or its `name_hash` (the members of a group are initialized under one `vmap`, each with its
-  id's hash: `fibril_mjx/core/groups.py`)."""
-  cid = name_hash(component_id) if isinstance(component_id, str) else component_id
+  or a group member's `MemberId` (its id's hash, traced under the group's `vmap`)."""
+  cid = (component_id.hash if isinstance(component_id, MemberId)
+         else name_hash(component_id))
   k = jax.random.fold_in(world_key, cid)
   return jax.random.fold_in(k, name_hash(source))
 

@@ -218,3 +218,23 @@ def test_a_world_latency_reaches_one_member_of_a_group(tmp_path, monkeypatch):
   differs = lambda cid: any(np.any(np.asarray(x) != np.asarray(y)) for x, y in zip(  # noqa
       jax.tree.leaves(first[cid]), jax.tree.leaves(nominal.components[cid])))
   assert differs('mb') and not differs('ma')
+
+
+def test_a_members_id_in_init_names_streams_and_refuses_to_be_formatted(tmp_path):
+  """In a group's init the member's `id` is its id's hash: `rng.stream_key` gives the key the
+  id itself gives; text made of it (alike for every member) is refused."""
+  from fibril_mjx.mechanisms import rng
+  g = _load(tmp_path).built.stacked_groups[0]
+  key = fibril_mjx.world_keys(3, 1)[0]
+  m = groups.member(g.skeleton, [n[1] for n in g.numbers], g.id_hashes[1])
+  np.testing.assert_array_equal(np.asarray(rng.stream_key(key, m.id, 'command_loss')),
+                                np.asarray(rng.stream_key(key, 'mb', 'command_loss')))
+  message = ("a grouped component's init reads its id only through "
+             'rng.stream_key(world_key, self.id, source) (fibril_mjx/core/groups.py)')
+  for text in (lambda: f'{m.id}', lambda: str(m.id), lambda: 'x/' + m.id):
+    try:
+      text()
+    except TypeError as e:
+      assert str(e) == message or 'MemberId' in str(e)
+    else:
+      raise AssertionError('no error')
