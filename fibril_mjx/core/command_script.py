@@ -21,6 +21,7 @@ from fibril_mjx.core import protocol
 from fibril_mjx.errors import ConfigError, did_you_mean
 
 KEY = 'command_script'   # its clocks live in SimState.clocks[KEY]
+WAVE_FIELDS = ('amplitude', 'frequency_hz', 'phase_rad', 'offset')   # `waveform`'s numbers
 
 
 def waveform(kind: str, t, amplitude, frequency_hz, phase_rad, offset):
@@ -129,16 +130,36 @@ class CommandScript:
     Args:
       dues: `{entry index as str: (due, n)}` of the entries with a period.
     """
+    if not self.entries:
+      return {}
     t = tick.astype(jnp.float32) * self.dt
-    out = {}
+    # every entry's waveform at once (one kernel, not one per entry): a sine's value, a
+    # square's, a constant's, picked per entry by its static kind
+    col = lambda f: np.asarray([getattr(e, f) for e in self.entries])   # noqa: E731
+    kinds = col('waveform')
+    sine, sine_rate = waveform('sine', t, *(col(f) for f in WAVE_FIELDS))
+    square, _ = waveform('square', t, *(col(f) for f in WAVE_FIELDS))
+    const, zero = waveform('constant', t, *(col(f) for f in WAVE_FIELDS))
+    values = jnp.where(kinds == 'sine', sine, jnp.where(kinds == 'square', square, const))
+    rates = jnp.where(kinds == 'sine', sine_rate, zero)
+    dues = jnp.stack([dues[str(i)][0] if e.schedule is not None else tick >= e.start_tick
+                      for i, e in enumerate(self.entries)])
+    cmds, nulls, alike = [], [], {}
     for i, e in enumerate(self.entries):
-      value, velocity = waveform(e.waveform, t, e.amplitude, e.frequency_hz, e.phase_rad,
-                                 e.offset)
-      due = dues[str(i)][0] if e.schedule is not None else tick >= e.start_tick
       comp = components[e.component]
-      cmd = comp.script_command(e.kind, value, velocity, dict(e.extra))
-      null = comp.null_command()
-      out[e.component] = type(cmd)(*(jnp.where(due, a, b) for a, b in zip(cmd, null)))
+      cmds.append(comp.script_command(e.kind, values[i], rates[i], dict(e.extra)))
+      nulls.append(comp.null_command())
+      shapes = tuple((jnp.shape(x), jnp.result_type(x)) for x in cmds[-1] + nulls[-1])
+      alike.setdefault((type(cmds[-1]), shapes), []).append(i)
+    out = {}
+    for (kind, _), idx in alike.items():   # scripted or null: one select per field
+      due = dues[np.asarray(idx)]
+      fields = [jnp.where(due.reshape((-1,) + (1,) * jnp.ndim(cmds[idx[0]][f])),
+                          jnp.stack([cmds[i][f] for i in idx]),
+                          jnp.stack([nulls[i][f] for i in idx]))
+                for f in range(len(cmds[idx[0]]))]
+      for j, i in enumerate(idx):
+        out[self.entries[i].component] = kind(*(x[j] for x in fields))
     return out
 
   def describe(self) -> list[str]:
