@@ -83,7 +83,9 @@ def _per_axis(values: dict) -> tuple[int, dict] | None:
 class _Dist(Strict):
   """Base of one `vary:` entry: `dist:` and its parameters (numbers or per-axis lists)."""
   NAME: ClassVar[str] = ''
+  STRICT: ClassVar[bool] = False   # the parameters' bounds are strict (`<`, `>`)
   relative: Flag = False
+  dist: str                        # each distribution's own `Literal` (the union's tag)
 
   @classmethod
   def unknown_key_rule(cls, key: str) -> str:
@@ -130,34 +132,45 @@ def _at_least(name: str, bound: float, strict: bool):
   return bounded
 
 
-class UniformDist(_Dist):
+class _Spread(_Dist):
+  """`mean`, `std` (>= 0, or > 0 where `STRICT`): a normal's parameters."""
+  mean: Numbers
+  std: Numbers
+
+  @pydantic.field_validator('std')
+  @classmethod
+  def _std_bound(cls, v):
+    return _at_least('std', 0, cls.STRICT)(v)
+
+
+class _Range(_Dist):
+  """`low`, `high` (low <= high, or low < high where `STRICT`)."""
+  low: Numbers
+  high: Numbers
+
+  @pydantic.field_validator('high')
+  @classmethod
+  def _high_ordered(cls, v, info: pydantic.ValidationInfo):
+    return _ordered('low', 'high', cls.STRICT)(v, info)
+
+
+class UniformDist(_Range):
   """`dist: uniform`: `low`, `high` (low <= high)."""
   NAME: ClassVar[str] = 'uniform'
   dist: Literal['uniform']
-  low: Numbers
-  high: Numbers
-  high_ordered = pydantic.field_validator('high')(_ordered('low', 'high', False))
 
 
-class NormalDist(_Dist):
+class NormalDist(_Spread):
   """`dist: normal`: `mean`, `std` (>= 0)."""
   NAME: ClassVar[str] = 'normal'
   dist: Literal['normal']
-  mean: Numbers
-  std: Numbers
-  std_bound = pydantic.field_validator('std')(_at_least('std', 0, False))
 
 
-class TruncatedNormalDist(_Dist):
+class TruncatedNormalDist(_Range, _Spread):
   """`dist: truncated_normal`: `mean`, `std` (> 0), `low`, `high` (low < high)."""
   NAME: ClassVar[str] = 'truncated_normal'
+  STRICT: ClassVar[bool] = True
   dist: Literal['truncated_normal']
-  mean: Numbers
-  std: Numbers
-  low: Numbers
-  high: Numbers
-  std_bound = pydantic.field_validator('std')(_at_least('std', 0, True))
-  high_ordered = pydantic.field_validator('high')(_ordered('low', 'high', True))
 
 
 class LognormalDist(_Dist):

@@ -45,21 +45,20 @@ class ActuatorScript:
   """Static open-loop ctrl drive of test-rig actuators (manifest `actuator_script`).
 
   Attributes:
-    ctrl_index: the control written by each entry; `kind`, `amplitude`, ... its waveform.
+    ctrl_index: the control each entry writes.
+    entries: the validated entries, each a frozen (so hashable) `ScriptEntry` of
+      `fibril_mjx/config/manifest.py`: `waveform`, `amplitude`, `frequency_hz`, `phase_rad`,
+      `offset`.
   """
   ctrl_index: tuple[int, ...]
-  kind: tuple[str, ...]
-  amplitude: tuple[float, ...]
-  frequency_hz: tuple[float, ...]
-  phase_rad: tuple[float, ...]
-  offset: tuple[float, ...]
+  entries: tuple
 
   def ctrl(self, ctrl0, t):
     """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
     if not self.ctrl_index:
       return ctrl0
-    vals = jnp.stack([waveform(k, t, a, f, p, o)[0] for k, a, f, p, o in zip(
-        self.kind, self.amplitude, self.frequency_hz, self.phase_rad, self.offset)])
+    vals = jnp.stack([waveform(s.waveform, t, s.amplitude, s.frequency_hz, s.phase_rad,
+                               s.offset)[0] for s in self.entries])
     # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
     # batched ctrl cost a quarter of a small model's step on the CPU).
     dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[np.asarray(self.ctrl_index)].set(
@@ -73,7 +72,7 @@ def build_actuator_script(manifest, m) -> ActuatorScript:
   """Binds `actuator_script` entries to controls of the compiled model `m`."""
   import mujoco
   file = str(manifest.path)
-  cols = ([], [], [], [], [], [])
+  ctrl_index = []
   for i, s in enumerate(manifest.model.actuator_script):
     aid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, s.actuator)
     if aid < 0:
@@ -85,10 +84,8 @@ def build_actuator_script(manifest, m) -> ActuatorScript:
       raise ConfigError(file, f'actuator_script[{i}].actuator',
                         f'the actuator owns {m.actuator_ctrlnum[aid]} controls; scripts drive '
                         'single-control actuators', s.actuator)
-    for col, v in zip(cols, (int(m.actuator_ctrladr[aid]), s.waveform, s.amplitude,
-                             s.frequency_hz, s.phase_rad, s.offset)):
-      col.append(v)
-  return ActuatorScript(*(tuple(c) for c in cols))
+    ctrl_index.append(int(m.actuator_ctrladr[aid]))
+  return ActuatorScript(tuple(ctrl_index), tuple(manifest.model.actuator_script))
 
 
 @dataclasses.dataclass(frozen=True)

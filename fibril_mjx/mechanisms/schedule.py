@@ -34,6 +34,23 @@ def ticks_fraction(seconds: float, dt: float) -> Fraction:
   return Fraction(r).limit_denominator(_MAX_DEN)
 
 
+def in_ticks(name: str, seconds: float, ticks) -> str:
+  """A time in a plan line, as given and in ticks: `<name> <seconds> s = <ticks> ticks`."""
+  return f'{name} {seconds:g} s = {ticks} ticks'
+
+
+def require_whole_ticks(seconds: float, dt: float, where: tuple[str, str],
+                        advice: str = '') -> None:
+  """The rule of `quantization: strict`: `seconds` is a whole number of ticks of `dt`.
+
+  Raises:
+    ConfigError: at `where` (file, field path), naming dt and the ticks, then `advice`.
+  """
+  if ticks_fraction(seconds, dt).denominator != 1:
+    raise ConfigError(*where, f'quantization strict requires an integer multiple of dt = '
+                      f'{dt:g} s (it is {seconds / dt:.9g} ticks){advice}', seconds)
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
   """A periodic schedule quantized to ticks.
@@ -74,12 +91,8 @@ class Schedule:
                         period_s)
     p, ph = ticks_fraction(period_s, dt), ticks_fraction(phase_s, dt)
     if quantization == 'strict':
-      for name, secs, frac in ((period_field, period_s, p), (phase_field, phase_s, ph)):
-        if frac.denominator != 1:
-          raise ConfigError(*origin(name),
-                            f'quantization strict requires an integer multiple of dt = {dt:g} s '
-                            f'(it is {secs / dt:.9g} ticks); use next_boundary or change it',
-                            secs)
+      for name, secs in ((period_field, period_s), (phase_field, phase_s)):
+        require_whole_ticks(secs, dt, origin(name), '; use next_boundary or change it')
     den = p.denominator * ph.denominator // math.gcd(p.denominator, ph.denominator)
     return Schedule(p.numerator * (den // p.denominator), ph.numerator * (den // ph.denominator),
                     den, float(period_s), float(phase_s), float(dt), quantization)
@@ -103,8 +116,8 @@ class Schedule:
     return Fraction(self.phase, self.den)
 
   def describe(self) -> str:
-    return (f'period {self.period_s:g} s = {self.period_ticks} ticks, phase {self.phase_s:g} s '
-            f'= {self.phase_ticks} ticks, first tick {self.tick_of(0)}, '
+    return (f'{in_ticks("period", self.period_s, self.period_ticks)}, '
+            f'{in_ticks("phase", self.phase_s, self.phase_ticks)}, first tick {self.tick_of(0)}, '
             f'quantization {self.quantization}')
 
 

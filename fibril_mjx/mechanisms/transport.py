@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from fibril_mjx.mechanisms import fifo, ring, rng
-from fibril_mjx.errors import ConfigError
-from fibril_mjx.mechanisms.schedule import ticks_fraction
+from fibril_mjx.mechanisms.schedule import in_ticks, require_whole_ticks, ticks_fraction
 
 _JITTER_SIGMAS = 6.0
 SNAP_TICKS = 1e-4   # a continuous latency this close to a whole number of ticks is that number
@@ -57,17 +56,15 @@ class Transport:
     and are counted.
     """
     lat = ticks_fraction(latency_s, dt)
-    if quantization == 'strict' and lat.denominator != 1:
-      raise ConfigError(*origin(latency_field),
-                        f'quantization strict requires an integer multiple of dt = {dt:g} s '
-                        f'(it is {latency_s / dt:.9g} ticks)', latency_s)
+    if quantization == 'strict':
+      require_whole_ticks(latency_s, dt, origin(latency_field))
     worst = latency_s + _JITTER_SIGMAS * jitter_s
     capacity = 1 if worst == 0 else int(math.ceil(worst / period_s + 1e-9)) + 1
     return Transport(float(latency_s), float(jitter_s), float(loss_probability), float(dt),
                      int(math.ceil(lat)), capacity)
 
   def describe(self) -> str:
-    return (f'latency {self.latency_s:g} s = {self.latency_ticks} ticks, jitter '
+    return (f'{in_ticks("latency", self.latency_s, self.latency_ticks)}, jitter '
             f'{self.jitter_s:g} s, loss {self.loss_probability:g}, queue capacity '
             f'{self.capacity}')
 

@@ -39,7 +39,7 @@ def run():
   ref[1] = ref[1] / math.sqrt(2.0)                    # world 1: lines × 2
   params['imu'] = c.set_param(params['imu'], 'vibration_reference_speed_rad_s', ref)
   final, trace, _ = sim.rollout(params, fibril_mjx.world_keys(0, 2), N_TICKS)
-  dof = sim.mj_model.joint(c.vibration.joint).dofadr[0]
+  dof = sim.mj_model.joint(c.vibration.probe.joint).dofadr[0]
   omega = np.asarray(final.data.qvel)[..., dof]
   # shared physics (a sensor-only Monte Carlo) has no world axis
   return sim, c, flatten(jax.device_get(trace)), np.broadcast_to(omega, (2,)), ref

@@ -98,7 +98,7 @@ CHANNEL_FIELDS = tuple(CHANNEL_SPEC)
 
 class _OwnConfig(base.SamplingConfig, faults.FaultConfig, thermal.ThermalConfig,
                  vibration.VibrationConfig, fifo.FifoConfig, delta_imu.DeltaConfig):
-  """The IMU's fields but its channels' (`CHANNEL_SPEC` adds those). The MuJoCo gyro and
+  """The IMU's fields but its channels' (`with_channels` adds those). The MuJoCo gyro and
   accelerometer are named (`gyroscope_sensor`, `accelerometer_sensor`), or added at `site`
   (`fibril_<id>_gyro`, `fibril_<id>_accel`)."""
   gyroscope_sensor: Optional[str] = None
@@ -131,14 +131,12 @@ SOURCES = tuple(s for ch in CHANNELS for s in RATES[ch].chain.streams) + ('deliv
                                                                           'delivery_loss')
 
 
-# its own fields, then `CHANNEL_SPEC` per channel
-ImuConfigModel = pydantic.create_model(
-    'ImuConfigModel', __base__=_OwnConfig, __module__=__name__,
-    __doc__="""Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
+class ImuConfigModel(inertial.with_channels(_OwnConfig, CHANNELS, CHANNEL_SPEC)):
+  """Validated manifest config of `fibril_sim/imu` (SPEC §5.2).
 
   Units: `angular_velocity_*` in rad/s (density rad/s/√Hz, random walk rad/s/√s),
   `linear_acceleration_*` in m/s² (density m/s²/√Hz, random walk m/s²/√s).
-  """, **{f'{ch}_{f}': spec for ch in CHANNELS for f, spec in CHANNEL_SPEC.items()})
+  """
 
 
 class Params(NamedTuple):

@@ -82,15 +82,24 @@ class ThermalConfig(em.with_errors(_OwnConfig, DELIVERED)):
   `*_bias_temperature_k1` in channel units per K, `_k2` per K², `*_scale_temperature_k1` per K)."""
 
 
-# Manifest fields that are Params (per world), in ThermalParams order.
-PARAM_FIELDS = ('ambient_temperature_c', 'temperature_time_constant_s', 'reference_temperature_c',
-                *(f'{ch}_{c}' for ch in CHANNELS for c in COEFFS),
-                'temperature_output_time_constant_s', *DELIVERED.params)
+class ThermalParams(NamedTuple):
+  """Per-world thermal parameters (manifest field names); the last two are the delivered
+  channel's error model's (`DELIVERED.params`)."""
+  ambient_temperature_c: jax.Array                     # the table's temperatures `(n_points,)`
+  temperature_time_constant_s: jax.Array               # τ
+  reference_temperature_c: jax.Array                   # T_ref
+  angular_velocity_bias_temperature_k1: jax.Array      # k1 `(3,)`
+  angular_velocity_bias_temperature_k2: jax.Array      # k2 `(3,)`
+  angular_velocity_scale_temperature_k1: jax.Array     # ks `(3,)`
+  linear_acceleration_bias_temperature_k1: jax.Array
+  linear_acceleration_bias_temperature_k2: jax.Array
+  linear_acceleration_scale_temperature_k1: jax.Array
+  temperature_output_time_constant_s: jax.Array        # τ_d
+  temperature_noise_stddev_c: jax.Array                # σ
+  temperature_resolution_c: jax.Array                  # q
 
-ThermalParams = NamedTuple('ThermalParams', [(f, jax.Array) for f in PARAM_FIELDS])
-ThermalParams.__doc__ = """Per-world thermal parameters (manifest field names): the ambient
-table temperatures `(n_points,)`, τ, T_ref, per channel k1, k2, ks `(3,)`, and the delivered
-channel's τ_d, σ, q (scalars)."""
+
+PARAM_FIELDS = ThermalParams._fields   # manifest fields that are Params (per world)
 
 
 class ThermalState(NamedTuple):

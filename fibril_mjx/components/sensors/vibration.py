@@ -85,22 +85,25 @@ class VibrationConfig(Strict):
     return self
 
 
-PARAM_FIELDS = ('angular_velocity_vibration_amplitude', 'linear_acceleration_vibration_amplitude',
-                'vibration_phase_rad', 'vibration_reference_speed_rad_s',
-                'vibration_speed_exponent', 'vibration_transmission_gain',
-                'angular_velocity_vibration_floor_stddev',
-                'linear_acceleration_vibration_floor_stddev')
+class VibrationParams(NamedTuple):
+  """Per-world vibration parameters (manifest field names)."""
+  angular_velocity_vibration_amplitude: jax.Array      # A `(n_orders, 3)`, rad/s at ω_ref
+  linear_acceleration_vibration_amplitude: jax.Array   # A `(n_orders, 3)`, m/s² at ω_ref
+  vibration_phase_rad: jax.Array                       # φ `(n_orders, 3)`
+  vibration_reference_speed_rad_s: jax.Array           # ω_ref
+  vibration_speed_exponent: jax.Array                  # p
+  vibration_transmission_gain: jax.Array               # g `(3,)`
+  angular_velocity_vibration_floor_stddev: jax.Array   # σ `(3,)`, rad/s
+  linear_acceleration_vibration_floor_stddev: jax.Array  # σ `(3,)`, m/s²
 
-VibrationParams = NamedTuple('VibrationParams', [(f, jax.Array) for f in PARAM_FIELDS])
-VibrationParams.__doc__ = """Per-world vibration parameters (manifest field names): line
-amplitudes and phases `(n_orders, 3)`, ω_ref, p, transmission `(3,)`, floor σ `(3,)` per
-channel."""
+
+PARAM_FIELDS = VibrationParams._fields   # manifest fields that are Params (per world)
 
 
 @dataclasses.dataclass(frozen=True)
 class Vibration:
-  """Static part: the joint's position / velocity probes, the orders, which terms are on."""
-  joint: str
+  """Static part: the joint's position / velocity probes (`probe.joint` names it), the orders,
+  which terms are on."""
   probe: JointProbe
   orders: tuple[float, ...]
   on: frozenset
@@ -124,7 +127,8 @@ class Vibration:
         f'{ch}_vibration_floor_stddev' for ch in CHANNELS}:
       raise ConfigError(*origin('vibration_orders'), 'lines need an amplitude '
                         '(angular_velocity_ / linear_acceleration_vibration_amplitude)', n)
-    return cls(cfg.vibration_joint, ctx.joint_probe(jid), tuple(float(o) for o in cfg.vibration_orders), on, float(dt))
+    return cls(ctx.joint_probe(jid), tuple(float(o) for o in cfg.vibration_orders), on,
+               float(dt))
 
   def uses(self, field: str) -> bool:
     if field in ('vibration_reference_speed_rad_s', 'vibration_speed_exponent',
@@ -168,5 +172,5 @@ class Vibration:
     return field in self.on and (bool(self.orders) or not field.endswith('_amplitude'))
 
   def describe(self) -> list[str]:
-    return [f'vibration: joint {self.joint!r}, orders {list(self.orders)} per revolution; '
+    return [f'vibration: joint {self.probe.joint!r}, orders {list(self.orders)} per revolution; '
             f'terms: {", ".join(sorted(self.on)) or "none"}']
