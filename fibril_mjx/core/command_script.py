@@ -40,6 +40,19 @@ def waveform(kind: str, t, amplitude, frequency_hz, phase_rad, offset):
   return offset + amplitude * wave, rate
 
 
+def waves(entries, t) -> tuple:
+  """`(values, rates)` `(len(entries),)` of every entry's `waveform` at time `t`, in one
+  expression (one kernel, not one per entry): a sine's, a square's and a constant's, picked
+  per entry by its static `waveform`. An entry has `waveform` and the `WAVE_FIELDS`."""
+  col = lambda f: np.asarray([getattr(e, f) for e in entries])   # noqa: E731
+  kinds, numbers = col('waveform'), [col(f) for f in WAVE_FIELDS]
+  sine, sine_rate = waveform('sine', t, *numbers)
+  square, _ = waveform('square', t, *numbers)
+  const, zero = waveform('constant', t, *numbers)
+  values = jnp.where(kinds == 'sine', sine, jnp.where(kinds == 'square', square, const))
+  return values, jnp.where(kinds == 'sine', sine_rate, zero)
+
+
 @dataclasses.dataclass(frozen=True)
 class ActuatorScript:
   """Static open-loop ctrl drive of test-rig actuators (manifest `actuator_script`).
@@ -57,8 +70,7 @@ class ActuatorScript:
     """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
     if not self.ctrl_index:
       return ctrl0
-    vals = jnp.stack([waveform(s.waveform, t, s.amplitude, s.frequency_hz, s.phase_rad,
-                               s.offset)[0] for s in self.entries])
+    vals = waves(self.entries, t)[0]
     # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
     # batched ctrl cost a quarter of a small model's step on the CPU).
     dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[np.asarray(self.ctrl_index)].set(
@@ -129,16 +141,7 @@ class CommandScript:
     """
     if not self.entries:
       return {}
-    t = tick.astype(jnp.float32) * self.dt
-    # every entry's waveform at once (one kernel, not one per entry): a sine's value, a
-    # square's, a constant's, picked per entry by its static kind
-    col = lambda f: np.asarray([getattr(e, f) for e in self.entries])   # noqa: E731
-    kinds = col('waveform')
-    sine, sine_rate = waveform('sine', t, *(col(f) for f in WAVE_FIELDS))
-    square, _ = waveform('square', t, *(col(f) for f in WAVE_FIELDS))
-    const, zero = waveform('constant', t, *(col(f) for f in WAVE_FIELDS))
-    values = jnp.where(kinds == 'sine', sine, jnp.where(kinds == 'square', square, const))
-    rates = jnp.where(kinds == 'sine', sine_rate, zero)
+    values, rates = waves(self.entries, tick.astype(jnp.float32) * self.dt)
     dues = jnp.stack([dues[str(i)][0] if e.schedule is not None else tick >= e.start_tick
                       for i, e in enumerate(self.entries)])
     cmds, nulls, alike = [], [], {}
@@ -149,14 +152,14 @@ class CommandScript:
       shapes = tuple((jnp.shape(x), jnp.result_type(x)) for x in cmds[-1] + nulls[-1])
       alike.setdefault((type(cmds[-1]), shapes), []).append(i)
     out = {}
-    for (kind, _), idx in alike.items():   # scripted or null: one select per field
+    for (command_type, _), idx in alike.items():   # scripted or null: one select per field
       due = dues[np.asarray(idx)]
       fields = [jnp.where(due.reshape((-1,) + (1,) * jnp.ndim(cmds[idx[0]][f])),
                           jnp.stack([cmds[i][f] for i in idx]),
                           jnp.stack([nulls[i][f] for i in idx]))
                 for f in range(len(cmds[idx[0]]))]
       for j, i in enumerate(idx):
-        out[self.entries[i].component] = kind(*(x[j] for x in fields))
+        out[self.entries[i].component] = command_type(*(x[j] for x in fields))
     return out
 
   def describe(self) -> list[str]:
