@@ -196,12 +196,8 @@ device_program = jax.jit(device_pass, static_argnums=(0, 1))
 def script_ctrl_program(built: Built, n_ticks: int):
   """`(n_ticks + 1, nu)`: the manifest's `actuator_script` controls of every tick, as the
   pipeline's tick writes them when no actuator component drives a control."""
-  # a scan of scalar ticks, as the pipeline's: a vmap over ticks would vectorize the
-  # waveforms' sin, whose last bits differ from the scalar one (`_check_controls` sees it)
-  def one(_, tick):
-    return None, built.actuator_script.ctrl(pipeline.initial_ctrl(built),
-                                            tick.astype(jnp.float32) * built.dt)
-  return jax.lax.scan(one, None, jnp.arange(n_ticks + 1, dtype=jnp.int32))[1]
+  return jax.vmap(lambda tick: built.actuator_script.ctrl(
+      pipeline.initial_ctrl(built), tick, built.dt))(jnp.arange(n_ticks + 1, dtype=jnp.int32))
 
 
 def script_ctrl(built: Built, n_ticks: int) -> np.ndarray:

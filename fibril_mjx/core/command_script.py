@@ -1,6 +1,6 @@
 """The manifest's open-loop drives, evaluated inside the simulator step: `command_script`
 (commands to actuator components) and `actuator_script` (raw `ctrl` of test-rig actuators).
-Both use one waveform implementation (`waveform`).
+Both use one waveform implementation (`waves`).
 
 Each entry drives one actuator component with a waveform of time. It is evaluated inside the
 simulator step (no host-side arrays, so any duration costs nothing extra); a component for
@@ -21,36 +21,29 @@ from fibril_mjx.core import protocol
 from fibril_mjx.errors import ConfigError, did_you_mean
 
 KEY = 'command_script'   # its clocks live in SimState.clocks[KEY]
-WAVE_FIELDS = ('amplitude', 'frequency_hz', 'phase_rad', 'offset')   # `waveform`'s numbers
 
 
-def waveform(kind: str, t, amplitude, frequency_hz, phase_rad, offset):
-  """Value and time derivative of a `sine`, `square` or `constant` drive at time `t` (s).
+def waves(entries, tick, dt: float) -> tuple:
+  """`(values, rates)` `(len(entries),)`: every entry's drive and its time derivative at tick
+  `tick` (time `t = tick·dt`), in one expression (one kernel, not one per entry).
 
-  `value = offset + amplitude·w(2π f t + φ)` with `w = sin`, `sign(sin)` or 0; the derivative
-  is that of the sine (0 for square and constant).
+  `value = offset + amplitude·w(2π f t + φ)` with `w = sin` (`waveform: sine`), `sign(sin)`
+  (`square`) or 0 (`constant`); the rate is the sine's derivative (0 for square and
+  constant). An entry has `waveform`, `amplitude`, `frequency_hz`, `phase_rad` and `offset`.
+  The phase is computed as `float32(float32(2π f)·float32(dt))·tick + φ`, the float32
+  operations of the scalar expression once XLA has folded its two constants: the value of an
+  entry does not depend on the entries beside it or on a `vmap` over ticks.
   """
-  arg = 2 * math.pi * frequency_hz * t + phase_rad
-  if kind == 'sine':
-    wave, rate = jnp.sin(arg), amplitude * 2 * math.pi * frequency_hz * jnp.cos(arg)
-  elif kind == 'square':
-    wave, rate = jnp.sign(jnp.sin(arg)), jnp.zeros_like(t)
-  else:
-    wave, rate = jnp.zeros_like(t), jnp.zeros_like(t)
-  return offset + amplitude * wave, rate
-
-
-def waves(entries, t) -> tuple:
-  """`(values, rates)` `(len(entries),)` of every entry's `waveform` at time `t`, in one
-  expression (one kernel, not one per entry): a sine's, a square's and a constant's, picked
-  per entry by its static `waveform`. An entry has `waveform` and the `WAVE_FIELDS`."""
-  col = lambda f: np.asarray([getattr(e, f) for e in entries])   # noqa: E731
-  kinds, numbers = col('waveform'), [col(f) for f in WAVE_FIELDS]
-  sine, sine_rate = waveform('sine', t, *numbers)
-  square, _ = waveform('square', t, *numbers)
-  const, zero = waveform('constant', t, *numbers)
-  values = jnp.where(kinds == 'sine', sine, jnp.where(kinds == 'square', square, const))
-  return values, jnp.where(kinds == 'sine', sine_rate, zero)
+  col = lambda f: np.asarray([getattr(e, f) for e in entries], np.float64)   # noqa: E731
+  kinds, freq = np.asarray([e.waveform for e in entries]), col('frequency_hz')
+  step = (2 * math.pi * freq).astype(np.float32) * np.float32(dt)
+  arg = step * jnp.asarray(tick).astype(jnp.float32) + col('phase_rad').astype(np.float32)
+  amplitude = col('amplitude').astype(np.float32)
+  wave = jnp.where(kinds == 'sine', jnp.sin(arg),
+                   jnp.where(kinds == 'square', jnp.sign(jnp.sin(arg)), 0.0))
+  rate = (col('amplitude') * 2 * math.pi * freq).astype(np.float32) * jnp.cos(arg)
+  return (col('offset').astype(np.float32) + amplitude * wave,
+          jnp.where(kinds == 'sine', rate, 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +59,12 @@ class ActuatorScript:
   ctrl_index: tuple[int, ...]
   entries: tuple
 
-  def ctrl(self, ctrl0, t):
-    """`ctrl0` `(nu,)` with the scripted entries replaced by their value at time `t`."""
+  def ctrl(self, ctrl0, tick, dt: float):
+    """`ctrl0` `(nu,)` with the scripted entries replaced by their value at tick `tick` of
+    `dt` seconds."""
     if not self.ctrl_index:
       return ctrl0
-    vals = waves(self.entries, t)[0]
+    vals = waves(self.entries, tick, dt)[0]
     # A dense select instead of per-entry scatters: elementwise under vmap (scatters into a
     # batched ctrl cost a quarter of a small model's step on the CPU).
     dense = jnp.zeros(ctrl0.shape, ctrl0.dtype).at[np.asarray(self.ctrl_index)].set(
@@ -141,7 +135,7 @@ class CommandScript:
     """
     if not self.entries:
       return {}
-    values, rates = waves(self.entries, tick.astype(jnp.float32) * self.dt)
+    values, rates = waves(self.entries, tick, self.dt)
     dues = jnp.stack([dues[str(i)][0] if e.schedule is not None else tick >= e.start_tick
                       for i, e in enumerate(self.entries)])
     cmds, nulls, alike = [], [], {}

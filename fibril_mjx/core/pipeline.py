@@ -251,7 +251,7 @@ def _tick(built: Built, mx, params, data, ctrl, dc, comps, inputs: TickInputs, f
   `dcmotor.Pending` the next integration needs. `forward` None: `data` is a `Frame` whose
   physics was computed outside (its dcmotors too)."""
   tick = inputs.tick
-  ctrl = built.actuator_script.ctrl(ctrl, tick.astype(jnp.float32) * built.dt)
+  ctrl = built.actuator_script.ctrl(ctrl, tick, built.dt)
   comps, ctrl = actuate(built, params, comps, data, ctrl, inputs.commands, tick, inputs.pre)
   if forward is None:
     data = data.replace(ctrl=ctrl)

@@ -124,9 +124,8 @@ def _c_log(m: mujoco.MjModel, ctrl: np.ndarray):
 def test_a_log_recorded_from_mujoco_c_replays_to_the_samples_of_the_c_run(sims, runs, tmp_path):
   _, c = sims
   m = c.mj_model
-  times = np.arange(T + 1) * c.dt
-  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
-      jnp.zeros(m.nu, jnp.float32), t))(jnp.asarray(times, jnp.float32)), np.float64)
+  ctrl = np.asarray(jax.vmap(lambda k: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), k, c.dt))(jnp.arange(T + 1)), np.float64)
   qpos, qvel = _c_log(m, ctrl)
   path = tmp_path / 'log.npz'
   np.savez(path, qpos=qpos, qvel=qvel, ctrl=ctrl)
@@ -154,9 +153,8 @@ def test_a_log_with_qacc_replays_its_own_accelerations(sims, runs, tmp_path):
   from fibril_mjx.workflows import run as runmod
   _, c = sims
   m = c.mj_model
-  times = np.arange(T + 1) * c.dt
-  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
-      jnp.zeros(m.nu, jnp.float32), t))(jnp.asarray(times, jnp.float32)), np.float64)
+  ctrl = np.asarray(jax.vmap(lambda k: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), k, c.dt))(jnp.arange(T + 1)), np.float64)
   d = mujoco.MjData(m)
   log = {'qpos': [], 'qvel': [], 'ctrl': ctrl}
   qacc = []
@@ -231,9 +229,8 @@ def test_per_world_mjcf_fields_reach_mujoco_c(sims):
   m = c.mj_model
   damp = np.stack([m.dof_damping, 4.0 * m.dof_damping + 0.05])
   _, tr, _ = c.rollout(c.default_params(2), fm.world_keys(0, 2), T, model={'dof_damping': damp})
-  times = jnp.arange(T + 1, dtype=jnp.float32) * c.dt
-  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
-      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  ctrl = np.asarray(jax.vmap(lambda k: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), k, c.dt))(jnp.arange(T + 1)), np.float64)
   adr = c.components['ahrs'].sensors[1].adr
   got = np.asarray(tr['truth']['ahrs']['angular_velocity'])
   for w in range(2):
@@ -284,9 +281,8 @@ def test_run_writes_the_backend_and_replays_a_log_through_the_cli_path(sims, tmp
   assert 'physics backend: c (auto: open loop' in (tmp_path / 'c' / 'summary.txt').read_text()
   m = c.mj_model
   n_ticks = s['ticks']
-  times = jnp.arange(n_ticks + 1, dtype=jnp.float32) * c.dt
-  ctrl = np.asarray(jax.vmap(lambda t: c.actuator_script.ctrl(
-      jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+  ctrl = np.asarray(jax.vmap(lambda k: c.actuator_script.ctrl(
+      jnp.zeros(m.nu, jnp.float32), k, c.dt))(jnp.arange(n_ticks + 1)), np.float64)
   qpos, qvel = _c_log(m, ctrl)
   np.savez(tmp_path / 'log.npz', qpos=qpos, qvel=qvel, ctrl=ctrl)
   t = runmod.run(TURNTABLE, worlds=2, seed=0, duration_s=0.1, out=tmp_path / 't',
