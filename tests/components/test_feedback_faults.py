@@ -307,3 +307,51 @@ def test_config_rule(tmp_path, case):
   start = f'{path}: {field} = ' + ('' if value is None else f'{value}: ')
   lines = [ln for ln in msg.splitlines() if ln.startswith(start)]
   assert lines and any(rule in ln[len(start):] for ln in lines), msg
+
+
+# ------------------------------------------------------------------------------ groups
+
+GROUP_FAULTS = [{'type': 'stuck', 'start_s': 0.011, 'end_s': 0.031},
+                {'type': 'bias_step', 'start_s': 0.021, 'end_s': 0.061, 'value': [0.3],
+                 'fields': ['velocity']},
+                {'type': 'dropout', 'start_s': 0.071, 'end_s': 0.091}]
+
+
+def group_policy(obs, k):
+  del obs
+  s = jnp.sin(2 * jnp.pi * 4.0 * k.astype(jnp.float32) * DT)
+  return {'ga': mo.command('effort', 2.0 * s), 'gb': mo.command('effort', -3.0 * s)}, k + 1
+
+
+def test_grouped_motors_are_bitwise_each_alone(tmp_path, monkeypatch):
+  """Two `fibril_sim/motor`s alike but for their actuator, with feedback faults, jitter and
+  loss, step as one group (`core/groups.py`); `gb`'s dropout window differs per world. Every
+  leaf of the final state and of the trace equals the run with each motor a group of one."""
+  from fibril_mjx.core import groups
+  from ref_helpers import per_id
+  link = dict(feedback_faults=GROUP_FAULTS, feedback_latency_s=0.004, feedback_jitter_s=0.002,
+              feedback_loss_probability=0.2, **FB)
+  comps = [motor('ga', 'a_sc', **link), motor('gb', 'a_eff', **link)]
+
+  def rollout(sim):
+    p = sim.default_params(W)
+    p['gb'] = sim.components['gb'].set_param(p['gb'], 'feedback_faults[2].start_s',
+                                             jnp.asarray([0.065, 0.081], jnp.float32))
+    final, tr, _ = sim.rollout(p, fibril_mjx.world_keys(9, W), T,
+                               controller=Controller(group_policy, init=jnp.int32(0)))
+    final = per_id(sim.built, final, axis=1)
+    status = {c: sim.components[c].status(final.components[c]) for c in ('ga', 'gb')}
+    return final, tr, status
+
+  grouped = fibril_mjx.load(write(tmp_path / 'g', comps))
+  assert [g.ids for g in grouped.built.actuator_groups] == [('ga', 'gb')]
+  a = rollout(grouped)
+  monkeypatch.setattr(groups, 'form', lambda components, role_filter: tuple(
+      groups.Group((cid,), c, ()) for cid, c in components.items() if role_filter(c)))
+  b = rollout(fibril_mjx.load(write(tmp_path / 'a', comps)))
+  for x, y in zip(jax.tree.leaves(a[:2]), jax.tree.leaves(b[:2]), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  # the windows act per member and per world, in ticks: ga [36, 46) → 5 instants; gb [33, 46)
+  # → 6 and [41, 46) → 2
+  assert np.asarray(a[2]['ga']['feedback_fault_dropped']).tolist() == [5, 5]
+  assert np.asarray(a[2]['gb']['feedback_fault_dropped']).tolist() == [6, 2]
