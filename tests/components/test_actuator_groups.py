@@ -130,6 +130,7 @@ def test_grouped_rollout_is_bitwise_each_member_alone(grouped, tmp_path, monkeyp
   gears, addresses and limits: every leaf of the final state and of the trace (sensor =
   feedback, truth, ctrl) equal to the rollout with every component a group of one."""
   faults = FEEDBACK_FAULTS if grouped.components['va'].feedback_fault_plan else ()
+  assert len(grouped.built.stacked_groups) == 3   # formed (and cached) before the patch below
   monkeypatch.setattr(groups, 'form', _alone)
   alone = fibril_mjx.load(write_manifest(tmp_path, XML, _components(faults)))
   assert not alone.built.stacked_groups
