@@ -57,8 +57,8 @@ def components():
           {'id': 'servo', 'type': 'fibril_sim/position_servo',
            'config': {'actuator': 'a_eff', 'application_period_s': DT, 'feedback_faults': DATA,
                       **FB}},
-          motor('drop', 'a_pos', feedback_faults=DROP, feedback_health_invalid_after_missed=2,
-                feedback_health_recovery_samples=3, **FB),
+          motor('drop', 'a_pos', feedback_faults=DROP, feedback_invalid_after_missed=2,
+                feedback_recovery_samples=3, **FB),
           motor('stale', 'a_sc', feedback_faults=STALE, **FB),
           motor('reset', 'a_dc', feedback_faults=RESET, **FB)]
 
@@ -160,8 +160,8 @@ def health_at_instants(truth, cid, w):
 
 def test_dropout_sends_nothing_and_health_follows_the_thresholds(run):
   """A dropout window (per world) holds its instants back: no delivery, a sequence gap, the
-  count in `feedback_fault_dropped`; with `feedback_health_invalid_after_missed: 2` and
-  `feedback_health_recovery_samples: 3` the health goes DEGRADED, INVALID, then RECOVERING for
+  count in `feedback_fault_dropped`; with `feedback_invalid_after_missed: 2` and
+  `feedback_recovery_samples: 3` the health goes DEGRADED, INVALID, then RECOVERING for
   2 instants and HEALTHY at the 3rd good one."""
   sensor, truth, status = run
   fb = sensor['drop']
@@ -289,8 +289,8 @@ CASES = {
     'values_per_element': ([motor('x', 'a_vel', feedback_faults=[
         {'type': 'bias_step', 'start_s': 0.1, 'value': [1.0, 2.0]}])], P + '.value',
         '[1.0, 2.0]', "must be a scalar or have 1 values (field 'position')"),
-    'health_threshold': ([motor('x', 'a_vel', feedback_health_invalid_after_missed=0)],
-                         'components[0].config.feedback_health_invalid_after_missed', '0',
+    'health_threshold': ([motor('x', 'a_vel', feedback_invalid_after_missed=0)],
+                         'components[0].config.feedback_invalid_after_missed', '0',
                          'greater than or equal to 1'),
     'no_feedback': ([scalar('x', 'a_sc', feedback_faults=[{'type': 'nan', 'start_s': 0.1}])],
                     'components[0].config.feedback_faults', None, 'unknown field'),

@@ -5,8 +5,8 @@ the tick's forward (`joint_feedback`), delivered through the one sensing cycle
 (`FeedbackOutput`), and the timing fields `actuation.build_timing` makes (`MotorFields`).
 
 The feedback's faults are a sensor's (`fibril_mjx.mechanisms.faults`), declared as
-`feedback_faults:` entries (with `feedback_health_invalid_after_missed`,
-`feedback_health_recovery_samples`) and run by the same cycle at the feedback instants: data
+`feedback_faults:` entries (with `feedback_invalid_after_missed`,
+`feedback_recovery_samples`) and run by the same cycle at the feedback instants: data
 faults on the feedback sample's fields (default: `position`, the first), dropout, stale packets,
 resets (the feedback stops; the component's own state is kept), invalid status. They are
 Params and State field `feedback_faults` (`FaultParams` per entry: `ID.feedback_faults[i].start_s`,
