@@ -49,6 +49,7 @@ STALE = [{'type': 'stale_old_timestamp', 'start_s': 0.021, 'end_s': 0.031},
          {'type': 'invalid_status', 'start_s': 0.061, 'end_s': 0.065},
          {'type': 'stale_new_timestamp', 'start_s': 0.091, 'end_s': 0.101}]
 RESET = [{'type': 'reset', 'start_s': 0.041, 'end_s': 0.051, 'warmup_s': 0.01}]
+ACTUATOR = [{'type': 'command_dropout', 'start_s': 0.081}]   # beside STALE, on the commands
 
 
 def components():
@@ -59,7 +60,7 @@ def components():
                       **FB}},
           motor('drop', 'a_pos', feedback_faults=DROP, feedback_invalid_after_missed=2,
                 feedback_recovery_samples=3, **FB),
-          motor('stale', 'a_sc', feedback_faults=STALE, **FB),
+          motor('stale', 'a_sc', feedback_faults=STALE, faults=ACTUATOR, **FB),
           motor('reset', 'a_dc', feedback_faults=RESET, **FB)]
 
 
@@ -184,8 +185,11 @@ def test_dropout_sends_nothing_and_health_follows_the_thresholds(run):
 def test_stale_packets_and_invalid_status(run):
   """stale_old_timestamp: the last sent packet with its own sequence and tick;
   stale_new_timestamp: with the instant's; invalid_status: data as usual, health INVALID, then
-  RECOVERING for 4 instants and HEALTHY at the 5th (default thresholds)."""
-  sensor, truth, _ = run
+  RECOVERING for 4 instants and HEALTHY at the 5th (default thresholds). The motor's own
+  `faults:` (a command dropout) act beside them, on its commands."""
+  sensor, truth, status = run
+  # the commands of ticks 41..T (one a tick) lost
+  assert np.all(status['stale']['fault_dropped_commands'] == T + 1 - first_tick(0.081))
   fb, tr = sensor['stale'], truth['stale']
   old, bad, new = (instants_in(f) for f in STALE)
   for w in range(W):
