@@ -52,7 +52,8 @@ class Cycle(NamedTuple):
     dt: physics timestep (s).
     acquire: `(p, s, data, tick, n) -> (state, sample)`: sample `n` (a NamedTuple) from the
       `mjx.Data` of `tick`.
-    fault_plan: the static `faults.FaultPlan` (Params and State then carry `faults`), or None.
+    fault_plan: the static `faults.FaultPlan` (Params and State then carry the field
+      `slots.faults`), or None.
     observe: optional `(p, s, env, tick) -> state`, every tick, with `env` (`{component id:
       output}` of the components sensed before this one).
     track: optional `(p, s, data, tick) -> state`, every physics tick before acquisition (e.g.
