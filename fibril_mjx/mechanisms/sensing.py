@@ -7,8 +7,9 @@ fault plan (`fibril_mjx.mechanisms.faults`) → `send` into the transport → ev
 
 A component gives its cycle as a `Cycle`: its static timing, its fault plan (None: no fault
 code in the graph, no `faults` in Params and State) and its stages, the optional ones None
-where absent. A sensor's cycle reads its schedule, queue, output and transport streams under
-the names of `SENSOR`; an actuator's feedback runs the same cycle under those of `FEEDBACK`.
+where absent. A sensor's cycle reads its schedule, queue, output, transport streams and fault
+params / state under the names of `SENSOR`; an actuator's feedback runs the same cycle under
+those of `FEEDBACK` (its faults in `feedback_faults`, beside the actuator's own `faults`).
 `check` says at build time what a cycle lacks; the traced code branches on the declared
 stages only (a Python `if` on static structure, so an absent stage is absent from the graph).
 """
@@ -27,17 +28,20 @@ from fibril_mjx.mechanisms import transport as tp
 
 class Slots(NamedTuple):
   """Where a cycle finds its parts: the schedule's key in `dues`, the State fields of the
-  delivery queue and of the delivered output, and the `streams` keys of the transport's
-  jitter and loss."""
+  delivery queue and of the delivered output, the `streams` keys of the transport's
+  jitter and loss, and the Params and State field of the fault plan's `FaultParams` /
+  `FaultState`."""
   schedule: str
   queue: str
   held: str
   jitter: str
   loss: str
+  faults: str
 
 
-SENSOR = Slots('acquisition', 'queue', 'held', 'delivery_jitter', 'delivery_loss')
-FEEDBACK = Slots('feedback', 'fb_queue', 'fb_held', 'feedback_jitter', 'feedback_loss')
+SENSOR = Slots('acquisition', 'queue', 'held', 'delivery_jitter', 'delivery_loss', 'faults')
+FEEDBACK = Slots('feedback', 'fb_queue', 'fb_held', 'feedback_jitter', 'feedback_loss',
+                 'feedback_faults')
 
 
 class Cycle(NamedTuple):
@@ -48,7 +52,8 @@ class Cycle(NamedTuple):
     dt: physics timestep (s).
     acquire: `(p, s, data, tick, n) -> (state, sample)`: sample `n` (a NamedTuple) from the
       `mjx.Data` of `tick`.
-    fault_plan: the static `faults.FaultPlan` (Params and State then carry `faults`), or None.
+    fault_plan: the static `faults.FaultPlan` (Params and State then carry the field
+      `slots.faults`), or None.
     observe: optional `(p, s, env, tick) -> state`, every tick, with `env` (`{component id:
       output}` of the components sensed before this one).
     track: optional `(p, s, data, tick) -> state`, every physics tick before acquisition (e.g.
@@ -96,8 +101,8 @@ def sense(cycle: Cycle, p, s, data, tick, dues, env):
 
   Args:
     p, s: the component's Params and State of one world (State with `streams` incl. the
-      jitter and loss keys of `cycle.slots`, its queue and held fields, and `faults` with a
-      fault plan).
+      jitter and loss keys of `cycle.slots`, its queue and held fields; with a fault plan,
+      Params and State with the faults field of `cycle.slots`).
     data: `mjx.Data` of `tick`.
     dues: `{schedule: (due, n), ...}` of this tick (`cycle.slots.schedule`), shared by all
       worlds.
@@ -111,17 +116,20 @@ def sense(cycle: Cycle, p, s, data, tick, dues, env):
     s = cycle.track(p, s, data, tick)
   plan = cycle.fault_plan
 
+  fps = getattr(p, names.faults) if plan is not None else None
+
   def acquire(st):
     if plan is not None:
       reset = None if cycle.on_reset is None else functools.partial(cycle.on_reset, p)
-      st, fs = faults.reset_edges(plan, p.faults, st, st.faults, tick, cycle.dt, reset)
+      st, fs = faults.reset_edges(plan, fps, st, getattr(st, names.faults), tick, cycle.dt,
+                                  reset)
     st, sample = cycle.acquire(p, st, data, tick, n)
     seq, stamp, active = n, tick, None
     if plan is not None:
       cond = cycle.condition(p, sample) if plan.weak else jnp.int32(faults.OK)
-      sample, seq, stamp, active, fs = faults.packet(plan, p.faults, fs, sample, cond, n, tick,
+      sample, seq, stamp, active, fs = faults.packet(plan, fps, fs, sample, cond, n, tick,
                                                      cycle.dt)
-      st = st._replace(faults=fs)
+      st = st._replace(**{names.faults: fs})
     q = tp.send(cycle.transport, getattr(st, names.queue), sample, seq, stamp,
                 st.streams[names.jitter], st.streams[names.loss], active=active)
     return st._replace(**{names.queue: q})

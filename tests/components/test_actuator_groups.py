@@ -1,7 +1,8 @@
 """The actuator types beside `fibril_sim/motor` that step as one group (`core/groups.py`):
 `fibril_sim/scalar_actuator`, `fibril_sim/position_servo` and `fibril_sim/motion_motor`, two
 members each, alike but for their bindings (actuator, joint, gear, mass-matrix address, joint
-force limit). Reference: the same manifest with every component a group of one."""
+force limit), with and without faults on their feedback (`feedback_faults:`; their windows per
+member and per world). Reference: the same manifest with every component a group of one."""
 
 from __future__ import annotations
 
@@ -53,20 +54,28 @@ LINK = dict(application_period_s=0.004, command_latency_s=0.002, command_jitter_
             command_loss_probability=0.1, timeout_s=0.02, feedback_period_s=0.004,
             feedback_latency_s=0.002, feedback_jitter_s=0.0005, feedback_loss_probability=0.2,
             feedback_current_per_force=0.5)
+# a stuck (held), a bias ramp, a dropout and a stale packet on the feedback: what depends on the
+# packets sent before and on the per-world windows
+FEEDBACK_FAULTS = [{'type': 'stuck', 'start_s': 0.021, 'end_s': 0.041, 'fields': ['position']},
+                   {'type': 'bias_ramp', 'start_s': 0.031, 'end_s': 0.081, 'value': 2.0,
+                    'fields': ['velocity', 'current']},
+                   {'type': 'dropout', 'start_s': 0.091, 'end_s': 0.111},
+                   {'type': 'stale_old_timestamp', 'start_s': 0.121, 'end_s': 0.131}]
 
 
-def _components():
+def _components(feedback_faults=()):
+  link = {**LINK, **({'feedback_faults': list(feedback_faults)} if feedback_faults else {})}
   scalar = lambda cid, a: {'id': cid, 'type': 'fibril_sim/scalar_actuator',  # noqa: E731
                            'config': {'actuator': a, 'latency_s': 0.002, 'timeout_s': 0.02,
                                       'application_period_s': 0.004, 'deadband': 0.01,
                                       'saturation_min': -0.5, 'saturation_max': 0.5}}
   servo = lambda cid, a: {'id': cid, 'type': 'fibril_sim/position_servo',  # noqa: E731
                           'config': {'actuator': a, 'friction_coulomb': 0.02,
-                                     'torque_limit': 1.0, **LINK}}
+                                     'torque_limit': 1.0, **link}}
   motion = lambda cid, j: {'id': cid, 'type': 'fibril_sim/motion_motor',  # noqa: E731
                            'config': {'joint': f'j{j}', 'position_actuator': f'{j}p',
                                       'velocity_actuator': f'{j}v',
-                                      'feedforward_actuator': f'{j}f', **LINK}}
+                                      'feedforward_actuator': f'{j}f', **link}}
   return [scalar('sa', 'as1'), scalar('sb', 'as2'), servo('va', 'sv1'), servo('vb', 'sv2'),
           motion('ma', 'm1'), motion('mb', 'm2')]
 
@@ -85,15 +94,26 @@ def _alone(components, role_filter):
   return tuple(groups.Group((cid,), c, ()) for cid, c in components.items() if role_filter(c))
 
 
+def _params(sim):
+  """Default Params; with feedback faults, the dropout window of `vb` and `mb` per world."""
+  p = sim.default_params(2)
+  for cid in ('vb', 'mb'):
+    c = sim.components[cid]
+    if c.feedback_fault_plan is not None:
+      p[cid] = c.set_param(p[cid], 'feedback_faults[2].start_s', jnp.asarray([0.085, 0.101]))
+  return p
+
+
 def _rollout(sim):
-  final, trace, _ = sim.rollout(sim.default_params(2), fibril_mjx.world_keys(5, 2), 80,
+  final, trace, _ = sim.rollout(_params(sim), fibril_mjx.world_keys(5, 2), 80,
                                 controller=Controller(policy, init=jnp.int32(0)))
   return per_id(sim.built, final, axis=1), trace
 
 
-@pytest.fixture(scope='module')
-def grouped(tmp_path_factory):
-  return fibril_mjx.load(write_manifest(tmp_path_factory.mktemp('g'), XML, _components()))
+@pytest.fixture(scope='module', params=[(), FEEDBACK_FAULTS], ids=['plain', 'feedback_faults'])
+def grouped(tmp_path_factory, request):
+  return fibril_mjx.load(write_manifest(tmp_path_factory.mktemp('g'), XML,
+                                        _components(request.param)))
 
 
 def test_members_alike_but_for_bindings_group_and_the_plan_says_so(grouped):
@@ -106,11 +126,13 @@ def test_members_alike_but_for_bindings_group_and_the_plan_says_so(grouped):
 
 
 def test_grouped_rollout_is_bitwise_each_member_alone(grouped, tmp_path, monkeypatch):
-  """Commands through jitter and loss, feedback through jitter and loss, per-member gears,
-  addresses and limits: every leaf of the final state and of the trace (sensor = feedback,
-  truth, ctrl) equal to the rollout with every component a group of one."""
+  """Commands through jitter and loss, feedback through jitter, loss (and faults), per-member
+  gears, addresses and limits: every leaf of the final state and of the trace (sensor =
+  feedback, truth, ctrl) equal to the rollout with every component a group of one."""
+  faults = FEEDBACK_FAULTS if grouped.components['va'].feedback_fault_plan else ()
+  assert len(grouped.built.stacked_groups) == 3   # formed (and cached) before the patch below
   monkeypatch.setattr(groups, 'form', _alone)
-  alone = fibril_mjx.load(write_manifest(tmp_path, XML, _components()))
+  alone = fibril_mjx.load(write_manifest(tmp_path, XML, _components(faults)))
   assert not alone.built.stacked_groups
   a, b = _rollout(grouped), _rollout(alone)
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
@@ -119,3 +141,10 @@ def test_grouped_rollout_is_bitwise_each_member_alone(grouped, tmp_path, monkeyp
   for p, q in (('sa', 'sb'), ('va', 'vb'), ('ma', 'mb')):   # members read their own bindings
     key = 'applied' if p == 'sa' else 'position'
     assert np.abs(np.asarray(truth[p][key]) - np.asarray(truth[q][key])).max() > 1e-3
+  if faults:   # the faults act, and world by world (vb, mb: their own dropout windows)
+    status = {cid: grouped.components[cid].status(a[0].components[cid])
+              for cid in ('va', 'vb', 'ma', 'mb')}
+    for cid in ('va', 'ma'):
+      assert np.asarray(status[cid]['feedback_fault_dropped']).tolist() == [5, 5]
+    for cid in ('vb', 'mb'):
+      assert np.asarray(status[cid]['feedback_fault_dropped']).tolist() == [6, 2]

@@ -34,6 +34,7 @@ import pydantic
 
 from fibril_mjx.mechanisms import ring
 from fibril_mjx.mechanisms.faults.actuator import ActuatorFaultConfig
+from fibril_mjx.mechanisms.faults.spec import FaultConfig, FaultSpec
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.components import base
 from fibril_mjx.components.base import NonNeg, Positive
@@ -368,8 +369,12 @@ def normalized_output(b, force, scale):
 
 class MotorTimingConfig(ActuatorFaultConfig):
   """Command transport, application and feedback fields of the motor-type components
-  (`fibril_sim/motor`, `fibril_sim/motion_motor`; SPEC §6.2, §6.3), used by `build_timing`,
-  and their `faults:` (SPEC §6.5)."""
+  (`fibril_sim/motor`, `fibril_sim/motion_motor`, `fibril_sim/position_servo`; SPEC §6.2,
+  §6.3), used by `build_timing`, their `faults:` (SPEC §6.5), and the faults of their
+  feedback: `feedback_faults:` entries are a sensor's `faults:` entries
+  (`fibril_mjx.mechanisms.faults`) acting on the feedback sample at the feedback instants,
+  with the health thresholds `feedback_invalid_after_missed`, `feedback_recovery_samples`
+  (`feedback_fault_config`)."""
   command_latency_s: NonNeg = 0.0
   command_latency_mode: Literal['tick', 'continuous'] = 'tick'
   command_latency_max_s: Optional[NonNeg] = None
@@ -384,6 +389,16 @@ class MotorTimingConfig(ActuatorFaultConfig):
   feedback_jitter_s: NonNeg = 0.0
   feedback_loss_probability: float = pydantic.Field(0.0, ge=0, lt=1)
   feedback_current_per_force: NonNeg = 0.0
+  feedback_faults: tuple[FaultSpec, ...] = ()
+  feedback_invalid_after_missed: int = pydantic.Field(3, ge=1)
+  feedback_recovery_samples: int = pydantic.Field(5, ge=0)
+
+  def feedback_fault_config(self) -> FaultConfig:
+    """The `feedback_*` fault fields as the `FaultConfig` a sensor has (`faults`,
+    `health_invalid_after_missed`, `health_recovery_samples`)."""
+    return FaultConfig(faults=self.feedback_faults,
+                       health_invalid_after_missed=self.feedback_invalid_after_missed,
+                       health_recovery_samples=self.feedback_recovery_samples)
 
 
 def build_timing(cfg, ctx, origin, given: set = frozenset(), *, channels: int = 1,

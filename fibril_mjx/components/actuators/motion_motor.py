@@ -98,6 +98,7 @@ def command(position, velocity=0.0, kp=0.0, kd=0.0, effort_ff=0.0, enable=True
 class Params(NamedTuple):
   feedback_current_per_force: jax.Array
   faults: tuple = ()   # the `FaultParams` of the `faults:` entries
+  feedback_faults: tuple = ()   # the `FaultParams` of the `feedback_faults:` entries
 
 
 Feedback = motor_feedback.JointFeedback   # `fibril_sim/motion_motor_feedback/v1`
@@ -116,6 +117,7 @@ class State(NamedTuple):
     reference: p* of this tick (the joint position when inactive).
     fb_queue, fb_held: feedback queue and delivered output.
     faults: the `ActuatorFaultState` (None without `faults:`).
+    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -129,6 +131,7 @@ class State(NamedTuple):
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
   faults: Any = None
+  feedback_faults: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +157,8 @@ class MotionMotor(faulted.FaultedActuator, motor_feedback.MotorFields):
   accepted_kinds = ('motion',)
 
   def default_params(self) -> Params:
-    return Params(host.array(self.cfg.feedback_current_per_force), self.fault_params())
+    return Params(host.array(self.cfg.feedback_current_per_force), self.fault_params(),
+                  self.feedback_fault_params())
 
   def null_command(self) -> MotionCommand:
     z = jnp.float32(0.0)
@@ -214,7 +218,7 @@ class MotionMotor(faulted.FaultedActuator, motor_feedback.MotorFields):
     return {'position': q, 'velocity': qd, 'applied_effort': binding.sensed_effort(b, data),
             'reference': s.reference, 'commanded_effort': s.law, 'active': s.active,
             'tracking_error': jnp.where(s.active, s.reference - q, 0.0),
-            **self.fault_truth(s)}
+            **self.fault_truth(s), **self.feedback_truth(s)}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -234,7 +238,7 @@ class MotionMotor(faulted.FaultedActuator, motor_feedback.MotorFields):
               f'feedback: position, velocity, applied_effort = qfrc_actuator, current = '
               f'{c.feedback_current_per_force:g} x qfrc_actuator / {self.gear:g} / '
               f'{self.actuator_count}']
-    return lines + self.describe_faults()
+    return lines + self.describe_faults() + self.describe_feedback_faults()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
@@ -280,8 +284,14 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
   return MotionMotor(tuple(channels), gears.pop(),
                      **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin,
-                                              asm.actuator_count if asm else 1),
+                                                   asm.actuator_count if asm else 1,
+                                                   neutral_feedback=_neutral_feedback()),
                      **faulted.build(cfg, tuple(channels), ctx, origin))
+
+
+def _neutral_feedback() -> Feedback:
+  z = host.zeros()
+  return Feedback(z, z, z, z)
 
 
 CONFIG_MODEL = MotionMotorConfigModel

@@ -93,6 +93,7 @@ class Params(NamedTuple):
   feedback_current_per_force: jax.Array
   command_latency_s: Any = None   # s; a leaf with `command_latency_mode: continuous` only
   faults: tuple = ()   # the `FaultParams` of the `faults:` entries
+  feedback_faults: tuple = ()   # the `FaultParams` of the `feedback_faults:` entries
 
 
 class Feedback(NamedTuple):
@@ -163,6 +164,7 @@ class State(NamedTuple):
     fb_queue, fb_held: feedback delivery queue and the delivered output.
     scale: the world's logical scale (for truth, which sees no params).
     faults: the `ActuatorFaultState` (None without `faults:`).
+    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -175,6 +177,7 @@ class State(NamedTuple):
   fb_held: tp.Delivered
   scale: jax.Array
   faults: Any = None
+  feedback_faults: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +214,7 @@ class Motor(faulted.FaultedActuator, motor_feedback.MotorFields):
                   f(c.trajectory_acceleration_limit), f(c.duty_velocity_scale),
                   f(c.duty_effort_scale), f(c.safe_command), f(c.feedback_current_per_force),
                   None if self.link.continuous is None else f(c.command_latency_s),
-                  self.fault_params())
+                  self.fault_params(), self.feedback_fault_params())
 
   def null_command(self) -> MotorCommand:
     return MotorCommand(jnp.int32(NONE), jnp.float32(0.0), jnp.bool_(False), jnp.float32(0.0))
@@ -427,7 +430,7 @@ class Motor(faulted.FaultedActuator, motor_feedback.MotorFields):
       setpoint, tracked = s.applied / sc, eff
     return {'position': pos, 'velocity': vel, 'applied_effort': eff, 'setpoint': setpoint,
             'tracking_error': setpoint - tracked, 'timed_out': s.stale, 'joint_position': q,
-            **self.fault_truth(s)}
+            **self.fault_truth(s), **self.feedback_truth(s)}
 
   def describe(self) -> list[str]:
     c = self.cfg
@@ -447,7 +450,7 @@ class Motor(faulted.FaultedActuator, motor_feedback.MotorFields):
                  f'{self.binding.forcerange[1]:g}] (MJCF), signed like applied_effort'
                  if self.binding.forcerange is not None else
                  'NaN: the actuator has no forcerange to normalize by')]
-    return lines + self.describe_faults()
+    return lines + self.describe_faults() + self.describe_feedback_faults()
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
@@ -470,8 +473,14 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> Motor:
   b = binding.bind_actuator(ctx, 'actuator', cfg.actuator)
   check_compatible(cfg, given, b, origin)
   return Motor(b, accepted_for(cfg, b.semantic), source,
-               **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin, count, continuous=''),
+               **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin, count, continuous='',
+                                             neutral_feedback=_neutral_feedback()),
                **faulted.build(cfg, (b,), ctx, origin))
+
+
+def _neutral_feedback() -> Feedback:
+  z = host.zeros()
+  return Feedback(z, z, z, z, z)
 
 
 CONFIG_MODEL = MotorConfigModel

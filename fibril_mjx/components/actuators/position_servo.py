@@ -111,7 +111,8 @@ def command(position, kp, kd=0.0, enable=True) -> ServoCommand:
 
 
 class Params(NamedTuple):
-  """Per-world parameters (`LAW_FIELDS`, then the feedback current scale), each `()`."""
+  """Per-world parameters (`LAW_FIELDS`, then the feedback current scale), each `()`, then
+  the fault entries' `FaultParams`."""
   error_gain: jax.Array
   supply_voltage_v: jax.Array
   max_duty: jax.Array
@@ -127,6 +128,7 @@ class Params(NamedTuple):
   load_friction_stribeck: jax.Array
   feedback_current_per_force: jax.Array
   faults: tuple = ()   # the `FaultParams` of the `faults:` entries
+  feedback_faults: tuple = ()   # the `FaultParams` of the `feedback_faults:` entries
 
 
 class Torques(NamedTuple):
@@ -212,6 +214,7 @@ class State(NamedTuple):
     torques: the law's `Torques` of this tick.
     fb_queue, fb_held: feedback queue and delivered output.
     faults: the `ActuatorFaultState` (None without `faults:`).
+    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState
@@ -224,6 +227,7 @@ class State(NamedTuple):
   fb_queue: tp.QueueState
   fb_held: tp.Delivered
   faults: Any = None
+  feedback_faults: Any = None
 
 
 def joint_inertia(dof: int, madr: int, data) -> jax.Array:
@@ -254,8 +258,9 @@ class PositionServo(faulted.FaultedActuator, motor_feedback.MotorFields):
   accepted_kinds = ('position',)
 
   def default_params(self) -> Params:
-    return Params(*(host.array(getattr(self.cfg, f)) for f in Params._fields[:-1]),
-                  self.fault_params())
+    own = Params._fields[:Params._fields.index('faults')]
+    return Params(*(host.array(getattr(self.cfg, f)) for f in own), self.fault_params(),
+                  self.feedback_fault_params())
 
   def fault_effort_range(self, p: Params):
     """`derating` scales the servo's own torque limit (per world)."""
@@ -314,7 +319,7 @@ class PositionServo(faulted.FaultedActuator, motor_feedback.MotorFields):
             'applied_effort': binding.sensed_effort(self.binding, data),
             'duty': s.torques.duty, 'motor_torque': s.torques.motor,
             'friction_torque': s.torques.friction, 'active': s.active,
-            **self.fault_truth(s)}
+            **self.fault_truth(s), **self.feedback_truth(s)}
 
   def describe(self) -> list[str]:
     c, b = self.cfg, self.binding
@@ -331,7 +336,7 @@ class PositionServo(faulted.FaultedActuator, motor_feedback.MotorFields):
             f'{c.load_friction:g} / {c.load_friction_stribeck:g} (stribeck)',
             self.link.describe(),
             f'feedback: {self.feedback.describe()}; {self.fb_transport.describe()}',
-            *self.describe_faults()]
+            *self.describe_faults(), *self.describe_feedback_faults()]
 
 
 def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
@@ -354,8 +359,10 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
                       'torque_limit', b.name)
   madr = int(ctx.model.dof_Madr[b.dofadr])
   limit = None if math.isinf(cfg.torque_limit) else (-cfg.torque_limit, cfg.torque_limit)
-  return PositionServo(b, madr, **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin,
-                                                         asm.actuator_count if asm else 1),
+  z = host.zeros()
+  return PositionServo(b, madr, **motor_feedback.motor_fields(
+                           cid, cfg, fields, ctx, origin, asm.actuator_count if asm else 1,
+                           neutral_feedback=Feedback(z, z, z, z)),
                        **faulted.build(cfg, (b,), ctx, origin, limit=limit, limit_rule=(
                            'the servo limits its torque itself and torque_limit is unset')))
 

@@ -23,7 +23,9 @@ active at an acquisition whose tick falls inside it, bounds rounded up to ticks 
 schedule's `next_boundary`: `dropout`, `stale_new_timestamp`, `stale_old_timestamp`, `nan`,
 `sentinel`, `invalid_status`, `bias_step`, `bias_ramp`, `stuck`, `reset`; they act on the
 component's `fault_fields` (class attribute; by default the sample's first field) unless an
-entry names `fields`. Actuator components have their own types (`actuator.py`, SPEC §6.5).
+entry names `fields`. Actuator components have their own types (`actuator.py`, SPEC §6.5);
+the feedback of a motor type takes the types above as its `feedback_faults:`, run by its own
+sensing cycle (`fibril_mjx/components/actuators/motor_feedback.py`, SPEC §6.2).
 
 **Health** (`HEALTHY` → `DEGRADED` → `INVALID` → `RECOVERING` → `HEALTHY`) is advanced once per
 acquisition instant by its condition (`OK`, `WEAK`, `MISSED`, `BAD`), written into the sample's

@@ -64,7 +64,11 @@ def _replace_fields(sample, names, fn):
 
 
 def _cast(value, like):
+  """`value` (a scalar, or one value per element of `like`) with the shape and dtype of
+  `like`."""
   like = jnp.asarray(like)
+  if jnp.shape(value) != like.shape and jnp.size(value) == like.size:   # e.g. [v] for a scalar
+    value = jnp.reshape(value, like.shape)
   value = jnp.broadcast_to(value, like.shape)
   if jnp.issubdtype(like.dtype, jnp.floating):
     return value.astype(like.dtype)

@@ -212,16 +212,16 @@ def default_params(cfg: FaultConfig) -> tuple[FaultParams, ...]:
   return tuple(out)
 
 
-_PATH = re.compile(r'^faults\[(\d+)\]\.(\w+)$')
 PATH_FORMS = 'faults[i].start_s, faults[i].end_s, faults[i].value'
 
 
-def is_path(field: str) -> bool:
-  """Whether manifest field path `field` is `faults` or names inside it (`faults[0].end_s`)."""
-  return field == 'faults' or field.startswith(('faults[', 'faults.'))
+def is_path(field: str, name: str = 'faults') -> bool:
+  """Whether manifest field path `field` is `faults` or names inside it (`faults[0].end_s`);
+  `name`: the list's field (`feedback_faults` for a motor's feedback)."""
+  return field == name or field.startswith((name + '[', name + '.'))
 
 
-def param_path(plan, field: str, owner: str):
+def param_path(plan, field: str, owner: str, name: str = 'faults'):
   """Where `faults[i].start_s`, `.end_s` or `.value` of a component lives in its Params.
 
   The one rule for sensors and actuators (`components/base.py` applies it to every
@@ -231,38 +231,43 @@ def param_path(plan, field: str, owner: str):
   Args:
     plan: the component's static fault plan (`FaultPlan` or `actuator.ActuatorFaultPlan`,
       anything with `types` and `has_value`), or None (no `faults:`, none in Params).
-    field: a path with `is_path(field)`.
+    field: a path with `is_path(field, name)`.
     owner: the component in messages, e.g. `fibril_sim/imu 'imu'`.
+    name: the list's field, in the config and in Params (`faults`; `feedback_faults` for a
+      motor's feedback).
 
   Returns:
-    `('faults', i, name)`, or None for `faults` and for any path without a plan.
+    `(name, i, field name)`, or None for `name` itself and for any path without a plan.
 
   Raises:
     FibrilError: a path with a plan that names no per-world parameter (malformed, entry out
       of range, a field a fault entry lacks, a `value` the entry does not have).
   """
-  if field == 'faults' or plan is None:
+  if field == name or plan is None:
     return None
   n = len(plan.types)
   head = f'{field!r} is not a field of {owner}'
-  m = _PATH.match(field)
+  m = re.match(rf'^{re.escape(name)}\[(\d+)\]\.(\w+)$', field)
+  what = name[:-1].replace('_', ' ')   # 'fault', 'feedback fault'
+  empty = f'{head}: it has no {what} entries ({name}: is empty)'
   if m is None:
-    raise FibrilError(f'{head}: expected {PATH_FORMS} (i: a fault entry, 0..{n - 1})'
-                      if n else f'{head}: it has no fault entries (faults: is empty)')
-  i, name = int(m[1]), m[2]
+    forms = PATH_FORMS.replace('faults', name)
+    raise FibrilError(f'{head}: expected {forms} (i: a {what} entry, 0..{n - 1})'
+                      if n else empty)
+  i, key = int(m[1]), m[2]
   if i >= n:
-    raise FibrilError(f'{head}: it has no fault entries (faults: is empty)' if n == 0 else
-                      f'{head}: fault entry {i} out of range (faults: has {n} '
-                      f'entr{"y" if n == 1 else "ies"}, faults[0]..faults[{n - 1}])')
+    raise FibrilError(empty if n == 0 else
+                      f'{head}: {what} entry {i} out of range ({name}: has {n} '
+                      f'entr{"y" if n == 1 else "ies"}, {name}[0]..{name}[{n - 1}])')
   fields = FaultParams._fields if plan.has_value[i] else ('start_s', 'end_s')
-  if name == 'value' and not plan.has_value[i]:
-    raise FibrilError(f'{head}: faults[{i}] is a {plan.types[i]} entry without a value; '
+  if key == 'value' and not plan.has_value[i]:
+    raise FibrilError(f'{head}: {name}[{i}] is a {plan.types[i]} entry without a value; '
                       f'its per-world fields: {", ".join(fields)}')
-  if name not in FaultParams._fields:
-    raise FibrilError(f'{head}: {name!r} is not a per-world field of a fault entry'
-                      + did_you_mean(name, fields) + f'; fields of faults[{i}] '
+  if key not in FaultParams._fields:
+    raise FibrilError(f'{head}: {key!r} is not a per-world field of a fault entry'
+                      + did_you_mean(key, fields) + f'; fields of {name}[{i}] '
                       f'({plan.types[i]}): {", ".join(fields)}')
-  return ('faults', i, name)
+  return (name, i, key)
 
 
 def init_state(plan: FaultPlan, neutral_sample) -> FaultState:
