@@ -102,7 +102,7 @@ def bare_program(case: Case, n: int, ticks: int, impl: str, sub_batch):
   def ctrl(dx, k):
     if script is None:
       return dx
-    return dx.replace(ctrl=script.ctrl(dx.ctrl, k * case.dt))
+    return dx.replace(ctrl=script.ctrl(dx.ctrl, k, case.dt))
 
   def tile(x):
     return jnp.broadcast_to(x, (n,) + jnp.shape(x))

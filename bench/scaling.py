@@ -78,10 +78,9 @@ def c_rate(sim, n, ticks, repeats, threads, ctrl=None, *, callable_only=False):
   spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
   s0 = np.zeros(mujoco.mj_stateSize(m, spec))
   mujoco.mj_getState(m, d, s0, spec)
-  times = jnp.arange(ticks, dtype=jnp.float32) * sim.dt
   if ctrl is None:
-    ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(
-        jnp.zeros(m.nu, jnp.float32), t))(times), np.float64)
+    ctrl = np.asarray(jax.vmap(lambda k: sim.actuator_script.ctrl(
+        jnp.zeros(m.nu, jnp.float32), k, sim.dt))(jnp.arange(ticks)), np.float64)
   ctrl = np.broadcast_to(ctrl, (n, ticks, m.nu)).copy()
   init = np.tile(s0, (n, 1))
   datas = [mujoco.MjData(m) for _ in range(threads)]

@@ -290,8 +290,8 @@ def run_sysid(prob, rec_path, sensors, iterations, weights):
   n = int(round(t_meas[-1] / dt)) + 2
   t_ctrl = np.arange(n) * dt
   setup = time.perf_counter() - t_setup   # the controls (a JAX program here) are not counted
-  ctrl = np.asarray(jax.vmap(lambda t: sim.actuator_script.ctrl(jnp.zeros(m0.nu), t))(
-      jnp.asarray(t_ctrl, jnp.float32)), np.float64)
+  ctrl = np.asarray(jax.vmap(lambda k: sim.actuator_script.ctrl(jnp.zeros(m0.nu), k, dt))(
+      jnp.arange(n)), np.float64)
   t_setup = time.perf_counter()
   dcfg = sim.components[cid].cfg
   g_lim = float(getattr(dcfg, 'angular_velocity_limit_rad_s', 0.0) or 0.0)
