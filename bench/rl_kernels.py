@@ -15,8 +15,9 @@ auto-reset is its test, not its restart (that is once per episode).
 `--by-source N` also reads XLA's dump of the compiled programs (`bench/kernels.py`'s
 `instruction_sources`, extended to the frames of `examples/` and `bench/`) and lists, for the
 fibril env, the N source lines that launch the most kernels per env step more than the bare
-env does, with the microseconds per env step each line's kernels took (three profiled runs;
-times of one machine and load, compare lines within one run). Lines are the innermost frame in
+env does, with the microseconds per env step each line's kernels took (a control-flow kernel's without the
+kernels it runs; three profiled runs; times of one machine and load, compare lines within one
+run). Lines are the innermost frame in
 fibril_mjx, examples or bench (`physics/mjx.py` is MJX's step).
 
 Prints `rl_kernels_per_step_<env>=`, `rl_hlo_instructions_<env>=` (instructions of the
@@ -50,6 +51,10 @@ def parse_args(argv=None):
                   help='longer than the runs: no restart fires')
   ap.add_argument('--no-vary', action='store_true', help='fibril env without DEVICE_VARY')
   ap.add_argument('--by-source', type=int, default=0, metavar='N')
+  ap.add_argument('--unrolled-threefry', action='store_true',
+                  help="lower threefry2x32 on CPU as JAX lowers it elsewhere (its five rounds "
+                       "unrolled, the same bits) instead of JAX's CPU rolled loop of five "
+                       'iterations: what the rolled loops cost per step')
   return ap.parse_args(argv)
 
 
@@ -95,16 +100,27 @@ def instruction_sources(hlo_text: str) -> dict:
 
 
 def profiled(fn, state, jax, kernels):
-  """`{kernel name: (launches, microseconds)}` of one profiled call of `fn(state)`."""
+  """`{kernel name: (launches, exclusive microseconds)}` of one profiled call of `fn(state)`:
+  a control-flow thunk's time (a `while`, a `conditional`) without the thunks it ran inside
+  it (events of one thread nest)."""
   out = collections.defaultdict(lambda: [0, 0.0])
   with tempfile.TemporaryDirectory(prefix='fibril_rl_kernels_') as d:
     jax.profiler.start_trace(d)
     jax.block_until_ready(fn(state))
     jax.profiler.stop_trace()
-    for e in kernels.trace_events(d):
-      if e.get('ph') == 'X' and not e['name'].startswith(kernels.NOT_THUNKS):
-        out[e['name']][0] += 1
-        out[e['name']][1] += e['dur']
+    events = sorted((e for e in kernels.trace_events(d) if e.get('ph') == 'X'
+                     and not e['name'].startswith(kernels.NOT_THUNKS)),
+                    key=lambda e: (e['pid'], e['tid'], e['ts'], -e['dur']))
+    stack = []   # (event, end) of the enclosing thunks on this thread
+    for e in events:
+      while stack and (stack[-1][0]['tid'] != e['tid'] or stack[-1][0]['pid'] != e['pid']
+                       or stack[-1][1] <= e['ts']):
+        stack.pop()
+      if stack:   # inside its parent: not the parent's own time
+        out[stack[-1][0]['name']][1] -= e['dur']
+      out[e['name']][0] += 1
+      out[e['name']][1] += e['dur']
+      stack.append((e, e['ts'] + e['dur']))
   return out
 
 
@@ -120,6 +136,11 @@ def main(argv=None):
                               f' --xla_dump_to={dump.name} --xla_dump_hlo_as_text'
                               ' --xla_dump_hlo_module_re=.*jit_run.*')
   import jax
+  if args.unrolled_threefry:
+    from jax._src.interpreters import mlir
+    from jax._src.random import threefry2x32
+    mlir.register_lowering(threefry2x32.threefry2x32_p,
+                           threefry2x32._threefry2x32_lowering_rule, platform='cpu')
   import kernels
   import rl
   from brax.envs.wrappers import training
@@ -196,11 +217,14 @@ def main(argv=None):
       for name in by_line:
         print(f'  {name} {key}: ' + ', '.join(
             f'{k} {v:.1f}' for k, v in names[name][key].most_common(8)))
-    modules = collections.Counter()
-    for k, v in f.items():
-      modules[k.split(':')[0]] += v[0]
-    print('  launches per module: ' + ', '.join(f'{k} {v:.1f}' for k, v in
-                                                 modules.most_common()))
+    for name, line in by_line.items():
+      modules = collections.defaultdict(lambda: [0.0, 0.0])
+      for k, v in line.items():
+        modules[k.split(':')[0]][0] += v[0]
+        modules[k.split(':')[0]][1] += v[1]
+      print(f'  {name} per module, launches and us per env step: ' + ', '.join(
+          f'{k} {v[0]:.1f} {v[1]:.0f} us' for k, v in
+          sorted(modules.items(), key=lambda kv: -kv[1][1])))
   lines.append(f'rl_device_kernels_per_step={per_step["fibril"] - per_step["bare_ar"]:.1f}')
   print()
   print('\n'.join(lines))

@@ -282,6 +282,10 @@ class FibrilEnv:
     for k in range(self.task.control_ticks):   # ticks, not components: a static count
       ps, _ = pipeline.step(self.sim.built, params, ps, first if k == 0 else rest, mx=mx,
                             impl=self.sim.impl)
+      # the physics state between ticks as a loop has it: no constant of one tick's
+      # integration folded into the next's (`time + dt + dt`), so the values stay bitwise
+      # those of `pipeline.step` tick by tick (`Simulation.run`)
+      ps = ps._replace(data=jax.lax.optimization_barrier(ps.data))
     return ps
 
   def _observe(self, out, goal):
