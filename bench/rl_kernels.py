@@ -15,10 +15,13 @@ auto-reset is its test, not its restart (that is once per episode).
 `--by-source N` also reads XLA's dump of the compiled programs (`bench/kernels.py`'s
 `instruction_sources`, extended to the frames of `examples/` and `bench/`) and lists, for the
 fibril env, the N source lines that launch the most kernels per env step more than the bare
-env does, with the microseconds per env step each line's kernels took (a control-flow kernel's without the
-kernels it runs; three profiled runs; times of one machine and load, compare lines within one
-run). Lines are the innermost frame in
-fibril_mjx, examples or bench (`physics/mjx.py` is MJX's step).
+env does, and the N that take the most time, in microseconds per env step (a control-flow
+kernel's own time, without the kernels it runs on its thread; three profiled runs; times of one
+machine and load: compare lines within one run). A line is the innermost frame in fibril_mjx,
+examples or bench (`physics/mjx.py` is MJX's step). `--unrolled-threefry` lowers JAX's
+threefry hash on the CPU with its rounds written out (as JAX lowers it on other backends; the
+same bits) instead of its CPU form, a loop of five iterations per hash: what those loops cost
+per step.
 
 Prints `rl_kernels_per_step_<env>=`, `rl_hlo_instructions_<env>=` (instructions of the
 optimized scan program) and `rl_device_kernels_per_step=` (fibril − bare_ar).
@@ -26,6 +29,7 @@ optimized scan program) and `rl_device_kernels_per_step=` (fibril − bare_ar).
     nice .venv/bin/python bench/rl_kernels.py                    # 256 envs, 10 / 20 steps
     nice .venv/bin/python bench/rl_kernels.py --by-source 30
     nice .venv/bin/python bench/rl_kernels.py --no-vary          # without DEVICE_VARY
+    .venv/bin/python bench/rl_kernels.py --quick                 # smoke test: 8 envs, 2 / 4 steps
 """
 
 from __future__ import annotations
@@ -50,12 +54,16 @@ def parse_args(argv=None):
   ap.add_argument('--episode-length', type=int, default=1000,
                   help='longer than the runs: no restart fires')
   ap.add_argument('--no-vary', action='store_true', help='fibril env without DEVICE_VARY')
+  ap.add_argument('--quick', action='store_true', help='smoke test: 8 envs, 2 / 4 steps')
   ap.add_argument('--by-source', type=int, default=0, metavar='N')
   ap.add_argument('--unrolled-threefry', action='store_true',
                   help="lower threefry2x32 on CPU as JAX lowers it elsewhere (its five rounds "
                        "unrolled, the same bits) instead of JAX's CPU rolled loop of five "
                        'iterations: what the rolled loops cost per step')
-  return ap.parse_args(argv)
+  args = ap.parse_args(argv)
+  if args.quick:
+    args.envs, args.steps = 8, 2
+  return args
 
 
 def instruction_sources(hlo_text: str) -> dict:
@@ -137,10 +145,10 @@ def main(argv=None):
                               ' --xla_dump_hlo_module_re=.*jit_run.*')
   import jax
   if args.unrolled_threefry:
-    from jax._src.interpreters import mlir
-    from jax._src.random import threefry2x32
-    mlir.register_lowering(threefry2x32.threefry2x32_p,
-                           threefry2x32._threefry2x32_lowering_rule, platform='cpu')
+    from jax._src.interpreters import mlir   # JAX 0.10's lowering rules of threefry2x32
+    from jax._src.random.threefry2x32 import _threefry2x32_lowering_rule as unrolled
+    from jax._src.random.threefry2x32 import threefry2x32_p
+    mlir.register_lowering(threefry2x32_p, unrolled, platform='cpu')
   import kernels
   import rl
   from brax.envs.wrappers import training
