@@ -16,7 +16,8 @@ auto-reset is its test, not its restart (that is once per episode).
 `instruction_sources`, extended to the frames of `examples/` and `bench/`) and lists, for the
 fibril env, the N source lines that launch the most kernels per env step more than the bare
 env does, and the N that take the most time, in microseconds per env step (a control-flow
-kernel's own time, without the kernels it runs on its thread; three profiled runs; times of one
+kernel's own time, without the kernels it runs nested on its thread: a loop whose body's
+kernels are not nested in its event keeps their time; three profiled runs; times of one
 machine and load: compare lines within one run). A line is the innermost frame in fibril_mjx,
 examples or bench (`physics/mjx.py` is MJX's step). `--unrolled-threefry` lowers JAX's
 threefry hash on the CPU with its rounds written out (as JAX lowers it on other backends; the
