@@ -25,7 +25,8 @@ per env count `env_steps_ratio_<n>=` (fibril env-steps/s ÷ bare_ar env-steps/s:
 auto-reset on both sides; `env_steps_ratio_brax_reset_<n>=` against the bare env under Brax's
 `AutoResetWrapper`, which selects over the whole `mjx.Data` every step) and the device
 layer's cost per env step (fibril − bare wall time, in µs per env step and as a share of the
-fibril step). The last line is `env_steps_ratio=` of the largest env count.
+fibril step). The last line is `env_steps_ratio=` of the largest env count. The kernels
+each env launches per step, and from which source lines: `bench/rl_kernels.py`.
 
     nice .venv/bin/python bench/rl.py                       # 1024 and 4096 envs, 300 steps
     nice .venv/bin/python bench/rl.py --envs 256 --steps 50 --repeats 1   # a short run

@@ -35,6 +35,7 @@ QUICK = {
     'extero_cost.py': ([], r'imu_increment_s_per_world_tick='),
     'campaign.py': ([], r'campaign_overhead_16='),
     'rl.py': ([], r'env_steps_ratio='),
+    'rl_kernels.py': ([], r'rl_device_kernels_per_step='),
     # the outside filters (imufusion, ahrs) are not project dependencies
     'ekf_vs_peers.py': (['--no-peers'], r'tilt_rms_deg_quaternion_ekf='),
     # problem (f): one cold fit each side (the warm problems also time new processes)
@@ -50,8 +51,8 @@ QUICK = {
 # the --quick run above from an empty compilation cache (2026-12-07, a loaded 2-core VM), nearly
 # all of it XLA compiling the script's two to six programs; `make test-full` runs them. The
 # others take 14-28 s each (129 s together).
-HEAVY = {'dcmotor.py': 64, 'rl.py': 64, 'servo_real.py': 50, 'extero_cost.py': 38,
-         'overhead.py': 33, 'tune_vs_sysid.py': 28}
+HEAVY = {'dcmotor.py': 64, 'rl.py': 64, 'rl_kernels.py': 90, 'servo_real.py': 50,
+         'extero_cost.py': 38, 'overhead.py': 33, 'tune_vs_sysid.py': 28}
 # script: (module, name) of the peer it compares with, from an extra that is not a test
 # dependency (`mujoco.sysid` is an empty package without the `sysid` extra)
 PEERS = {'tune_vs_sysid.py': ('mujoco.sysid', 'ParameterDict', "pip install -e '.[sysid]'")}
