@@ -214,7 +214,7 @@ class FibrilEnv:
     # in one scan from before tick 0 (tick 0 is the loop body's code: `pipeline.step`)
     ps = pipeline.before_tick0(self.sim.built, params, k_world,
                                pipeline.WorldStart(data0=self.sim.data0, **init), mx=mx)
-    ps = self._advance(params, mx, ps, self.task.control_ticks, integrate=None)
+    ps = self._advance(params, mx, ps, None, self.task.control_ticks, integrate=None)
     out = pipeline.outputs(self.sim.built, ps)
     goal = self.task.sample_goal(k_goal) if self.task.sample_goal is not None else ()
     obs, truth = self._observe(out, goal)
@@ -235,8 +235,8 @@ class FibrilEnv:
     """Applies `action` for `control_ticks` physics ticks (`pipeline.step`); `done` is the
     task's termination (the time limit is `EpisodeWrapper`'s)."""
     params, goal = state.info['params'], state.info['goal']
-    ps = self._control_period(params, self._model(state.info['model']), state.pipeline_state,
-                              self.task.commands(action))
+    ps = self._advance(params, self._model(state.info['model']), state.pipeline_state,
+                       self._command_trace(action), self.task.control_ticks)
     out = pipeline.outputs(self.sim.built, ps)
     reward, metrics = self.task.reward(out, goal, action)
     # keys an outer wrapper added (Brax's EvalWrapper: `reward`) stay, as Brax envs keep them
@@ -254,39 +254,30 @@ class FibrilEnv:
     """The `mjx.Model` of an episode: the built one with its varied fields."""
     return self.sim.mx.replace(**fields) if fields else self.sim.mx
 
-  def _advance(self, params, mx, ps, n_ticks: int, integrate: bool | None):
-    """`n_ticks` one-world steps with scripted / null commands in a `lax.scan` (a reset: its
-    ticks' code traced once); `integrate` as in `pipeline.step`."""
+  def _advance(self, params, mx, ps, trace, n_ticks: int, integrate: bool | None = True):
+    """`n_ticks` one-world steps in a `lax.scan`; `trace` `{id: (n_ticks, ...)}` or None
+    (scripted / null commands); `integrate` as in `pipeline.step`."""
     params = groups.pack(self.sim.built, params)   # a group's Params stacked once per call
 
-    def body(st, _):
-      st, _ = pipeline.step(self.sim.built, params, st, None, mx=mx, impl=self.sim.impl,
+    def body(st, cmd):
+      st, _ = pipeline.step(self.sim.built, params, st, cmd, mx=mx, impl=self.sim.impl,
                             integrate=integrate)
       return st, None
-    return jax.lax.scan(body, ps, None, length=n_ticks)[0]
+    return jax.lax.scan(body, ps, trace, length=n_ticks)[0]
 
-  def _control_period(self, params, mx, ps, commands: dict):
-    """The `control_ticks` ticks of a step: `commands` (`{id: command}`) issued at the first,
-    the null command (nothing issued) of the same components at the others.
-
-    The ticks are written out one after the other, not a `lax.scan`: between ticks XLA then
-    fuses each device's elementwise work (a held sample picked tick after tick, a schedule
-    clock advanced) and folds the other ticks' null commands as constants, where a loop would
-    launch every kernel of the tick at every tick. The price is compile time: the tick's code
-    is compiled `control_ticks` times."""
-    params = groups.pack(self.sim.built, params)   # a group's Params stacked once per call
+  def _command_trace(self, action) -> dict:
+    """`{id: command (control_ticks, ...)}`: the action's commands at the first tick, the null
+    command (nothing issued) at the others."""
+    cmds = self.task.commands(action)
     null = self.sim.null_commands()
-    first = {cid: jax.tree.map(lambda c, z: jnp.asarray(c, z.dtype), cmd, null[cid])
-             for cid, cmd in commands.items()}
-    rest = {cid: null[cid] for cid in commands}
-    for k in range(self.task.control_ticks):   # ticks, not components: a static count
-      ps, _ = pipeline.step(self.sim.built, params, ps, first if k == 0 else rest, mx=mx,
-                            impl=self.sim.impl)
-      # the physics state between ticks as a loop has it: no constant of one tick's
-      # integration folded into the next's (`time + dt + dt`), so the values stay bitwise
-      # those of `pipeline.step` tick by tick (`Simulation.run`)
-      ps = ps._replace(data=jax.lax.optimization_barrier(ps.data))
-    return ps
+    n = self.task.control_ticks
+    trace = {}
+    for cid, cmd in cmds.items():
+      trace[cid] = jax.tree.map(
+          lambda c, z: jnp.concatenate([jnp.asarray(c, z.dtype)[None],
+                                        jnp.broadcast_to(z, (n - 1,) + z.shape)]),
+          cmd, null[cid])
+    return trace
 
   def _observe(self, out, goal):
     """`(obs, truth)`: delivered fields + new_data per observed component (+ goal), and the
