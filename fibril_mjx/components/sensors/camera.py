@@ -162,10 +162,6 @@ class Camera(ViewFields, base.SensorBase):
   params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('fx_px', 'fy_px', 'cx_px', 'cy_px', 'min_depth_m')
-  # in a group (`core/groups.py`): its site's probes per member; the site's body (excluded
-  # from the rays, a static index of `mjx.ray`) is shared, so members on one body group
-  per_member = ('site_id', 'motion')
-  member_config = ('site',)
 
   @property
   def rolling(self) -> bool:

@@ -163,10 +163,6 @@ class Lidar(ViewFields, base.SensorBase):
   params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('min_range_m', 'max_range_m')
-  # in a group (`core/groups.py`): its site's probes per member; the site's body (excluded
-  # from the rays, a static index of `mjx.ray`) is shared, so members on one body group
-  per_member = ('site_id', 'motion')
-  member_config = ('site',)
 
   @property
   def n_beams(self) -> int:

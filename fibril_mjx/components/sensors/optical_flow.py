@@ -195,10 +195,6 @@ class OpticalFlow(ViewFields, base.SensorBase):
   params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('min_range_m', 'max_range_m', 'max_flow_rate_rad_s', 'max_angular_rate_rad_s')
-  # in a group (`core/groups.py`): its site's probes per member; the site's body (excluded
-  # from the rays, a static index of `mjx.ray`) is shared, so members on one body group
-  per_member = ('site_id', 'motion')
-  member_config = ('site',)
 
   def neutral(self):
     return Sample(host.zeros(2), host.zeros(3), host.zeros(), host.zeros((), np.int32),

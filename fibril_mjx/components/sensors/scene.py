@@ -190,7 +190,6 @@ def site_bodies(model: mujoco.MjModel, site_id: int) -> tuple[int, int]:
 @dataclasses.dataclass(frozen=True)
 class SiteMotion:
   """A site's pose and velocity probes (`SitePose`, `framelinvel`, `frameangvel`)."""
-  shaping = ()   # nothing of its own shapes the trace (`core/groups.py`)
   pose: SitePose
   linvel: Probe
   angvel: Probe
