@@ -184,6 +184,9 @@ class Ahrs(inertial.RateSensor, base.SensorBase):
   samples: ClassVar[tuple] = (Sample, SampleWithTemperature)   # `RateSensor._sample`
   params_type, state_type = Params, State
   errors = ERRORS
+  # in a group (`core/groups.py`): its MuJoCo sensors' addresses per member
+  per_member = ('sensors',)
+  member_config = ('orientation_sensor', 'gyroscope_sensor', 'accelerometer_sensor', 'site')
 
   sensors: tuple[SensorBinding, SensorBinding, SensorBinding]
   channels: tuple[inertial.Channel, inertial.Channel]
@@ -230,9 +233,8 @@ class Ahrs(inertial.RateSensor, base.SensorBase):
     return o
 
   def _read(self, sensordata):
-    q_b, g_b, a_b = self.sensors
-    return (sensordata[q_b.adr:q_b.adr + 4], sensordata[g_b.adr:g_b.adr + 3],
-            sensordata[a_b.adr:a_b.adr + 3])
+    """The MuJoCo `(framequat (4,), gyro (3,), accelerometer (3,))` of `sensordata`."""
+    return tuple(b.read(sensordata) for b in self.sensors)
 
   def _device_rpy(self, q_mj, yaw0):
     """MuJoCo framequat → device roll/pitch/yaw (yaw sign, yaw reference)."""

@@ -113,6 +113,9 @@ class Airspeed(base.SiteFields, base.SensorBase):
   params_type, state_type = Params, State
   errors = ERRORS
   always_used = ('wind_m_s', 'air_density_kg_m3')
+  # in a group (`core/groups.py`): its site's probes and velocimeter per member
+  per_member = ('site_id', 'site', 'velocity')
+  member_config = ('velocity_sensor', 'site')
 
   def variance(self, p: Params):
     return ERRORS.variance(p, self.error_ctx({}))
@@ -124,8 +127,7 @@ class Airspeed(base.SiteFields, base.SensorBase):
 
   def air_velocity(self, p: Params, data):
     """Air-relative velocity of the probe in site axes `(3,)` m/s."""
-    b = self.velocity
-    v = data.sensordata[b.adr:b.adr + 3]
+    v = self.velocity.read(data.sensordata)
     return v - smallmat.matvec(self.site.mat(data).T, p.wind_m_s)
 
   def ideal(self, p: Params, data):

@@ -196,6 +196,9 @@ class Gnss(base.SiteFields, base.SensorBase):
   errors = ERRORS
   fault_fields = ('latitude_e7', 'longitude_e7', 'height_m', 'velocity_enu_m_s')
   always_used = ('hdop', 'vdop', 'no_fix_accuracy_m')
+  # in a group (`core/groups.py`): its site's probes, velocimeter and gyro per member
+  per_member = ('site_id', 'site', 'velocity', 'angular_velocity')
+  member_config = ('velocity_sensor', 'angular_velocity_sensor', 'site')
 
   def _outages(self) -> bool:
     return bool(self.cfg.outage_start_s)
@@ -207,13 +210,11 @@ class Gnss(base.SiteFields, base.SensorBase):
   def antenna(self, lever_arm, data):
     """True antenna position and velocity in the world (ENU) frame, `(3,)`, `(3,)`."""
     rot = self.site.mat(data)
-    b = self.velocity
-    v = data.sensordata[b.adr:b.adr + 3]
+    v = self.velocity.read(data.sensordata)
     pos = self.site.pos(data)
     if self._on('lever_arm_m'):
       pos = pos + smallmat.matvec(rot, lever_arm)
-      g = self.angular_velocity
-      v = v + jnp.cross(data.sensordata[g.adr:g.adr + 3], lever_arm)
+      v = v + jnp.cross(self.angular_velocity.read(data.sensordata), lever_arm)
     return pos, smallmat.matvec(rot, v)
 
   def has_fix(self, p: Params, t):
