@@ -101,11 +101,13 @@ def thunks(trace_dir: str) -> collections.Counter:
   return out
 
 
-def instruction_sources(hlo_text: str) -> dict:
+def instruction_sources(hlo_text: str, roots: tuple = ()) -> dict:
   """`{instruction name: 'file:function:line'}` of an XLA HLO dump, the innermost frame of
   each instruction's stack that lies in fibril_mjx (the dump's FileNames, FunctionNames,
   FileLocations and StackFrames tables; a frame's `parent_frame_id` is printed one above the
-  parent's id, 1 meaning none)."""
+  parent's id, 1 meaning none). With `roots` (e.g. `('/fibril_mjx/', '/examples/')`), the
+  innermost frame under any of them, its file named from the root's folder on
+  (`fibril_mjx/core/pipeline.py`)."""
   tables = {'FileNames': {}, 'FunctionNames': {}, 'FileLocations': {}, 'StackFrames': {}}
   table, out = None, {}
   for line in hlo_text.splitlines():
@@ -134,9 +136,11 @@ def instruction_sources(hlo_text: str) -> dict:
         return '?'
       loc = tables['FileLocations'][f['file_location_id']]
       file = tables['FileNames'][loc['file_name_id']]
-      if '/fibril_mjx/' in file:
+      root = next((r for r in roots or ('/fibril_mjx/',) if r in file), None)
+      if root is not None:
         fn = tables['FunctionNames'][loc['function_name_id']]
-        return f"{file.split('/fibril_mjx/')[-1]}:{fn}:{loc['line']}"
+        name = file.split(root)[-1] if not roots else f"{root.strip('/')}/{file.split(root)[-1]}"
+        return f"{name}:{fn}:{loc['line']}"
       frame = f.get('parent_frame_id', 1) - 1
     return '?'
   return {name: where(frame) for name, frame in out.items()}

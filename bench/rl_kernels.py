@@ -68,44 +68,10 @@ def parse_args(argv=None):
 
 
 def instruction_sources(hlo_text: str) -> dict:
-  """`{instruction name: 'file:function:line'}`, the innermost frame of each instruction's
-  stack under one of `ROOTS` (as `bench/kernels.instruction_sources`, which reads only
-  fibril_mjx frames)."""
-  tables = {'FileNames': {}, 'FunctionNames': {}, 'FileLocations': {}, 'StackFrames': {}}
-  table, out = None, {}
-  for line in hlo_text.splitlines():
-    if line in tables:
-      table = tables[line]
-      continue
-    m = re.match(r'(\d+) (.*)', line) if table is not None else None
-    if m is None:
-      table = None
-      ins = re.match(r'\s+(?:ROOT )?%(\S+) = ', line)
-      if ins:
-        frame = re.search(r'stack_frame_id=(\d+)', line)
-        out[ins.group(1)] = int(frame.group(1)) if frame else None
-      continue
-    if table is tables['FileNames'] or table is tables['FunctionNames']:
-      table[int(m.group(1))] = m.group(2).strip('"')
-    else:
-      table[int(m.group(1))] = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', m.group(2))}
-
-  def where(frame):
-    if frame is None:
-      return 'no-metadata'
-    for _ in range(500):
-      f = tables['StackFrames'].get(frame)
-      if f is None:
-        return '?'
-      loc = tables['FileLocations'][f['file_location_id']]
-      file = tables['FileNames'][loc['file_name_id']]
-      root = next((r for r in ROOTS if r in file), None)
-      if root is not None:
-        fn = tables['FunctionNames'][loc['function_name_id']]
-        return f"{root.strip('/')}/{file.split(root)[-1]}:{fn}:{loc['line']}"
-      frame = f.get('parent_frame_id', 1) - 1
-    return '?'
-  return {name: where(frame) for name, frame in out.items()}
+  """`bench/kernels.instruction_sources` with the frames of `ROOTS` (fibril_mjx, examples,
+  bench)."""
+  import kernels
+  return kernels.instruction_sources(hlo_text, ROOTS)
 
 
 def profiled(fn, state, jax, kernels):

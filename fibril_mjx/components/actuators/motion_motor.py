@@ -108,16 +108,15 @@ class State(NamedTuple):
   """Per-world state.
 
   Attributes:
-    streams, link: stream keys and the command path.
+    streams, link, fb_queue, fb_held, feedback_faults: the fields every motor type has
+      (`motor_feedback.MotorFields.motor_state` makes them); faults: the actuator's
+      `ActuatorFaultState` (None without `faults:`).
     held: the latest accepted command.
     latched: the command latched at the latest application instant (the law's command).
     active: the latest instant latched the held command (received, fresh, enabled).
     stale: the latest instant found it timed out; timeout_count counts such instants.
     law: `kp(p*−q) + kd(v*−q̇) + ff` of this tick (before actuatorfrcrange), joint.
     reference: p* of this tick (the joint position when inactive).
-    fb_queue, fb_held: feedback queue and delivered output.
-    faults: the `ActuatorFaultState` (None without `faults:`).
-    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState

@@ -154,17 +154,15 @@ class State(NamedTuple):
   """Per-world state.
 
   Attributes:
-    streams: named stream keys.
-    link: command path.
+    streams, link, fb_queue, fb_held, feedback_faults: the fields every motor type has
+      (`motor_feedback.MotorFields.motor_state` makes them); faults: the actuator's
+      `ActuatorFaultState` (None without `faults:`).
     held: held command.
     gen: setpoint generator.
     applied: the setpoint or effort applied at the latest instant, joint units.
     stale: the latest instant applied the safe command on timeout.
     timeout_count: application instants that did so (cumulative).
-    fb_queue, fb_held: feedback delivery queue and the delivered output.
     scale: the world's logical scale (for truth, which sees no params).
-    faults: the `ActuatorFaultState` (None without `faults:`).
-    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState

@@ -207,14 +207,13 @@ class State(NamedTuple):
   """Per-world state.
 
   Attributes:
-    streams, link: stream keys and the command path.
+    streams, link, fb_queue, fb_held, feedback_faults: the fields every motor type has
+      (`motor_feedback.MotorFields.motor_state` makes them); faults: the actuator's
+      `ActuatorFaultState` (None without `faults:`).
     held: the latest accepted command; latched: the command of the latest application instant.
     active: the latest instant latched an enabled, fresh command; stale / timeout_count: the
       watchdog.
     torques: the law's `Torques` of this tick.
-    fb_queue, fb_held: feedback queue and delivered output.
-    faults: the `ActuatorFaultState` (None without `faults:`).
-    feedback_faults: the feedback's `faults.FaultState` (None without `feedback_faults:`).
   """
   streams: dict
   link: actuation.LinkState
