@@ -28,7 +28,8 @@ its test against a float64 NumPy model: docs/howto/new-error-term.md walks throu
 
 from fibril_mjx.error_models.core import (DETERMINISTIC, KINDS, SAMPLE_TAIL, SLOW, STOCHASTIC,
                                           Chain, ConfigField, Ctx, Partition, Term, chain,
-                                          partition, sample_type, stream_keys, with_errors)
+                                          extended, partition, sample_type, stream_keys,
+                                          with_errors)
 from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, constant_bias,
                                            first_order_lag, gain, gauss_markov, lowpass,
                                            narrowband, quantization, random_walk, saturation,
@@ -36,6 +37,6 @@ from fibril_mjx.error_models.terms import (ar1_noise, bounds, common_mode, const
 
 __all__ = ['DETERMINISTIC', 'KINDS', 'SAMPLE_TAIL', 'SLOW', 'STOCHASTIC', 'Chain', 'ConfigField',
            'Ctx', 'Partition', 'Term', 'ar1_noise', 'bounds', 'chain', 'common_mode',
-           'constant_bias', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
+           'constant_bias', 'extended', 'first_order_lag', 'gain', 'gauss_markov', 'lowpass',
            'narrowband', 'partition', 'quantization', 'random_walk', 'sample_type', 'saturation',
            'sinusoids', 'stream_keys', 'turn_on_bias', 'white_noise', 'with_errors']

@@ -326,12 +326,20 @@ def with_errors(base: type, errors: Chain) -> type:
       class CameraConfigModel(em.with_errors(_OwnConfig, ERRORS)):
         \"\"\"Validated manifest config of `fibril_sim/camera` ...\"\"\"
   """
-  fields = {c.name: (c.annotation, c.default) for c in errors.config}
+  return extended(base, {c.name: (c.annotation, c.default) for c in errors.config},
+                  'WithErrors', 'its error model')
+
+
+def extended(base: type, fields: dict, suffix: str, source: str) -> type:
+  """`base` (a pydantic model: a sensor's own fields) with `fields` (`{name: (annotation,
+  default)}`) after its own: the model `<base name><suffix>` a declared config model inherits
+  (`with_errors`; an inertial sensor's channels). A name in both is refused, naming `source`
+  (where `fields` come from)."""
   clash = set(fields) & set(base.model_fields)
   if clash:
-    raise ValueError(f'{base.__module__}: fields both in the sensor and its error model: '
+    raise ValueError(f'{base.__module__}: fields both in the sensor and {source}: '
                      f'{sorted(clash)}')
-  return pydantic.create_model(f'{base.__name__}WithErrors', __base__=base,
+  return pydantic.create_model(f'{base.__name__}{suffix}', __base__=base,
                                __module__=base.__module__, **fields)
 
 

@@ -282,15 +282,10 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> MotionMotor:
                       f'({", ".join(f"{b.name}: {b.gear:g}" for b in channels)}); declare the '
                       'transmission once in an assemblies entry', cfg.feedforward_actuator)
   return MotionMotor(tuple(channels), gears.pop(),
-                     **motor_feedback.motor_fields(cid, cfg, fields, ctx, origin,
-                                                   asm.actuator_count if asm else 1,
-                                                   neutral_feedback=_neutral_feedback()),
+                     **motor_feedback.motor_fields(
+                         cid, cfg, fields, ctx, origin, asm.actuator_count if asm else 1,
+                         neutral_feedback=motor_feedback.neutral_joint_feedback()),
                      **faulted.build(cfg, tuple(channels), ctx, origin))
-
-
-def _neutral_feedback() -> Feedback:
-  z = host.zeros()
-  return Feedback(z, z, z, z)
 
 
 CONFIG_MODEL = MotionMotorConfigModel

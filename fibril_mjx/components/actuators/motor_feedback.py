@@ -29,7 +29,7 @@ from fibril_mjx.components.actuators.actuation import (MOTOR_SOURCES, CommandLin
                                                         ContinuousLatencyParam, build_timing,
                                                         set_fields)
 from fibril_mjx.core import protocol
-from fibril_mjx.mechanisms import faults, rng
+from fibril_mjx.mechanisms import faults, host, rng
 from fibril_mjx.mechanisms import sensing
 from fibril_mjx.mechanisms import transport as tp
 from fibril_mjx.mechanisms.schedule import Schedule
@@ -50,6 +50,12 @@ class JointFeedback(NamedTuple):
   velocity: jax.Array
   applied_effort: jax.Array
   current: jax.Array
+
+
+def neutral_joint_feedback() -> JointFeedback:
+  """The `JointFeedback` held before the first delivery (zeros)."""
+  z = host.zeros()
+  return JointFeedback(z, z, z, z)
 
 
 def joint_feedback(b, current_per_force, actuator_count, data) -> JointFeedback:

@@ -358,10 +358,9 @@ def build(cid: str, raw, ctx: BuildContext, catalog) -> PositionServo:
                       'torque_limit', b.name)
   madr = int(ctx.model.dof_Madr[b.dofadr])
   limit = None if math.isinf(cfg.torque_limit) else (-cfg.torque_limit, cfg.torque_limit)
-  z = host.zeros()
   return PositionServo(b, madr, **motor_feedback.motor_fields(
                            cid, cfg, fields, ctx, origin, asm.actuator_count if asm else 1,
-                           neutral_feedback=Feedback(z, z, z, z)),
+                           neutral_feedback=motor_feedback.neutral_joint_feedback()),
                        **faulted.build(cfg, (b,), ctx, origin, limit=limit, limit_rule=(
                            'the servo limits its torque itself and torque_limit is unset')))
 

@@ -52,7 +52,6 @@ from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import pydantic
 
 from fibril_mjx import error_models as em
 from fibril_mjx.mechanisms import signal
@@ -70,9 +69,8 @@ def with_channels(base: type, channels: tuple[str, ...], spec: dict) -> type:
   """`base` (a sensor's own fields) extended with a field `<channel>_<role>` for each of
   `channels` and each `role: (type, default)` of `spec`, channel by channel: the base an inertial
   sensor's declared config model inherits (as `em.with_errors` for an error model's fields)."""
-  fields = {f'{ch}_{role}': typed for ch in channels for role, typed in spec.items()}
-  return pydantic.create_model(f'{base.__name__}WithChannels', __base__=base,
-                               __module__=base.__module__, **fields)
+  return em.extended(base, {f'{ch}_{role}': typed for ch in channels
+                            for role, typed in spec.items()}, 'WithChannels', 'its channels')
 
 
 class ChannelErrors(NamedTuple):
