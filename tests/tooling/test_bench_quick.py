@@ -46,13 +46,15 @@ QUICK = {
     'no_hang.py': (['--models', 'turntable', '--worlds', '64'], r'no_hang_ok='),
     'servo_real.py': (['--no-published'], r'servo_heldout_mae_deg='),
     'lapack_hang_repro.py': ([], r'repro_finished_s='),
+    'physics_sub_batch.py': ([], r'physics_sub_batch_ratio='),
 }
 # Too costly for `make test` (the suite's budget is ~12 minutes cold on 2 cores): CPU seconds of
 # the --quick run above from an empty compilation cache (2026-12-07, a loaded 2-core VM), nearly
 # all of it XLA compiling the script's two to six programs; `make test-full` runs them. The
 # others take 14-28 s each (129 s together).
 HEAVY = {'dcmotor.py': 64, 'rl.py': 64, 'rl_kernels.py': 90, 'servo_real.py': 50,
-         'extero_cost.py': 38, 'overhead.py': 33, 'tune_vs_sysid.py': 28}
+         'extero_cost.py': 38, 'overhead.py': 33, 'tune_vs_sysid.py': 28,
+         'physics_sub_batch.py': 35}
 # script: (module, name) of the peer it compares with, from an extra that is not a test
 # dependency (`mujoco.sysid` is an empty package without the `sysid` extra)
 PEERS = {'tune_vs_sysid.py': ('mujoco.sysid', 'ParameterDict', "pip install -e '.[sysid]'")}
