@@ -28,6 +28,8 @@ Usage:
   .venv/bin/python bench/overhead.py                     # 1024 and 4096 worlds, 200 ticks
   .venv/bin/python bench/overhead.py --one-core --manifest bench/four_motor_rig.yaml --repeats 16
       # one device pinned to one core, 2048 worlds (what each device of a full run does)
+  .venv/bin/python bench/overhead.py --one-core --manifest bench/four_motor_rig.yaml --worlds 1024 --sub-batch 256
+      # both variants in sub-batches of 256 worlds (docs/internals/performance.md)
   .venv/bin/python bench/overhead.py --quick             # smoke test (seconds)
   FIBRIL_BENCH_COMPILE_CACHE=/tmp/jaxcache .venv/bin/python bench/overhead.py
       # enables JAX's persistent compilation cache (compile times then measure cache hits)
@@ -70,6 +72,9 @@ def parse_args(argv=None):
   ap.add_argument('--chunk', type=int, default=None,
                   help='worlds per host chunk (default: none, one program per world count)')
   ap.add_argument('--seed', type=int, default=0)
+  ap.add_argument('--sub-batch', type=int, default=None,
+                  help='worlds per sub-batch of both variants (`Options(sub_batch=)`; default: '
+                       'the LAPACK-safe size, one sub-batch when the model has no LAPACK call)')
   ap.add_argument('--quick', action='store_true', help='small sizes, for a smoke test')
   ap.add_argument('--one-core', action='store_true',
                   help='one XLA device, the process pinned to one core: what each device of a '
@@ -85,8 +90,8 @@ def parse_args(argv=None):
   if a.one_core and not hasattr(os, 'sched_setaffinity'):
     ap.error('--one-core pins the process with os.sched_setaffinity, which this OS lacks '
              '(Linux only)')
-  if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1:
-    ap.error('--worlds, --ticks and --repeats must be positive')
+  if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1 or (a.sub_batch or 2) < 2:
+    ap.error('--worlds, --ticks and --repeats must be positive, --sub-batch at least 2')
   return a
 
 
@@ -115,9 +120,10 @@ def tree_nbytes(tree) -> int:
 class Variant:
   """One simulation and its measurements."""
 
-  def __init__(self, name, sim, seed, chunk):
+  def __init__(self, name, sim, seed, chunk, sub_batch=None):
     import jax
     self.name, self.sim, self.seed, self.chunk = name, sim, seed, chunk
+    self.sub_batch = sub_batch
     self.params = {}        # n -> full params (world axis n)
     self.run_s = {}         # n -> [seconds of the run phase per repetition]
     self.reset_s = {}       # n -> [seconds of the reset phase]
@@ -143,9 +149,11 @@ class Variant:
       keys = fm.world_keys(self.seed, hi - lo, lo)
       jax.block_until_ready((p, keys))
       t0 = time.perf_counter()
-      st = jax.block_until_ready(self.sim.reset(p, keys))
+      st = jax.block_until_ready(self.sim.reset(p, keys,
+                                                options=Options(sub_batch=self.sub_batch)))
       t1, c1 = time.perf_counter(), time.process_time()
-      st, _, _ = self.sim.run(p, st, ticks, options=Options(record=False))
+      st, _, _ = self.sim.run(p, st, ticks, options=Options(record=False,
+                                                            sub_batch=self.sub_batch))
       jax.block_until_ready(st)
       t2, c2 = time.perf_counter(), time.process_time()
       t_reset += t1 - t0
@@ -235,8 +243,8 @@ def measure(src: pathlib.Path, args, fm) -> dict:
   with tempfile.TemporaryDirectory(prefix='fibril_bench_') as tmp:
     phys_path = physics_only_manifest(src, pathlib.Path(tmp))
     t0 = time.perf_counter()
-    full = Variant('full', fm.load(src), args.seed, args.chunk)
-    phys = Variant('physics', fm.load(phys_path), args.seed, args.chunk)
+    full = Variant('full', fm.load(src), args.seed, args.chunk, args.sub_batch)
+    phys = Variant('physics', fm.load(phys_path), args.seed, args.chunk, args.sub_batch)
     print(f'host build of both: {time.perf_counter() - t0:.2f} s; components of full: '
           + ', '.join(f'{cid} ({c.type})' for cid, c in full.sim.components.items()))
   variants = (full, phys)

@@ -6,6 +6,7 @@
   python tools/bench_table.py                    # runs the FAST benches at small sizes
   python tools/bench_table.py --run overhead dcmotor     # runs these (their FAST command)
   python tools/bench_table.py --from rl=out.txt  # reads a saved output of a bench instead
+                                                 # (of its full command: the rows' source)
   python tools/bench_table.py --list             # the benches and their commands
 
 A bench's rows are replaced by the `name=value` lines of its new output (every line matching
@@ -59,6 +60,7 @@ BENCHES = (
     Bench('tune_vs_sysid', 'bench/tune_vs_sysid.py'),
     Bench('scaling', 'bench/scaling.py'),
     Bench('no_hang', 'bench/no_hang.py --models humanoid turntable'),
+    Bench('physics_sub_batch', 'bench/physics_sub_batch.py'),
 )
 FAST = ('overhead',)     # what the default run does: the benches that take seconds at --quick
 
@@ -161,7 +163,9 @@ def main(argv=None) -> int:
     name, _, path = item.partition('=')
     if name not in by_name or not path:
       raise SystemExit(f'--from {item}: expected BENCH=FILE, BENCH one of {sorted(by_name)}')
-    rows = update(rows, name, pathlib.Path(path).read_text(), f'output `{path}`', when, where)
+    # the bench's full command, not the file: a saved output is usually a temporary file
+    rows = update(rows, name, pathlib.Path(path).read_text(), f'`{by_name[name].full}`', when,
+                  where)
   head, rest = text.split(BEGIN, 1)
   README.write_text(head + render(rows) + rest.split(END, 1)[1])
   print(f'wrote {README.relative_to(ROOT)}: {len(rows)} figures')
