@@ -90,7 +90,8 @@ def parse_args(argv=None):
   if a.one_core and not hasattr(os, 'sched_setaffinity'):
     ap.error('--one-core pins the process with os.sched_setaffinity, which this OS lacks '
              '(Linux only)')
-  if min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1 or (a.sub_batch or 2) < 2:
+  if (min(a.worlds) < 1 or a.ticks < 1 or a.repeats < 1
+      or a.sub_batch is not None and a.sub_batch < 2):
     ap.error('--worlds, --ticks and --repeats must be positive, --sub-batch at least 2')
   return a
 

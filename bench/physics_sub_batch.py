@@ -70,16 +70,16 @@ def parse_args(argv=None):
   a.sub_batches = a.sub_batches or (2 if a.quick else None)
   a.ticks = a.ticks or (5 if a.quick else 50)
   a.repeats = a.repeats or (1 if a.quick else 4)
-  if min(a.sub_batches or 2, a.ticks, a.repeats) < 1 or (a.sub_batch or 2) < 1:
+  if min(a.ticks, a.repeats) < 1 or any(x is not None and x < 1
+                                         for x in (a.sub_batch, a.sub_batches)):
     ap.error('--sub-batch, --sub-batches, --ticks and --repeats must be positive')
   return a
 
 
 def sub_batched(fn, k: int):
-  """`fn` (one world's function) whose `vmap` over `n` worlds is a `lax.map` of its vmap over
-  `ceil(n / k)` sub-batches of `k`."""
+  """`fn` (one world's function) whose `vmap` over `n = m·k` worlds is a `lax.map` of its vmap
+  over `m` sub-batches of `k` (this bench's world counts are whole sub-batches)."""
   import jax
-  import jax.numpy as jnp
   from jax.custom_batching import custom_vmap
   f = custom_vmap(fn)
 
@@ -88,29 +88,26 @@ def sub_batched(fn, k: int):
     axes = tuple(jax.tree.map(lambda b: 0 if b else None, in_batched))
     flat, tree = jax.tree.flatten(args)
     batched = jax.tree.leaves(in_batched)
-    m = -(-n // k)   # sub-batches, the last one padded with copies of the first world
+    if n % k:
+      raise ValueError(f'{n} worlds are not whole sub-batches of {k}')
 
     def one(chunk):
       it = iter(chunk)
       leaves = [next(it) if b else x for x, b in zip(flat, batched)]
       return jax.vmap(fn, in_axes=axes)(*jax.tree.unflatten(tree, leaves))
-    padded = [jnp.concatenate([x, jnp.repeat(x[:1], m * k - n, axis=0)]) if m * k > n else x
-              for x, b in zip(flat, batched) if b]
-    out = jax.lax.map(one, [x.reshape((m, k) + x.shape[1:]) for x in padded])
-    out = jax.tree.map(lambda x: x.reshape((m * k,) + x.shape[2:])[:n], out)
+    out = jax.lax.map(one, [x.reshape((n // k, k) + x.shape[1:])
+                            for x, b in zip(flat, batched) if b])
+    out = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
     return out, jax.tree.map(lambda _: True, out)
   return f
 
 
-LAPACK = {'cholesky', 'triangular_solve', 'lu', 'qr', 'geqrf', 'geqp3', 'householder_product',
-          'ormqr', 'eigh', 'eig', 'svd', 'schur', 'hessenberg', 'tridiagonal',
-          'tridiagonal_solve'}
-
-
 def has_lapack(jaxpr) -> bool:
   from jax.extend import core
-  return any(e.primitive.name in LAPACK or any(has_lapack(j) for j in core.jaxprs_in_params(
-      e.params)) for e in jaxpr.eqns)
+  from fibril_mjx.batch.lapack import PRIMITIVES
+  return any(e.primitive.name in PRIMITIVES or any(has_lapack(j) for j in
+                                                   core.jaxprs_in_params(e.params))
+             for e in jaxpr.eqns)
 
 
 def eval_lapack_sub_batched(jaxpr, consts, args, k: int):
@@ -119,11 +116,12 @@ def eval_lapack_sub_batched(jaxpr, consts, args, k: int):
   import functools
   import jax
   from jax.extend import core
+  from fibril_mjx.batch.lapack import PRIMITIVES
   env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
   read = lambda v: v.val if isinstance(v, core.Literal) else env[v]   # noqa: E731
   for e in jaxpr.eqns:
     ins, p, name = [read(v) for v in e.invars], e.params, e.primitive.name
-    if name in LAPACK:
+    if name in PRIMITIVES:
       outs = sub_batched(functools.partial(e.primitive.bind, **p), k)(*ins)
     elif not any(has_lapack(j) for j in core.jaxprs_in_params(p)):
       outs = e.primitive.bind(*ins, **p)

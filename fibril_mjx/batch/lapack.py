@@ -26,14 +26,16 @@ _LINALG_COST = {
     'geqp3': lambda s: 2 * s[-2] * s[-1] * min(s[-2], s[-1]) - 2 * min(s[-2], s[-1]) ** 3 // 3,
 }
 _LINALG_OTHER = {'eigh', 'eig', 'svd', 'schur', 'householder_product', 'hessenberg',
-                 'tridiagonal', 'tridiagonal_solve', 'qr'}
+                 'tridiagonal', 'tridiagonal_solve', 'qr', 'ormqr'}
+# every JAX primitive that runs as a CPU LAPACK kernel
+PRIMITIVES = frozenset(_LINALG_COST) | _LINALG_OTHER | {'triangular_solve'}
 
 
 def _linalg_calls(jaxpr) -> Iterator[tuple[str, int, int]]:
   """(primitive, matrices per call, FLOP per matrix) of every LAPACK-backed call, recursively."""
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
-    if name in _LINALG_COST or name in _LINALG_OTHER or name == 'triangular_solve':
+    if name in PRIMITIVES:
       s = tuple(eqn.invars[0].aval.shape)
       if name == 'triangular_solve':
         b = tuple(eqn.invars[1].aval.shape)
